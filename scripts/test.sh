@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# test.sh - the README's test command: installs what is missing, builds, and
+# runs the whole suite with ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh "$@"
+cd build
+ctest --output-on-failure -j"$(nproc)"

@@ -1,0 +1,21 @@
+/* error.h - the library's error channel.  Functions that fail return NULL or a
+ * negative status and leave a message in a thread-local buffer; callers (the
+ * Lua bindings, an embedding host) read it with dl_last_error().  Nothing in
+ * the library exits or aborts on a user error. */
+#ifndef DL_ERROR_H
+#define DL_ERROR_H
+
+#if defined(__GNUC__)
+#define DL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define DL_PRINTF(a, b)
+#endif
+
+/* Sets the message (printf-style) and returns -1 so callers can
+ * `return dl_error("...")`. */
+int dl_error(const char *fmt, ...) DL_PRINTF(1, 2);
+/* The last message set on this thread ("" when none). */
+const char *dl_last_error(void);
+void dl_clear_error(void);
+
+#endif

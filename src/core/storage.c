@@ -1,0 +1,126 @@
+/* storage.c - refcounted buffers (see storage.h). */
+#include "storage.h"
+#include "error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dl_low_memory_fn low_memory_fn;
+static void *low_memory_ud;
+static const dl_allocator *allocators[2];
+static int64_t live_bytes, total_bytes;
+
+void dl_set_low_memory_handler(dl_low_memory_fn fn, void *ud) {
+    low_memory_fn = fn;
+    low_memory_ud = ud;
+}
+
+void dl_register_allocator(dl_device_type type, const dl_allocator *a) { allocators[type] = a; }
+
+static void *raw_alloc(size_t nbytes, dl_device dev) {
+    if (dev.type == DL_DEVICE_CPU) {
+        size_t rounded = (nbytes + 63) & ~(size_t)63;
+        return aligned_alloc(64, rounded ? rounded : 64);
+    }
+    const dl_allocator *a = allocators[dev.type];
+    return a ? a->alloc(nbytes, dev.index) : NULL;
+}
+
+static void raw_free(void *p, dl_device dev) {
+    if (dev.type == DL_DEVICE_CPU) free(p);
+    else if (allocators[dev.type]) allocators[dev.type]->free(p, dev.index);
+}
+
+dl_storage *dl_storage_new(size_t nbytes, dl_device dev) {
+    if (dev.type != DL_DEVICE_CPU && !allocators[dev.type]) {
+        dl_error("device %s is not available in this build or on this machine",
+                 dev.type == DL_DEVICE_CUDA ? "cuda" : "?");
+        return NULL;
+    }
+    dl_storage *s = calloc(1, sizeof *s);
+    if (!s) {
+        dl_error("out of memory");
+        return NULL;
+    }
+    void *p = raw_alloc(nbytes, dev);
+    if (!p && low_memory_fn) {
+        low_memory_fn(low_memory_ud);
+        p = raw_alloc(nbytes, dev);
+    }
+    if (!p) {
+        free(s);
+        dl_error("out of memory allocating %zu bytes on %s", nbytes,
+                 dev.type == DL_DEVICE_CPU ? "cpu" : "cuda");
+        return NULL;
+    }
+    s->data = p;
+    s->nbytes = nbytes;
+    s->device = dev;
+    s->refcount = 1;
+    __atomic_add_fetch(&live_bytes, (int64_t)nbytes, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&total_bytes, (int64_t)nbytes, __ATOMIC_RELAXED);
+    return s;
+}
+
+dl_storage *dl_storage_wrap(void *data, size_t nbytes, dl_device dev,
+                            void (*deleter)(void *, void *), void *ctx) {
+    dl_storage *s = calloc(1, sizeof *s);
+    if (!s) {
+        dl_error("out of memory");
+        return NULL;
+    }
+    s->data = data;
+    s->nbytes = nbytes;
+    s->device = dev;
+    s->refcount = 1;
+    s->deleter = deleter;
+    s->deleter_ctx = ctx;
+    return s;
+}
+
+void dl_storage_retain(dl_storage *s) { __atomic_add_fetch(&s->refcount, 1, __ATOMIC_RELAXED); }
+
+void dl_storage_release(dl_storage *s) {
+    if (!s || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
+    if (s->deleter) {
+        s->deleter(s->data, s->deleter_ctx);
+    } else if (s->data || s->nbytes) {
+        raw_free(s->data, s->device);
+        __atomic_sub_fetch(&live_bytes, (int64_t)s->nbytes, __ATOMIC_RELAXED);
+    }
+    free(s);
+}
+
+int64_t dl_mem_live_bytes(void) { return __atomic_load_n(&live_bytes, __ATOMIC_RELAXED); }
+int64_t dl_mem_total_allocated(void) { return __atomic_load_n(&total_bytes, __ATOMIC_RELAXED); }
+
+const char *dl_device_name(dl_device d, char *buf, size_t n) {
+    if (d.type == DL_DEVICE_CPU) snprintf(buf, n, "cpu");
+    else snprintf(buf, n, "cuda:%d", d.index);
+    return buf;
+}
+
+int dl_device_parse(const char *s, dl_device *out) {
+    if (strcmp(s, "cpu") == 0) {
+        *out = DL_CPU;
+        return 0;
+    }
+    if (strncmp(s, "cuda", 4) == 0) {
+        int idx = 0;
+        if (s[4] == ':') {
+            char *end;
+            long v = strtol(s + 5, &end, 10);
+            if (*end || end == s + 5 || v < 0 || v > 1024)
+                return dl_error("invalid device '%s' (expected 'cpu', 'cuda' or 'cuda:N')", s);
+            idx = (int)v;
+        } else if (s[4]) {
+            return dl_error("invalid device '%s' (expected 'cpu', 'cuda' or 'cuda:N')", s);
+        }
+        *out = (dl_device){DL_DEVICE_CUDA, idx};
+        return 0;
+    }
+    return dl_error("invalid device '%s' (expected 'cpu', 'cuda' or 'cuda:N')", s);
+}
+
+int dl_device_equal(dl_device a, dl_device b) { return a.type == b.type && a.index == b.index; }

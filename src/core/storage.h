@@ -1,0 +1,58 @@
+/* storage.h - refcounted flat buffers on a device.  A storage owns its bytes;
+ * tensors are views on it.  Device memory other than the CPU's is allocated
+ * through an allocator the backend registers, so the core never includes
+ * CUDA headers.  Byte counters let the Lua bindings drive the collector. */
+#ifndef DL_STORAGE_H
+#define DL_STORAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { DL_DEVICE_CPU = 0, DL_DEVICE_CUDA = 1 } dl_device_type;
+
+typedef struct {
+    dl_device_type type;
+    int index;
+} dl_device;
+
+#define DL_CPU ((dl_device){DL_DEVICE_CPU, 0})
+
+typedef struct {
+    void *(*alloc)(size_t nbytes, int device_index); /* NULL on failure */
+    void (*free)(void *ptr, int device_index);
+} dl_allocator;
+
+typedef struct dl_storage {
+    void *data;
+    size_t nbytes;
+    dl_device device;
+    int refcount;          /* atomic */
+    uint64_t version;      /* bumped by in-place writes; shared by all views */
+    void (*deleter)(void *data, void *ctx); /* external memory (mmap, host buffers) */
+    void *deleter_ctx;
+} dl_storage;
+
+/* Called when an allocation fails, before the one retry: the Lua bindings run a
+ * full garbage collection here.  `ud` is passed back. */
+typedef void (*dl_low_memory_fn)(void *ud);
+void dl_set_low_memory_handler(dl_low_memory_fn fn, void *ud);
+
+void dl_register_allocator(dl_device_type type, const dl_allocator *a);
+
+/* New storage of nbytes (uninitialised) on dev; NULL with an error message. */
+dl_storage *dl_storage_new(size_t nbytes, dl_device dev);
+/* Wraps memory the caller owns; deleter (may be NULL) runs on the last release. */
+dl_storage *dl_storage_wrap(void *data, size_t nbytes, dl_device dev,
+                            void (*deleter)(void *, void *), void *ctx);
+void dl_storage_retain(dl_storage *s);
+void dl_storage_release(dl_storage *s);
+
+/* Bytes of storage currently alive, and allocated since the process began. */
+int64_t dl_mem_live_bytes(void);
+int64_t dl_mem_total_allocated(void);
+
+const char *dl_device_name(dl_device d, char *buf, size_t n); /* "cpu", "cuda:0" */
+int dl_device_parse(const char *s, dl_device *out);            /* "cpu", "cuda", "cuda:1" */
+int dl_device_equal(dl_device a, dl_device b);
+
+#endif

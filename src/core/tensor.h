@@ -1,0 +1,105 @@
+/* tensor.h - the tensor: a strided view (shape, strides, offset in elements)
+ * on a refcounted storage.  Up to DL_MAX_DIMS dimensions; a 0-dim tensor is a
+ * scalar.  Every function returning dl_tensor* returns a new reference (NULL
+ * with dl_last_error() set on failure); release it with dl_tensor_release.
+ * Dimensions here are 0-based; negative ones count from the end. */
+#ifndef DL_TENSOR_H
+#define DL_TENSOR_H
+
+#include "dtype.h"
+#include "error.h"
+#include "storage.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define DL_MAX_DIMS 8
+
+struct dl_node; /* autograd graph node (src/autograd) */
+
+typedef struct dl_tensor {
+    dl_storage *storage;
+    int64_t offset; /* in elements */
+    int64_t shape[DL_MAX_DIMS];
+    int64_t strides[DL_MAX_DIMS]; /* in elements */
+    int ndim;
+    dl_dtype dtype;
+    int refcount; /* atomic */
+    /* autograd state (filled in by src/autograd) */
+    bool requires_grad;
+    struct dl_tensor *grad;
+    struct dl_node *grad_fn;
+} dl_tensor;
+
+/* --- lifetime ---------------------------------------------------------- */
+dl_tensor *dl_tensor_empty(int ndim, const int64_t *shape, dl_dtype dtype, dl_device dev);
+dl_tensor *dl_tensor_zeros(int ndim, const int64_t *shape, dl_dtype dtype, dl_device dev);
+dl_tensor *dl_tensor_full(int ndim, const int64_t *shape, double value, dl_dtype dtype,
+                          dl_device dev);
+dl_tensor *dl_tensor_scalar(double value, dl_dtype dtype); /* 0-dim, CPU */
+/* A tensor over an existing storage (retained). */
+dl_tensor *dl_tensor_new_view(dl_storage *s, int64_t offset, int ndim, const int64_t *shape,
+                              const int64_t *strides, dl_dtype dtype);
+dl_tensor *dl_tensor_retain(dl_tensor *t);
+void dl_tensor_release(dl_tensor *t);
+
+/* --- inspection -------------------------------------------------------- */
+int64_t dl_tensor_numel(const dl_tensor *t);
+bool dl_tensor_is_contiguous(const dl_tensor *t);
+dl_device dl_tensor_device(const dl_tensor *t);
+/* Pointer to the first element (storage data + offset). */
+void *dl_tensor_data(const dl_tensor *t);
+size_t dl_tensor_itemsize(const dl_tensor *t);
+/* Normalises dim (negative from the end) against ndim; -1 and an error naming
+ * op when out of range. */
+int dl_wrap_dim(const char *op, int dim, int ndim);
+/* "[2, 3]" into buf. */
+const char *dl_shape_str(int ndim, const int64_t *shape, char *buf, size_t n);
+bool dl_shape_equal(const dl_tensor *a, const dl_tensor *b);
+/* Contiguous strides for a shape. */
+void dl_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+
+/* PyTorch's result_type for two tensor operands, honouring the rule that a
+ * 0-dim tensor only takes part when it raises the category. */
+dl_dtype dl_result_type(const dl_tensor *a, const dl_tensor *b);
+
+/* --- views (share storage) --------------------------------------------- */
+/* view: shape may contain one -1; fails if the strides cannot express it. */
+dl_tensor *dl_tensor_view(dl_tensor *t, int ndim, const int64_t *shape);
+/* reshape: a view when possible, else a contiguous copy. */
+dl_tensor *dl_tensor_reshape(dl_tensor *t, int ndim, const int64_t *shape);
+dl_tensor *dl_tensor_transpose(dl_tensor *t, int d0, int d1);
+dl_tensor *dl_tensor_permute(dl_tensor *t, const int *dims); /* t->ndim entries */
+dl_tensor *dl_tensor_squeeze(dl_tensor *t, int dim);          /* dim < -ndim..: see below */
+dl_tensor *dl_tensor_squeeze_all(dl_tensor *t);
+dl_tensor *dl_tensor_unsqueeze(dl_tensor *t, int dim); /* dim in [-ndim-1, ndim] */
+dl_tensor *dl_tensor_flatten(dl_tensor *t, int start, int end);
+dl_tensor *dl_tensor_narrow(dl_tensor *t, int dim, int64_t start, int64_t length);
+dl_tensor *dl_tensor_select(dl_tensor *t, int dim, int64_t index); /* index may be negative */
+dl_tensor *dl_tensor_expand(dl_tensor *t, int ndim, const int64_t *shape); /* -1 keeps */
+dl_tensor *dl_tensor_as_strided(dl_tensor *t, int ndim, const int64_t *shape,
+                                const int64_t *strides, int64_t offset);
+
+/* --- copies ------------------------------------------------------------ */
+/* t itself (retained) if already contiguous, else a contiguous copy. */
+dl_tensor *dl_tensor_contiguous(dl_tensor *t);
+dl_tensor *dl_tensor_clone(dl_tensor *t);
+/* Copies src into dst, broadcasting src to dst's shape and converting dtype. */
+int dl_tensor_copy_(dl_tensor *dst, dl_tensor *src);
+/* t itself (retained) if already of dtype, else a converted contiguous copy. */
+dl_tensor *dl_tensor_to_dtype(dl_tensor *t, dl_dtype dtype);
+dl_tensor *dl_tensor_to_device(dl_tensor *t, dl_device dev);
+/* Fills every element of t with value (converted to t's dtype). */
+int dl_tensor_fill_(dl_tensor *t, double value);
+
+/* --- single elements (CPU) --------------------------------------------- */
+/* The value of a one-element tensor. */
+int dl_tensor_item(const dl_tensor *t, double *out);
+int dl_tensor_item_i64(const dl_tensor *t, int64_t *out);
+/* Pointer to the element at a full index (0-based, already checked). */
+void *dl_tensor_ptr_at(const dl_tensor *t, const int64_t *index);
+
+/* Bumps the storage's version counter (in-place writes). */
+void dl_tensor_bump_version(dl_tensor *t);
+
+#endif

@@ -1,0 +1,245 @@
+/* ldl.c - luaopen_dl: builds the `dl` module table, opens every binding
+ * family, finds the Lua half of the library (lua/dl/) next to this binary and
+ * puts it on package.path, and loads submodules (dl.nn, dl.optim, ...) lazily
+ * on first access.  The same entry serves stock lua5.4 (require "dl" loads
+ * dl.so) and the dlua executable (which preloads it). */
+#include "lbind.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "ops/device.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int luaopen_dl(lua_State *L);
+
+static int l_clock(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9);
+    return 1;
+}
+
+static int l_set_num_threads(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    if (n < 1) return luaL_argerror(L, 1, "set_num_threads: need at least 1 thread");
+    dl_set_num_threads((int)n);
+    return 0;
+}
+
+static int l_get_num_threads(lua_State *L) {
+    lua_pushinteger(L, dl_get_num_threads());
+    return 1;
+}
+
+static int l_manual_seed(lua_State *L) {
+    lua_Integer s = luaL_checkinteger(L, 1);
+    dl_manual_seed((uint64_t)s);
+    return 0;
+}
+
+static int l_initial_seed(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)dl_default_generator()->seed);
+    return 1;
+}
+
+static int l_cuda_is_available(lua_State *L) {
+    lua_pushboolean(L, dl_cuda_available_devices() > 0);
+    return 1;
+}
+
+static int l_cuda_device_count(lua_State *L) {
+    lua_pushinteger(L, dl_cuda_available_devices());
+    return 1;
+}
+
+static int l_cuda_get_device_name(lua_State *L) {
+    char buf[256];
+    lua_Integer i = luaL_optinteger(L, 1, 1);
+    if (!dl_cuda_name((int)i - 1, buf, sizeof buf)) return luaL_error(L, "cuda: no device %d", (int)i);
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+static int l_memory_allocated(lua_State *L) {
+    lua_pushinteger(L, dl_mem_live_bytes());
+    return 1;
+}
+
+/* Low-memory handler: a full collection, only on the thread that owns L. */
+static pthread_t lua_owner;
+static void low_memory(void *ud) {
+    if (pthread_equal(pthread_self(), lua_owner)) lua_gc((lua_State *)ud, LUA_GCCOLLECT);
+}
+
+static int is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Finds lua/dl relative to the binary holding this code; pushes the root
+ * folder (the one containing dl/) or nil. */
+static void push_lua_root(lua_State *L) {
+    const char *env = getenv("DLUA_LUA_PATH");
+    if (env && is_dir(env)) {
+        lua_pushstring(L, env);
+        return;
+    }
+    Dl_info info;
+    char self[PATH_MAX], real[PATH_MAX];
+    if (!dladdr((void *)luaopen_dl, &info) || !info.dli_fname) {
+        lua_pushnil(L);
+        return;
+    }
+    /* in an executable, dli_fname may be argv[0]; prefer /proc/self/exe then */
+    snprintf(self, sizeof self, "%s", info.dli_fname);
+    if (!strchr(self, '/')) {
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[n > 0 ? n : 0] = '\0';
+    }
+    if (!realpath(self, real)) {
+        lua_pushnil(L);
+        return;
+    }
+    char *slash = strrchr(real, '/');
+    if (slash) *slash = '\0';
+    static const char *const candidates[] = {
+        "/../lua",                /* build/dl.so, build/dlua -> source tree */
+        "/lua",                   /* beside the binary */
+        "/../share/dlua/lua",     /* bin/dlua, lib/libdlua.so */
+        "/../../../share/dlua/lua", /* lib/lua/5.4/dl.so */
+        "/../../share/dlua/lua",  /* lib/x86_64-linux-gnu/libdlua.so */
+        "/../../../../share/dlua/lua", /* lib/x86_64-linux-gnu/lua/5.4/dl.so */
+    };
+    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+        char p[PATH_MAX + 64], d[PATH_MAX + 128];
+        snprintf(p, sizeof p, "%s%s", real, candidates[i]);
+        snprintf(d, sizeof d, "%s/dl", p);
+        if (is_dir(d)) {
+            char rp[PATH_MAX];
+            lua_pushstring(L, realpath(p, rp) ? rp : p);
+            return;
+        }
+    }
+    lua_pushnil(L);
+}
+
+/* Lazy submodules: dl.nn -> require "dl.nn" on first access. */
+static int module_index(lua_State *L) {
+    const char *k = lua_tostring(L, 2);
+    if (!k) return 0;
+    static const char *const lazy[] = {"nn", "optim", "data", "transforms", "models",
+                                       "util", "image", "autograd", NULL};
+    for (int i = 0; lazy[i]; i++)
+        if (strcmp(k, lazy[i]) == 0) {
+            lua_getglobal(L, "require");
+            lua_pushfstring(L, "dl.%s", k);
+            lua_call(L, 1, 1);
+            lua_pushvalue(L, -1);
+            lua_setfield(L, 1, k); /* rawset would bypass nothing: no __newindex */
+            return 1;
+        }
+    return 0;
+}
+
+int luaopen_dl(lua_State *L) {
+    lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
+    if (lua_istable(L, -1)) return 1; /* already open in this state */
+    lua_pop(L, 1);
+
+    lua_newtable(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
+    int mod = lua_gettop(L);
+
+    lua_owner = pthread_self();
+    dl_set_low_memory_handler(low_memory, L);
+
+    dlL_open_tensor(L);
+    dlL_open_create(L);
+    dlL_open_elementwise(L);
+    dlL_open_reduce(L);
+    dlL_open_linalg(L);
+    dlL_open_index(L);
+    dlL_open_random(L);
+    dlL_open_print(L);
+
+    static const luaL_Reg functions[] = {
+        {"clock", l_clock},
+        {"set_num_threads", l_set_num_threads},
+        {"get_num_threads", l_get_num_threads},
+        {"manual_seed", l_manual_seed},
+        {"initial_seed", l_initial_seed},
+        {"memory_allocated", l_memory_allocated},
+        {NULL, NULL},
+    };
+    luaL_setfuncs(L, functions, 0);
+
+    static const luaL_Reg cuda[] = {
+        {"is_available", l_cuda_is_available},
+        {"device_count", l_cuda_device_count},
+        {"get_device_name", l_cuda_get_device_name},
+        {NULL, NULL},
+    };
+    luaL_newlib(L, cuda);
+    lua_pushboolean(L, dl_cuda_compiled());
+    lua_setfield(L, -2, "compiled");
+    lua_setfield(L, mod, "cuda");
+
+    lua_pushliteral(L, DL_VERSION);
+    lua_setfield(L, mod, "__version__");
+
+    /* the Lua half of the library */
+    push_lua_root(L);
+    if (lua_isstring(L, -1)) {
+        const char *root = lua_tostring(L, -1);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, mod, "_lua_root");
+        lua_getglobal(L, "package");
+        lua_getfield(L, -1, "path");
+        const char *old = lua_tostring(L, -1);
+        lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", root, root, old ? old : "");
+        lua_setfield(L, -3, "path");
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, module_index);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, mod);
+
+    /* let `require "dl"` inside dl's own Lua files find this table */
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_pushvalue(L, mod);
+    lua_setfield(L, -2, "dl");
+    lua_pop(L, 1);
+
+    /* Lua-side additions (lua/dl/base.lua), when the Lua library was found */
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "searchpath");
+    lua_pushliteral(L, "dl.base");
+    lua_getfield(L, -3, "path");
+    lua_call(L, 2, 1);
+    int found = lua_isstring(L, -1);
+    lua_pop(L, 2);
+    if (found) {
+        lua_getglobal(L, "require");
+        lua_pushliteral(L, "dl.base");
+        lua_call(L, 1, 1);
+        if (lua_isfunction(L, -1)) {
+            lua_pushvalue(L, mod);
+            lua_call(L, 1, 0);
+        } else {
+            lua_pop(L, 1);
+        }
+    }
+    lua_settop(L, mod);
+    return 1;
+}

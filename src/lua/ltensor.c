@@ -1,0 +1,737 @@
+/* ltensor.c - the tensor userdata and the binding helpers of lbind.h: checks,
+ * the metatable (__gc, __close, __index, __newindex, __len), properties
+ * (shape, dtype, device, ndim), views and conversions.
+ * A userdata holds one reference (dl_tensor *) or NULL once closed.  Pushing
+ * a tensor counts its bytes; after enough bytes the collector runs, so loops
+ * making temporaries never pile up storage waiting for Lua's own pacing. */
+#include "lbind.h"
+#include "core/iter.h"
+
+#include <string.h>
+
+/* --- userdata ------------------------------------------------------------ */
+
+dl_tensor *dlL_totensor(lua_State *L, int idx) {
+    dl_tensor **box = luaL_testudata(L, idx, DL_TENSOR_MT);
+    if (!box) return NULL;
+    if (!*box) luaL_error(L, "tensor used after it was closed");
+    return *box;
+}
+
+dl_tensor *dlL_checktensor(lua_State *L, int idx) {
+    dl_tensor *t = dlL_totensor(L, idx);
+    if (!t) {
+        const char *tn = luaL_typename(L, idx);
+        luaL_argerror(L, idx, lua_pushfstring(L, "tensor expected, got %s", tn));
+    }
+    return t;
+}
+
+int dlL_fail(lua_State *L) {
+    const char *msg = dl_last_error();
+    return luaL_error(L, "%s", msg[0] ? msg : "unknown error");
+}
+
+/* Collection pacing: a full collection whenever the bytes allocated since the
+ * last one exceed the larger of 256 MB and the bytes alive after it. */
+static int64_t gc_mark_total, gc_threshold = 256 << 20;
+
+static void maybe_collect(lua_State *L) {
+    int64_t total = dl_mem_total_allocated();
+    if (total - gc_mark_total < gc_threshold) return;
+    lua_gc(L, LUA_GCCOLLECT);
+    gc_mark_total = dl_mem_total_allocated();
+    int64_t live = dl_mem_live_bytes();
+    gc_threshold = live > (256 << 20) ? live : (256 << 20);
+}
+
+int dlL_pushtensor(lua_State *L, dl_tensor *t) {
+    if (!t) return dlL_fail(L);
+    dl_tensor **box = lua_newuserdatauv(L, sizeof *box, 1);
+    *box = t;
+    luaL_setmetatable(L, DL_TENSOR_MT);
+    /* collect after the new tensor is anchored on the stack */
+    maybe_collect(L);
+    return 1;
+}
+
+static int t_gc(lua_State *L) {
+    dl_tensor **box = luaL_checkudata(L, 1, DL_TENSOR_MT);
+    dl_tensor_release(*box);
+    *box = NULL;
+    return 0;
+}
+
+/* --- argument helpers ---------------------------------------------------- */
+
+int dlL_isscalar(lua_State *L, int idx) {
+    int t = lua_type(L, idx);
+    return t == LUA_TNUMBER || t == LUA_TBOOLEAN;
+}
+
+dl_tensor *dlL_checktensorish(lua_State *L, int idx, const dl_tensor *like) {
+    dl_tensor *t = dlL_totensor(L, idx);
+    if (t) return dl_tensor_retain(t);
+    int ty = lua_type(L, idx);
+    dl_tensor *s = NULL;
+    if (ty == LUA_TBOOLEAN) {
+        dl_dtype dt = like ? dl_promote_with_scalar(like->dtype, false, true) : DL_DTYPE_BOOL;
+        s = dl_tensor_scalar(lua_toboolean(L, idx), dt);
+    } else if (ty == LUA_TNUMBER) {
+        int isint = lua_isinteger(L, idx);
+        dl_dtype dt = like ? dl_promote_with_scalar(like->dtype, !isint, false)
+                           : (isint ? DL_DTYPE_I64 : DL_DTYPE_F32);
+        if (isint && !dl_dtype_is_floating(dt)) {
+            s = dl_tensor_empty(0, NULL, dt, DL_CPU);
+            if (s) dl_store_i64(s->storage->data, dt, lua_tointeger(L, idx));
+        } else {
+            s = dl_tensor_scalar(lua_tonumber(L, idx), dt);
+        }
+    } else {
+        luaL_argerror(L, idx, lua_pushfstring(L, "tensor or number expected, got %s",
+                                              luaL_typename(L, idx)));
+    }
+    if (!s) dlL_fail(L);
+    return s;
+}
+
+int dlL_dimvalue(lua_State *L, lua_Integer d, int argidx) {
+    if (d == 0)
+        luaL_argerror(L, argidx, "dimension 0 is invalid (dimensions are 1-based; -1 is the last)");
+    if (d > DL_MAX_DIMS + 1 || d < -(DL_MAX_DIMS + 1))
+        luaL_argerror(L, argidx, lua_pushfstring(L, "dimension %d out of range", (int)d));
+    return d > 0 ? (int)(d - 1) : (int)d;
+}
+
+int dlL_checkdim(lua_State *L, int idx) {
+    if (!lua_isinteger(L, idx))
+        luaL_argerror(L, idx, lua_pushfstring(L, "dimension (integer) expected, got %s",
+                                              lua_isnumber(L, idx) ? "non-integer number"
+                                                                   : luaL_typename(L, idx)));
+    return dlL_dimvalue(L, lua_tointeger(L, idx), idx);
+}
+
+int64_t dlL_checkindex(lua_State *L, int idx) {
+    if (!lua_isinteger(L, idx))
+        luaL_argerror(L, idx, lua_pushfstring(L, "index (integer) expected, got %s",
+                                              lua_isnumber(L, idx) ? "non-integer number"
+                                                                   : luaL_typename(L, idx)));
+    lua_Integer i = lua_tointeger(L, idx);
+    if (i == 0) luaL_argerror(L, idx, "index 0 is invalid (indices are 1-based; -1 is the last)");
+    return i > 0 ? i - 1 : i;
+}
+
+static const char *const dtype_registry_key = "dl.dtypes";
+
+void dlL_pushdtype(lua_State *L, dl_dtype t) {
+    lua_getfield(L, LUA_REGISTRYINDEX, dtype_registry_key);
+    lua_rawgeti(L, -1, (lua_Integer)t + 1);
+    lua_remove(L, -2);
+}
+
+dl_dtype dlL_checkdtype(lua_State *L, int idx) {
+    dl_dtype out;
+    if (lua_type(L, idx) == LUA_TSTRING) {
+        if (dl_dtype_parse(lua_tostring(L, idx), &out)) luaL_argerror(L, idx, dl_last_error());
+        return out;
+    }
+    if (lua_type(L, idx) == LUA_TTABLE && luaL_getmetafield(L, idx, "__name") != LUA_TNIL) {
+        int isdt = strcmp(lua_tostring(L, -1), "dl.dtype") == 0;
+        lua_pop(L, 1);
+        if (isdt) {
+            lua_getfield(L, idx, "name");
+            const char *n = lua_tostring(L, -1);
+            int rc = n ? dl_dtype_parse(n, &out) : -1;
+            lua_pop(L, 1);
+            if (rc == 0) return out;
+        }
+    }
+    luaL_argerror(L, idx, lua_pushfstring(L, "dtype expected (dl.float32 or a name), got %s",
+                                          luaL_typename(L, idx)));
+    return DL_DTYPE_F32;
+}
+
+dl_dtype dlL_optdtype(lua_State *L, int idx, dl_dtype def) {
+    return lua_isnoneornil(L, idx) ? def : dlL_checkdtype(L, idx);
+}
+
+dl_device dlL_checkdevice(lua_State *L, int idx) {
+    dl_device d;
+    const char *s = luaL_checkstring(L, idx);
+    if (dl_device_parse(s, &d)) luaL_argerror(L, idx, dl_last_error());
+    return d;
+}
+
+int dlL_checkshape(lua_State *L, int idx, int64_t *shape, int *next) {
+    int n = 0;
+    if (lua_istable(L, idx)) {
+        lua_Integer len = luaL_len(L, idx);
+        if (len > DL_MAX_DIMS)
+            luaL_argerror(L, idx, lua_pushfstring(L, "at most %d dimensions", DL_MAX_DIMS));
+        for (lua_Integer i = 1; i <= len; i++) {
+            lua_geti(L, idx, i);
+            if (!lua_isinteger(L, -1))
+                luaL_argerror(L, idx, lua_pushfstring(L, "size %d of the shape is not an integer",
+                                                      (int)i));
+            shape[n++] = lua_tointeger(L, -1);
+            lua_pop(L, 1);
+        }
+        if (next) *next = idx + 1;
+        return n;
+    }
+    int top = lua_gettop(L), i = idx;
+    for (; i <= top && lua_type(L, i) == LUA_TNUMBER; i++) {
+        if (!lua_isinteger(L, i))
+            luaL_argerror(L, i, "size must be an integer");
+        if (n == DL_MAX_DIMS)
+            luaL_argerror(L, i, lua_pushfstring(L, "at most %d dimensions", DL_MAX_DIMS));
+        shape[n++] = lua_tointeger(L, i);
+    }
+    if (next) *next = i;
+    return n;
+}
+
+void dlL_checkoptions(lua_State *L, int idx, const char *op, const char *const *allowed) {
+    if (lua_isnoneornil(L, idx)) return;
+    if (!lua_istable(L, idx))
+        luaL_argerror(L, idx, lua_pushfstring(L, "%s: options table expected, got %s", op,
+                                              luaL_typename(L, idx)));
+    idx = lua_absindex(L, idx);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING) {
+            lua_pop(L, 1);
+            luaL_error(L, "%s: option names must be strings", op);
+        }
+        const char *k = lua_tostring(L, -1);
+        int ok = 0;
+        for (int i = 0; allowed && allowed[i]; i++)
+            if (strcmp(k, allowed[i]) == 0) ok = 1;
+        if (!ok) {
+            luaL_Buffer b;
+            luaL_buffinit(L, &b);
+            for (int i = 0; allowed && allowed[i]; i++) {
+                if (i) luaL_addstring(&b, ", ");
+                luaL_addstring(&b, allowed[i]);
+            }
+            luaL_pushresult(&b);
+            luaL_error(L, "%s: unknown option '%s' (expected: %s)", op, k, lua_tostring(L, -1));
+        }
+    }
+}
+
+int dlL_optfield(lua_State *L, int idx, const char *key) {
+    if (!lua_istable(L, idx)) {
+        lua_pushnil(L);
+        return LUA_TNIL;
+    }
+    return lua_getfield(L, idx, key);
+}
+
+lua_Number dlL_optnumber(lua_State *L, int idx, const char *key, lua_Number def) {
+    int ty = dlL_optfield(L, idx, key);
+    lua_Number v = def;
+    if (ty == LUA_TNUMBER) v = lua_tonumber(L, -1);
+    else if (ty != LUA_TNIL) luaL_error(L, "option '%s' must be a number, got %s", key, lua_typename(L, ty));
+    lua_pop(L, 1);
+    return v;
+}
+
+lua_Integer dlL_optinteger(lua_State *L, int idx, const char *key, lua_Integer def) {
+    int ty = dlL_optfield(L, idx, key);
+    lua_Integer v = def;
+    if (ty == LUA_TNUMBER && lua_isinteger(L, -1)) v = lua_tointeger(L, -1);
+    else if (ty != LUA_TNIL) luaL_error(L, "option '%s' must be an integer", key);
+    lua_pop(L, 1);
+    return v;
+}
+
+int dlL_optboolean(lua_State *L, int idx, const char *key, int def) {
+    int ty = dlL_optfield(L, idx, key);
+    int v = def;
+    if (ty == LUA_TBOOLEAN) v = lua_toboolean(L, -1);
+    else if (ty != LUA_TNIL) luaL_error(L, "option '%s' must be a boolean, got %s", key, lua_typename(L, ty));
+    lua_pop(L, 1);
+    return v;
+}
+
+void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods) {
+    if (functions) {
+        lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
+        luaL_setfuncs(L, functions, 0);
+        lua_pop(L, 1);
+    }
+    if (methods) {
+        luaL_getmetatable(L, DL_TENSOR_MT);
+        lua_getfield(L, -1, "methods");
+        luaL_setfuncs(L, methods, 0);
+        lua_pop(L, 2);
+    }
+}
+
+/* --- properties and indexing ---------------------------------------------- */
+
+static void push_shape(lua_State *L, const dl_tensor *t) {
+    lua_createtable(L, t->ndim, 0);
+    for (int i = 0; i < t->ndim; i++) {
+        lua_pushinteger(L, t->shape[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+static int t_index(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (lua_isinteger(L, 2)) {
+        if (t->ndim == 0) return luaL_error(L, "cannot index a 0-dimensional tensor");
+        int64_t i = dlL_checkindex(L, 2);
+        return dlL_pushtensor(L, dl_tensor_select(t, 0, i));
+    }
+    if (lua_type(L, 2) != LUA_TSTRING)
+        return luaL_error(L, "tensor index must be an integer or a method name, got %s",
+                          luaL_typename(L, 2));
+    const char *k = lua_tostring(L, 2);
+    lua_getmetatable(L, 1);
+    lua_getfield(L, -1, "methods");
+    if (lua_getfield(L, -1, k) != LUA_TNIL) return 1;
+    lua_pop(L, 3);
+    if (strcmp(k, "shape") == 0) {
+        push_shape(L, t);
+    } else if (strcmp(k, "dtype") == 0) {
+        dlL_pushdtype(L, t->dtype);
+    } else if (strcmp(k, "device") == 0) {
+        char b[32];
+        lua_pushstring(L, dl_device_name(dl_tensor_device(t), b, sizeof b));
+    } else if (strcmp(k, "ndim") == 0) {
+        lua_pushinteger(L, t->ndim);
+    } else if (strcmp(k, "requires_grad") == 0) {
+        lua_pushboolean(L, t->requires_grad);
+    } else if (strcmp(k, "grad") == 0) {
+        if (t->grad) dlL_pushtensor(L, dl_tensor_retain(t->grad));
+        else lua_pushnil(L);
+    } else if (strcmp(k, "is_leaf") == 0) {
+        lua_pushboolean(L, t->grad_fn == NULL);
+    } else {
+        lua_pushnil(L);
+    }
+    return 1;
+}
+
+static int t_newindex(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (!lua_isinteger(L, 2))
+        return luaL_error(L, "tensor assignment needs an integer index, got %s",
+                          luaL_typename(L, 2));
+    if (t->ndim == 0) return luaL_error(L, "cannot index a 0-dimensional tensor");
+    int64_t i = dlL_checkindex(L, 2);
+    dl_tensor *src = dlL_checktensorish(L, 3, t);
+    dl_tensor *dst = dl_tensor_select(t, 0, i);
+    int rc = dst ? dl_tensor_copy_(dst, src) : -1;
+    dl_tensor_release(dst);
+    dl_tensor_release(src);
+    if (rc) return dlL_fail(L);
+    return 0;
+}
+
+static int t_len(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (t->ndim == 0) return luaL_error(L, "len() of a 0-dimensional tensor");
+    lua_pushinteger(L, t->shape[0]);
+    return 1;
+}
+
+/* --- view methods ---------------------------------------------------------- */
+
+static int t_view(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    int64_t shape[DL_MAX_DIMS];
+    int n = dlL_checkshape(L, 2, shape, NULL);
+    return dlL_pushtensor(L, dl_tensor_view(t, n, shape));
+}
+
+static int t_reshape(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    int64_t shape[DL_MAX_DIMS];
+    int n = dlL_checkshape(L, 2, shape, NULL);
+    return dlL_pushtensor(L, dl_tensor_reshape(t, n, shape));
+}
+
+static int t_transpose(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    int d0 = dlL_checkdim(L, 2), d1 = dlL_checkdim(L, 3);
+    return dlL_pushtensor(L, dl_tensor_transpose(t, d0, d1));
+}
+
+static int t_t(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (t->ndim > 2)
+        return luaL_error(L, "t: expects a tensor with at most 2 dimensions, got %d (use "
+                             "transpose)",
+                          t->ndim);
+    if (t->ndim < 2) return dlL_pushtensor(L, dl_tensor_retain(t));
+    return dlL_pushtensor(L, dl_tensor_transpose(t, 0, 1));
+}
+
+static int t_permute(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    int64_t dims64[DL_MAX_DIMS];
+    int n = dlL_checkshape(L, 2, dims64, NULL);
+    if (n != t->ndim)
+        return luaL_error(L, "permute: %d dimensions given for a %d-dimensional tensor", n,
+                          t->ndim);
+    int dims[DL_MAX_DIMS];
+    for (int i = 0; i < n; i++) dims[i] = dlL_dimvalue(L, dims64[i], 2 + i);
+    return dlL_pushtensor(L, dl_tensor_permute(t, dims));
+}
+
+static int t_squeeze(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (lua_isnoneornil(L, 2)) return dlL_pushtensor(L, dl_tensor_squeeze_all(t));
+    return dlL_pushtensor(L, dl_tensor_squeeze(t, dlL_checkdim(L, 2)));
+}
+
+static int t_unsqueeze(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    return dlL_pushtensor(L, dl_tensor_unsqueeze(t, dlL_checkdim(L, 2)));
+}
+
+static int t_flatten(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    int s = lua_isnoneornil(L, 2) ? 0 : dlL_checkdim(L, 2);
+    int e = lua_isnoneornil(L, 3) ? -1 : dlL_checkdim(L, 3);
+    return dlL_pushtensor(L, dl_tensor_flatten(t, s, e));
+}
+
+static int t_narrow(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    int d = dlL_checkdim(L, 2);
+    int64_t start = dlL_checkindex(L, 3);
+    lua_Integer len = luaL_checkinteger(L, 4);
+    return dlL_pushtensor(L, dl_tensor_narrow(t, d, start, len));
+}
+
+static int t_select(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    int d = dlL_checkdim(L, 2);
+    int64_t i = dlL_checkindex(L, 3);
+    return dlL_pushtensor(L, dl_tensor_select(t, d, i));
+}
+
+static int t_expand(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    int64_t shape[DL_MAX_DIMS];
+    int n = dlL_checkshape(L, 2, shape, NULL);
+    return dlL_pushtensor(L, dl_tensor_expand(t, n, shape));
+}
+
+static int t_expand_as(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1), *o = dlL_checktensor(L, 2);
+    return dlL_pushtensor(L, dl_tensor_expand(t, o->ndim, o->shape));
+}
+
+static int t_view_as(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1), *o = dlL_checktensor(L, 2);
+    return dlL_pushtensor(L, dl_tensor_view(t, o->ndim, o->shape));
+}
+
+static int t_contiguous(lua_State *L) {
+    return dlL_pushtensor(L, dl_tensor_contiguous(dlL_checktensor(L, 1)));
+}
+
+static int t_clone(lua_State *L) { return dlL_pushtensor(L, dl_tensor_clone(dlL_checktensor(L, 1))); }
+
+static int t_detach(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    return dlL_pushtensor(L, dl_tensor_new_view(t->storage, t->offset, t->ndim, t->shape,
+                                                t->strides, t->dtype));
+}
+
+static int t_is_contiguous(lua_State *L) {
+    lua_pushboolean(L, dl_tensor_is_contiguous(dlL_checktensor(L, 1)));
+    return 1;
+}
+
+/* --- conversion and inspection ---------------------------------------------- */
+
+static int t_to(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    /* to(dtype) | to(device) | to(device, dtype) | to{dtype=, device=} */
+    dl_dtype dt = t->dtype;
+    dl_device dev = dl_tensor_device(t);
+    for (int i = 2; i <= lua_gettop(L); i++) {
+        if (lua_isnil(L, i)) continue;
+        if (lua_type(L, i) == LUA_TSTRING) {
+            dl_device d;
+            if (dl_device_parse(lua_tostring(L, i), &d) == 0) dev = d;
+            else dt = dlL_checkdtype(L, i);
+        } else if (lua_istable(L, i) && luaL_getmetafield(L, i, "__name") == LUA_TSTRING) {
+            lua_pop(L, 1);
+            dt = dlL_checkdtype(L, i);
+        } else if (lua_istable(L, i)) {
+            static const char *const opts[] = {"dtype", "device", NULL};
+            dlL_checkoptions(L, i, "to", opts);
+            if (dlL_optfield(L, i, "dtype") != LUA_TNIL) dt = dlL_checkdtype(L, -1);
+            lua_pop(L, 1);
+            if (dlL_optfield(L, i, "device") != LUA_TNIL) dev = dlL_checkdevice(L, -1);
+            lua_pop(L, 1);
+        } else if (dlL_totensor(L, i)) {
+            dl_tensor *o = dlL_totensor(L, i);
+            dt = o->dtype;
+            dev = dl_tensor_device(o);
+        } else {
+            return luaL_argerror(L, i, "dtype, device or options table expected");
+        }
+    }
+    dl_tensor *a = dl_tensor_to_dtype(t, dt);
+    if (!a) return dlL_fail(L);
+    dl_tensor *b = dl_tensor_to_device(a, dev);
+    dl_tensor_release(a);
+    return dlL_pushtensor(L, b);
+}
+
+static int convert_to(lua_State *L, dl_dtype dt) {
+    return dlL_pushtensor(L, dl_tensor_to_dtype(dlL_checktensor(L, 1), dt));
+}
+static int t_float(lua_State *L) { return convert_to(L, DL_DTYPE_F32); }
+static int t_double(lua_State *L) { return convert_to(L, DL_DTYPE_F64); }
+static int t_half(lua_State *L) { return convert_to(L, DL_DTYPE_F16); }
+static int t_bfloat16(lua_State *L) { return convert_to(L, DL_DTYPE_BF16); }
+static int t_long(lua_State *L) { return convert_to(L, DL_DTYPE_I64); }
+static int t_int(lua_State *L) { return convert_to(L, DL_DTYPE_I32); }
+static int t_byte(lua_State *L) { return convert_to(L, DL_DTYPE_U8); }
+static int t_bool(lua_State *L) { return convert_to(L, DL_DTYPE_BOOL); }
+static int t_cpu(lua_State *L) {
+    return dlL_pushtensor(L, dl_tensor_to_device(dlL_checktensor(L, 1), DL_CPU));
+}
+static int t_cuda(lua_State *L) {
+    return dlL_pushtensor(L, dl_tensor_to_device(dlL_checktensor(L, 1),
+                                                 (dl_device){DL_DEVICE_CUDA, 0}));
+}
+
+/* Pushes one element as a Lua value of the natural type. */
+static void push_element(lua_State *L, const void *p, dl_dtype dt) {
+    if (dt == DL_DTYPE_BOOL) lua_pushboolean(L, *(const uint8_t *)p != 0);
+    else if (dl_dtype_is_floating(dt)) lua_pushnumber(L, dl_load_f64(p, dt));
+    else lua_pushinteger(L, dl_load_i64(p, dt));
+}
+
+static int t_item(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    double v;
+    if (dl_tensor_item(t, &v)) return dlL_fail(L);
+    dl_tensor *c = dl_tensor_to_device(t, DL_CPU);
+    if (!c) return dlL_fail(L);
+    push_element(L, dl_tensor_data(c), c->dtype);
+    dl_tensor_release(c);
+    return 1;
+}
+
+static void push_list(lua_State *L, const dl_tensor *t, int dim, int64_t off) {
+    size_t isz = dl_dtype_size(t->dtype);
+    if (dim == t->ndim) {
+        push_element(L, (const char *)t->storage->data + off * (int64_t)isz, t->dtype);
+        return;
+    }
+    lua_createtable(L, (int)t->shape[dim], 0);
+    for (int64_t i = 0; i < t->shape[dim]; i++) {
+        push_list(L, t, dim + 1, off + i * t->strides[dim]);
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+static int t_tolist(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    dl_tensor *c = dl_tensor_to_device(t, DL_CPU);
+    if (!c) return dlL_fail(L);
+    luaL_checkstack(L, c->ndim + 4, "tolist");
+    push_list(L, c, 0, c->offset);
+    dl_tensor_release(c);
+    return 1;
+}
+
+static int t_numel(lua_State *L) {
+    lua_pushinteger(L, dl_tensor_numel(dlL_checktensor(L, 1)));
+    return 1;
+}
+
+static int t_dim(lua_State *L) {
+    lua_pushinteger(L, dlL_checktensor(L, 1)->ndim);
+    return 1;
+}
+
+static int t_size(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (lua_isnoneornil(L, 2)) {
+        push_shape(L, t);
+        return 1;
+    }
+    int d = dl_wrap_dim("size", dlL_checkdim(L, 2), t->ndim);
+    if (d < 0) return dlL_fail(L);
+    lua_pushinteger(L, t->ndim ? t->shape[d] : 1);
+    return 1;
+}
+
+static int t_stride(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (lua_isnoneornil(L, 2)) {
+        lua_createtable(L, t->ndim, 0);
+        for (int i = 0; i < t->ndim; i++) {
+            lua_pushinteger(L, t->strides[i]);
+            lua_rawseti(L, -2, i + 1);
+        }
+        return 1;
+    }
+    int d = dl_wrap_dim("stride", dlL_checkdim(L, 2), t->ndim);
+    if (d < 0) return dlL_fail(L);
+    lua_pushinteger(L, t->ndim ? t->strides[d] : 1);
+    return 1;
+}
+
+static int t_type(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (lua_isnoneornil(L, 2)) {
+        lua_pushstring(L, dl_dtype_name(t->dtype));
+        return 1;
+    }
+    return convert_to(L, dlL_checkdtype(L, 2));
+}
+
+static int t_copy_(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    dl_tensor *src = dlL_checktensorish(L, 2, t);
+    int rc = dl_tensor_copy_(t, src);
+    dl_tensor_release(src);
+    if (rc) return dlL_fail(L);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int t_fill_(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (lua_isboolean(L, 2)) {
+        if (dl_tensor_fill_(t, lua_toboolean(L, 2))) return dlL_fail(L);
+    } else if (lua_isinteger(L, 2) && !dl_dtype_is_floating(t->dtype)) {
+        dl_tensor *s = dl_tensor_empty(0, NULL, t->dtype, DL_CPU);
+        if (!s) return dlL_fail(L);
+        dl_store_i64(s->storage->data, t->dtype, lua_tointeger(L, 2));
+        int rc = dl_tensor_copy_(t, s);
+        dl_tensor_release(s);
+        if (rc) return dlL_fail(L);
+    } else {
+        if (dl_tensor_fill_(t, luaL_checknumber(L, 2))) return dlL_fail(L);
+    }
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int t_zero_(lua_State *L) {
+    if (dl_tensor_fill_(dlL_checktensor(L, 1), 0)) return dlL_fail(L);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int t_storage_offset(lua_State *L) {
+    lua_pushinteger(L, dlL_checktensor(L, 1)->offset);
+    return 1;
+}
+
+static int t_element_size(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)dl_tensor_itemsize(dlL_checktensor(L, 1)));
+    return 1;
+}
+
+static int t_is_floating_point(lua_State *L) {
+    lua_pushboolean(L, dl_dtype_is_floating(dlL_checktensor(L, 1)->dtype));
+    return 1;
+}
+
+static int dl_is_tensor(lua_State *L) {
+    lua_pushboolean(L, luaL_testudata(L, 1, DL_TENSOR_MT) != NULL);
+    return 1;
+}
+
+void dlL_open_tensor(lua_State *L) {
+    static const luaL_Reg meta[] = {
+        {"__gc", t_gc},         {"__close", t_gc}, {"__index", t_index},
+        {"__newindex", t_newindex}, {"__len", t_len}, {NULL, NULL},
+    };
+    static const luaL_Reg methods[] = {
+        {"view", t_view},
+        {"reshape", t_reshape},
+        {"transpose", t_transpose},
+        {"t", t_t},
+        {"permute", t_permute},
+        {"squeeze", t_squeeze},
+        {"unsqueeze", t_unsqueeze},
+        {"flatten", t_flatten},
+        {"narrow", t_narrow},
+        {"select", t_select},
+        {"expand", t_expand},
+        {"expand_as", t_expand_as},
+        {"view_as", t_view_as},
+        {"contiguous", t_contiguous},
+        {"clone", t_clone},
+        {"detach", t_detach},
+        {"is_contiguous", t_is_contiguous},
+        {"to", t_to},
+        {"float", t_float},
+        {"double", t_double},
+        {"half", t_half},
+        {"bfloat16", t_bfloat16},
+        {"long", t_long},
+        {"int", t_int},
+        {"byte", t_byte},
+        {"bool", t_bool},
+        {"cpu", t_cpu},
+        {"cuda", t_cuda},
+        {"item", t_item},
+        {"tolist", t_tolist},
+        {"numel", t_numel},
+        {"dim", t_dim},
+        {"size", t_size},
+        {"stride", t_stride},
+        {"type", t_type},
+        {"copy_", t_copy_},
+        {"fill_", t_fill_},
+        {"zero_", t_zero_},
+        {"storage_offset", t_storage_offset},
+        {"element_size", t_element_size},
+        {"is_floating_point", t_is_floating_point},
+        {NULL, NULL},
+    };
+    static const luaL_Reg functions[] = {
+        {"is_tensor", dl_is_tensor}, {"reshape", t_reshape}, {"transpose", t_transpose},
+        {"permute", t_permute},      {"squeeze", t_squeeze}, {"unsqueeze", t_unsqueeze},
+        {"flatten", t_flatten},      {"narrow", t_narrow},   {"select", t_select},
+        {"clone", t_clone},          {"numel", t_numel},     {NULL, NULL},
+    };
+    luaL_newmetatable(L, DL_TENSOR_MT);
+    luaL_setfuncs(L, meta, 0);
+    lua_newtable(L);
+    lua_setfield(L, -2, "methods");
+    lua_pop(L, 1);
+    dlL_register(L, functions, methods);
+
+    /* dtype objects: dl.float32 ... with tostring "dl.float32" */
+    lua_createtable(L, DL_DTYPE_COUNT, 0);
+    luaL_newmetatable(L, "dl.dtype");
+    lua_pushliteral(L, "dl.dtype");
+    lua_setfield(L, -2, "__name");
+    luaL_dostring(L, "return function(d) return 'dl.' .. d.name end");
+    lua_setfield(L, -2, "__tostring");
+    lua_pop(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
+    for (int i = 0; i < DL_DTYPE_COUNT; i++) {
+        lua_createtable(L, 0, 2);
+        lua_pushstring(L, dl_dtype_name((dl_dtype)i));
+        lua_setfield(L, -2, "name");
+        lua_pushboolean(L, dl_dtype_is_floating((dl_dtype)i));
+        lua_setfield(L, -2, "is_floating_point");
+        luaL_setmetatable(L, "dl.dtype");
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, dl_dtype_name((dl_dtype)i)); /* dl.float32 = obj */
+        lua_rawseti(L, -3, i + 1);
+    }
+    lua_pop(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, dtype_registry_key);
+}

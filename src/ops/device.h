@@ -1,0 +1,12 @@
+/* device.h - which backends this build has and this machine can run. */
+#ifndef DL_OPS_DEVICE_H
+#define DL_OPS_DEVICE_H
+
+/* Number of usable CUDA devices: 0 in a build without CUDA or without a GPU. */
+int dl_cuda_available_devices(void);
+/* The device's name into buf, or NULL. */
+const char *dl_cuda_name(int index, char *buf, int n);
+/* 1 when the CUDA backend was compiled in. */
+int dl_cuda_compiled(void);
+
+#endif

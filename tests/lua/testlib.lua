@@ -1,0 +1,119 @@
+-- testlib.lua - a small test harness for dlua's Lua tests.
+-- Each test file: local T = require "testlib"; T.case("name", function() ... end); T.done()
+-- T.done() prints "N passed, N failed" and exits non-zero on any failure.
+local dl = require "dl"
+local T = {passed = 0, failed = 0}
+
+local function fmt(v)
+  if dl.is_tensor(v) then return tostring(v) end
+  if type(v) == "table" then
+    local parts = {}
+    for i, x in ipairs(v) do parts[i] = fmt(x) end
+    return "{" .. table.concat(parts, ", ") .. "}"
+  end
+  return tostring(v)
+end
+T.fmt = fmt
+
+function T.case(name, fn)
+  local ok, err = xpcall(fn, debug.traceback)
+  if ok then
+    T.passed = T.passed + 1
+  else
+    T.failed = T.failed + 1
+    io.stderr:write("FAIL ", name, "\n", tostring(err), "\n")
+  end
+end
+
+function T.fail(msg) error(msg, 2) end
+
+function T.eq(a, b, msg)
+  if a ~= b then error((msg or "values differ") .. ": got " .. fmt(a) .. ", expected " .. fmt(b), 2) end
+end
+
+function T.truthy(v, msg) if not v then error(msg or "expected a true value", 2) end end
+
+function T.near(a, b, tol, msg)
+  tol = tol or 1e-6
+  local ok = (a == b) or (a ~= a and b ~= b) or math.abs(a - b) <= tol * math.max(1, math.abs(b))
+  if not ok then error((msg or "numbers differ") .. ": got " .. fmt(a) .. ", expected " .. fmt(b), 2) end
+end
+
+-- Flattens a nested Lua table (or a tensor) into a flat array of values.
+local function flatten(v, out)
+  out = out or {}
+  if dl.is_tensor(v) then return flatten(v:tolist(), out) end
+  if type(v) == "table" then for _, x in ipairs(v) do flatten(x, out) end
+  else out[#out + 1] = v end
+  return out
+end
+T.flatten = flatten
+
+-- Compares a tensor with expected values (nested table or tensor) and, when
+-- given, an expected shape; floats within tol (relative), others exactly.
+function T.tensor_eq(t, expected, tol, msg)
+  if not dl.is_tensor(t) then error((msg or "tensor_eq") .. ": not a tensor: " .. fmt(t), 2) end
+  local got, want = flatten(t), flatten(expected)
+  if dl.is_tensor(expected) then
+    local s1, s2 = t.shape, expected.shape
+    if #s1 ~= #s2 then error((msg or "tensor_eq") .. ": shape " .. fmt(s1) .. " vs " .. fmt(s2), 2) end
+    for i = 1, #s1 do
+      if s1[i] ~= s2[i] then error((msg or "tensor_eq") .. ": shape " .. fmt(s1) .. " vs " .. fmt(s2), 2) end
+    end
+  end
+  if #got ~= #want then
+    error((msg or "tensor_eq") .. ": " .. #got .. " elements, expected " .. #want, 2)
+  end
+  tol = tol or 1e-6
+  for i = 1, #got do
+    local a, b = got[i], want[i]
+    local ok
+    if type(a) == "number" and type(b) == "number" then
+      ok = (a == b) or (a ~= a and b ~= b) or math.abs(a - b) <= tol * math.max(1, math.abs(b))
+    else
+      ok = a == b
+    end
+    if not ok then
+      error((msg or "tensor_eq") .. ": element " .. i .. " is " .. fmt(a) .. ", expected " .. fmt(b) ..
+        "\n got " .. fmt(got) .. "\nwant " .. fmt(want), 2)
+    end
+  end
+end
+
+function T.shape_eq(t, shape, msg)
+  local s = t.shape
+  local same = #s == #shape
+  for i = 1, #shape do same = same and s[i] == shape[i] end
+  if not same then error((msg or "shape") .. ": got " .. fmt(s) .. ", expected " .. fmt(shape), 2) end
+end
+
+-- Asserts fn raises an error whose message contains `pattern` (plain text).
+function T.raises(fn, pattern, msg)
+  local ok, err = pcall(fn)
+  if ok then error((msg or "expected an error") .. (pattern and (" matching '" .. pattern .. "'") or ""), 2) end
+  err = tostring(err)
+  if pattern and not err:find(pattern, 1, true) then
+    error((msg or "wrong error") .. ": '" .. err .. "' does not contain '" .. pattern .. "'", 2)
+  end
+  return err
+end
+
+-- The Python with torch (Debian's), or nil when absent.
+function T.python()
+  local p = os.getenv("DL_TEST_PYTHON")
+  if p and p ~= "" then return p end
+  return "/usr/bin/python3"
+end
+
+function T.tmpdir()
+  local d = os.getenv("DL_TEST_TMP") or "/tmp/dlua-test"
+  os.execute("mkdir -p '" .. d .. "'")
+  return d
+end
+
+function T.done()
+  print(string.format("%d passed, %d failed", T.passed, T.failed))
+  os.exit(T.failed == 0 and 0 or 1)
+end
+
+return T
