@@ -105,6 +105,68 @@ function T.python()
   return "/usr/bin/python3"
 end
 
+-- Runs a Python snippet against PyTorch (Debian's python3-torch) and returns
+-- what it emit()s, as a Lua value (see torch_oracle.py).  Errors if Python or
+-- torch is missing: oracle tests never pass without the oracle.
+function T.torch(code)
+  local dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+  local tmp = os.tmpname()
+  local f = assert(io.open(tmp, "w"))
+  f:write("import sys; sys.path.insert(0, ", string.format("%q", dir), ")\n")
+  f:write("from torch_oracle import *\n", code, "\n")
+  f:close()
+  local p = assert(io.popen(T.python() .. " " .. tmp .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  os.remove(tmp)
+  if not ok then error("python/torch oracle failed:\n" .. out, 2) end
+  local chunk, err = load(out, "=torch", "t")
+  if not chunk then error("bad oracle output: " .. err .. "\n" .. out:sub(1, 500), 2) end
+  return chunk()
+end
+
+-- A dl tensor from an oracle tensor record {shape=, dtype=, data=}.
+function T.from_torch(rec)
+  local n = 1
+  for _, s in ipairs(rec.shape) do n = n * s end
+  local flat
+  if rec.dtype == "bool" or rec.dtype:match("int") then
+    flat = dl.tensor(#rec.data > 0 and rec.data or {0}, {dtype = rec.dtype})
+  else
+    flat = dl.tensor(#rec.data > 0 and rec.data or {0}, {dtype = dl.float64}):to(rec.dtype)
+  end
+  if n == 0 then return dl.zeros(rec.shape, {dtype = rec.dtype}) end
+  return flat:reshape(rec.shape)
+end
+
+-- Compares a dl tensor with an oracle record: shape, dtype and values
+-- (floats within rtol relative + atol absolute).
+function T.match_torch(t, rec, rtol, atol, msg)
+  msg = msg or "vs torch"
+  if not dl.is_tensor(t) then error(msg .. ": not a tensor: " .. fmt(t), 2) end
+  local s = t.shape
+  local same = #s == #rec.shape
+  for i = 1, #rec.shape do same = same and s[i] == rec.shape[i] end
+  if not same then error(msg .. ": shape " .. fmt(s) .. ", torch has " .. fmt(rec.shape), 2) end
+  if t.dtype.name ~= rec.dtype then
+    error(msg .. ": dtype " .. t.dtype.name .. ", torch has " .. rec.dtype, 2)
+  end
+  rtol, atol = rtol or 1e-5, atol or 1e-6
+  local got = flatten(t)
+  for i = 1, #rec.data do
+    local a, b = got[i], rec.data[i]
+    local ok
+    if type(b) == "number" and type(a) == "number" then
+      ok = a == b or (a ~= a and b ~= b) or math.abs(a - b) <= atol + rtol * math.abs(b)
+    else
+      ok = a == b
+    end
+    if not ok then
+      error(string.format("%s: element %d is %s, torch has %s", msg, i, fmt(a), fmt(b)), 2)
+    end
+  end
+end
+
 function T.tmpdir()
   local d = os.getenv("DL_TEST_TMP") or "/tmp/dlua-test"
   os.execute("mkdir -p '" .. d .. "'")
