@@ -1,0 +1,44 @@
+-- test_memory.lua - tensors are freed without explicit collectgarbage calls:
+-- the bindings drive the collector from bytes allocated, and <close> frees at once.
+local T = require "testlib"
+
+local function status_kb(field)
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^" .. field .. ":%s+(%d+)")
+    if v then return tonumber(v) end
+  end
+end
+
+T.case("10,000 temporary 4 MB tensors stay under 1 GB", function()
+  local base = dl.memory_allocated()
+  for i = 1, 10000 do
+    local t = dl.empty(1024, 1024):fill_(i) -- 4 MB, written
+    if i % 1000 == 0 then T.truthy(dl.memory_allocated() - base < 1024 * 1024 * 1024) end
+  end
+  local peak = status_kb("VmHWM")
+  T.truthy(peak < 1024 * 1024, "peak RSS " .. peak .. " kB exceeds 1 GB")
+  T.truthy(dl.memory_allocated() - base < 600 * 1024 * 1024, "live tensor bytes "
+    .. dl.memory_allocated() - base)
+end)
+
+T.case("<close> frees immediately", function()
+  collectgarbage() -- settle what the previous case left for the collector
+  local base = dl.memory_allocated()
+  for _ = 1, 100 do
+    local t <close> = dl.empty(1024, 1024)
+    T.eq(dl.memory_allocated() - base, 4 * 1024 * 1024)
+  end
+  T.eq(dl.memory_allocated(), base)
+end)
+
+T.case("using a closed tensor is an error, not a crash", function()
+  local keep
+  do
+    local t <close> = dl.ones(3)
+    keep = t
+  end
+  T.raises(function() return keep:numel() end, "closed")
+  T.raises(function() return keep:clone() end, "closed")
+end)
+
+T.done()
