@@ -1,7 +1,9 @@
 /* rng.h - the default generator: Philox4x32-10, counter based, so the CUDA
  * backend can produce the same streams.  A stream is (seed, offset): element i
- * of a fill uses counter block offset + i/4, lane i%4, and the fill then
- * advances the offset past the blocks it used. */
+ * of a fill of 32-bit draws uses counter block offset + i/4, lane i%4 (fills
+ * that need 64-bit draws - float64, integers - use block offset + i/2; the
+ * full map is in src/cpu/random.h), and the fill then advances the offset
+ * past the blocks it used. */
 #ifndef DL_RNG_H
 #define DL_RNG_H
 

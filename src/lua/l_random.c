@@ -1,4 +1,200 @@
-/* l_random.c - bindings of the random op family (filled in by its issue work). */
+/* l_random.c - bindings of the random op family:
+ *   dl.rand(shape..., opts)  dl.randn(shape..., opts)   floating dtypes
+ *   dl.randint([low,] high, shape_table, opts)           values in [low, high)
+ *   dl.randperm(n, opts)   a permutation of 1..n (int64 by default).  PyTorch
+ *                          returns 0..n-1; dlua's indices are 1-based, so a
+ *                          permutation is one of 1..n here, ready to index with.
+ *   dl.rand_like(t, opts)  dl.randn_like  dl.randint_like(t, [low,] high, opts)
+ *   dl.bernoulli(p)        0/1 samples with probabilities p (also p:bernoulli())
+ *   t:uniform_(a=0, b=1)  t:normal_(mean=0, std=1)  t:random_([low,] high)
+ *   t:bernoulli_(p=0.5)   p a number or a tensor broadcast to t
+ * opts are {dtype=, device=, requires_grad=}.  All draw from the default
+ * generator, which dl.manual_seed(s) (in ldl.c) resets. */
 #include "lbind.h"
+#include "ops/random.h"
 
-void dlL_open_random(lua_State *L) { (void)L; }
+typedef struct {
+    dl_dtype dtype;
+    dl_device device;
+    int requires_grad;
+} random_opts;
+
+static const char *const option_keys[] = {"dtype", "device", "requires_grad", NULL};
+
+/* Reads {dtype=, device=, requires_grad=} at idx and checks nothing follows. */
+static random_opts read_opts(lua_State *L, int idx, const char *op, dl_dtype dtype,
+                             dl_device device) {
+    random_opts o = {dtype, device, 0};
+    if (!lua_isnone(L, idx + 1) || (!lua_isnoneornil(L, idx) && !lua_istable(L, idx))) {
+        int bad = lua_isnone(L, idx + 1) ? idx : idx + 1;
+        luaL_argerror(L, bad,
+                      lua_pushfstring(L,
+                                      "%s: unexpected argument (%s); options go in "
+                                      "a trailing table",
+                                      op, luaL_typename(L, bad)));
+    }
+    dlL_checkoptions(L, idx, op, option_keys);
+    if (dlL_optfield(L, idx, "dtype") != LUA_TNIL) o.dtype = dlL_checkdtype(L, -1);
+    lua_pop(L, 1);
+    if (dlL_optfield(L, idx, "device") != LUA_TNIL) o.device = dlL_checkdevice(L, -1);
+    lua_pop(L, 1);
+    o.requires_grad = dlL_optboolean(L, idx, "requires_grad", 0);
+    if (o.requires_grad && !dl_dtype_is_floating(o.dtype))
+        luaL_error(L, "%s: only floating-point tensors can require gradients (dtype %s)", op,
+                   dl_dtype_name(o.dtype));
+    return o;
+}
+
+static void need_floating(lua_State *L, const char *op, dl_dtype dt) {
+    if (!dl_dtype_is_floating(dt))
+        luaL_error(L, "%s: expected a floating-point dtype, got %s", op, dl_dtype_name(dt));
+}
+
+static int push_new(lua_State *L, dl_tensor *t, const random_opts *o) {
+    if (t && o->requires_grad) t->requires_grad = true;
+    return dlL_pushtensor(L, t);
+}
+
+/* --- creation ----------------------------------------------------------- */
+
+static int rand_or_randn(lua_State *L, const char *op, int normal) {
+    int64_t shape[DL_MAX_DIMS];
+    int next, n = dlL_checkshape(L, 1, shape, &next);
+    random_opts o = read_opts(L, next, op, DL_DTYPE_F32, DL_CPU);
+    need_floating(L, op, o.dtype);
+    dl_tensor *t = normal ? dl_randn(n, shape, o.dtype, o.device, NULL)
+                          : dl_rand(n, shape, o.dtype, o.device, NULL);
+    return push_new(L, t, &o);
+}
+
+static int l_rand(lua_State *L) {
+    return rand_or_randn(L, "rand", 0);
+}
+static int l_randn(lua_State *L) {
+    return rand_or_randn(L, "randn", 1);
+}
+
+/* [low,] high at idx: returns the index after them. */
+static int read_range(lua_State *L, int idx, const char *op, lua_Integer *low, lua_Integer *high) {
+    if (lua_type(L, idx) != LUA_TNUMBER)
+        luaL_argerror(
+            L, idx,
+            lua_pushfstring(L, "%s: high (integer) expected, got %s", op, luaL_typename(L, idx)));
+    if (lua_type(L, idx + 1) == LUA_TNUMBER) {
+        *low = luaL_checkinteger(L, idx);
+        *high = luaL_checkinteger(L, idx + 1);
+        return idx + 2;
+    }
+    *low = 0;
+    *high = luaL_checkinteger(L, idx);
+    return idx + 1;
+}
+
+static int l_randint(lua_State *L) {
+    lua_Integer low, high;
+    int sidx = read_range(L, 1, "randint", &low, &high);
+    if (!lua_istable(L, sidx))
+        return luaL_argerror(L, sidx,
+                             lua_pushfstring(L,
+                                             "randint: size table (such as {2, 3}) "
+                                             "expected, got %s",
+                                             luaL_typename(L, sidx)));
+    int64_t shape[DL_MAX_DIMS];
+    int n = dlL_checkshape(L, sidx, shape, NULL);
+    random_opts o = read_opts(L, sidx + 1, "randint", DL_DTYPE_I64, DL_CPU);
+    return push_new(L, dl_randint(low, high, n, shape, o.dtype, o.device, NULL), &o);
+}
+
+static int l_randperm(lua_State *L) {
+    lua_Integer n = luaL_checkinteger(L, 1);
+    random_opts o = read_opts(L, 2, "randperm", DL_DTYPE_I64, DL_CPU);
+    return push_new(L, dl_randperm(n, 1, o.dtype, o.device, NULL), &o);
+}
+
+static int like(lua_State *L, const char *op, int kind) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    lua_Integer low = 0, high = 0;
+    int next = kind == 2 ? read_range(L, 2, op, &low, &high) : 2;
+    random_opts o = read_opts(L, next, op, t->dtype, dl_tensor_device(t));
+    if (kind == 2)
+        return push_new(L, dl_randint(low, high, t->ndim, t->shape, o.dtype, o.device, NULL), &o);
+    need_floating(L, op, o.dtype);
+    dl_tensor *r = kind == 1 ? dl_randn(t->ndim, t->shape, o.dtype, o.device, NULL)
+                             : dl_rand(t->ndim, t->shape, o.dtype, o.device, NULL);
+    return push_new(L, r, &o);
+}
+
+static int l_rand_like(lua_State *L) {
+    return like(L, "rand_like", 0);
+}
+static int l_randn_like(lua_State *L) {
+    return like(L, "randn_like", 1);
+}
+static int l_randint_like(lua_State *L) {
+    return like(L, "randint_like", 2);
+}
+
+static int l_bernoulli(lua_State *L) {
+    dl_tensor *p = dlL_checktensor(L, 1);
+    if (!lua_isnone(L, 2)) return luaL_argerror(L, 2, "bernoulli: unexpected argument");
+    return dlL_pushtensor(L, dl_bernoulli(p, NULL));
+}
+
+/* --- in place ------------------------------------------------------------- */
+
+static int done_inplace(lua_State *L, int rc) {
+    if (rc) return dlL_fail(L);
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int t_uniform_(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    double a = luaL_optnumber(L, 2, 0), b = luaL_optnumber(L, 3, 1);
+    return done_inplace(L, dl_uniform_(t, a, b, NULL));
+}
+
+static int t_normal_(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    double mean = luaL_optnumber(L, 2, 0), std = luaL_optnumber(L, 3, 1);
+    return done_inplace(L, dl_normal_(t, mean, std, NULL));
+}
+
+static int t_random_(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    lua_Integer low, high;
+    read_range(L, 2, "random_", &low, &high);
+    return done_inplace(L, dl_random_(t, low, high, NULL));
+}
+
+static int t_bernoulli_(lua_State *L) {
+    dl_tensor *t = dlL_checktensor(L, 1);
+    dl_tensor *p = dlL_totensor(L, 2);
+    if (p) return done_inplace(L, dl_bernoulli_tensor_(t, p, NULL));
+    if (!lua_isnoneornil(L, 2) && lua_type(L, 2) != LUA_TNUMBER)
+        return luaL_argerror(L, 2,
+                             lua_pushfstring(L,
+                                             "bernoulli_: probability (number or "
+                                             "tensor) expected, got %s",
+                                             luaL_typename(L, 2)));
+    return done_inplace(L, dl_bernoulli_(t, luaL_optnumber(L, 2, 0.5), NULL));
+}
+
+void dlL_open_random(lua_State *L) {
+    static const luaL_Reg functions[] = {
+        {"rand", l_rand},
+        {"randn", l_randn},
+        {"randint", l_randint},
+        {"randperm", l_randperm},
+        {"rand_like", l_rand_like},
+        {"randn_like", l_randn_like},
+        {"randint_like", l_randint_like},
+        {"bernoulli", l_bernoulli},
+        {NULL, NULL},
+    };
+    static const luaL_Reg methods[] = {
+        {"uniform_", t_uniform_},     {"normal_", t_normal_},     {"random_", t_random_},
+        {"bernoulli_", t_bernoulli_}, {"bernoulli", l_bernoulli}, {NULL, NULL},
+    };
+    dlL_register(L, functions, methods);
+}
