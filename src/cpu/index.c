@@ -45,7 +45,9 @@ static int nonempty_dims(const dl_tensor *t, int64_t *shape, int64_t *strides) {
     return t->ndim;
 }
 
-static char *elem_base(const dl_tensor *t) { return (char *)t->storage->data; }
+static char *elem_base(const dl_tensor *t) {
+    return (char *)t->storage->data;
+}
 
 /* --- index_select ----------------------------------------------------------- */
 
@@ -95,7 +97,7 @@ void dl_cpu_gather(dl_tensor *out, const dl_tensor *x, int dim, const dl_tensor 
     size_t isz = dl_dtype_size(x->dtype);
     const char *src = elem_base(x);
     int64_t xoff = x->offset;
-    char *dst = dl_tensor_data(out);             /* out is index's shape, contiguous */
+    char *dst = dl_tensor_data(out);            /* out is index's shape, contiguous */
     const int64_t *idx = dl_tensor_data(index); /* contiguous int64 */
     int nthr = numel >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
 #pragma omp parallel for num_threads(nthr) if (nthr > 1)
@@ -103,9 +105,28 @@ void dl_cpu_gather(dl_tensor *out, const dl_tensor *x, int dim, const dl_tensor 
         int64_t base = xoff + offset_of(last, shape, base_strides, r);
         const int64_t *ir = idx + r * cols;
         char *orow = dst + r * cols * (int64_t)isz;
-        for (int64_t j = 0; j < cols; j++)
-            elem_copy(orow + j * (int64_t)isz, src + (base + j * step_col + ir[j] * step_dim) * (int64_t)isz,
-                      isz);
+        /* typed loops per element size: the inner loop stays branch-free */
+        switch (isz) {
+        case 1:
+            for (int64_t j = 0; j < cols; j++)
+                orow[j] = src[base + j * step_col + ir[j] * step_dim];
+            break;
+        case 2:
+            for (int64_t j = 0; j < cols; j++)
+                ((uint16_t *)orow)[j] =
+                    ((const uint16_t *)src)[base + j * step_col + ir[j] * step_dim];
+            break;
+        case 4:
+            for (int64_t j = 0; j < cols; j++)
+                ((uint32_t *)orow)[j] =
+                    ((const uint32_t *)src)[base + j * step_col + ir[j] * step_dim];
+            break;
+        default:
+            for (int64_t j = 0; j < cols; j++)
+                ((uint64_t *)orow)[j] =
+                    ((const uint64_t *)src)[base + j * step_col + ir[j] * step_dim];
+            break;
+        }
     }
 }
 
@@ -165,8 +186,10 @@ void dl_cpu_scatter(dl_tensor *self, int dim, const dl_tensor *index, const dl_t
         for (int64_t j = 0; j < cols; j++) {
             char *q = dst + (dbase + j * step_col + ir[j] * step_dim) * (int64_t)isz;
             const char *p = sp + (sbase + j * scol) * (int64_t)isz;
-            if (add) elem_add(q, p, dt);
-            else elem_copy(q, p, isz);
+            if (add)
+                elem_add(q, p, dt);
+            else
+                elem_copy(q, p, isz);
         }
     }
 }
@@ -190,7 +213,14 @@ static inline uint64_t key_of_double(double v) {
     return (u >> 63) ? ~u : u | (UINT64_C(1) << 63);
 }
 
-static inline uint64_t key_of_int(int64_t v) { return (uint64_t)v ^ (UINT64_C(1) << 63); }
+/* The order of items: by key, then by position (so ties keep input order). */
+static inline bool item_less(sort_item a, sort_item b) {
+    return a.key < b.key || (a.key == b.key && a.pos < b.pos);
+}
+
+static inline uint64_t key_of_int(int64_t v) {
+    return (uint64_t)v ^ (UINT64_C(1) << 63);
+}
 
 static void fill_keys(sort_item *a, const char *p, int64_t n, int64_t stride_bytes, dl_dtype dt,
                       bool descending) {
@@ -211,7 +241,7 @@ static void fill_keys(sort_item *a, const char *p, int64_t n, int64_t stride_byt
     }
 }
 
-/* Stable ascending sort of a[0..n) by key; tmp has room for n items. */
+/* Ascending sort of a[0..n) by (key, position); tmp has room for n items. */
 static void sort_items(sort_item *a, sort_item *tmp, int64_t n) {
     enum { RUN = 16 };
     for (int64_t lo = 0; lo < n; lo += RUN) {
@@ -219,7 +249,7 @@ static void sort_items(sort_item *a, sort_item *tmp, int64_t n) {
         for (int64_t i = lo + 1; i < hi; i++) {
             sort_item x = a[i];
             int64_t j = i;
-            while (j > lo && a[j - 1].key > x.key) {
+            while (j > lo && item_less(x, a[j - 1])) {
                 a[j] = a[j - 1];
                 j--;
             }
@@ -232,11 +262,11 @@ static void sort_items(sort_item *a, sort_item *tmp, int64_t n) {
             int64_t mid = lo + width < n ? lo + width : n;
             int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
             int64_t i = lo, j = mid, o = lo;
-            if (mid < hi && from[mid - 1].key <= from[mid].key) { /* already in order */
+            if (mid < hi && !item_less(from[mid], from[mid - 1])) { /* already in order */
                 memcpy(to + lo, from + lo, sizeof(sort_item) * (size_t)(hi - lo));
                 continue;
             }
-            while (i < mid && j < hi) to[o++] = from[j].key < from[i].key ? from[j++] : from[i++];
+            while (i < mid && j < hi) to[o++] = item_less(from[j], from[i]) ? from[j++] : from[i++];
             while (i < mid) to[o++] = from[i++];
             while (j < hi) to[o++] = from[j++];
         }
@@ -245,6 +275,42 @@ static void sort_items(sort_item *a, sort_item *tmp, int64_t n) {
         to = t;
     }
     if (from != a) memcpy(a, from, sizeof(sort_item) * (size_t)n);
+}
+
+/* Moves the k smallest items of a[0..n) (by key, then position) to a[0..k),
+ * in no particular order: quickselect with a median-of-3 pivot, falling back
+ * to a full sort when the partitions keep coming out lopsided. */
+static void select_items(sort_item *a, sort_item *tmp, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1, target = k - 1;
+    for (int budget = 64; hi > lo; budget--) {
+        if (budget == 0) {
+            sort_items(a + lo, tmp, hi - lo + 1);
+            return;
+        }
+        int64_t mid = lo + (hi - lo) / 2;
+        sort_item t;
+        if (item_less(a[mid], a[lo])) t = a[mid], a[mid] = a[lo], a[lo] = t;
+        if (item_less(a[hi], a[lo])) t = a[hi], a[hi] = a[lo], a[lo] = t;
+        if (item_less(a[hi], a[mid])) t = a[hi], a[hi] = a[mid], a[mid] = t;
+        sort_item pivot = a[mid];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (item_less(a[i], pivot)) i++;
+            while (item_less(pivot, a[j])) j--;
+            if (i <= j) {
+                t = a[i], a[i] = a[j], a[j] = t;
+                i++;
+                j--;
+            }
+        }
+        /* now a[lo..j] <= pivot <= a[i..hi], and a[j+1..i-1] == pivot */
+        if (target <= j)
+            hi = j;
+        else if (target >= i)
+            lo = i;
+        else
+            return;
+    }
 }
 
 int dl_cpu_sort(const dl_tensor *x, int dim, bool descending, int64_t k, dl_tensor *values,
@@ -284,11 +350,17 @@ int dl_cpu_sort(const dl_tensor *x, int dim, bool descending, int64_t k, dl_tens
             /* output slice s: (s / inner, :, s % inner) of a (.., k, inner) layout */
             int64_t obase = (s / inner) * k * inner + s % inner;
             fill_keys(buf, xs, n, xstride_bytes, x->dtype, descending);
-            sort_items(buf, buf + n, n);
+            if (k < n / 4) { /* a few of many (topk): select, then order those */
+                select_items(buf, buf + n, n, k);
+                sort_items(buf, buf + n, k);
+            } else {
+                sort_items(buf, buf + n, n);
+            }
             for (int64_t i = 0; i < k; i++) {
                 int64_t o = obase + i * inner;
                 ibase[o] = buf[i].pos;
-                if (vbase) elem_copy(vbase + o * (int64_t)isz, xs + buf[i].pos * xstride_bytes, isz);
+                if (vbase)
+                    elem_copy(vbase + o * (int64_t)isz, xs + buf[i].pos * xstride_bytes, isz);
             }
         }
         free(buf);
@@ -418,7 +490,8 @@ void dl_cpu_tri_(dl_tensor *x, int64_t diagonal, bool upper) {
         if (lo < 0) lo = 0;
         if (hi > cols) hi = cols;
         if (lo >= hi) continue;
-        if (sc == 1) memset(row + lo * (int64_t)isz, 0, (size_t)(hi - lo) * isz);
+        if (sc == 1)
+            memset(row + lo * (int64_t)isz, 0, (size_t)(hi - lo) * isz);
         else
             for (int64_t j = lo; j < hi; j++) memset(row + j * sc * (int64_t)isz, 0, isz);
     }

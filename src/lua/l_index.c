@@ -45,30 +45,34 @@ static dl_tensor **check_tensor_list(lua_State *L, int idx, const char *op, int 
 static dl_tensor *check_index(lua_State *L, int idx, const char *op, int allow_i32,
                               int allow_negative) {
     dl_tensor *t = dlL_totensor(L, idx);
-    if (!t)
-        luaL_error(L, "%s: index must be a tensor (int64), got %s", op, luaL_typename(L, idx));
+    if (!t) luaL_error(L, "%s: index must be a tensor (int64), got %s", op, luaL_typename(L, idx));
     if (t->dtype != DL_DTYPE_I64 && !(allow_i32 && t->dtype == DL_DTYPE_I32))
         luaL_error(L, "%s: index must be an int64 tensor%s, got %s", op,
                    allow_i32 ? " (or int32)" : "", dl_dtype_name(t->dtype));
     if (dl_tensor_device(t).type != DL_DEVICE_CPU)
         luaL_error(L, "%s: index tensors on the GPU are not supported yet", op);
     dl_tensor *c = dl_tensor_empty(t->ndim, t->shape, DL_DTYPE_I64, DL_CPU);
-    if (!c || dl_tensor_copy_(c, t)) {
+    if (!c) dlL_fail(L);
+    int64_t *p = dl_tensor_data(c), n = dl_tensor_numel(c);
+    if (t->dtype == DL_DTYPE_I64 && dl_tensor_is_contiguous(t)) { /* one pass */
+        const int64_t *s = dl_tensor_data(t);
+        for (int64_t i = 0; i < n; i++) p[i] = s[i];
+    } else if (dl_tensor_copy_(c, t)) {
         dl_tensor_release(c);
         dlL_fail(L);
     }
-    int64_t *p = dl_tensor_data(c), n = dl_tensor_numel(c);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v = p[i];
-        if (allow_negative) {
-            if (v == 0) {
-                dl_tensor_release(c);
-                luaL_error(L, "%s: index 0 is invalid (indices are 1-based; -1 is the last)", op);
-            }
-            if (v > 0) p[i] = v - 1;
-        } else if (v != INT64_MIN) {
-            p[i] = v - 1;
+    int64_t zero_at = -1;
+    if (allow_negative) {
+        for (int64_t i = 0; i < n; i++) {
+            if (p[i] == 0 && zero_at < 0) zero_at = i;
+            p[i] -= p[i] > 0;
         }
+    } else {
+        for (int64_t i = 0; i < n; i++) p[i] -= p[i] != INT64_MIN;
+    }
+    if (zero_at >= 0) {
+        dl_tensor_release(c);
+        luaL_error(L, "%s: index 0 is invalid (indices are 1-based; -1 is the last)", op);
     }
     return c;
 }
@@ -114,9 +118,12 @@ static dl_tensor *value_tensor(lua_State *L, int idx, const dl_tensor *t) {
     if (v) return dl_tensor_retain(v);
     dl_tensor *s = dl_tensor_empty(0, NULL, t->dtype, DL_CPU);
     if (!s) return NULL;
-    if (lua_isboolean(L, idx)) dl_store_i64(s->storage->data, t->dtype, lua_toboolean(L, idx));
-    else if (lua_isinteger(L, idx)) dl_store_i64(s->storage->data, t->dtype, lua_tointeger(L, idx));
-    else dl_store_f64(s->storage->data, t->dtype, lua_tonumber(L, idx));
+    if (lua_isboolean(L, idx))
+        dl_store_i64(s->storage->data, t->dtype, lua_toboolean(L, idx));
+    else if (lua_isinteger(L, idx))
+        dl_store_i64(s->storage->data, t->dtype, lua_tointeger(L, idx));
+    else
+        dl_store_f64(s->storage->data, t->dtype, lua_tonumber(L, idx));
     return s;
 }
 
@@ -239,10 +246,18 @@ static int scatter_common(lua_State *L, const char *op, int inplace, int add) {
     return dlL_pushtensor(L, r);
 }
 
-static int l_scatter(lua_State *L) { return scatter_common(L, "scatter", 0, 0); }
-static int l_scatter_(lua_State *L) { return scatter_common(L, "scatter_", 1, 0); }
-static int l_scatter_add(lua_State *L) { return scatter_common(L, "scatter_add", 0, 1); }
-static int l_scatter_add_(lua_State *L) { return scatter_common(L, "scatter_add_", 1, 1); }
+static int l_scatter(lua_State *L) {
+    return scatter_common(L, "scatter", 0, 0);
+}
+static int l_scatter_(lua_State *L) {
+    return scatter_common(L, "scatter_", 1, 0);
+}
+static int l_scatter_add(lua_State *L) {
+    return scatter_common(L, "scatter_add", 0, 1);
+}
+static int l_scatter_add_(lua_State *L) {
+    return scatter_common(L, "scatter_add_", 1, 1);
+}
 
 /* t:index_fill(dim, index, value) / t:index_copy(dim, index, src), (_ in place) */
 static int index_write(lua_State *L, const char *op, int inplace, int copy) {
@@ -271,10 +286,18 @@ static int index_write(lua_State *L, const char *op, int inplace, int copy) {
     return dlL_pushtensor(L, target);
 }
 
-static int l_index_fill(lua_State *L) { return index_write(L, "index_fill", 0, 0); }
-static int l_index_fill_(lua_State *L) { return index_write(L, "index_fill_", 1, 0); }
-static int l_index_copy(lua_State *L) { return index_write(L, "index_copy", 0, 1); }
-static int l_index_copy_(lua_State *L) { return index_write(L, "index_copy_", 1, 1); }
+static int l_index_fill(lua_State *L) {
+    return index_write(L, "index_fill", 0, 0);
+}
+static int l_index_fill_(lua_State *L) {
+    return index_write(L, "index_fill_", 1, 0);
+}
+static int l_index_copy(lua_State *L) {
+    return index_write(L, "index_copy", 0, 1);
+}
+static int l_index_copy_(lua_State *L) {
+    return index_write(L, "index_copy_", 1, 1);
+}
 
 /* --- ordering ----------------------------------------------------------------------------- */
 
@@ -290,8 +313,10 @@ static order_args read_order_args(lua_State *L, int idx, const char *op, const c
                                   const char *stable_key, int flag_def, int stable_def) {
     order_args a = {-1, flag_def, stable_def};
     int i = idx;
-    if (lua_type(L, i) == LUA_TNUMBER) a.dim = dlL_checkdim(L, i++);
-    else if (lua_isnil(L, i) && !lua_isnone(L, i + 1)) i++;
+    if (lua_type(L, i) == LUA_TNUMBER)
+        a.dim = dlL_checkdim(L, i++);
+    else if (lua_isnil(L, i) && !lua_isnone(L, i + 1))
+        i++;
     if (lua_isboolean(L, i)) a.flag = lua_toboolean(L, i++);
     if (!lua_isnoneornil(L, i)) {
         const char *keys[] = {"dim", flag_key, stable_key, NULL};
@@ -387,7 +412,8 @@ static int l_nonzero(lua_State *L) {
     lua_createtable(L, cols, 0);
     for (int d = 0; d < cols; d++) {
         dl_tensor *c;
-        if (t->ndim == 0) c = dl_tensor_full(1, nz->shape, 1, DL_DTYPE_I64, DL_CPU);
+        if (t->ndim == 0)
+            c = dl_tensor_full(1, nz->shape, 1, DL_DTYPE_I64, DL_CPU);
         else {
             dl_tensor *s = dl_tensor_select(nz, 1, d);
             c = s ? dl_tensor_contiguous(s) : NULL;
@@ -412,7 +438,8 @@ static int read_dims(lua_State *L, int idx, const char *op, int *dims) {
         if (len > DL_MAX_DIMS) luaL_error(L, "%s: at most %d dimensions", op, DL_MAX_DIMS);
         for (lua_Integer i = 1; i <= len; i++) {
             lua_geti(L, idx, i);
-            if (!lua_isinteger(L, -1)) luaL_error(L, "%s: dimension %d is not an integer", op, (int)i);
+            if (!lua_isinteger(L, -1))
+                luaL_error(L, "%s: dimension %d is not an integer", op, (int)i);
             dims[n++] = dlL_dimvalue(L, lua_tointeger(L, -1), idx);
             lua_pop(L, 1);
         }
@@ -447,7 +474,8 @@ static int l_roll(lua_State *L) {
         if (len > DL_MAX_DIMS) return luaL_error(L, "roll: at most %d shifts", DL_MAX_DIMS);
         for (lua_Integer i = 1; i <= len; i++) {
             lua_geti(L, 2, i);
-            if (!lua_isinteger(L, -1)) return luaL_error(L, "roll: shift %d is not an integer", (int)i);
+            if (!lua_isinteger(L, -1))
+                return luaL_error(L, "roll: shift %d is not an integer", (int)i);
             shifts[ns++] = lua_tointeger(L, -1);
             lua_pop(L, 1);
         }

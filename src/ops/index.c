@@ -31,16 +31,20 @@ static int check_writable(const char *op, const dl_tensor *t) {
     return 0;
 }
 
-static int dims_nonempty(const dl_tensor *t) { return t->ndim ? t->ndim : 1; }
-static int64_t size_nonempty(const dl_tensor *t, int d) { return t->ndim ? t->shape[d] : 1; }
+static int dims_nonempty(const dl_tensor *t) {
+    return t->ndim ? t->ndim : 1;
+}
+static int64_t size_nonempty(const dl_tensor *t, int d) {
+    return t->ndim ? t->shape[d] : 1;
+}
 
 /* A contiguous int64 copy (or the tensor itself) of an index tensor, after
  * checking its dtype (int64, or int32 when allow_i32). */
 static dl_tensor *index_prepare(const char *op, dl_tensor *index, bool allow_i32) {
     if (check_cpu(op, index)) return NULL;
     if (index->dtype != DL_DTYPE_I64 && !(allow_i32 && index->dtype == DL_DTYPE_I32)) {
-        dl_error("%s: index must be an int64 tensor%s, got %s", op,
-                 allow_i32 ? " (or int32)" : "", dl_dtype_name(index->dtype));
+        dl_error("%s: index must be an int64 tensor%s, got %s", op, allow_i32 ? " (or int32)" : "",
+                 dl_dtype_name(index->dtype));
         return NULL;
     }
     dl_tensor *a = dl_tensor_to_dtype(index, DL_DTYPE_I64);
@@ -58,7 +62,8 @@ static int check_indices(const char *op, const int64_t *idx, int64_t n, int64_t 
     int64_t lo = allow_negative ? -size : 0;
     for (int64_t i = 0; i < n; i++)
         if (idx[i] < lo || idx[i] >= size) {
-            int64_t shown = (allow_negative && idx[i] < 0) || idx[i] == INT64_MAX ? idx[i] : idx[i] + 1;
+            int64_t shown =
+                (allow_negative && idx[i] < 0) || idx[i] == INT64_MAX ? idx[i] : idx[i] + 1;
             return dl_error("%s: index %lld is out of range for dimension %d of size %lld", op,
                             (long long)shown, dim + 1, (long long)size);
         }
@@ -67,7 +72,9 @@ static int check_indices(const char *op, const int64_t *idx, int64_t n, int64_t 
 
 /* --- cat / stack -------------------------------------------------------------- */
 
-static bool skipped_in_cat(const dl_tensor *t) { return t->ndim == 1 && t->shape[0] == 0; }
+static bool skipped_in_cat(const dl_tensor *t) {
+    return t->ndim == 1 && t->shape[0] == 0;
+}
 
 dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim) {
     if (n <= 0) {
@@ -211,6 +218,9 @@ static int split_checked(const char *op, dl_tensor *t, int nsizes, const int64_t
         if (sizes[i] < 0)
             return dl_error("%s: split size %lld (entry %d) is negative", op, (long long)sizes[i],
                             i + 1);
+        if (sizes[i] > INT64_MAX - sum)
+            return dl_error("%s: split sizes add up to more than dimension %d's size %lld", op,
+                            d + 1, (long long)t->shape[d]);
         sum += sizes[i];
     }
     if (sum != t->shape[d])
@@ -219,8 +229,7 @@ static int split_checked(const char *op, dl_tensor *t, int nsizes, const int64_t
     return split_views(op, t, d, nsizes, sizes, out);
 }
 
-int dl_split_with_sizes(dl_tensor *t, int nsizes, const int64_t *sizes, int dim,
-                        dl_tensor ***out) {
+int dl_split_with_sizes(dl_tensor *t, int nsizes, const int64_t *sizes, int dim, dl_tensor ***out) {
     if (nsizes <= 0) return dl_error("split: expected at least one split size");
     return split_checked("split", t, nsizes, sizes, dim, out);
 }
@@ -231,7 +240,8 @@ static int split_even(const char *op, dl_tensor *t, int64_t piece, int dim, dl_t
     int d = dl_wrap_dim(op, dim, t->ndim);
     if (d < 0) return -1;
     int64_t size = t->shape[d];
-    if (piece < 0) return dl_error("%s: split size must be non-negative, got %lld", op, (long long)piece);
+    if (piece < 0)
+        return dl_error("%s: split size must be non-negative, got %lld", op, (long long)piece);
     if (piece == 0 && size != 0)
         return dl_error("%s: split size can only be 0 if dimension %d has size 0 (it has %lld)", op,
                         d + 1, (long long)size);
@@ -329,8 +339,7 @@ static int check_index_shape(const char *op, const dl_tensor *x, int d, const dl
                         dl_shape_str(index->ndim, index->shape, b1, sizeof b1),
                         dl_shape_str(x->ndim, x->shape, b2, sizeof b2));
     if (src && dims_nonempty(index) != dims_nonempty(src))
-        return dl_error("%s: index has %d dimensions but src has %d", op, index->ndim,
-                        src->ndim);
+        return dl_error("%s: index has %d dimensions but src has %d", op, index->ndim, src->ndim);
     for (int k = 0; k < index->ndim; k++) {
         if (k != d && index->shape[k] > size_nonempty(x, k))
             return dl_error("%s: index shape %s exceeds %s shape %s in dimension %d", op,
@@ -364,8 +373,8 @@ done:
 
 /* --- scatter ------------------------------------------------------------------------- */
 
-static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index,
-                        dl_tensor *src, bool add) {
+static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src,
+                        bool add) {
     if (check_cpu(op, self) || check_cpu(op, src)) return -1;
     int d = dl_wrap_dim(op, dim, self->ndim);
     if (d < 0) return -1;
@@ -384,7 +393,11 @@ static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *ind
                       false))
         goto done;
     if (check_writable(op, self)) goto done;
-    dl_cpu_scatter(self, d, idx, src, add);
+    /* src sharing self's memory is read from a copy, so writes cannot feed reads */
+    dl_tensor *s = src->storage == self->storage ? dl_tensor_clone(src) : dl_tensor_retain(src);
+    if (!s) goto done;
+    dl_cpu_scatter(self, d, idx, s, add);
+    dl_tensor_release(s);
     dl_tensor_bump_version(self);
     rc = 0;
 done:
@@ -411,8 +424,10 @@ int dl_scatter_value_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *val
     int rc = flat ? dl_tensor_copy_(v, flat) : -1;
     dl_tensor_release(flat);
     dl_tensor *e = rc ? NULL : dl_tensor_expand(v, index->ndim, index->shape);
-    if (e) rc = scatter_impl("scatter", self, dim, index, e, false);
-    else rc = -1;
+    if (e)
+        rc = scatter_impl("scatter", self, dim, index, e, false);
+    else
+        rc = -1;
     dl_tensor_release(e);
     dl_tensor_release(v);
     return rc;
@@ -451,17 +466,21 @@ int dl_index_fill_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value)
                         "%d dimensions",
                         value->ndim);
     if (index->ndim > 1)
-        return dl_error("index_fill_: index must be a 1-D tensor, got %d dimensions",
-                        index->ndim);
+        return dl_error("index_fill_: index must be a 1-D tensor, got %d dimensions", index->ndim);
     int d = dl_wrap_dim("index_fill_", dim, self->ndim);
     if (d < 0) return -1;
     dl_tensor *idx = index_prepare("index_fill_", index, false);
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data(idx);
+    dl_tensor *own = NULL;
     int rc = -1;
     if (check_indices("index_fill_", ip, n, size, d, true) || check_writable("index_fill_", self))
         goto done;
+    if (value->storage == self->storage) { /* read the value before any write */
+        if (!(value = dl_tensor_clone(value))) goto done;
+        own = value;
+    }
     rc = 0;
     for (int64_t i = 0; i < n && rc == 0; i++) {
         if (self->ndim == 0) {
@@ -473,6 +492,7 @@ int dl_index_fill_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value)
         dl_tensor_release(s);
     }
 done:
+    dl_tensor_release(own);
     dl_tensor_release(idx);
     return rc;
 }
@@ -480,8 +500,7 @@ done:
 int dl_index_copy_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
     if (check_cpu("index_copy_", self) || check_cpu("index_copy_", src)) return -1;
     if (index->ndim > 1)
-        return dl_error("index_copy_: index must be a 1-D tensor, got %d dimensions",
-                        index->ndim);
+        return dl_error("index_copy_: index must be a 1-D tensor, got %d dimensions", index->ndim);
     if (src->dtype != self->dtype)
         return dl_error("index_copy_: src dtype %s does not match self dtype %s",
                         dl_dtype_name(src->dtype), dl_dtype_name(self->dtype));
@@ -491,6 +510,7 @@ int dl_index_copy_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data(idx);
+    dl_tensor *own = NULL;
     int rc = -1;
     char b1[128], b2[128];
     bool fits = dims_nonempty(src) == dims_nonempty(self) && size_nonempty(src, d) == n;
@@ -505,6 +525,10 @@ int dl_index_copy_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
     }
     if (check_indices("index_copy_", ip, n, size, d, false) || check_writable("index_copy_", self))
         goto done;
+    if (src->storage == self->storage) { /* read src before any write */
+        if (!(src = dl_tensor_clone(src))) goto done;
+        own = src;
+    }
     rc = 0;
     for (int64_t i = 0; i < n && rc == 0; i++) {
         if (self->ndim == 0) {
@@ -518,6 +542,7 @@ int dl_index_copy_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
         dl_tensor_release(s);
     }
 done:
+    dl_tensor_release(own);
     dl_tensor_release(idx);
     return rc;
 }
@@ -525,8 +550,8 @@ done:
 /* --- sort / argsort / topk ------------------------------------------------------------ */
 
 /* Sorts x along dim keeping the first k of each slice; values may be NULL. */
-static int sort_impl(const char *op, dl_tensor *x, int dim, bool descending, int64_t k,
-                     bool want_k, dl_tensor **values, dl_tensor **indices) {
+static int sort_impl(const char *op, dl_tensor *x, int dim, bool descending, int64_t k, bool want_k,
+                     dl_tensor **values, dl_tensor **indices) {
     if (values) *values = NULL;
     *indices = NULL;
     if (check_cpu(op, x)) return -1;
@@ -641,8 +666,8 @@ dl_tensor *dl_masked_select(dl_tensor *x, dl_tensor *mask) {
         return NULL;
     }
     int64_t shape[DL_MAX_DIMS];
-    int nd = dl_broadcast_shapes("masked_select", x->ndim, x->shape, mask->ndim, mask->shape,
-                                 shape);
+    int nd =
+        dl_broadcast_shapes("masked_select", x->ndim, x->shape, mask->ndim, mask->shape, shape);
     if (nd < 0) return NULL;
     dl_tensor *xe = dl_tensor_expand(x, nd, shape);
     dl_tensor *me = xe ? dl_tensor_expand(mask, nd, shape) : NULL;
@@ -762,6 +787,11 @@ static int tri_inplace(const char *op, dl_tensor *x, int64_t diagonal, bool uppe
     if (x->ndim < 2)
         return dl_error("%s: input must have at least 2 dimensions, got %d", op, x->ndim);
     if (check_writable(op, x)) return -1;
+    /* beyond +-(rows + cols) every diagonal is the same; clamping keeps the
+     * kernel's index arithmetic far from overflow */
+    int64_t lim = x->shape[x->ndim - 2] + x->shape[x->ndim - 1];
+    if (diagonal > lim) diagonal = lim;
+    if (diagonal < -lim) diagonal = -lim;
     dl_cpu_tri_(x, diagonal, upper);
     dl_tensor_bump_version(x);
     return 0;
@@ -780,7 +810,15 @@ static dl_tensor *tri_copy(const char *op, dl_tensor *x, int64_t diagonal, bool 
     return out;
 }
 
-int dl_tril_(dl_tensor *x, int64_t diagonal) { return tri_inplace("tril_", x, diagonal, false); }
-int dl_triu_(dl_tensor *x, int64_t diagonal) { return tri_inplace("triu_", x, diagonal, true); }
-dl_tensor *dl_tril(dl_tensor *x, int64_t diagonal) { return tri_copy("tril", x, diagonal, false); }
-dl_tensor *dl_triu(dl_tensor *x, int64_t diagonal) { return tri_copy("triu", x, diagonal, true); }
+int dl_tril_(dl_tensor *x, int64_t diagonal) {
+    return tri_inplace("tril_", x, diagonal, false);
+}
+int dl_triu_(dl_tensor *x, int64_t diagonal) {
+    return tri_inplace("triu_", x, diagonal, true);
+}
+dl_tensor *dl_tril(dl_tensor *x, int64_t diagonal) {
+    return tri_copy("tril", x, diagonal, false);
+}
+dl_tensor *dl_triu(dl_tensor *x, int64_t diagonal) {
+    return tri_copy("triu", x, diagonal, true);
+}

@@ -32,8 +32,7 @@ dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim);
 /* The splitters store a malloc'd array of new references (views) in *out and
  * return their count, or -1.  Free the list with dl_tensors_free. */
 int dl_split(dl_tensor *t, int64_t split_size, int dim, dl_tensor ***out);
-int dl_split_with_sizes(dl_tensor *t, int nsizes, const int64_t *sizes, int dim,
-                        dl_tensor ***out);
+int dl_split_with_sizes(dl_tensor *t, int nsizes, const int64_t *sizes, int dim, dl_tensor ***out);
 int dl_chunk(dl_tensor *t, int64_t chunks, int dim, dl_tensor ***out);
 int dl_unbind(dl_tensor *t, int dim, dl_tensor ***out);
 void dl_tensors_free(int n, dl_tensor **list);

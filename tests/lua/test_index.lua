@@ -136,6 +136,12 @@ T.case("scatter and scatter_add", function()
   T.tensor_eq(h:float(), {0.75, 1})
   local bf = dl.zeros(2, {dtype = dl.bfloat16}):scatter(1, dl.tensor({2}), 1.5)
   T.tensor_eq(bf:float(), {0, 1.5})
+  -- src sharing self's memory is read as it was before the op
+  local al = dl.tensor({{1, 2, 3}})
+  al:scatter_(2, dl.tensor({{2, 3, 1}}), al)
+  T.tensor_eq(al, {{3, 1, 2}})
+  al:scatter_add_(2, dl.tensor({{2, 3, 1}}), al)
+  T.tensor_eq(al, {{5, 4, 3}})
   -- empty index: nothing happens
   T.tensor_eq(dl.ones(2):scatter(1, dl.zeros(0, {dtype = dl.int64}), 3), {1, 1})
 end)
@@ -150,6 +156,12 @@ T.case("index_fill and index_copy", function()
   c:index_copy_(1, dl.tensor({3, 1}), dl.tensor({{1.0, 2.0}, {3.0, 4.0}}))
   T.tensor_eq(c, {{3, 4}, {0, 0}, {1, 2}})
   T.tensor_eq(dl.zeros(2, 3):index_copy(2, dl.tensor({2}), dl.ones(2, 1)), {{0, 1, 0}, {0, 1, 0}})
+  local sw = dl.tensor({{1, 2}, {3, 4}})
+  sw:index_copy_(1, dl.tensor({2, 1}), sw) -- swaps rows, reading the original
+  T.tensor_eq(sw, {{3, 4}, {1, 2}})
+  local f = dl.tensor({{1, 2}, {3, 4}})
+  f:index_fill_(1, dl.tensor({1, 2}), f[2][2])
+  T.tensor_eq(f, {{4, 4}, {4, 4}})
 end)
 
 T.case("sort and argsort", function()
@@ -228,6 +240,17 @@ T.case("topk", function()
   T.shape_eq(i, {2, 0})
   v, i = m:topk(3)
   T.tensor_eq(v, {{9, 3, 1}, {8, 7, 2}})
+  -- a few of many with ties and NaN (the selection path) agrees with sort
+  local vals = {}
+  for j = 1, 1000 do vals[j] = (j * 37) % 11 == 0 and nan or ((j * 7919) % 13) * 0.5 end
+  local x = dl.tensor(vals):view(4, 250)
+  for _, largest in ipairs({true, false}) do
+    local tv, ti = x:topk(7, {largest = largest})
+    local sv, si = x:sort({descending = largest, stable = true})
+    T.tensor_eq(tv, sv:narrow(2, 1, 7))
+    T.tensor_eq(ti, si:narrow(2, 1, 7))
+    T.tensor_eq(x:gather(2, ti), tv)
+  end
 end)
 
 T.case("one_hot", function()

@@ -96,7 +96,7 @@ for dt, sshape, dim, ishape, srcshape, perm in [
     (torch.float32, (6,), 0, (4,), (5,), None), (torch.float64, (3, 5), 1, (2, 3), (3, 4), None),
     (torch.int64, (4, 3), 0, (3, 3), (3, 3), (1, 0)), (torch.float16, (2, 3, 4), 2, (2, 2, 4), (2, 3, 4), None),
     (torch.bfloat16, (3, 4, 2), -2, (3, 2, 2), (3, 2, 2), (2, 0, 1)), (torch.uint8, (5, 5), -1, (5, 5), (5, 5), None),
-    (torch.bool, (3, 3), 0, (2, 3), (2, 3), None), (torch.float32, (40, 700), 1, (40, 500), (40, 500), None)]:
+    (torch.bool, (3, 3), 0, (2, 3), (2, 3), None), (torch.float32, (80, 700), 1, (80, 500), (80, 500), None)]:
     b, x = noncontig(sshape, dt, perm)
     idx = unique_index(sshape, ishape, dim)
     src = rand(srcshape, dt)
