@@ -1,0 +1,824 @@
+/* index.c - the joining and indexing ops (see ops/index.h): argument checks,
+ * shape and dtype inference, output allocation and dispatch to the CPU
+ * kernels of cpu/index.c.  Joining, splitting, flip and roll are built from
+ * core views and dl_tensor_copy_.
+ * Invariant: every index is checked before a kernel runs, so kernels never
+ * read or write out of bounds and in-place ops leave self untouched on error. */
+#include "ops/index.h"
+#include "cpu/index.h"
+#include "core/iter.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- shared checks ---------------------------------------------------------- */
+
+static int check_cpu(const char *op, const dl_tensor *t) {
+    if (t->storage->device.type == DL_DEVICE_CPU) return 0;
+    char b[32];
+    return dl_error("%s: tensors on %s are not supported yet (CPU only)", op,
+                    dl_device_name(t->storage->device, b, sizeof b));
+}
+
+/* In-place ops refuse views whose elements alias each other (expanded). */
+static int check_writable(const char *op, const dl_tensor *t) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->strides[d] == 0 && t->shape[d] > 1)
+            return dl_error("%s: cannot write in place into a tensor whose elements overlap "
+                            "(an expanded view); clone() it first",
+                            op);
+    return 0;
+}
+
+static int dims_nonempty(const dl_tensor *t) {
+    return t->ndim ? t->ndim : 1;
+}
+static int64_t size_nonempty(const dl_tensor *t, int d) {
+    return t->ndim ? t->shape[d] : 1;
+}
+
+/* A contiguous int64 copy (or the tensor itself) of an index tensor, after
+ * checking its dtype (int64, or int32 when allow_i32). */
+static dl_tensor *index_prepare(const char *op, dl_tensor *index, bool allow_i32) {
+    if (check_cpu(op, index)) return NULL;
+    if (index->dtype != DL_DTYPE_I64 && !(allow_i32 && index->dtype == DL_DTYPE_I32)) {
+        dl_error("%s: index must be an int64 tensor%s, got %s", op, allow_i32 ? " (or int32)" : "",
+                 dl_dtype_name(index->dtype));
+        return NULL;
+    }
+    dl_tensor *a = dl_tensor_to_dtype(index, DL_DTYPE_I64);
+    if (!a) return NULL;
+    dl_tensor *c = dl_tensor_contiguous(a);
+    dl_tensor_release(a);
+    return c;
+}
+
+/* Checks idx[0..n) against a dim of `size`: 0 <= i < size, or -size <= i <
+ * size when negatives wrap.  A bad index is reported the user's way (i + 1,
+ * or i itself for a negative that wraps). */
+static int check_indices(const char *op, const int64_t *idx, int64_t n, int64_t size, int dim,
+                         bool allow_negative) {
+    int64_t lo = allow_negative ? -size : 0;
+    for (int64_t i = 0; i < n; i++)
+        if (idx[i] < lo || idx[i] >= size) {
+            int64_t shown =
+                (allow_negative && idx[i] < 0) || idx[i] == INT64_MAX ? idx[i] : idx[i] + 1;
+            return dl_error("%s: index %lld is out of range for dimension %d of size %lld", op,
+                            (long long)shown, dim + 1, (long long)size);
+        }
+    return 0;
+}
+
+/* --- cat / stack -------------------------------------------------------------- */
+
+static bool skipped_in_cat(const dl_tensor *t) {
+    return t->ndim == 1 && t->shape[0] == 0;
+}
+
+dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim) {
+    if (n <= 0) {
+        dl_error("cat: expected a non-empty list of tensors");
+        return NULL;
+    }
+    dl_dtype dtype = ts[0]->dtype;
+    int ref = -1;
+    for (int i = 0; i < n; i++) {
+        if (check_cpu("cat", ts[i])) return NULL;
+        if (ts[i]->ndim == 0) {
+            dl_error("cat: tensor %d is zero-dimensional and cannot be concatenated", i + 1);
+            return NULL;
+        }
+        if (i) dtype = dl_promote_types(dtype, ts[i]->dtype);
+        if (ref < 0 && !skipped_in_cat(ts[i])) ref = i;
+    }
+    if (ref < 0) { /* only 1-D empty tensors */
+        if (dl_wrap_dim("cat", dim, 1) < 0) return NULL;
+        int64_t zero = 0;
+        return dl_tensor_empty(1, &zero, dtype, DL_CPU);
+    }
+    const dl_tensor *r = ts[ref];
+    int d = dl_wrap_dim("cat", dim, r->ndim);
+    if (d < 0) return NULL;
+    int64_t shape[DL_MAX_DIMS];
+    memcpy(shape, r->shape, sizeof shape);
+    shape[d] = 0;
+    char b1[128], b2[128];
+    for (int i = 0; i < n; i++) {
+        const dl_tensor *t = ts[i];
+        if (skipped_in_cat(t)) continue;
+        if (t->ndim != r->ndim) {
+            dl_error("cat: tensors must have the same number of dimensions: tensor %d has shape "
+                     "%s but tensor %d has shape %s",
+                     ref + 1, dl_shape_str(r->ndim, r->shape, b1, sizeof b1), i + 1,
+                     dl_shape_str(t->ndim, t->shape, b2, sizeof b2));
+            return NULL;
+        }
+        for (int k = 0; k < r->ndim; k++)
+            if (k != d && t->shape[k] != r->shape[k]) {
+                dl_error("cat: sizes of tensors must match except in dimension %d: tensor %d has "
+                         "shape %s but tensor %d has shape %s (dimension %d: %lld vs %lld)",
+                         d + 1, ref + 1, dl_shape_str(r->ndim, r->shape, b1, sizeof b1), i + 1,
+                         dl_shape_str(t->ndim, t->shape, b2, sizeof b2), k + 1,
+                         (long long)r->shape[k], (long long)t->shape[k]);
+                return NULL;
+            }
+        shape[d] += t->shape[d];
+    }
+    dl_tensor *out = dl_tensor_empty(r->ndim, shape, dtype, DL_CPU);
+    if (!out) return NULL;
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        dl_tensor *t = ts[i];
+        if (skipped_in_cat(t) || t->shape[d] == 0) continue;
+        dl_tensor *part = dl_tensor_narrow(out, d, off, t->shape[d]);
+        int rc = part ? dl_tensor_copy_(part, t) : -1;
+        dl_tensor_release(part);
+        if (rc) {
+            dl_tensor_release(out);
+            return NULL;
+        }
+        off += t->shape[d];
+    }
+    return out;
+}
+
+dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim) {
+    if (n <= 0) {
+        dl_error("stack: expected a non-empty list of tensors");
+        return NULL;
+    }
+    char b1[128], b2[128];
+    for (int i = 1; i < n; i++)
+        if (!dl_shape_equal(ts[i], ts[0])) {
+            dl_error("stack: tensors must all have the same shape, but tensor 1 has shape %s and "
+                     "tensor %d has shape %s",
+                     dl_shape_str(ts[0]->ndim, ts[0]->shape, b1, sizeof b1), i + 1,
+                     dl_shape_str(ts[i]->ndim, ts[i]->shape, b2, sizeof b2));
+            return NULL;
+        }
+    if (ts[0]->ndim >= DL_MAX_DIMS) {
+        dl_error("stack: tensors already have %d dimensions (the maximum)", DL_MAX_DIMS);
+        return NULL;
+    }
+    int d = dl_wrap_dim("stack", dim, ts[0]->ndim + 1);
+    if (d < 0) return NULL;
+    dl_tensor **u = calloc((size_t)n, sizeof *u);
+    if (!u) {
+        dl_error("stack: out of memory");
+        return NULL;
+    }
+    dl_tensor *out = NULL;
+    int i = 0;
+    for (; i < n; i++)
+        if (!(u[i] = dl_tensor_unsqueeze(ts[i], d))) break;
+    if (i == n) out = dl_cat(n, u, d);
+    if (!out && strncmp(dl_last_error(), "cat:", 4) == 0) { /* name the op the user called */
+        char msg[512];
+        snprintf(msg, sizeof msg, "stack:%s", dl_last_error() + 4);
+        dl_error("%s", msg);
+    }
+    dl_tensors_free(i, u);
+    return out;
+}
+
+/* --- split / chunk / unbind ------------------------------------------------------ */
+
+void dl_tensors_free(int n, dl_tensor **list) {
+    if (!list) return;
+    for (int i = 0; i < n; i++) dl_tensor_release(list[i]);
+    free(list);
+}
+
+/* Views of t along d with the given sizes (already checked to fit). */
+static int split_views(const char *op, dl_tensor *t, int d, int n, const int64_t *sizes,
+                       dl_tensor ***out) {
+    dl_tensor **list = calloc(n > 0 ? (size_t)n : 1, sizeof *list);
+    if (!list) return dl_error("%s: out of memory", op);
+    int64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        list[i] = dl_tensor_narrow(t, d, off, sizes[i]);
+        if (!list[i]) {
+            dl_tensors_free(i, list);
+            return -1;
+        }
+        off += sizes[i];
+    }
+    *out = list;
+    return n;
+}
+
+static int split_checked(const char *op, dl_tensor *t, int nsizes, const int64_t *sizes, int dim,
+                         dl_tensor ***out) {
+    if (t->ndim == 0) return dl_error("%s: cannot split a 0-dimensional tensor", op);
+    int d = dl_wrap_dim(op, dim, t->ndim);
+    if (d < 0) return -1;
+    int64_t sum = 0;
+    for (int i = 0; i < nsizes; i++) {
+        if (sizes[i] < 0)
+            return dl_error("%s: split size %lld (entry %d) is negative", op, (long long)sizes[i],
+                            i + 1);
+        if (sizes[i] > INT64_MAX - sum)
+            return dl_error("%s: split sizes add up to more than dimension %d's size %lld", op,
+                            d + 1, (long long)t->shape[d]);
+        sum += sizes[i];
+    }
+    if (sum != t->shape[d])
+        return dl_error("%s: split sizes add up to %lld but dimension %d has size %lld", op,
+                        (long long)sum, d + 1, (long long)t->shape[d]);
+    return split_views(op, t, d, nsizes, sizes, out);
+}
+
+int dl_split_with_sizes(dl_tensor *t, int nsizes, const int64_t *sizes, int dim, dl_tensor ***out) {
+    if (nsizes <= 0) return dl_error("split: expected at least one split size");
+    return split_checked("split", t, nsizes, sizes, dim, out);
+}
+
+/* Pieces of `piece` along d, the last one smaller. */
+static int split_even(const char *op, dl_tensor *t, int64_t piece, int dim, dl_tensor ***out) {
+    if (t->ndim == 0) return dl_error("%s: cannot split a 0-dimensional tensor", op);
+    int d = dl_wrap_dim(op, dim, t->ndim);
+    if (d < 0) return -1;
+    int64_t size = t->shape[d];
+    if (piece < 0)
+        return dl_error("%s: split size must be non-negative, got %lld", op, (long long)piece);
+    if (piece == 0 && size != 0)
+        return dl_error("%s: split size can only be 0 if dimension %d has size 0 (it has %lld)", op,
+                        d + 1, (long long)size);
+    int64_t n = piece ? (size + piece - 1) / piece : 1;
+    if (n < 1) n = 1;
+    if (n > 1 << 30) return dl_error("%s: too many pieces (%lld)", op, (long long)n);
+    int64_t *sizes = malloc(sizeof(int64_t) * (size_t)n);
+    if (!sizes) return dl_error("%s: out of memory", op);
+    for (int64_t i = 0; i < n; i++) sizes[i] = piece;
+    sizes[n - 1] = size - piece * (n - 1);
+    int rc = split_views(op, t, d, (int)n, sizes, out);
+    free(sizes);
+    return rc;
+}
+
+int dl_split(dl_tensor *t, int64_t split_size, int dim, dl_tensor ***out) {
+    return split_even("split", t, split_size, dim, out);
+}
+
+int dl_chunk(dl_tensor *t, int64_t chunks, int dim, dl_tensor ***out) {
+    if (chunks <= 0)
+        return dl_error("chunk: number of chunks must be positive, got %lld", (long long)chunks);
+    if (t->ndim == 0) return dl_error("chunk: cannot chunk a 0-dimensional tensor");
+    int d = dl_wrap_dim("chunk", dim, t->ndim);
+    if (d < 0) return -1;
+    int64_t size = t->shape[d];
+    if (size == 0) { /* PyTorch: `chunks` empty pieces */
+        if (chunks > 1 << 30) return dl_error("chunk: too many chunks (%lld)", (long long)chunks);
+        int64_t *sizes = calloc((size_t)chunks, sizeof(int64_t));
+        if (!sizes) return dl_error("chunk: out of memory");
+        int rc = split_views("chunk", t, d, (int)chunks, sizes, out);
+        free(sizes);
+        return rc;
+    }
+    return split_even("chunk", t, (size + chunks - 1) / chunks, d, out);
+}
+
+int dl_unbind(dl_tensor *t, int dim, dl_tensor ***out) {
+    if (t->ndim == 0) return dl_error("unbind: cannot unbind a 0-dimensional tensor");
+    int d = dl_wrap_dim("unbind", dim, t->ndim);
+    if (d < 0) return -1;
+    int64_t n = t->shape[d];
+    if (n > 1 << 30) return dl_error("unbind: too many slices (%lld)", (long long)n);
+    dl_tensor **list = calloc(n > 0 ? (size_t)n : 1, sizeof *list);
+    if (!list) return dl_error("unbind: out of memory");
+    for (int64_t i = 0; i < n; i++)
+        if (!(list[i] = dl_tensor_select(t, d, i))) {
+            dl_tensors_free((int)i, list);
+            return -1;
+        }
+    *out = list;
+    return (int)n;
+}
+
+/* --- index_select / gather --------------------------------------------------------- */
+
+dl_tensor *dl_index_select(dl_tensor *x, int dim, dl_tensor *index) {
+    if (check_cpu("index_select", x)) return NULL;
+    if (index->ndim > 1) {
+        dl_error("index_select: index must be a 1-D tensor, got %d dimensions", index->ndim);
+        return NULL;
+    }
+    int d = dl_wrap_dim("index_select", dim, x->ndim);
+    if (d < 0) return NULL;
+    dl_tensor *idx = index_prepare("index_select", index, true);
+    if (!idx) return NULL;
+    int64_t n = dl_tensor_numel(idx), size = size_nonempty(x, d);
+    dl_tensor *out = NULL, *xc = NULL;
+    if (x->ndim == 0 && n != 1) {
+        dl_error("index_select: a 0-dimensional input takes exactly one index, got %lld",
+                 (long long)n);
+        goto done;
+    }
+    if (check_indices("index_select", dl_tensor_data(idx), n, size, d, false)) goto done;
+    int64_t shape[DL_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    if (x->ndim) shape[d] = n;
+    if (!(xc = dl_tensor_contiguous(x))) goto done;
+    if (!(out = dl_tensor_empty(x->ndim, shape, x->dtype, DL_CPU))) goto done;
+    if (dl_tensor_numel(out) > 0) dl_cpu_index_select(out, xc, d, dl_tensor_data(idx), n);
+done:
+    dl_tensor_release(xc);
+    dl_tensor_release(idx);
+    return out;
+}
+
+/* Shared checks of gather and scatter: index (already int64) against x,
+ * sizes limited by `x` in every dim but d, and by `src` in every dim. */
+static int check_index_shape(const char *op, const dl_tensor *x, int d, const dl_tensor *index,
+                             const dl_tensor *src, const char *xname) {
+    char b1[128], b2[128];
+    if (dims_nonempty(index) != dims_nonempty(x))
+        return dl_error("%s: index has %d dimensions but %s has %d (shapes %s and %s)", op,
+                        index->ndim, xname, x->ndim,
+                        dl_shape_str(index->ndim, index->shape, b1, sizeof b1),
+                        dl_shape_str(x->ndim, x->shape, b2, sizeof b2));
+    if (src && dims_nonempty(index) != dims_nonempty(src))
+        return dl_error("%s: index has %d dimensions but src has %d", op, index->ndim, src->ndim);
+    for (int k = 0; k < index->ndim; k++) {
+        if (k != d && index->shape[k] > size_nonempty(x, k))
+            return dl_error("%s: index shape %s exceeds %s shape %s in dimension %d", op,
+                            dl_shape_str(index->ndim, index->shape, b1, sizeof b1), xname,
+                            dl_shape_str(x->ndim, x->shape, b2, sizeof b2), k + 1);
+        if (src && index->shape[k] > size_nonempty(src, k))
+            return dl_error("%s: index shape %s exceeds src shape %s in dimension %d", op,
+                            dl_shape_str(index->ndim, index->shape, b1, sizeof b1),
+                            dl_shape_str(src->ndim, src->shape, b2, sizeof b2), k + 1);
+    }
+    return 0;
+}
+
+dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index) {
+    if (check_cpu("gather", x)) return NULL;
+    int d = dl_wrap_dim("gather", dim, x->ndim);
+    if (d < 0) return NULL;
+    dl_tensor *idx = index_prepare("gather", index, false);
+    if (!idx) return NULL;
+    dl_tensor *out = NULL;
+    if (check_index_shape("gather", x, d, idx, NULL, "input")) goto done;
+    if (check_indices("gather", dl_tensor_data(idx), dl_tensor_numel(idx), size_nonempty(x, d), d,
+                      false))
+        goto done;
+    if (!(out = dl_tensor_empty(idx->ndim, idx->shape, x->dtype, DL_CPU))) goto done;
+    dl_cpu_gather(out, x, d, idx);
+done:
+    dl_tensor_release(idx);
+    return out;
+}
+
+/* --- scatter ------------------------------------------------------------------------- */
+
+static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src,
+                        bool add) {
+    if (check_cpu(op, self) || check_cpu(op, src)) return -1;
+    int d = dl_wrap_dim(op, dim, self->ndim);
+    if (d < 0) return -1;
+    if (src->dtype != self->dtype)
+        return dl_error("%s: src dtype %s does not match self dtype %s", op,
+                        dl_dtype_name(src->dtype), dl_dtype_name(self->dtype));
+    dl_tensor *idx = index_prepare(op, index, false);
+    if (!idx) return -1;
+    int rc = -1;
+    if (dl_tensor_numel(idx) == 0) {
+        rc = 0;
+        goto done;
+    }
+    if (check_index_shape(op, self, d, idx, src, "self")) goto done;
+    if (check_indices(op, dl_tensor_data(idx), dl_tensor_numel(idx), size_nonempty(self, d), d,
+                      false))
+        goto done;
+    if (check_writable(op, self)) goto done;
+    /* src sharing self's memory is read from a copy, so writes cannot feed reads */
+    dl_tensor *s = src->storage == self->storage ? dl_tensor_clone(src) : dl_tensor_retain(src);
+    if (!s) goto done;
+    dl_cpu_scatter(self, d, idx, s, add);
+    dl_tensor_release(s);
+    dl_tensor_bump_version(self);
+    rc = 0;
+done:
+    dl_tensor_release(idx);
+    return rc;
+}
+
+int dl_scatter_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    return scatter_impl("scatter", self, dim, index, src, false);
+}
+
+int dl_scatter_add_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    return scatter_impl("scatter_add", self, dim, index, src, true);
+}
+
+int dl_scatter_value_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value) {
+    if (dl_tensor_numel(value) != 1)
+        return dl_error("scatter: the value must be a single number, got %lld elements",
+                        (long long)dl_tensor_numel(value));
+    if (check_cpu("scatter", value)) return -1;
+    dl_tensor *v = dl_tensor_empty(0, NULL, self->dtype, DL_CPU);
+    if (!v) return -1;
+    dl_tensor *flat = dl_tensor_reshape(value, 0, NULL);
+    int rc = flat ? dl_tensor_copy_(v, flat) : -1;
+    dl_tensor_release(flat);
+    dl_tensor *e = rc ? NULL : dl_tensor_expand(v, index->ndim, index->shape);
+    if (e)
+        rc = scatter_impl("scatter", self, dim, index, e, false);
+    else
+        rc = -1;
+    dl_tensor_release(e);
+    dl_tensor_release(v);
+    return rc;
+}
+
+typedef int (*scatter_fn)(dl_tensor *, int, dl_tensor *, dl_tensor *);
+
+static dl_tensor *scatter_copy(scatter_fn fn, dl_tensor *self, int dim, dl_tensor *index,
+                               dl_tensor *src) {
+    dl_tensor *out = dl_tensor_clone(self);
+    if (out && fn(out, dim, index, src)) {
+        dl_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+dl_tensor *dl_scatter(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    return scatter_copy(dl_scatter_, self, dim, index, src);
+}
+
+dl_tensor *dl_scatter_value(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value) {
+    return scatter_copy(dl_scatter_value_, self, dim, index, value);
+}
+
+dl_tensor *dl_scatter_add(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    return scatter_copy(dl_scatter_add_, self, dim, index, src);
+}
+
+/* --- index_fill_ / index_copy_ ----------------------------------------------------------- */
+
+int dl_index_fill_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value) {
+    if (check_cpu("index_fill_", self) || check_cpu("index_fill_", value)) return -1;
+    if (value->ndim != 0)
+        return dl_error("index_fill_: the value must be a number or a 0-dimensional tensor, got "
+                        "%d dimensions",
+                        value->ndim);
+    if (index->ndim > 1)
+        return dl_error("index_fill_: index must be a 1-D tensor, got %d dimensions", index->ndim);
+    int d = dl_wrap_dim("index_fill_", dim, self->ndim);
+    if (d < 0) return -1;
+    dl_tensor *idx = index_prepare("index_fill_", index, false);
+    if (!idx) return -1;
+    int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
+    const int64_t *ip = dl_tensor_data(idx);
+    dl_tensor *own = NULL;
+    int rc = -1;
+    if (check_indices("index_fill_", ip, n, size, d, true) || check_writable("index_fill_", self))
+        goto done;
+    if (value->storage == self->storage) { /* read the value before any write */
+        if (!(value = dl_tensor_clone(value))) goto done;
+        own = value;
+    }
+    rc = 0;
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        if (self->ndim == 0) {
+            rc = dl_tensor_copy_(self, value);
+            continue;
+        }
+        dl_tensor *s = dl_tensor_select(self, d, ip[i]);
+        rc = s ? dl_tensor_copy_(s, value) : -1;
+        dl_tensor_release(s);
+    }
+done:
+    dl_tensor_release(own);
+    dl_tensor_release(idx);
+    return rc;
+}
+
+int dl_index_copy_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    if (check_cpu("index_copy_", self) || check_cpu("index_copy_", src)) return -1;
+    if (index->ndim > 1)
+        return dl_error("index_copy_: index must be a 1-D tensor, got %d dimensions", index->ndim);
+    if (src->dtype != self->dtype)
+        return dl_error("index_copy_: src dtype %s does not match self dtype %s",
+                        dl_dtype_name(src->dtype), dl_dtype_name(self->dtype));
+    int d = dl_wrap_dim("index_copy_", dim, self->ndim);
+    if (d < 0) return -1;
+    dl_tensor *idx = index_prepare("index_copy_", index, false);
+    if (!idx) return -1;
+    int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
+    const int64_t *ip = dl_tensor_data(idx);
+    dl_tensor *own = NULL;
+    int rc = -1;
+    char b1[128], b2[128];
+    bool fits = dims_nonempty(src) == dims_nonempty(self) && size_nonempty(src, d) == n;
+    for (int k = 0; fits && k < self->ndim; k++)
+        if (k != d && src->shape[k] != self->shape[k]) fits = false;
+    if (!fits) {
+        dl_error("index_copy_: src shape %s does not fit self shape %s with %lld indices along "
+                 "dimension %d",
+                 dl_shape_str(src->ndim, src->shape, b1, sizeof b1),
+                 dl_shape_str(self->ndim, self->shape, b2, sizeof b2), (long long)n, d + 1);
+        goto done;
+    }
+    if (check_indices("index_copy_", ip, n, size, d, false) || check_writable("index_copy_", self))
+        goto done;
+    if (src->storage == self->storage) { /* read src before any write */
+        if (!(src = dl_tensor_clone(src))) goto done;
+        own = src;
+    }
+    rc = 0;
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        if (self->ndim == 0) {
+            rc = dl_tensor_copy_(self, src);
+            continue;
+        }
+        dl_tensor *s = dl_tensor_select(self, d, ip[i]);
+        dl_tensor *r = s ? dl_tensor_select(src, d, i) : NULL;
+        rc = r ? dl_tensor_copy_(s, r) : -1;
+        dl_tensor_release(r);
+        dl_tensor_release(s);
+    }
+done:
+    dl_tensor_release(own);
+    dl_tensor_release(idx);
+    return rc;
+}
+
+/* --- sort / argsort / topk ------------------------------------------------------------ */
+
+/* Sorts x along dim keeping the first k of each slice; values may be NULL. */
+static int sort_impl(const char *op, dl_tensor *x, int dim, bool descending, int64_t k, bool want_k,
+                     dl_tensor **values, dl_tensor **indices) {
+    if (values) *values = NULL;
+    *indices = NULL;
+    if (check_cpu(op, x)) return -1;
+    int d = dl_wrap_dim(op, dim, x->ndim);
+    if (d < 0) return -1;
+    /* a 0-dim input is sorted as the 1-D view [1], then viewed back */
+    dl_tensor *x1 = x;
+    int64_t one = 1;
+    if (x->ndim == 0 && !(x1 = dl_tensor_reshape(x, 1, &one))) return -1;
+    int64_t n = x1->shape[d];
+    if (!want_k) k = n;
+    int rc = -1;
+    dl_tensor *v = NULL, *i = NULL;
+    if (k < 0 || k > n) {
+        dl_error("%s: k (%lld) is out of range for dimension %d of size %lld", op, (long long)k,
+                 d + 1, (long long)n);
+        goto done;
+    }
+    int64_t shape[DL_MAX_DIMS];
+    memcpy(shape, x1->shape, sizeof shape);
+    shape[d] = k;
+    bool scalar_out = x->ndim == 0 && k == 1;
+    int ond = scalar_out ? 0 : x1->ndim;
+    if (values && !(v = dl_tensor_empty(ond, shape, x->dtype, DL_CPU))) goto done;
+    if (!(i = dl_tensor_empty(ond, shape, DL_DTYPE_I64, DL_CPU))) goto done;
+    /* the kernel sees the outputs with x1's rank */
+    dl_tensor *vk = v && scalar_out ? dl_tensor_reshape(v, 1, &one) : dl_tensor_retain(v);
+    dl_tensor *ik = scalar_out ? dl_tensor_reshape(i, 1, &one) : dl_tensor_retain(i);
+    if ((!v || vk) && ik) rc = dl_cpu_sort(x1, d, descending, k, vk, ik);
+    dl_tensor_release(vk);
+    dl_tensor_release(ik);
+done:
+    if (x1 != x) dl_tensor_release(x1);
+    if (rc) {
+        dl_tensor_release(v);
+        dl_tensor_release(i);
+        return -1;
+    }
+    if (values) *values = v;
+    *indices = i;
+    return 0;
+}
+
+int dl_sort(dl_tensor *x, int dim, bool descending, bool stable, dl_tensor **values,
+            dl_tensor **indices) {
+    (void)stable; /* the kernel is always stable */
+    return sort_impl("sort", x, dim, descending, 0, false, values, indices);
+}
+
+dl_tensor *dl_argsort(dl_tensor *x, int dim, bool descending, bool stable) {
+    (void)stable;
+    dl_tensor *i;
+    if (sort_impl("argsort", x, dim, descending, 0, false, NULL, &i)) return NULL;
+    return i;
+}
+
+int dl_topk(dl_tensor *x, int64_t k, int dim, bool largest, bool sorted, dl_tensor **values,
+            dl_tensor **indices) {
+    (void)sorted; /* results always come in order */
+    return sort_impl("topk", x, dim, largest, k, true, values, indices);
+}
+
+/* --- one_hot, masked_select, nonzero --------------------------------------------------- */
+
+dl_tensor *dl_one_hot(dl_tensor *labels, int64_t num_classes) {
+    if (check_cpu("one_hot", labels)) return NULL;
+    if (labels->dtype != DL_DTYPE_I64) {
+        dl_error("one_hot: labels must be an int64 tensor, got %s", dl_dtype_name(labels->dtype));
+        return NULL;
+    }
+    if (labels->ndim >= DL_MAX_DIMS) {
+        dl_error("one_hot: labels have %d dimensions; at most %d are supported", labels->ndim,
+                 DL_MAX_DIMS - 1);
+        return NULL;
+    }
+    dl_tensor *lab = dl_tensor_contiguous(labels);
+    if (!lab) return NULL;
+    int64_t n = dl_tensor_numel(lab);
+    const int64_t *lp = dl_tensor_data(lab);
+    dl_tensor *out = NULL;
+    if (num_classes < 0) {
+        if (n == 0) {
+            dl_error("one_hot: cannot infer the number of classes from empty labels; pass "
+                     "num_classes");
+            goto done;
+        }
+        int64_t mx = lp[0];
+        for (int64_t i = 1; i < n; i++)
+            if (lp[i] > mx) mx = lp[i];
+        num_classes = mx + 1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (lp[i] < 0 || lp[i] >= num_classes) {
+            dl_error("one_hot: class %lld is out of range (classes are 1 to %lld)",
+                     (long long)lp[i] + 1, (long long)num_classes);
+            goto done;
+        }
+    int64_t shape[DL_MAX_DIMS];
+    memcpy(shape, lab->shape, sizeof(int64_t) * lab->ndim);
+    shape[lab->ndim] = num_classes;
+    if (!(out = dl_tensor_zeros(lab->ndim + 1, shape, DL_DTYPE_I64, DL_CPU))) goto done;
+    dl_cpu_one_hot(out, lab);
+done:
+    dl_tensor_release(lab);
+    return out;
+}
+
+dl_tensor *dl_masked_select(dl_tensor *x, dl_tensor *mask) {
+    if (check_cpu("masked_select", x) || check_cpu("masked_select", mask)) return NULL;
+    if (mask->dtype != DL_DTYPE_BOOL) {
+        dl_error("masked_select: mask must be a bool tensor, got %s", dl_dtype_name(mask->dtype));
+        return NULL;
+    }
+    int64_t shape[DL_MAX_DIMS];
+    int nd =
+        dl_broadcast_shapes("masked_select", x->ndim, x->shape, mask->ndim, mask->shape, shape);
+    if (nd < 0) return NULL;
+    dl_tensor *xe = dl_tensor_expand(x, nd, shape);
+    dl_tensor *me = xe ? dl_tensor_expand(mask, nd, shape) : NULL;
+    dl_tensor *out = NULL;
+    if (me) {
+        int64_t count = dl_cpu_count_nonzero(me);
+        out = dl_tensor_empty(1, &count, x->dtype, DL_CPU);
+        if (out && count) dl_cpu_masked_select(out, xe, me);
+    }
+    dl_tensor_release(me);
+    dl_tensor_release(xe);
+    return out;
+}
+
+dl_tensor *dl_nonzero(dl_tensor *x) {
+    if (check_cpu("nonzero", x)) return NULL;
+    int64_t shape[2] = {dl_cpu_count_nonzero(x), x->ndim};
+    dl_tensor *out = dl_tensor_empty(2, shape, DL_DTYPE_I64, DL_CPU);
+    if (out && shape[0] && x->ndim) dl_cpu_nonzero(out, x);
+    return out;
+}
+
+/* --- flip, roll -------------------------------------------------------------------------- */
+
+dl_tensor *dl_flip(dl_tensor *x, int ndims, const int *dims) {
+    if (check_cpu("flip", x)) return NULL;
+    int64_t strides[DL_MAX_DIMS], offset = x->offset;
+    memcpy(strides, x->strides, sizeof strides);
+    bool seen[DL_MAX_DIMS] = {0};
+    for (int i = 0; i < ndims; i++) {
+        int d = dl_wrap_dim("flip", dims[i], x->ndim);
+        if (d < 0) return NULL;
+        if (x->ndim == 0) continue;
+        if (seen[d]) {
+            dl_error("flip: dimension %d appears more than once", d + 1);
+            return NULL;
+        }
+        seen[d] = true;
+        if (x->shape[d] > 0) {
+            offset += (x->shape[d] - 1) * x->strides[d];
+            strides[d] = -x->strides[d];
+        }
+    }
+    /* a view walking the flipped dims backwards, copied out */
+    dl_tensor *v = dl_tensor_new_view(x->storage, offset, x->ndim, x->shape, strides, x->dtype);
+    if (!v) return NULL;
+    dl_tensor *out = dl_tensor_empty(x->ndim, x->shape, x->dtype, DL_CPU);
+    if (out && dl_tensor_copy_(out, v)) {
+        dl_tensor_release(out);
+        out = NULL;
+    }
+    dl_tensor_release(v);
+    return out;
+}
+
+/* x rolled by shift along d: cat(last `shift` entries, the rest). */
+static dl_tensor *roll_one(dl_tensor *x, int64_t shift, int d) {
+    int64_t size = x->shape[d];
+    if (size == 0) return dl_tensor_retain(x);
+    shift = ((shift % size) + size) % size;
+    if (shift == 0) return dl_tensor_retain(x);
+    dl_tensor *parts[2] = {dl_tensor_narrow(x, d, size - shift, shift),
+                           dl_tensor_narrow(x, d, 0, size - shift)};
+    dl_tensor *out = parts[0] && parts[1] ? dl_cat(2, parts, d) : NULL;
+    dl_tensor_release(parts[0]);
+    dl_tensor_release(parts[1]);
+    return out;
+}
+
+dl_tensor *dl_roll(dl_tensor *x, int nshifts, const int64_t *shifts, int ndims, const int *dims) {
+    if (check_cpu("roll", x)) return NULL;
+    if (ndims == 0 && nshifts != 1) {
+        dl_error("roll: without dims, exactly one shift is expected (got %d)", nshifts);
+        return NULL;
+    }
+    if (ndims != 0 && nshifts != ndims) {
+        dl_error("roll: %d shifts given for %d dimensions", nshifts, ndims);
+        return NULL;
+    }
+    int wrapped[DL_MAX_DIMS];
+    if (ndims > DL_MAX_DIMS) {
+        dl_error("roll: at most %d dimensions", DL_MAX_DIMS);
+        return NULL;
+    }
+    for (int i = 0; i < ndims; i++)
+        if ((wrapped[i] = dl_wrap_dim("roll", dims[i], x->ndim)) < 0) return NULL;
+    dl_tensor *cur;
+    if (x->ndim == 0) {
+        cur = dl_tensor_retain(x);
+    } else if (ndims == 0) { /* over the flattened tensor */
+        int64_t n = dl_tensor_numel(x);
+        dl_tensor *flat = dl_tensor_reshape(x, 1, &n);
+        dl_tensor *r = flat ? roll_one(flat, shifts[0], 0) : NULL;
+        cur = r ? dl_tensor_reshape(r, x->ndim, x->shape) : NULL;
+        dl_tensor_release(r);
+        dl_tensor_release(flat);
+    } else {
+        cur = dl_tensor_retain(x);
+        for (int i = 0; i < ndims && cur; i++) {
+            dl_tensor *r = roll_one(cur, shifts[i], wrapped[i]);
+            dl_tensor_release(cur);
+            cur = r;
+        }
+    }
+    if (cur == x || (cur && cur->storage == x->storage)) { /* nothing moved: still a copy */
+        dl_tensor *c = dl_tensor_clone(cur);
+        dl_tensor_release(cur);
+        cur = c;
+    }
+    return cur;
+}
+
+/* --- tril / triu ------------------------------------------------------------------------ */
+
+static int tri_inplace(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {
+    if (check_cpu(op, x)) return -1;
+    if (x->ndim < 2)
+        return dl_error("%s: input must have at least 2 dimensions, got %d", op, x->ndim);
+    if (check_writable(op, x)) return -1;
+    /* beyond +-(rows + cols) every diagonal is the same; clamping keeps the
+     * kernel's index arithmetic far from overflow */
+    int64_t lim = x->shape[x->ndim - 2] + x->shape[x->ndim - 1];
+    if (diagonal > lim) diagonal = lim;
+    if (diagonal < -lim) diagonal = -lim;
+    dl_cpu_tri_(x, diagonal, upper);
+    dl_tensor_bump_version(x);
+    return 0;
+}
+
+static dl_tensor *tri_copy(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {
+    if (x->ndim < 2) {
+        dl_error("%s: input must have at least 2 dimensions, got %d", op, x->ndim);
+        return NULL;
+    }
+    dl_tensor *out = dl_tensor_clone(x);
+    if (out && tri_inplace(op, out, diagonal, upper)) {
+        dl_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+int dl_tril_(dl_tensor *x, int64_t diagonal) {
+    return tri_inplace("tril_", x, diagonal, false);
+}
+int dl_triu_(dl_tensor *x, int64_t diagonal) {
+    return tri_inplace("triu_", x, diagonal, true);
+}
+dl_tensor *dl_tril(dl_tensor *x, int64_t diagonal) {
+    return tri_copy("tril", x, diagonal, false);
+}
+dl_tensor *dl_triu(dl_tensor *x, int64_t diagonal) {
+    return tri_copy("triu", x, diagonal, true);
+}
