@@ -45,6 +45,10 @@ static dl_tensor *operand(lua_State *L, int idx, const dl_tensor *like) {
     if (like && like->ndim > 0 && (like->dtype == DL_DTYPE_F16 || like->dtype == DL_DTYPE_BF16))
         dt = DL_DTYPE_F32;
     if (isint && !dl_dtype_is_floating(dt)) {
+        /* an integer keeps its value in int64; being 0-dim it never widens an
+         * integer tensor's dtype, and the op casts it to the common dtype
+         * (wrapping, as PyTorch does) or straight to float for true division */
+        dt = DL_DTYPE_I64;
         dl_tensor *s = dl_tensor_empty(0, NULL, dt, DL_CPU);
         if (s) dl_store_i64(dl_tensor_data(s), dt, lua_tointeger(L, idx));
         return s;
@@ -67,6 +71,9 @@ static int do_binary(lua_State *L, dl_binary_op op, int inplace, double alpha, i
     if (!ta && !tb)
         return luaL_error(L, "%s: expected a tensor operand, got %s and %s", dl_binary_op_name(op),
                           luaL_typename(L, ia), luaL_typename(L, ib));
+    if ((op == DL_BINARY_SUB) && (lua_isboolean(L, ia) || lua_isboolean(L, ib)))
+        return luaL_error(L, "sub: subtraction with a bool is not supported (use logical_xor, "
+                             "or logical_not to invert a mask)");
     /* pow(tensor, number) has PyTorch's scalar-exponent rule */
     int scalar_exponent = op == DL_BINARY_POW && !tb;
     dl_tensor *a = operand(L, ia, tb);

@@ -149,14 +149,24 @@ static int check_inplace_shape(const char *op, const dl_tensor *self, int nd,
     return 0;
 }
 
-/* Converts each of n tensors to dtype (NULL entries stay NULL) and expands it
- * to shape; out[i] are new references.  On failure releases what it made. */
-static int prepare(int n, dl_tensor *const *in, dl_dtype dtype, int nd, const int64_t *shape,
-                   dl_tensor **out) {
+/* Converts each of n tensors to the compute dtype (NULL entries stay NULL)
+ * and expands it to shape; out[i] are new references.  An operand wider than
+ * a narrow integer common dtype (an int64 scalar against uint8) is first cast
+ * to common, so it wraps as PyTorch's cast to the common dtype does.  On
+ * failure releases what it made. */
+static int prepare(int n, dl_tensor *const *in, dl_dtype common, dl_dtype compute, int nd,
+                   const int64_t *shape, dl_tensor **out) {
     for (int i = 0; i < n; i++) out[i] = NULL;
     for (int i = 0; i < n; i++) {
         if (!in[i]) continue;
-        dl_tensor *c = dl_tensor_to_dtype(in[i], dtype);
+        dl_tensor *c;
+        if (!dl_dtype_is_floating(common) && common != compute && in[i]->dtype != common) {
+            dl_tensor *w = dl_tensor_to_dtype(in[i], common);
+            c = w ? dl_tensor_to_dtype(w, compute) : NULL;
+            dl_tensor_release(w);
+        } else {
+            c = dl_tensor_to_dtype(in[i], compute);
+        }
         out[i] = c ? dl_tensor_expand(c, nd, shape) : NULL;
         dl_tensor_release(c);
         if (!out[i]) {
@@ -211,6 +221,7 @@ static dl_dtype result_type_n(int n, dl_tensor *const *t) {
 
 typedef struct {
     dl_dtype result;     /* the op's result dtype */
+    dl_dtype common;     /* the operands' common dtype (PyTorch casts them to it) */
     dl_dtype compute;    /* what the kernel reads */
     dl_dtype kernel_out; /* what the kernel writes: compute, or bool */
 } op_types;
@@ -219,19 +230,19 @@ static int binary_types(const char *name, dl_binary_op op, const dl_tensor *a, c
                         double alpha, op_types *ty) {
     dl_dtype common = dl_result_type(a, b);
     if (is_comparison(op)) {
-        *ty = (op_types){DL_DTYPE_BOOL, compute_dtype(common), DL_DTYPE_BOOL};
+        *ty = (op_types){DL_DTYPE_BOOL, common, compute_dtype(common), DL_DTYPE_BOOL};
         return 0;
     }
     if (is_logical(op)) {
-        *ty = (op_types){DL_DTYPE_BOOL, DL_DTYPE_BOOL, DL_DTYPE_BOOL};
+        *ty = (op_types){DL_DTYPE_BOOL, DL_DTYPE_BOOL, DL_DTYPE_BOOL, DL_DTYPE_BOOL};
         return 0;
     }
     if ((op == DL_BINARY_DIV || op == DL_BINARY_ATAN2) && !dl_dtype_is_floating(common))
         common = DL_DTYPE_F32;
     switch (op) {
     case DL_BINARY_SUB:
-        if (a->dtype == DL_DTYPE_BOOL && b->dtype == DL_DTYPE_BOOL)
-            return dl_error("%s: subtracting two bool tensors is not supported (use "
+        if (a->dtype == DL_DTYPE_BOOL || b->dtype == DL_DTYPE_BOOL)
+            return dl_error("%s: subtraction with a bool tensor is not supported (use "
                             "logical_xor, or logical_not to invert a mask)",
                             name);
         break;
@@ -250,7 +261,7 @@ static int binary_types(const char *name, dl_binary_op op, const dl_tensor *a, c
         (alpha != floor(alpha) || fabs(alpha) >= 9.2e18))
         return dl_error("%s: alpha must be an integer for integer tensors (got %g)", name, alpha);
     dl_dtype c = compute_dtype(common);
-    *ty = (op_types){common, c, c};
+    *ty = (op_types){common, common, c, c};
     return 0;
 }
 
@@ -267,7 +278,7 @@ dl_tensor *dl_binary(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha) 
     int nd = dl_broadcast_shapes(name, a->ndim, a->shape, b->ndim, b->shape, shape);
     if (nd < 0) return NULL;
     dl_tensor *in[2] = {a, b}, *ops[2];
-    if (prepare(2, in, ty.compute, nd, shape, ops)) return NULL;
+    if (prepare(2, in, ty.common, ty.compute, nd, shape, ops)) return NULL;
     dl_tensor *out = dl_tensor_empty(nd, shape, ty.kernel_out, DL_CPU);
     if (out && dl_cpu_binary(op, out, ops[0], ops[1], alpha)) {
         zero_division(name);
@@ -291,7 +302,7 @@ int dl_binary_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha)
     if (self->dtype != ty.compute || ty.kernel_out != ty.compute)
         return copy_into(self, dl_binary(op, self, other, alpha));
     dl_tensor *eo;
-    if (prepare(1, &other, ty.compute, nd, shape, &eo)) return -1;
+    if (prepare(1, &other, ty.common, ty.compute, nd, shape, &eo)) return -1;
     int rc = dl_cpu_binary(op, self, self, eo, alpha);
     dl_tensor_release(eo);
     dl_tensor_bump_version(self);
@@ -360,12 +371,12 @@ static int unary_types(const char *name, dl_unary_op op, const dl_tensor *x, op_
         /* logical_not reads truth values; the others need floats (integers are
          * answered without a kernel) */
         dl_dtype c = op == DL_UNARY_LOGICAL_NOT ? DL_DTYPE_BOOL : compute_dtype(d);
-        *ty = (op_types){DL_DTYPE_BOOL, c, DL_DTYPE_BOOL};
+        *ty = (op_types){DL_DTYPE_BOOL, d, c, DL_DTYPE_BOOL};
         return 0;
     }
     if (!keeps_integers(op)) {
         dl_dtype r = dl_dtype_is_floating(d) ? d : DL_DTYPE_F32;
-        *ty = (op_types){r, compute_dtype(r), compute_dtype(r)};
+        *ty = (op_types){r, d, compute_dtype(r), compute_dtype(r)};
         return 0;
     }
     if (d == DL_DTYPE_BOOL) {
@@ -378,7 +389,7 @@ static int unary_types(const char *name, dl_unary_op op, const dl_tensor *x, op_
         else if (op != DL_UNARY_SIGN)
             return dl_error("%s: not supported for bool tensors", name);
     }
-    *ty = (op_types){d, compute_dtype(d), compute_dtype(d)};
+    *ty = (op_types){d, x->dtype, compute_dtype(d), compute_dtype(d)};
     return 0;
 }
 
@@ -390,7 +401,7 @@ dl_tensor *dl_unary(dl_unary_op op, dl_tensor *x) {
         !dl_dtype_is_floating(x->dtype))
         return dl_tensor_full(x->ndim, x->shape, op == DL_UNARY_ISFINITE, DL_DTYPE_BOOL, DL_CPU);
     dl_tensor *cx;
-    if (prepare(1, &x, ty.compute, x->ndim, x->shape, &cx)) return NULL;
+    if (prepare(1, &x, x->dtype, ty.compute, x->ndim, x->shape, &cx)) return NULL;
     dl_tensor *out = dl_tensor_empty(x->ndim, x->shape, ty.kernel_out, DL_CPU);
     if (out) dl_cpu_unary(op, out, cx);
     dl_tensor_release(cx);
@@ -421,7 +432,7 @@ static int clamp_plan(const char *name, dl_tensor *x, dl_tensor *lo, dl_tensor *
     if (check_cpu(name, x) || check_cpu(name, lo) || check_cpu(name, hi)) return -1;
     dl_tensor *all[3] = {x, lo, hi};
     dl_dtype r = result_type_n(3, all);
-    *ty = (op_types){r, compute_dtype(r), compute_dtype(r)};
+    *ty = (op_types){r, r, compute_dtype(r), compute_dtype(r)};
     int nd = x->ndim;
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)nd);
     for (int i = 1; i < 3; i++) {
@@ -446,21 +457,24 @@ static dl_tensor *open_bound(dl_dtype dtype, bool upper) {
 }
 
 /* Runs the clamp kernel into out (of the compute dtype and shape). */
-static int clamp_run(dl_tensor *out, dl_tensor *x, dl_tensor *lo, dl_tensor *hi, dl_dtype c) {
-    dl_tensor *b_lo = lo ? dl_tensor_retain(lo) : open_bound(c, false);
-    dl_tensor *b_hi = hi ? dl_tensor_retain(hi) : open_bound(c, true);
-    int rc = -1;
-    if (b_lo && b_hi) {
-        dl_tensor *in[3] = {x, b_lo, b_hi}, *ops[3];
-        if (prepare(3, in, c, out->ndim, out->shape, ops) == 0) {
-            dl_cpu_clamp(out, ops[0], ops[1], ops[2]);
+static int clamp_run(dl_tensor *out, dl_tensor *x, dl_tensor *lo, dl_tensor *hi,
+                     const op_types *ty) {
+    dl_tensor *in[3] = {x, lo, hi}, *ops[3];
+    if (prepare(3, in, ty->result, ty->compute, out->ndim, out->shape, ops)) return -1;
+    /* missing bounds: open ones, already in the compute dtype (never wrapped) */
+    for (int i = 1; i < 3; i++) {
+        if (ops[i]) continue;
+        dl_tensor *b = open_bound(ty->compute, i == 2);
+        ops[i] = b ? dl_tensor_expand(b, out->ndim, out->shape) : NULL;
+        dl_tensor_release(b);
+        if (!ops[i]) {
             release_all(3, ops);
-            rc = 0;
+            return -1;
         }
     }
-    dl_tensor_release(b_lo);
-    dl_tensor_release(b_hi);
-    return rc;
+    dl_cpu_clamp(out, ops[0], ops[1], ops[2]);
+    release_all(3, ops);
+    return 0;
 }
 
 dl_tensor *dl_clamp(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
@@ -469,7 +483,7 @@ dl_tensor *dl_clamp(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
     int nd = clamp_plan("clamp", x, lo, hi, &ty, shape);
     if (nd < 0) return NULL;
     dl_tensor *out = dl_tensor_empty(nd, shape, ty.compute, DL_CPU);
-    if (out && clamp_run(out, x, lo, hi, ty.compute)) {
+    if (out && clamp_run(out, x, lo, hi, &ty)) {
         dl_tensor_release(out);
         return NULL;
     }
@@ -484,7 +498,7 @@ int dl_clamp_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi) {
         check_inplace_shape("clamp_", self, nd, shape))
         return -1;
     if (self->dtype != ty.compute) return copy_into(self, dl_clamp(self, lo, hi));
-    int rc = clamp_run(self, self, lo, hi, ty.compute);
+    int rc = clamp_run(self, self, lo, hi, &ty);
     if (rc == 0) dl_tensor_bump_version(self);
     return rc;
 }
@@ -509,7 +523,7 @@ dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
     dl_tensor *ec = dl_tensor_expand(cond, nd, shape);
     if (!ec) return NULL;
     dl_tensor *in[2] = {a, b}, *ops[2];
-    if (prepare(2, in, r, nd, shape, ops)) {
+    if (prepare(2, in, r, r, nd, shape, ops)) {
         dl_tensor_release(ec);
         return NULL;
     }
@@ -602,7 +616,7 @@ dl_tensor *dl_isclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool
     int nd = dl_broadcast_shapes("isclose", a->ndim, a->shape, b->ndim, b->shape, shape);
     if (nd < 0) return NULL;
     dl_tensor *in[2] = {a, b}, *ops[2];
-    if (prepare(2, in, c, nd, shape, ops)) return NULL;
+    if (prepare(2, in, c, c, nd, shape, ops)) return NULL;
     dl_tensor *out = dl_tensor_empty(nd, shape, DL_DTYPE_BOOL, DL_CPU);
     if (out) dl_cpu_isclose(out, ops[0], ops[1], rtol, atol, equal_nan);
     release_all(2, ops);
