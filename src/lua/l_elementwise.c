@@ -45,10 +45,12 @@ static dl_tensor *operand(lua_State *L, int idx, const dl_tensor *like) {
     if (like && like->ndim > 0 && (like->dtype == DL_DTYPE_F16 || like->dtype == DL_DTYPE_BF16))
         dt = DL_DTYPE_F32;
     if (isint && !dl_dtype_is_floating(dt)) {
-        /* an integer keeps its value in int64; being 0-dim it never widens an
-         * integer tensor's dtype, and the op casts it to the common dtype
-         * (wrapping, as PyTorch does) or straight to float for true division */
-        dt = DL_DTYPE_I64;
+        /* Against a dimensioned tensor an integer keeps its value in int64:
+         * being 0-dim it never widens the tensor's integer dtype, and the op
+         * casts it to the common dtype (wrapping, as PyTorch does) or straight
+         * to float for true division.  Against a 0-dim tensor it takes that
+         * tensor's dtype, so two 0-dim operands do not promote. */
+        if (!like || like->ndim > 0) dt = DL_DTYPE_I64;
         dl_tensor *s = dl_tensor_empty(0, NULL, dt, DL_CPU);
         if (s) dl_store_i64(dl_tensor_data(s), dt, lua_tointeger(L, idx));
         return s;

@@ -186,6 +186,12 @@ T.case("type promotion", function()
   T.eq((i32 + dl.tensor(3)).dtype, dl.int32)
   T.eq((i32 + dl.tensor(2.5, {dtype = dl.float64})).dtype, dl.float64)
   T.eq((dl.tensor(1) + dl.tensor(2.5, {dtype = dl.float64})).dtype, dl.float64)
+  T.eq((dl.tensor(3, {dtype = dl.int32}) + 5).dtype, dl.int32)
+  T.eq((dl.tensor(3, {dtype = dl.uint8}) * 2.5).dtype, dl.float32)
+  T.eq((dl.tensor(3, {dtype = dl.float16}) + 0.5).dtype, dl.float16)
+  -- a scalar keeps its value until cast to the common dtype
+  T.tensor_eq(dl.tensor({1, 2}, {dtype = dl.uint8}) / -2, {-0.5, -1})
+  T.tensor_eq(dl.maximum(dl.tensor({17}, {dtype = dl.uint8}), dl.tensor(-5)), {251})
   -- float16 / bfloat16 results stay half, computed in float32
   local h = f:half()
   T.eq((h + h).dtype, dl.float16)
