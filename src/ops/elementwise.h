@@ -1,0 +1,152 @@
+/* elementwise.h - the elementwise op family: unary math, binary arithmetic,
+ * comparisons, logical ops, clamp, where, masked_fill, equal/allclose.
+ *
+ * Invariants (PyTorch semantics):
+ *  - Binary operands broadcast (PyTorch rules); the result dtype follows
+ *    dl_result_type (a 0-dim tensor only counts when it raises the category).
+ *    Callers turn C/Lua scalars into 0-dim tensors of the type PyTorch gives a
+ *    scalar against the other operand (dl_promote_with_scalar).
+ *  - Floating results compute in float for float32/float16/bfloat16 (half
+ *    types round back per element) and in double for float64; integer results
+ *    compute exactly in int64 and wrap to the result dtype.
+ *  - Functions returning dl_tensor* return a new reference, or NULL with
+ *    dl_last_error() set.  In-place forms (trailing _) write into self, need
+ *    the result dtype castable to self's (no float -> int, no int -> bool) and
+ *    `other` broadcastable to self's shape; they return 0 or -1 and bump self's
+ *    version.
+ *  - Inputs may be any view (transposed, expanded, narrowed), 0-dim or empty.
+ * The op enums are shared with the backends' kernels (src/cpu/elementwise.h). */
+#ifndef DL_OPS_ELEMENTWISE_H
+#define DL_OPS_ELEMENTWISE_H
+
+#include "core/tensor.h"
+
+#include <stdbool.h>
+
+typedef enum {
+    /* arithmetic: result is the promoted type */
+    DL_BINARY_ADD = 0, /* a + alpha * b */
+    DL_BINARY_SUB,     /* a - alpha * b */
+    DL_BINARY_MUL,
+    DL_BINARY_DIV,       /* true division: integer inputs give float32 */
+    DL_BINARY_DIV_FLOOR, /* div(.., rounding_mode="floor"), Python's // */
+    DL_BINARY_DIV_TRUNC, /* div(.., rounding_mode="trunc") */
+    DL_BINARY_POW,
+    DL_BINARY_MAXIMUM, /* NaN-propagating */
+    DL_BINARY_MINIMUM,
+    DL_BINARY_REMAINDER, /* sign of the divisor (Python's %) */
+    DL_BINARY_FMOD,      /* sign of the dividend (C's fmod) */
+    DL_BINARY_ATAN2,     /* integer inputs give float32 */
+    /* comparisons: bool result, compared in the promoted type */
+    DL_BINARY_EQ,
+    DL_BINARY_NE,
+    DL_BINARY_LT,
+    DL_BINARY_LE,
+    DL_BINARY_GT,
+    DL_BINARY_GE,
+    /* logical: bool result, nonzero (and NaN) is true */
+    DL_BINARY_LOGICAL_AND,
+    DL_BINARY_LOGICAL_OR,
+    DL_BINARY_LOGICAL_XOR,
+    DL_BINARY_COUNT
+} dl_binary_op;
+
+typedef enum {
+    /* keep integer dtypes (compute exactly on integers) */
+    DL_UNARY_NEG = 0,
+    DL_UNARY_ABS,
+    DL_UNARY_SIGN,
+    DL_UNARY_RELU,
+    DL_UNARY_FLOOR,
+    DL_UNARY_CEIL,
+    DL_UNARY_ROUND, /* half to even */
+    DL_UNARY_TRUNC,
+    DL_UNARY_SQUARE, /* bool gives int64 */
+    /* floating functions: integer and bool inputs give float32 */
+    DL_UNARY_EXP,
+    DL_UNARY_EXP2,
+    DL_UNARY_EXPM1,
+    DL_UNARY_LOG,
+    DL_UNARY_LOG2,
+    DL_UNARY_LOG10,
+    DL_UNARY_LOG1P,
+    DL_UNARY_SQRT,
+    DL_UNARY_RSQRT,
+    DL_UNARY_RECIPROCAL,
+    DL_UNARY_SIN,
+    DL_UNARY_COS,
+    DL_UNARY_TAN,
+    DL_UNARY_ASIN,
+    DL_UNARY_ACOS,
+    DL_UNARY_ATAN,
+    DL_UNARY_SINH,
+    DL_UNARY_COSH,
+    DL_UNARY_TANH,
+    DL_UNARY_SIGMOID,
+    DL_UNARY_ERF,
+    DL_UNARY_FRAC, /* x - trunc(x) */
+    /* predicates: bool result */
+    DL_UNARY_LOGICAL_NOT,
+    DL_UNARY_ISNAN,
+    DL_UNARY_ISINF,
+    DL_UNARY_ISFINITE,
+    DL_UNARY_COUNT
+} dl_unary_op;
+
+/* The op's name in messages: "add", "exp", ... (DIV_FLOOR and DIV_TRUNC are
+ * "div", the Lua op that selects them with rounding_mode). */
+const char *dl_binary_op_name(dl_binary_op op);
+const char *dl_unary_op_name(dl_unary_op op);
+
+/* --- binary -------------------------------------------------------------- */
+/* alpha scales b for ADD/SUB (1 otherwise); an integer result needs an
+ * integral alpha. */
+dl_tensor *dl_binary(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha);
+int dl_binary_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha);
+
+dl_tensor *dl_add(dl_tensor *a, dl_tensor *b, double alpha);
+dl_tensor *dl_sub(dl_tensor *a, dl_tensor *b, double alpha);
+dl_tensor *dl_mul(dl_tensor *a, dl_tensor *b);
+dl_tensor *dl_div(dl_tensor *a, dl_tensor *b);
+dl_tensor *dl_pow(dl_tensor *a, dl_tensor *b);
+dl_tensor *dl_maximum(dl_tensor *a, dl_tensor *b);
+dl_tensor *dl_minimum(dl_tensor *a, dl_tensor *b);
+int dl_add_(dl_tensor *self, dl_tensor *other, double alpha);
+int dl_sub_(dl_tensor *self, dl_tensor *other, double alpha);
+int dl_mul_(dl_tensor *self, dl_tensor *other);
+int dl_div_(dl_tensor *self, dl_tensor *other);
+
+/* pow(tensor, scalar exponent given as a 0-dim tensor): like dl_pow, but an
+ * integer base with a negative integer exponent is an error (PyTorch's rule
+ * for scalar exponents; tensor exponents give 0 there instead). */
+dl_tensor *dl_pow_scalar(dl_tensor *a, dl_tensor *exponent);
+int dl_pow_scalar_(dl_tensor *self, dl_tensor *exponent);
+
+/* --- unary --------------------------------------------------------------- */
+dl_tensor *dl_unary(dl_unary_op op, dl_tensor *x);
+int dl_unary_(dl_unary_op op, dl_tensor *self);
+
+/* --- clamp, where, masked_fill -------------------------------------------- */
+/* lo and/or hi may be NULL (not both); they broadcast with x and take part in
+ * type promotion (an integer tensor clamped to 0.5 gives float32).  NaN in x
+ * or a bound gives NaN. */
+dl_tensor *dl_clamp(dl_tensor *x, dl_tensor *lo, dl_tensor *hi);
+int dl_clamp_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi);
+
+/* cond (bool or uint8) ? a : b, all three broadcast; dtype result_type(a, b). */
+dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b);
+
+/* x with value (a 0-dim tensor, cast to x's dtype) where mask (bool or uint8)
+ * is true; mask broadcasts (out of place: with x; in place: to self). */
+dl_tensor *dl_masked_fill(dl_tensor *x, dl_tensor *mask, dl_tensor *value);
+int dl_masked_fill_(dl_tensor *self, dl_tensor *mask, dl_tensor *value);
+
+/* --- whole-tensor tests --------------------------------------------------- */
+/* *out = same shape and all elements equal (NaN never equals). */
+int dl_equal(dl_tensor *a, dl_tensor *b, bool *out);
+/* |a - b| <= atol + rtol * |b| elementwise (broadcasting), computed in the
+ * promoted floating type; infinities are close only to themselves. */
+dl_tensor *dl_isclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool equal_nan);
+int dl_allclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool equal_nan, bool *out);
+
+#endif
