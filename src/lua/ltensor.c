@@ -132,7 +132,10 @@ void dlL_pushdtype(lua_State *L, dl_dtype t) {
 dl_dtype dlL_checkdtype(lua_State *L, int idx) {
     dl_dtype out;
     if (lua_type(L, idx) == LUA_TSTRING) {
-        if (dl_dtype_parse(lua_tostring(L, idx), &out)) luaL_argerror(L, idx, dl_last_error());
+        if (dl_dtype_parse(lua_tostring(L, idx), &out)) {
+            if (idx < 0) luaL_error(L, "%s", dl_last_error()); /* an option field */
+            luaL_argerror(L, idx, dl_last_error());
+        }
         return out;
     }
     if (lua_type(L, idx) == LUA_TTABLE && luaL_getmetafield(L, idx, "__name") != LUA_TNIL) {
@@ -158,7 +161,10 @@ dl_dtype dlL_optdtype(lua_State *L, int idx, dl_dtype def) {
 dl_device dlL_checkdevice(lua_State *L, int idx) {
     dl_device d;
     const char *s = luaL_checkstring(L, idx);
-    if (dl_device_parse(s, &d)) luaL_argerror(L, idx, dl_last_error());
+    if (dl_device_parse(s, &d)) {
+        if (idx < 0) luaL_error(L, "%s", dl_last_error()); /* an option field */
+        luaL_argerror(L, idx, dl_last_error());
+    }
     return d;
 }
 
