@@ -1,8 +1,8 @@
 /* cpu/reduce.h - CPU kernels of the reduction family (sum, max, var, scans...).
  *
- * Every kernel reads a contiguous block viewed as (O, R, I): element (o, r, i)
- * is x[(o*R + r)*I + i].  Reductions fold over r and write O*I results in
- * (o, i) row-major order; scans write an (O, R, I) block.  The ops layer
+ * Reductions read a dense block viewed as (RO, O, R, I) (dl_rshape): they
+ * fold over ro and r and write O*I results in (o, i) row-major order.  Scans
+ * and the median read (O, R, I) (RO == 1) and work along r.  The ops layer
  * (src/ops/reduce.c) brings any input into this form and picks the dtype:
  *  - float kernels read float32 or float64 and accumulate in double;
  *  - integer kernels read int64 and wrap around like int64 arithmetic;
@@ -18,7 +18,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* What a float reduction accumulates over r (v is one element). */
+/* Element (ro, o, r, i) is x[((ro*O + o)*R + r)*I + i].  RO > 1 lets a dense
+ * input whose reduced dims lie on both sides of the kept ones be read in
+ * place; indices (minmax) are only meaningful when RO == 1. */
+typedef struct {
+    int64_t RO, O, R, I;
+} dl_rshape;
+
+/* What a float reduction accumulates (v is one element). */
 typedef enum {
     DL_ACC_SUM,     /* sum v */
     DL_ACC_SUMSQ,   /* sum v^2 */
@@ -34,25 +41,23 @@ typedef enum {
     DL_ACC_SQDEV,   /* sum (v - shift)^2 */
 } dl_acc_kind;
 
-/* x is (O,R,I) float32 or float64 (dt); out is (O,I).  shift is (O,I) for
- * SUMEXP and SQDEV (else unused); p is the power of SUMPOW. */
-int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I,
-                      double p, const double *shift, double *out);
+/* x is float32 or float64 (dt); out is (O,I).  shift is (O,I) for SUMEXP
+ * and SQDEV (else unused); p is the power of SUMPOW. */
+int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rshape *s, double p,
+                      const double *shift, double *out);
 
-/* x is (O,R,I) int64; out is (O,I): the sum (prod false) or product. */
-int dl_cpu_reduce_acc_i64(bool prod, const int64_t *x, int64_t O, int64_t R, int64_t I,
-                          int64_t *out);
+/* x is int64; out is (O,I): the sum (prod false) or product. */
+int dl_cpu_reduce_acc_i64(bool prod, const int64_t *x, const dl_rshape *s, int64_t *out);
 
 /* Max (is_max) or min over r with the index of its first occurrence; a NaN
  * beats every number (the first NaN is reported).  x is float32, float64 or
  * int64 (dt); vals is (O,I) double for float input and int64 for int64
- * input; idx (O,I) may be NULL.  R must be > 0. */
-int dl_cpu_reduce_minmax(bool is_max, const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I,
-                         void *vals, int64_t *idx);
+ * input; idx (O,I) may be NULL (and must be when RO > 1).  R must be > 0. */
+int dl_cpu_reduce_minmax(bool is_max, const void *x, dl_dtype dt, const dl_rshape *s, void *vals,
+                         int64_t *idx);
 
-/* All (is_all) or any of bool bytes x (O,R,I) into out (O,I). */
-int dl_cpu_reduce_allany(bool is_all, const uint8_t *x, int64_t O, int64_t R, int64_t I,
-                         uint8_t *out);
+/* All (is_all) or any of bool bytes x into out (O,I). */
+int dl_cpu_reduce_allany(bool is_all, const uint8_t *x, const dl_rshape *s, uint8_t *out);
 
 /* Running sum (prod false) or product along r: x and out are (O,R,I) of the
  * same dtype dt (float32, float64: accumulated in double; int64). */

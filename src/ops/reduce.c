@@ -2,14 +2,14 @@
  * result's shape and dtype, brings the input into the kernels' (O, R, I)
  * form and dispatches to the CPU kernels of src/cpu/reduce.c.
  *
- * The (O, R, I) form: the input's dims of size > 1 are put in memory order
- * (by stride).  When the tensor is dense in that order and the reduced dims
- * are neighbours there, the kernels read it in place: O is the product of
- * the dims before the reduced ones, R of the reduced ones, I of the ones
- * after (so a transposed or column reduction needs no copy).  Otherwise the
- * input is copied with the kept dims first and the reduced ones last
- * (I == 1).  The kernel's O*I results come out in that kept-dim order and are
- * copied into the result through a view in the same order.
+ * The (RO, O, R, I) form: the input's dims of size > 1 are put in memory
+ * order (by stride).  When the tensor is dense in that order and its dims
+ * read [reduced][kept][reduced][kept] (any block may be empty), the kernels
+ * read it in place: RO, O, R, I are the blocks' sizes (so transposed views,
+ * column reductions and e.g. dims {1, 3} of a 3-D tensor need no copy).
+ * Otherwise the input is copied with the kept dims first and the reduced ones
+ * last (RO == I == 1).  The kernel's O*I results come out in that kept-dim
+ * order and are copied into the result through a view in the same order.
  *
  * Dtypes: float16/bfloat16 inputs are computed as float32; integer and bool
  * inputs of sum/prod/max/min/median/cumsum/cumprod as int64; float
@@ -79,12 +79,13 @@ static dl_dtype float_compute(dl_dtype t) {
     return t == DL_DTYPE_F64 ? DL_DTYPE_F64 : DL_DTYPE_F32;
 }
 
-/* --- the (O, R, I) plan ------------------------------------------------------------ */
+/* --- the (RO, O, R, I) plan ------------------------------------------------------------ */
 
 typedef struct {
     dl_tensor *src; /* dense data the kernel reads (new reference); NULL when x is empty */
-    int64_t O, R, I;
-    int nk; /* kept dims of size > 1, in the order the kernel writes them */
+    dl_rshape s;    /* (RO, O, R, I) */
+    int64_t nred;   /* elements reduced into each result: RO*R */
+    int nk;         /* kept dims of size > 1, in the order the kernel writes them */
     int kdims[DL_MAX_DIMS];
 } rplan;
 
@@ -108,42 +109,42 @@ static int plan_make(dl_tensor *x, const bool *mask, bool logical, rplan *p) {
             if (x->strides[act[k]] != expect) dense = false;
             expect *= x->shape[act[k]];
         }
-        int first = na, last = na - 1, nred = 0;
-        for (int k = 0; k < na; k++)
-            if (mask[act[k]]) {
-                if (nred++ == 0) first = k;
-                last = k;
+        /* in memory order the dims must read [reduced][kept][reduced][kept],
+         * each block possibly empty */
+        int64_t size[4] = {1, 1, 1, 1};
+        int k = 0, nk = 0, kd[DL_MAX_DIMS];
+        for (int blk = 0; blk < 4; blk++)
+            for (; k < na && mask[act[k]] == (blk % 2 == 0); k++) {
+                size[blk] *= x->shape[act[k]];
+                if (blk % 2) kd[nk++] = act[k];
             }
-        if (dense && last - first + 1 == nred) {
-            p->O = p->R = p->I = 1;
-            for (int k = 0; k < na; k++) {
-                int64_t s = x->shape[act[k]];
-                if (k < first)
-                    p->O *= s;
-                else if (k <= last)
-                    p->R *= s;
-                else
-                    p->I *= s;
-                if (k < first || k > last) p->kdims[p->nk++] = act[k];
-            }
+        if (dense && k == na) {
+            if (size[2] == 1) /* one reduced block: (R, I) rather than (RO, O) */
+                p->s = (dl_rshape){1, 1, size[0], size[1]};
+            else
+                p->s = (dl_rshape){size[0], size[1], size[2], size[3]};
+            p->nk = nk;
+            memcpy(p->kdims, kd, sizeof kd);
+            p->nred = p->s.RO * p->s.R;
             p->src = dl_tensor_retain(x);
             return 0;
         }
     }
     /* gather: kept dims first, reduced dims last, each in logical order */
     int perm[DL_MAX_DIMS], np = 0;
-    p->O = p->R = p->I = 1;
+    p->s = (dl_rshape){1, 1, 1, 1};
     for (int d = 0; d < x->ndim; d++)
         if (!mask[d]) {
             perm[np++] = d;
-            p->O *= x->shape[d];
+            p->s.O *= x->shape[d];
             if (x->shape[d] != 1) p->kdims[p->nk++] = d;
         }
     for (int d = 0; d < x->ndim; d++)
         if (mask[d]) {
             perm[np++] = d;
-            p->R *= x->shape[d];
+            p->s.R *= x->shape[d];
         }
+    p->nred = p->s.R;
     if (dl_tensor_numel(x) == 0) return 0;
     dl_tensor *v = dl_tensor_permute(x, perm);
     p->src = v ? dl_tensor_contiguous(v) : NULL;
@@ -197,19 +198,21 @@ static int sink_close(sink *s, int rc) {
 
 /* --- float reductions ----------------------------------------------------------------- */
 
-typedef enum { F_SUM, F_MEAN, F_PROD, F_VAR, F_STD, F_NORM, F_LSE } fop;
+typedef enum { F_SUM, F_MEAN, F_PROD, F_AMAX, F_AMIN, F_VAR, F_STD, F_NORM, F_LSE } fop;
 
 /* Runs the kernels of f over plan p into a[O*I]. */
 static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, double *a) {
-    int64_t n = p->O * p->I;
+    int64_t n = p->s.O * p->s.I;
     const void *x = p->src ? dl_tensor_data(p->src) : NULL;
-    double R = (double)p->R, *shift = NULL;
+    double R = (double)p->nred, *shift = NULL;
     int rc = 0;
     switch (f) {
-    case F_SUM: return dl_cpu_reduce_acc(DL_ACC_SUM, x, dt, p->O, p->R, p->I, 0, NULL, a);
-    case F_PROD: return dl_cpu_reduce_acc(DL_ACC_PROD, x, dt, p->O, p->R, p->I, 0, NULL, a);
+    case F_SUM: return dl_cpu_reduce_acc(DL_ACC_SUM, x, dt, &p->s, 0, NULL, a);
+    case F_PROD: return dl_cpu_reduce_acc(DL_ACC_PROD, x, dt, &p->s, 0, NULL, a);
+    case F_AMAX: return dl_cpu_reduce_acc(DL_ACC_MAX, x, dt, &p->s, 0, NULL, a);
+    case F_AMIN: return dl_cpu_reduce_acc(DL_ACC_MIN, x, dt, &p->s, 0, NULL, a);
     case F_MEAN:
-        rc = dl_cpu_reduce_acc(DL_ACC_SUM, x, dt, p->O, p->R, p->I, 0, NULL, a);
+        rc = dl_cpu_reduce_acc(DL_ACC_SUM, x, dt, &p->s, 0, NULL, a);
         if (!rc) dl_cpu_reduce_finish(DL_FIN_DIV, a, n, R, NULL);
         return rc;
     case F_VAR:
@@ -217,10 +220,10 @@ static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, doubl
         /* two passes: the mean, then the squared deviations from it */
         if (!(shift = malloc(sizeof(double) * (size_t)(n ? n : 1))))
             return dl_error("var: out of memory");
-        rc = dl_cpu_reduce_acc(DL_ACC_SUM, x, dt, p->O, p->R, p->I, 0, NULL, shift);
+        rc = dl_cpu_reduce_acc(DL_ACC_SUM, x, dt, &p->s, 0, NULL, shift);
         if (!rc) {
             dl_cpu_reduce_finish(DL_FIN_DIV, shift, n, R, NULL);
-            rc = dl_cpu_reduce_acc(DL_ACC_SQDEV, x, dt, p->O, p->R, p->I, 0, shift, a);
+            rc = dl_cpu_reduce_acc(DL_ACC_SQDEV, x, dt, &p->s, 0, shift, a);
         }
         if (!rc)
             dl_cpu_reduce_finish(f == F_STD ? DL_FIN_SQRT_DIV : DL_FIN_DIV, a, n,
@@ -231,18 +234,18 @@ static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, doubl
         /* max + log(sum(exp(x - max))); an infinite max is not subtracted */
         if (!(shift = malloc(sizeof(double) * (size_t)(n ? n : 1))))
             return dl_error("logsumexp: out of memory");
-        rc = dl_cpu_reduce_acc(DL_ACC_MAX, x, dt, p->O, p->R, p->I, 0, NULL, shift);
+        rc = dl_cpu_reduce_acc(DL_ACC_MAX, x, dt, &p->s, 0, NULL, shift);
         if (!rc) {
             for (int64_t i = 0; i < n; i++)
                 if (isinf(shift[i])) shift[i] = 0;
-            rc = dl_cpu_reduce_acc(DL_ACC_SUMEXP, x, dt, p->O, p->R, p->I, 0, shift, a);
+            rc = dl_cpu_reduce_acc(DL_ACC_SUMEXP, x, dt, &p->s, 0, shift, a);
         }
         if (!rc) dl_cpu_reduce_finish(DL_FIN_LOG_SHIFT, a, n, 0, shift);
         free(shift);
         return rc;
     case F_NORM: {
         double pw = param;
-        if (p->R == 0) { /* the norm of nothing is 0 for every p, as PyTorch */
+        if (p->nred == 0) { /* the norm of nothing is 0 for every p, as PyTorch */
             for (int64_t i = 0; i < n; i++) a[i] = 0;
             return 0;
         }
@@ -252,7 +255,7 @@ static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, doubl
                         : pw == INFINITY  ? DL_ACC_MAXABS
                         : pw == -INFINITY ? DL_ACC_MINABS
                                           : DL_ACC_SUMPOW;
-        rc = dl_cpu_reduce_acc(k, x, dt, p->O, p->R, p->I, pw, NULL, a);
+        rc = dl_cpu_reduce_acc(k, x, dt, &p->s, pw, NULL, a);
         if (!rc && k == DL_ACC_SUMSQ) dl_cpu_reduce_finish(DL_FIN_SQRT_DIV, a, n, 1, NULL);
         if (!rc && k == DL_ACC_SUMPOW) dl_cpu_reduce_finish(DL_FIN_POW, a, n, 1 / pw, NULL);
         return rc;
@@ -294,8 +297,8 @@ static dl_tensor *int_reduce(bool prod, dl_tensor *xc, const bool *mask, bool ke
     void *a = NULL;
     int rc = out ? sink_open(&s, out, DL_DTYPE_I64, xc, mask, keepdim, &p, &a) : -1;
     if (!rc)
-        rc = sink_close(&s, dl_cpu_reduce_acc_i64(prod, p.src ? dl_tensor_data(p.src) : NULL, p.O,
-                                                  p.R, p.I, a));
+        rc = sink_close(&s,
+                        dl_cpu_reduce_acc_i64(prod, p.src ? dl_tensor_data(p.src) : NULL, &p.s, a));
     dl_tensor_release(p.src);
     if (rc) {
         dl_tensor_release(out);
@@ -426,7 +429,8 @@ static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool 
     void *va = NULL, *ia = NULL, *own = NULL;
     bool vopen = false, iopen = false;
     int rc = 0;
-    if (p.R == 0 && p.O * p.I > 0) rc = empty_error(op, x, mask, full);
+    if (p.nred == 0 && p.s.O * p.s.I > 0) rc = empty_error(op, x, mask, full);
+    if (!rc && idx && p.s.RO != 1) rc = dl_error("%s: internal error: indices over split dims", op);
     if (!rc && vals) {
         vo = dl_tensor_empty(ond, oshape, x->dtype, DL_CPU);
         rc = vo ? sink_open(&sv, vo, kt, xc, mask, keepdim, &p, &va) : -1;
@@ -437,11 +441,9 @@ static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool 
         rc = io ? sink_open(&si, io, DL_DTYPE_I64, xc, mask, keepdim, &p, &ia) : -1;
         iopen = rc == 0;
     }
-    if (!rc && !vals && !(va = own = malloc(8 * (size_t)(p.O * p.I + 1))))
+    if (!rc && !vals && !(va = own = malloc(8 * (size_t)(p.s.O * p.s.I + 1))))
         rc = dl_error("%s: out of memory", op);
-    if (!rc)
-        rc = dl_cpu_reduce_minmax(mx, p.src ? dl_tensor_data(p.src) : NULL, ct, p.O, p.R, p.I, va,
-                                  ia);
+    if (!rc) rc = dl_cpu_reduce_minmax(mx, p.src ? dl_tensor_data(p.src) : NULL, ct, &p.s, va, ia);
     free(own);
     if (vopen) rc = sink_close(&sv, rc);
     if (iopen) rc = sink_close(&si, rc);
@@ -457,12 +459,22 @@ static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool 
     return 0;
 }
 
+/* Values only: floats take the vectorised accumulation, integers minmax. */
 static dl_tensor *amax_amin(const char *op, bool mx, dl_tensor *x, int ndims, const int *dims,
                             bool keepdim) {
     bool mask[DL_MAX_DIMS];
     dl_tensor *v;
-    if (dims_mask(op, x, ndims, dims, mask)) return NULL;
-    return minmax(op, mx, x, mask, keepdim, ndims == 0, &v, NULL) ? NULL : v;
+    if (check_cpu(op, x) || dims_mask(op, x, ndims, dims, mask)) return NULL;
+    if (!is_float(x->dtype))
+        return minmax(op, mx, x, mask, keepdim, ndims == 0, &v, NULL) ? NULL : v;
+    int64_t numel = dl_tensor_numel(x), out = 1;
+    for (int d = 0; d < x->ndim; d++)
+        if (!mask[d]) out *= x->shape[d];
+    if (numel == 0 && out > 0) {
+        empty_error(op, x, mask, ndims == 0);
+        return NULL;
+    }
+    return float_op(op, mx ? F_AMAX : F_AMIN, x, ndims, dims, keepdim, x->dtype, 0);
 }
 
 dl_tensor *dl_amax(dl_tensor *x, int ndims, const int *dims, bool keepdim) {
@@ -527,8 +539,8 @@ static dl_tensor *all_any(const char *op, bool all, dl_tensor *x, int ndims, con
         void *a = NULL;
         rc = out ? sink_open(&s, out, DL_DTYPE_BOOL, xc, mask, keepdim, &p, &a) : -1;
         if (!rc)
-            rc = sink_close(&s, dl_cpu_reduce_allany(all, p.src ? dl_tensor_data(p.src) : NULL, p.O,
-                                                     p.R, p.I, a));
+            rc = sink_close(
+                &s, dl_cpu_reduce_allany(all, p.src ? dl_tensor_data(p.src) : NULL, &p.s, a));
         dl_tensor_release(p.src);
     }
     dl_tensor_release(xc);
@@ -572,13 +584,14 @@ static int median(dl_tensor *x, const bool *mask, bool keepdim, dl_tensor **vals
     int rc = vo && io ? sink_open(&sv, vo, kt, xc, mask, keepdim, &p, &va) : -1;
     bool vopen = rc == 0, iopen = false;
     if (!rc) iopen = (rc = sink_open(&si, io, DL_DTYPE_I64, xc, mask, keepdim, &p, &ia)) == 0;
-    if (!rc && p.R == 0 && p.O * p.I > 0) {
+    if (!rc && p.nred == 0 && p.s.O * p.s.I > 0) {
         if (idx)
             rc = empty_error(op, x, mask, false);
         else
             *(double *)va = NAN; /* median of an empty tensor: nan, as PyTorch */
     } else if (!rc) {
-        rc = dl_cpu_median(p.src ? dl_tensor_data(p.src) : NULL, ct, p.O, p.R, p.I, va, ia);
+        /* one reduced dim (or all of them): RO is 1 */
+        rc = dl_cpu_median(p.src ? dl_tensor_data(p.src) : NULL, ct, p.s.O, p.s.R, p.s.I, va, ia);
     }
     if (iopen) rc = sink_close(&si, rc);
     if (vopen) rc = sink_close(&sv, rc);
