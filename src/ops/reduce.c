@@ -1,5 +1,5 @@
 /* ops/reduce.c - the reduction op family: checks dims and dtypes, infers the
- * result's shape and dtype, brings the input into the kernels' (O, R, I)
+ * result's shape and dtype, brings the input into the kernels' (RO, O, R, I)
  * form and dispatches to the CPU kernels of src/cpu/reduce.c.
  *
  * The (RO, O, R, I) form: the input's dims of size > 1 are put in memory
