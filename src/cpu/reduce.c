@@ -1,0 +1,894 @@
+/* cpu/reduce.c - CPU kernels of the reduction family (see cpu/reduce.h).
+ *
+ * Layout: x is a dense (RO, O, R, I) block reduced over ro and r.
+ *  - I == 1, long rows: a row is folded into LANES independent accumulators
+ *    (the row seen as (n/LANES, LANES) columns plus a tail), which the
+ *    compiler vectorises; then the lanes are combined.
+ *  - I == 1, short rows (R <= SHORT_ROW): an item folds up to COL_BLOCK
+ *    neighbouring rows side by side, one accumulator per row, so per-row
+ *    overheads vanish (argmax over 10 classes of a million rows).
+ *  - I > 1 (columns): COL_BLOCK neighbouring columns are folded together row
+ *    after row, so memory is read in order and the inner loop vectorises.
+ *  - RO > 1: the same item folds the rows of every ro into its accumulators.
+ * Every block fold addresses element (r, c) as x[off + r*ld + c*xcs].
+ * Work items are (o, column block, row chunk) and run in parallel with
+ * OpenMP.  Rows are cut into chunks only when there are few (o, block) items;
+ * chunk partials are then combined in chunk order.  The cut depends on the
+ * shape alone, so a result never depends on the thread count.
+ * Float kernels take float32 or float64 and accumulate in double; one
+ * always-inline body serves both through a constant `f64` flag, and small
+ * non-inline wrappers (_f32/_f64, _lanes/_cols) pin the constants. */
+#include "cpu/reduce.h"
+#include "core/error.h"
+#include "core/parallel.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LANES 8         /* accumulators along a contiguous row */
+#define COL_BLOCK 256   /* columns (or short rows) folded together */
+#define SHORT_ROW 32    /* rows this short are folded side by side */
+#define MIN_CHUNK 16384 /* elements in a row chunk, at least */
+#define FEW_ITEMS 64    /* fewer (o, block) items than this: cut rows into chunks */
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* --- splitting the work ------------------------------------------------------ */
+
+typedef struct {
+    int64_t RO, O, R, I;
+    bool group;         /* short rows: an item takes bsize outputs side by side */
+    int64_t bsize, nb;  /* columns (or grouped outputs) per item, number of blocks */
+    int64_t csize, nch; /* rows per chunk, number of chunks */
+} split;
+
+static void split_init(split *s, const dl_rshape *sh, bool chunk_rows, bool group_ok) {
+    int64_t O = sh->O, R = sh->R, I = sh->I;
+    s->RO = sh->RO;
+    s->O = O;
+    s->R = R;
+    s->I = I;
+    s->nch = 1;
+    s->csize = R;
+    s->group = group_ok && I == 1 && R <= SHORT_ROW && O > 1;
+    if (s->group) {
+        s->bsize = O < COL_BLOCK ? O : COL_BLOCK;
+        s->nb = (O + s->bsize - 1) / s->bsize;
+        return;
+    }
+    s->bsize = I < COL_BLOCK ? I : COL_BLOCK;
+    s->nb = (I + s->bsize - 1) / s->bsize;
+    int64_t items = O * s->nb;
+    if (chunk_rows && items < FEW_ITEMS) {
+        int64_t want = (FEW_ITEMS + items - 1) / items;
+        int64_t most = s->RO * R * s->bsize / MIN_CHUNK;
+        if (most > R) most = R;
+        if (want > most) want = most;
+        if (want > 1) s->nch = want;
+    }
+    s->csize = (R + s->nch - 1) / s->nch;
+    s->nch = (R + s->csize - 1) / s->csize; /* no empty chunk */
+}
+
+/* One work item: rows [r0, r0+nr) of columns [c0, c0+nc) of block o (for
+ * every ro); its results go to partial slot `slot` (= o*nch + chunk).  In
+ * group mode it is the nc outputs o.. with c0 = r0 = 0, nr = R, slot = o. */
+typedef void (*item_fn)(void *ctx, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                        int64_t slot);
+
+static void split_run(const split *s, item_fn fn, void *ctx) {
+    int64_t items = s->group ? s->nb : s->O * s->nb * s->nch;
+    int nthr = s->RO * s->O * s->R * s->I >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
+    if (nthr > items) nthr = (int)items;
+#pragma omp parallel for num_threads(nthr) schedule(static) if (nthr > 1)
+    for (int64_t it = 0; it < items; it++) {
+        if (s->group) {
+            int64_t o = it * s->bsize, n = s->O - o < s->bsize ? s->O - o : s->bsize;
+            fn(ctx, o, 0, n, 0, s->R, o);
+            continue;
+        }
+        int64_t ch = it % s->nch, ob = it / s->nch;
+        int64_t b = ob % s->nb, o = ob / s->nb;
+        int64_t c0 = b * s->bsize, r0 = ch * s->csize;
+        int64_t nc = s->I - c0 < s->bsize ? s->I - c0 : s->bsize;
+        int64_t nr = s->R - r0 < s->csize ? s->R - r0 : s->csize;
+        fn(ctx, o, c0, nc, r0, nr, o * s->nch + ch);
+    }
+}
+
+static int no_memory(const char *what) {
+    return dl_error("%s: out of memory for the reduction's scratch space", what);
+}
+
+/* --- float accumulations ------------------------------------------------------ */
+
+ALWAYS_INLINE double ldx(const void *x, int64_t i, bool f64) {
+    return f64 ? ((const double *)x)[i] : (double)((const float *)x)[i];
+}
+
+/* max/min where a NaN on either side wins */
+static inline double nan_max(double a, double v) {
+    return (v > a || v != v) ? v : a;
+}
+static inline double nan_min(double a, double v) {
+    return (v < a || v != v) ? v : a;
+}
+
+static double acc_identity(dl_acc_kind k) {
+    switch (k) {
+    case DL_ACC_PROD: return 1;
+    case DL_ACC_MAX: return -INFINITY;
+    case DL_ACC_MIN:
+    case DL_ACC_MINABS: return INFINITY;
+    default: return 0;
+    }
+}
+
+static double acc_combine(dl_acc_kind k, double a, double b) {
+    switch (k) {
+    case DL_ACC_PROD: return a * b;
+    case DL_ACC_MAX:
+    case DL_ACC_MAXABS: return nan_max(a, b);
+    case DL_ACC_MIN:
+    case DL_ACC_MINABS: return nan_min(a, b);
+    default: return a + b;
+    }
+}
+
+/* Folds nr rows of nc columns into acc[nc]; element (r, c) is at
+ * off + r*ld + c*xcs; sh[nc] is the per-column shift of SUMEXP and SQDEV. */
+ALWAYS_INLINE void acc_block(dl_acc_kind k, const void *x, bool f64, int64_t off, int64_t nr,
+                             int64_t ld, int64_t nc, int64_t xcs, double *restrict acc,
+                             const double *restrict sh, double p) {
+    switch (k) {
+    case DL_ACC_SUM:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) acc[c] += ldx(x, b + c * xcs, f64);
+        break;
+    case DL_ACC_SUMSQ:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) {
+                double v = ldx(x, b + c * xcs, f64);
+                acc[c] += v * v;
+            }
+        break;
+    case DL_ACC_SUMABS:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) acc[c] += fabs(ldx(x, b + c * xcs, f64));
+        break;
+    case DL_ACC_SUMPOW:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+            for (int64_t c = 0; c < nc; c++) acc[c] += pow(fabs(ldx(x, b + c * xcs, f64)), p);
+        break;
+    case DL_ACC_COUNTNZ:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) acc[c] += ldx(x, b + c * xcs, f64) != 0 ? 1.0 : 0.0;
+        break;
+    case DL_ACC_PROD:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) acc[c] *= ldx(x, b + c * xcs, f64);
+        break;
+    case DL_ACC_MAX:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) acc[c] = nan_max(acc[c], ldx(x, b + c * xcs, f64));
+        break;
+    case DL_ACC_MIN:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) acc[c] = nan_min(acc[c], ldx(x, b + c * xcs, f64));
+        break;
+    case DL_ACC_MAXABS:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                acc[c] = nan_max(acc[c], fabs(ldx(x, b + c * xcs, f64)));
+        break;
+    case DL_ACC_MINABS:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                acc[c] = nan_min(acc[c], fabs(ldx(x, b + c * xcs, f64)));
+        break;
+    case DL_ACC_SUMEXP:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+            for (int64_t c = 0; c < nc; c++) {
+                double d = ldx(x, b + c * xcs, f64) - sh[c];
+                acc[c] += f64 ? exp(d) : (double)expf((float)d); /* float32: exp in float */
+            }
+        break;
+    case DL_ACC_SQDEV:
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) {
+                double d = ldx(x, b + c * xcs, f64) - sh[c];
+                acc[c] += d * d;
+            }
+        break;
+    }
+}
+
+/* rows of LANES contiguous elements */
+static void acc_lanes_f32(dl_acc_kind k, const void *x, int64_t off, int64_t rows, double *a,
+                          const double *sh, double p) {
+    acc_block(k, x, false, off, rows, LANES, LANES, 1, a, sh, p);
+}
+static void acc_lanes_f64(dl_acc_kind k, const void *x, int64_t off, int64_t rows, double *a,
+                          const double *sh, double p) {
+    acc_block(k, x, true, off, rows, LANES, LANES, 1, a, sh, p);
+}
+/* rows of nc contiguous columns, ld apart */
+static void acc_cols_f32(dl_acc_kind k, const void *x, int64_t off, int64_t nr, int64_t ld,
+                         int64_t nc, double *acc, const double *sh, double p) {
+    acc_block(k, x, false, off, nr, ld, nc, 1, acc, sh, p);
+}
+static void acc_cols_f64(dl_acc_kind k, const void *x, int64_t off, int64_t nr, int64_t ld,
+                         int64_t nc, double *acc, const double *sh, double p) {
+    acc_block(k, x, true, off, nr, ld, nc, 1, acc, sh, p);
+}
+/* nc short contiguous rows of nr elements side by side (xcs = nr) */
+static void acc_group_f32(dl_acc_kind k, const void *x, int64_t off, int64_t nr, int64_t nc,
+                          double *acc, const double *sh, double p) {
+    acc_block(k, x, false, off, nr, 1, nc, nr, acc, sh, p);
+}
+static void acc_group_f64(dl_acc_kind k, const void *x, int64_t off, int64_t nr, int64_t nc,
+                          double *acc, const double *sh, double p) {
+    acc_block(k, x, true, off, nr, 1, nc, nr, acc, sh, p);
+}
+
+typedef struct {
+    dl_acc_kind k;
+    const void *x;
+    bool f64, group;
+    int64_t RO, O, R, I;
+    double p;
+    const double *shift; /* (O,I) or NULL */
+    double *part;        /* (O,nch,I) */
+} acc_ctx;
+
+static void acc_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                     int64_t slot) {
+    const acc_ctx *c = vc;
+    int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
+    double id = acc_identity(c->k);
+    if (c->I == 1 && !c->group) {
+        double a[LANES], sh[LANES];
+        for (int j = 0; j < LANES; j++) {
+            a[j] = id;
+            sh[j] = c->shift ? c->shift[o] : 0;
+        }
+        int64_t rows = nr / LANES, tail = nr - rows * LANES;
+        for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
+            if (c->f64) {
+                acc_lanes_f64(c->k, c->x, off, rows, a, sh, c->p);
+                acc_cols_f64(c->k, c->x, off + rows * LANES, 1, 0, tail, a, sh, c->p);
+            } else {
+                acc_lanes_f32(c->k, c->x, off, rows, a, sh, c->p);
+                acc_cols_f32(c->k, c->x, off + rows * LANES, 1, 0, tail, a, sh, c->p);
+            }
+        }
+        double r = a[0];
+        for (int j = 1; j < LANES; j++) r = acc_combine(c->k, r, a[j]);
+        c->part[slot] = r;
+        return;
+    }
+    double acc[COL_BLOCK];
+    for (int64_t j = 0; j < nc; j++) acc[j] = id;
+    /* the shifts of these columns (group: of these outputs) */
+    const double *sh = c->shift ? c->shift + o * c->I + c0 : NULL;
+    for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
+        if (c->group && c->f64)
+            acc_group_f64(c->k, c->x, off, nr, nc, acc, sh, c->p);
+        else if (c->group)
+            acc_group_f32(c->k, c->x, off, nr, nc, acc, sh, c->p);
+        else if (c->f64)
+            acc_cols_f64(c->k, c->x, off, nr, c->I, nc, acc, sh, c->p);
+        else
+            acc_cols_f32(c->k, c->x, off, nr, c->I, nc, acc, sh, c->p);
+    }
+    memcpy(c->part + slot * c->I + c0, acc, (size_t)nc * sizeof(double));
+}
+
+int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rshape *sh, double p,
+                      const double *shift, double *out) {
+    int64_t O = sh->O, I = sh->I, n = O * I;
+    if (n == 0) return 0;
+    if (sh->R * sh->RO == 0) {
+        double id = acc_identity(kind);
+        for (int64_t i = 0; i < n; i++) out[i] = id;
+        return 0;
+    }
+    split s;
+    split_init(&s, sh, true, true);
+    double *part = out;
+    if (s.nch > 1 && !(part = malloc(sizeof(double) * (size_t)(n * s.nch))))
+        return no_memory("reduce");
+    acc_ctx c = {kind, x, dt == DL_DTYPE_F64, s.group, sh->RO, O, sh->R, I, p, shift, part};
+    split_run(&s, acc_item, &c);
+    if (part != out) {
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t i = 0; i < I; i++) {
+                double a = part[o * s.nch * I + i];
+                for (int64_t ch = 1; ch < s.nch; ch++)
+                    a = acc_combine(kind, a, part[(o * s.nch + ch) * I + i]);
+                out[o * I + i] = a;
+            }
+        free(part);
+    }
+    return 0;
+}
+
+/* --- int64 sums and products ---------------------------------------------------- */
+
+/* unsigned arithmetic: int64 overflow wraps around instead of being undefined */
+ALWAYS_INLINE void i64_block(bool prod, const int64_t *x, int64_t off, int64_t nr, int64_t ld,
+                             int64_t nc, int64_t xcs, uint64_t *restrict acc) {
+    if (prod) {
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) acc[c] *= (uint64_t)x[b + c * xcs];
+    } else {
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) acc[c] += (uint64_t)x[b + c * xcs];
+    }
+}
+
+typedef struct {
+    bool prod, group;
+    const int64_t *x;
+    int64_t RO, O, R, I;
+    uint64_t *part;
+} i64_ctx;
+
+static void i64_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                     int64_t slot) {
+    const i64_ctx *c = vc;
+    int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
+    uint64_t id = c->prod ? 1 : 0;
+    if (c->I == 1 && !c->group) {
+        uint64_t a[LANES];
+        for (int j = 0; j < LANES; j++) a[j] = id;
+        int64_t rows = nr / LANES;
+        for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
+            i64_block(c->prod, c->x, off, rows, LANES, LANES, 1, a);
+            i64_block(c->prod, c->x, off + rows * LANES, 1, 0, nr - rows * LANES, 1, a);
+        }
+        uint64_t r = a[0];
+        for (int j = 1; j < LANES; j++) r = c->prod ? r * a[j] : r + a[j];
+        c->part[slot] = r;
+        return;
+    }
+    uint64_t acc[COL_BLOCK];
+    for (int64_t j = 0; j < nc; j++) acc[j] = id;
+    for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
+        if (c->group)
+            i64_block(c->prod, c->x, off, nr, 1, nc, nr, acc);
+        else
+            i64_block(c->prod, c->x, off, nr, c->I, nc, 1, acc);
+    }
+    memcpy(c->part + slot * c->I + c0, acc, (size_t)nc * sizeof(uint64_t));
+}
+
+int dl_cpu_reduce_acc_i64(bool prod, const int64_t *x, const dl_rshape *sh, int64_t *out) {
+    int64_t O = sh->O, I = sh->I, n = O * I;
+    if (n == 0) return 0;
+    if (sh->R * sh->RO == 0) {
+        for (int64_t i = 0; i < n; i++) out[i] = prod ? 1 : 0;
+        return 0;
+    }
+    split s;
+    split_init(&s, sh, true, true);
+    uint64_t *part = (uint64_t *)out;
+    if (s.nch > 1 && !(part = malloc(sizeof(uint64_t) * (size_t)(n * s.nch))))
+        return no_memory("reduce");
+    i64_ctx c = {prod, s.group, x, sh->RO, O, sh->R, I, part};
+    split_run(&s, i64_item, &c);
+    if (part != (uint64_t *)out) {
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t i = 0; i < I; i++) {
+                uint64_t a = part[o * s.nch * I + i];
+                for (int64_t ch = 1; ch < s.nch; ch++) {
+                    uint64_t b = part[(o * s.nch + ch) * I + i];
+                    a = prod ? a * b : a + b;
+                }
+                out[o * I + i] = (int64_t)a;
+            }
+        free(part);
+    }
+    return 0;
+}
+
+/* --- max / min with indices --------------------------------------------------------- */
+
+/* Should (v, i) replace the best so far (bv, bi)?  NaN beats numbers; among
+ * equals (and among NaNs) the smaller index wins. */
+static bool mm_better(bool mx, double v, int64_t i, double bv, int64_t bi) {
+    if (bv != bv) return v != v && i < bi;
+    if (v != v) return true;
+    if (v == bv) return i < bi;
+    return mx ? v > bv : v < bv;
+}
+
+static bool mm_better_i64(bool mx, int64_t v, int64_t i, int64_t bv, int64_t bi) {
+    if (v == bv) return i < bi;
+    return mx ? v > bv : v < bv;
+}
+
+/* Folds nr rows of nc columns into (bv, bi); element (r, c) is at
+ * off + r*ld + c*xcs and has index i0 + r*rs + c*cs.  Rows come in
+ * increasing index order, so a strict comparison keeps the first occurrence. */
+ALWAYS_INLINE void mm_block(bool mx, const void *x, bool f64, int64_t off, int64_t nr, int64_t ld,
+                            int64_t nc, int64_t xcs, double *restrict bv, int64_t *restrict bi,
+                            int64_t i0, int64_t rs, int64_t cs) {
+    for (int64_t r = 0, b = off; r < nr; r++, b += ld) {
+        int64_t ir = i0 + r * rs;
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) {
+            double v = ldx(x, b + c * xcs, f64), cur = bv[c];
+            bool take = (mx ? v > cur : v < cur) || (v != v && cur == cur);
+            bv[c] = take ? v : cur;
+            bi[c] = take ? ir + c * cs : bi[c];
+        }
+    }
+}
+
+ALWAYS_INLINE void mm_block_int(bool mx, const int64_t *x, int64_t off, int64_t nr, int64_t ld,
+                                int64_t nc, int64_t xcs, int64_t *restrict bv, int64_t *restrict bi,
+                                int64_t i0, int64_t rs, int64_t cs) {
+    for (int64_t r = 0, b = off; r < nr; r++, b += ld) {
+        int64_t ir = i0 + r * rs;
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) {
+            int64_t v = x[b + c * xcs], cur = bv[c];
+            bool take = mx ? v > cur : v < cur;
+            bv[c] = take ? v : cur;
+            bi[c] = take ? ir + c * cs : bi[c];
+        }
+    }
+}
+
+/* general strides */
+static void mm_any_f32(bool mx, const void *x, int64_t off, int64_t nr, int64_t ld, int64_t nc,
+                       int64_t xcs, double *bv, int64_t *bi, int64_t i0, int64_t rs, int64_t cs) {
+    mm_block(mx, x, false, off, nr, ld, nc, xcs, bv, bi, i0, rs, cs);
+}
+static void mm_any_f64(bool mx, const void *x, int64_t off, int64_t nr, int64_t ld, int64_t nc,
+                       int64_t xcs, double *bv, int64_t *bi, int64_t i0, int64_t rs, int64_t cs) {
+    mm_block(mx, x, true, off, nr, ld, nc, xcs, bv, bi, i0, rs, cs);
+}
+static void mm_any_i64(bool mx, const int64_t *x, int64_t off, int64_t nr, int64_t ld, int64_t nc,
+                       int64_t xcs, int64_t *bv, int64_t *bi, int64_t i0, int64_t rs, int64_t cs) {
+    mm_block_int(mx, x, off, nr, ld, nc, xcs, bv, bi, i0, rs, cs);
+}
+/* rows of LANES contiguous elements, element (r, c) at index i0 + r*LANES + c */
+static void mm_lanes_f32(bool mx, const void *x, int64_t off, int64_t rows, double *bv, int64_t *bi,
+                         int64_t i0) {
+    mm_block(mx, x, false, off, rows, LANES, LANES, 1, bv, bi, i0, LANES, 1);
+}
+static void mm_lanes_f64(bool mx, const void *x, int64_t off, int64_t rows, double *bv, int64_t *bi,
+                         int64_t i0) {
+    mm_block(mx, x, true, off, rows, LANES, LANES, 1, bv, bi, i0, LANES, 1);
+}
+static void mm_lanes_i64(bool mx, const int64_t *x, int64_t off, int64_t rows, int64_t *bv,
+                         int64_t *bi, int64_t i0) {
+    mm_block_int(mx, x, off, rows, LANES, LANES, 1, bv, bi, i0, LANES, 1);
+}
+
+typedef struct {
+    bool mx, group;
+    const void *x;
+    dl_dtype dt;
+    int64_t RO, O, R, I;
+    void *pv;    /* (O,nch,I) values: double, or int64 for int64 input */
+    int64_t *pi; /* (O,nch,I) indices */
+} mm_ctx;
+
+/* Starting point of a fold: the identity with the index of the first element
+ * (an element equal to the identity is then reported at the right index). */
+static void mm_init(const mm_ctx *c, int64_t n, double *dv, int64_t *iv, int64_t *bi, int64_t i0,
+                    int64_t cs) {
+    for (int64_t j = 0; j < n; j++) {
+        dv[j] = c->mx ? -INFINITY : INFINITY;
+        iv[j] = c->mx ? INT64_MIN : INT64_MAX;
+        bi[j] = i0 + j * cs;
+    }
+}
+
+static void mm_fold(const mm_ctx *c, int64_t off, int64_t nr, int64_t ld, int64_t nc, int64_t xcs,
+                    double *dv, int64_t *iv, int64_t *bi, int64_t i0, int64_t rs, int64_t cs) {
+    switch (c->dt) {
+    case DL_DTYPE_F32: mm_any_f32(c->mx, c->x, off, nr, ld, nc, xcs, dv, bi, i0, rs, cs); break;
+    case DL_DTYPE_F64: mm_any_f64(c->mx, c->x, off, nr, ld, nc, xcs, dv, bi, i0, rs, cs); break;
+    default: mm_any_i64(c->mx, c->x, off, nr, ld, nc, xcs, iv, bi, i0, rs, cs); break;
+    }
+}
+
+static void mm_fold_lanes(const mm_ctx *c, int64_t off, int64_t rows, double *dv, int64_t *iv,
+                          int64_t *bi, int64_t i0) {
+    switch (c->dt) {
+    case DL_DTYPE_F32: mm_lanes_f32(c->mx, c->x, off, rows, dv, bi, i0); break;
+    case DL_DTYPE_F64: mm_lanes_f64(c->mx, c->x, off, rows, dv, bi, i0); break;
+    default: mm_lanes_i64(c->mx, c->x, off, rows, iv, bi, i0); break;
+    }
+}
+
+static void mm_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                    int64_t slot) {
+    const mm_ctx *c = vc;
+    bool isint = c->dt == DL_DTYPE_I64;
+    int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
+    if (c->I == 1 && !c->group) {
+        double dv[LANES];
+        int64_t iv[LANES], bi[LANES];
+        mm_init(c, LANES, dv, iv, bi, r0, 1);
+        int64_t rows = nr / LANES;
+        for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
+            mm_fold_lanes(c, off, rows, dv, iv, bi, r0);
+            mm_fold(c, off + rows * LANES, 1, 0, nr - rows * LANES, 1, dv, iv, bi,
+                    r0 + rows * LANES, 0, 1);
+        }
+        int best = 0;
+        for (int j = 1; j < LANES; j++) {
+            bool b = isint ? mm_better_i64(c->mx, iv[j], bi[j], iv[best], bi[best])
+                           : mm_better(c->mx, dv[j], bi[j], dv[best], bi[best]);
+            if (b) best = j;
+        }
+        if (isint)
+            ((int64_t *)c->pv)[slot] = iv[best];
+        else
+            ((double *)c->pv)[slot] = dv[best];
+        c->pi[slot] = bi[best];
+        return;
+    }
+    double dv[COL_BLOCK];
+    int64_t iv[COL_BLOCK], bi[COL_BLOCK];
+    mm_init(c, nc, dv, iv, bi, r0, 0);
+    for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
+        if (c->group) /* nc rows of nr side by side; index = position in the row */
+            mm_fold(c, off, nr, 1, nc, nr, dv, iv, bi, 0, 1, 0);
+        else
+            mm_fold(c, off, nr, c->I, nc, 1, dv, iv, bi, r0, 1, 0);
+    }
+    int64_t at = slot * c->I + c0;
+    if (isint)
+        memcpy((int64_t *)c->pv + at, iv, (size_t)nc * sizeof(int64_t));
+    else
+        memcpy((double *)c->pv + at, dv, (size_t)nc * sizeof(double));
+    memcpy(c->pi + at, bi, (size_t)nc * sizeof(int64_t));
+}
+
+int dl_cpu_reduce_minmax(bool is_max, const void *x, dl_dtype dt, const dl_rshape *sh, void *vals,
+                         int64_t *idx) {
+    int64_t O = sh->O, I = sh->I, n = O * I;
+    if (n == 0) return 0;
+    if (sh->R * sh->RO <= 0) return dl_error("max/min: cannot reduce over an empty dimension");
+    split s;
+    split_init(&s, sh, true, true);
+    bool isint = dt == DL_DTYPE_I64;
+    void *pv = vals;
+    int64_t *pi = idx;
+    if (s.nch > 1) pv = malloc(8 * (size_t)(n * s.nch));
+    if (s.nch > 1 || !idx) pi = malloc(sizeof(int64_t) * (size_t)(n * s.nch));
+    if (!pv || !pi) {
+        if (pv != vals) free(pv);
+        if (pi != idx) free(pi);
+        return no_memory("max/min");
+    }
+    mm_ctx c = {is_max, s.group, x, dt, sh->RO, O, sh->R, I, pv, pi};
+    split_run(&s, mm_item, &c);
+    if (s.nch > 1) {
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t i = 0; i < I; i++) {
+                int64_t at = o * s.nch * I + i, bi = pi[at];
+                double bd = isint ? 0 : ((double *)pv)[at];
+                int64_t bn = isint ? ((int64_t *)pv)[at] : 0;
+                for (int64_t ch = 1; ch < s.nch; ch++) {
+                    int64_t a2 = (o * s.nch + ch) * I + i;
+                    if (isint ? mm_better_i64(is_max, ((int64_t *)pv)[a2], pi[a2], bn, bi)
+                              : mm_better(is_max, ((double *)pv)[a2], pi[a2], bd, bi)) {
+                        bi = pi[a2];
+                        if (isint)
+                            bn = ((int64_t *)pv)[a2];
+                        else
+                            bd = ((double *)pv)[a2];
+                    }
+                }
+                if (isint)
+                    ((int64_t *)vals)[o * I + i] = bn;
+                else
+                    ((double *)vals)[o * I + i] = bd;
+                if (idx) idx[o * I + i] = bi;
+            }
+    }
+    if (pv != vals) free(pv);
+    if (pi != idx) free(pi);
+    return 0;
+}
+
+/* --- all / any ---------------------------------------------------------------- */
+
+ALWAYS_INLINE void aa_block(bool all, const uint8_t *x, int64_t off, int64_t nr, int64_t ld,
+                            int64_t nc, int64_t xcs, uint8_t *restrict acc) {
+    if (all) {
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) acc[c] &= x[b + c * xcs] != 0;
+    } else {
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) acc[c] |= x[b + c * xcs] != 0;
+    }
+}
+
+typedef struct {
+    bool all, group;
+    const uint8_t *x;
+    int64_t RO, O, R, I;
+    uint8_t *part;
+} aa_ctx;
+
+static void aa_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                    int64_t slot) {
+    const aa_ctx *c = vc;
+    int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
+    uint8_t acc[COL_BLOCK > LANES ? COL_BLOCK : LANES];
+    if (c->I == 1 && !c->group) {
+        memset(acc, c->all, LANES);
+        int64_t rows = nr / LANES;
+        for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
+            aa_block(c->all, c->x, off, rows, LANES, LANES, 1, acc);
+            aa_block(c->all, c->x, off + rows * LANES, 1, 0, nr - rows * LANES, 1, acc);
+        }
+        uint8_t r = c->all;
+        for (int j = 0; j < LANES; j++) r = c->all ? (r & acc[j]) : (r | acc[j]);
+        c->part[slot] = r;
+        return;
+    }
+    memset(acc, c->all, (size_t)nc);
+    for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
+        if (c->group)
+            aa_block(c->all, c->x, off, nr, 1, nc, nr, acc);
+        else
+            aa_block(c->all, c->x, off, nr, c->I, nc, 1, acc);
+    }
+    memcpy(c->part + slot * c->I + c0, acc, (size_t)nc);
+}
+
+int dl_cpu_reduce_allany(bool is_all, const uint8_t *x, const dl_rshape *sh, uint8_t *out) {
+    int64_t O = sh->O, I = sh->I, n = O * I;
+    if (n == 0) return 0;
+    if (sh->R * sh->RO == 0) {
+        memset(out, is_all, (size_t)n);
+        return 0;
+    }
+    split s;
+    split_init(&s, sh, true, true);
+    uint8_t *part = out;
+    if (s.nch > 1 && !(part = malloc((size_t)(n * s.nch)))) return no_memory("all/any");
+    aa_ctx c = {is_all, s.group, x, sh->RO, O, sh->R, I, part};
+    split_run(&s, aa_item, &c);
+    if (part != out) {
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t i = 0; i < I; i++) {
+                uint8_t a = is_all;
+                for (int64_t ch = 0; ch < s.nch; ch++) {
+                    uint8_t b = part[(o * s.nch + ch) * I + i];
+                    a = is_all ? (a & b) : (a | b);
+                }
+                out[o * I + i] = a;
+            }
+        free(part);
+    }
+    return 0;
+}
+
+/* --- scans (cumsum, cumprod) ------------------------------------------------------- */
+
+ALWAYS_INLINE void stx(void *out, int64_t i, bool f64, double v) {
+    if (f64)
+        ((double *)out)[i] = v;
+    else
+        ((float *)out)[i] = (float)v;
+}
+
+/* Scans nr rows of nc columns (row r at off + r*ld) carrying acc[nc]. */
+ALWAYS_INLINE void scan_block(bool prod, const void *x, void *out, bool f64, int64_t off,
+                              int64_t nr, int64_t ld, int64_t nc, double *restrict acc) {
+    if (nc == 1) { /* one column (I == 1): a plain running loop */
+        double a = acc[0];
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld) {
+            a = prod ? a * ldx(x, b, f64) : a + ldx(x, b, f64);
+            stx(out, b, f64, a);
+        }
+        acc[0] = a;
+        return;
+    }
+    for (int64_t r = 0, b = off; r < nr; r++, b += ld) {
+        if (prod) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) {
+                acc[c] *= ldx(x, b + c, f64);
+                stx(out, b + c, f64, acc[c]);
+            }
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) {
+                acc[c] += ldx(x, b + c, f64);
+                stx(out, b + c, f64, acc[c]);
+            }
+        }
+    }
+}
+
+static void scan_block_f32(bool prod, const void *x, void *out, int64_t off, int64_t nr, int64_t ld,
+                           int64_t nc, double *acc) {
+    scan_block(prod, x, out, false, off, nr, ld, nc, acc);
+}
+static void scan_block_f64(bool prod, const void *x, void *out, int64_t off, int64_t nr, int64_t ld,
+                           int64_t nc, double *acc) {
+    scan_block(prod, x, out, true, off, nr, ld, nc, acc);
+}
+
+static void scan_block_i64(bool prod, const int64_t *x, int64_t *out, int64_t off, int64_t nr,
+                           int64_t ld, int64_t nc, uint64_t *restrict acc) {
+    for (int64_t r = 0, b = off; r < nr; r++, b += ld)
+        for (int64_t c = 0; c < nc; c++) {
+            acc[c] = prod ? acc[c] * (uint64_t)x[b + c] : acc[c] + (uint64_t)x[b + c];
+            out[b + c] = (int64_t)acc[c];
+        }
+}
+
+typedef struct {
+    bool prod;
+    const void *x;
+    void *out;
+    dl_dtype dt;
+    int64_t R, I;
+} scan_ctx;
+
+static void scan_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                      int64_t slot) {
+    (void)slot;
+    const scan_ctx *c = vc;
+    int64_t off = (o * c->R + r0) * c->I + c0;
+    if (c->dt == DL_DTYPE_I64) {
+        uint64_t acc[COL_BLOCK];
+        for (int64_t j = 0; j < nc; j++) acc[j] = c->prod ? 1 : 0;
+        scan_block_i64(c->prod, c->x, c->out, off, nr, c->I, nc, acc);
+        return;
+    }
+    double acc[COL_BLOCK];
+    for (int64_t j = 0; j < nc; j++) acc[j] = c->prod ? 1 : 0;
+    if (c->dt == DL_DTYPE_F64)
+        scan_block_f64(c->prod, c->x, c->out, off, nr, c->I, nc, acc);
+    else
+        scan_block_f32(c->prod, c->x, c->out, off, nr, c->I, nc, acc);
+}
+
+int dl_cpu_scan(bool prod, const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, void *out) {
+    if (O * R * I == 0) return 0;
+    split s;
+    dl_rshape sh = {1, O, R, I};
+    split_init(&s, &sh, false, false);
+    scan_ctx c = {prod, x, out, dt, R, I};
+    split_run(&s, scan_item, &c);
+    return 0;
+}
+
+/* --- median ------------------------------------------------------------------------ */
+
+typedef struct {
+    double v;
+    int64_t i;
+} pair_f;
+
+typedef struct {
+    int64_t v;
+    int64_t i;
+} pair_i;
+
+static int cmp_pair_f(const void *a, const void *b) {
+    const pair_f *p = a, *q = b;
+    if (p->v != q->v) return p->v < q->v ? -1 : 1;
+    return (p->i > q->i) - (p->i < q->i);
+}
+
+static int cmp_pair_i(const void *a, const void *b) {
+    const pair_i *p = a, *q = b;
+    if (p->v != q->v) return p->v < q->v ? -1 : 1;
+    return (p->i > q->i) - (p->i < q->i);
+}
+
+typedef struct {
+    const void *x;
+    dl_dtype dt;
+    int64_t R, I;
+    void *vals;
+    int64_t *idx;
+    int failed;
+} med_ctx;
+
+static void med_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                     int64_t slot) {
+    (void)r0;
+    (void)slot;
+    med_ctx *c = vc;
+    bool isint = c->dt == DL_DTYPE_I64;
+    void *buf = malloc((size_t)nr * (isint ? sizeof(pair_i) : sizeof(pair_f)));
+    if (!buf) {
+#pragma omp atomic write
+        c->failed = 1;
+        return;
+    }
+    int64_t k = (nr - 1) / 2;
+    for (int64_t j = c0; j < c0 + nc; j++) {
+        int64_t base = o * c->R * c->I + j, at = o * c->I + j;
+        if (isint) {
+            pair_i *p = buf;
+            const int64_t *x = c->x;
+            for (int64_t r = 0; r < nr; r++) p[r] = (pair_i){x[base + r * c->I], r};
+            qsort(p, (size_t)nr, sizeof *p, cmp_pair_i);
+            ((int64_t *)c->vals)[at] = p[k].v;
+            c->idx[at] = p[k].i;
+            continue;
+        }
+        pair_f *p = buf;
+        bool f64 = c->dt == DL_DTYPE_F64;
+        int64_t nan_at = -1;
+        for (int64_t r = 0; r < nr; r++) {
+            double v = ldx(c->x, base + r * c->I, f64);
+            if (v != v) {
+                nan_at = r;
+                break;
+            }
+            p[r] = (pair_f){v, r};
+        }
+        if (nan_at >= 0) {
+            ((double *)c->vals)[at] = NAN;
+            c->idx[at] = nan_at;
+            continue;
+        }
+        qsort(p, (size_t)nr, sizeof *p, cmp_pair_f);
+        ((double *)c->vals)[at] = p[k].v;
+        c->idx[at] = p[k].i;
+    }
+    free(buf);
+}
+
+int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, void *vals,
+                  int64_t *idx) {
+    if (O * I == 0) return 0;
+    if (R <= 0) return dl_error("median: cannot reduce over an empty dimension");
+    split s;
+    dl_rshape sh = {1, O, R, I};
+    split_init(&s, &sh, false, false);
+    med_ctx c = {x, dt, R, I, vals, idx, 0};
+    split_run(&s, med_item, &c);
+    return c.failed ? no_memory("median") : 0;
+}
+
+/* --- finishing ------------------------------------------------------------------------ */
+
+void dl_cpu_reduce_finish(dl_fin_kind kind, double *a, int64_t n, double c, const double *shift) {
+    switch (kind) {
+    case DL_FIN_DIV:
+        for (int64_t i = 0; i < n; i++) a[i] /= c;
+        break;
+    case DL_FIN_SQRT_DIV:
+        for (int64_t i = 0; i < n; i++) a[i] = sqrt(a[i] / c);
+        break;
+    case DL_FIN_POW:
+        for (int64_t i = 0; i < n; i++) a[i] = pow(a[i], c);
+        break;
+    case DL_FIN_LOG_SHIFT:
+        for (int64_t i = 0; i < n; i++) a[i] = log(a[i]) + shift[i];
+        break;
+    }
+}

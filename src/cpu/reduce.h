@@ -1,0 +1,81 @@
+/* cpu/reduce.h - CPU kernels of the reduction family (sum, max, var, scans...).
+ *
+ * Reductions read a dense block viewed as (RO, O, R, I) (dl_rshape): they
+ * fold over ro and r and write O*I results in (o, i) row-major order.  Scans
+ * and the median read (O, R, I) (RO == 1) and work along r.  The ops layer
+ * (src/ops/reduce.c) brings any input into this form and picks the dtype:
+ *  - float kernels read float32 or float64 and accumulate in double;
+ *  - integer kernels read int64 and wrap around like int64 arithmetic;
+ *  - all/any read bool bytes.
+ * Indices written by kernels are 0-based positions along r.  Results do not
+ * depend on the thread count.  Kernels return 0, or -1 with dl_last_error()
+ * set when scratch memory cannot be allocated. */
+#ifndef DL_CPU_REDUCE_H
+#define DL_CPU_REDUCE_H
+
+#include "core/dtype.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Element (ro, o, r, i) is x[((ro*O + o)*R + r)*I + i].  RO > 1 lets a dense
+ * input whose reduced dims lie on both sides of the kept ones be read in
+ * place; indices (minmax) are only meaningful when RO == 1. */
+typedef struct {
+    int64_t RO, O, R, I;
+} dl_rshape;
+
+/* What a float reduction accumulates (v is one element). */
+typedef enum {
+    DL_ACC_SUM,     /* sum v */
+    DL_ACC_SUMSQ,   /* sum v^2 */
+    DL_ACC_SUMABS,  /* sum |v| */
+    DL_ACC_SUMPOW,  /* sum |v|^p */
+    DL_ACC_COUNTNZ, /* number of v != 0 */
+    DL_ACC_PROD,    /* product of v */
+    DL_ACC_MAX,     /* max v, NaN wins; -inf when R == 0 */
+    DL_ACC_MIN,     /* min v, NaN wins; +inf when R == 0 */
+    DL_ACC_MAXABS,  /* max |v|, NaN wins; 0 when R == 0 */
+    DL_ACC_MINABS,  /* min |v|, NaN wins; +inf when R == 0 */
+    DL_ACC_SUMEXP,  /* sum exp(v - shift) */
+    DL_ACC_SQDEV,   /* sum (v - shift)^2 */
+} dl_acc_kind;
+
+/* x is float32 or float64 (dt); out is (O,I).  shift is (O,I) for SUMEXP
+ * and SQDEV (else unused); p is the power of SUMPOW. */
+int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rshape *s, double p,
+                      const double *shift, double *out);
+
+/* x is int64; out is (O,I): the sum (prod false) or product. */
+int dl_cpu_reduce_acc_i64(bool prod, const int64_t *x, const dl_rshape *s, int64_t *out);
+
+/* Max (is_max) or min over r with the index of its first occurrence; a NaN
+ * beats every number (the first NaN is reported).  x is float32, float64 or
+ * int64 (dt); vals is (O,I) double for float input and int64 for int64
+ * input; idx (O,I) may be NULL (and must be when RO > 1).  R must be > 0. */
+int dl_cpu_reduce_minmax(bool is_max, const void *x, dl_dtype dt, const dl_rshape *s, void *vals,
+                         int64_t *idx);
+
+/* All (is_all) or any of bool bytes x into out (O,I). */
+int dl_cpu_reduce_allany(bool is_all, const uint8_t *x, const dl_rshape *s, uint8_t *out);
+
+/* Running sum (prod false) or product along r: x and out are (O,R,I) of the
+ * same dtype dt (float32, float64: accumulated in double; int64). */
+int dl_cpu_scan(bool prod, const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, void *out);
+
+/* Lower median along r and its index (among equal values, the smallest
+ * index); a NaN in the row gives NaN and the index of the first NaN.  x is
+ * float32/float64 (vals double) or int64 (vals int64).  R must be > 0. */
+int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, void *vals,
+                  int64_t *idx);
+
+/* Final touches on n accumulated values a, in place. */
+typedef enum {
+    DL_FIN_DIV,       /* a / c */
+    DL_FIN_SQRT_DIV,  /* sqrt(a / c) */
+    DL_FIN_POW,       /* a^c */
+    DL_FIN_LOG_SHIFT, /* log(a) + shift */
+} dl_fin_kind;
+void dl_cpu_reduce_finish(dl_fin_kind kind, double *a, int64_t n, double c, const double *shift);
+
+#endif
