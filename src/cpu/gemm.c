@@ -54,8 +54,12 @@ enum { MR = 6, NR = 16, KC = 256, NC = 512, MC = 96 };
 #define DL_ISA_CLONES
 #endif
 
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
+static int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+static int64_t round_up(int64_t a, int64_t m) {
+    return (a + m - 1) / m * m;
+}
 
 /* --- layouts ---------------------------------------------------------------- */
 
@@ -124,8 +128,7 @@ static void scale_out(dl_dtype dt, int64_t n, void *out, double beta) {
         for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)((uint64_t)o[i] * ib);
         break;
     }
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -183,14 +186,10 @@ typedef struct {
 
 static uint64_t load_u64(const char *p, dl_dtype dt) {
     switch (dt) {
-    case DL_DTYPE_I64:
-        return (uint64_t) * (const int64_t *)p;
-    case DL_DTYPE_I32:
-        return (uint64_t)(int64_t) * (const int32_t *)p;
-    case DL_DTYPE_U8:
-        return *(const uint8_t *)p;
-    default:
-        return 0;
+    case DL_DTYPE_I64: return (uint64_t) * (const int64_t *)p;
+    case DL_DTYPE_I32: return (uint64_t)(int64_t) * (const int32_t *)p;
+    case DL_DTYPE_U8: return *(const uint8_t *)p;
+    default: return 0;
     }
 }
 
@@ -212,7 +211,8 @@ static void pack_b(dl_dtype dt, mat_view b, int64_t kb, int64_t nb, void *bp) {
             uint64_t *dst = (uint64_t *)bp + j0 * kb;
             for (int64_t k = 0; k < kb; k++, dst += NR) {
                 int64_t j = 0;
-                for (; j < w; j++) dst[j] = load_u64(b.p + (size_t)(k * b.rs + (j0 + j) * b.cs) * isz, dt);
+                for (; j < w; j++)
+                    dst[j] = load_u64(b.p + (size_t)(k * b.rs + (j0 + j) * b.cs) * isz, dt);
                 for (; j < NR; j++) dst[j] = 0;
             }
         }
@@ -290,8 +290,7 @@ static void store_int(dl_dtype dt, const uint64_t *acc, uint64_t alpha, char *c,
                 *o = (uint8_t)((uint64_t)*o + v);
                 break;
             }
-            default:
-                break;
+            default: break;
             }
         }
 }
@@ -327,7 +326,8 @@ static int own_gemm_one(dl_dtype dt, int64_t M, int64_t N, int64_t K, double alp
 #ifdef _OPENMP
                 tid = omp_get_thread_num();
 #endif
-                void *ap = (char *)ap_all + sizeof(uint64_t) * (size_t)(mc_max * kc_max) * (size_t)tid;
+                void *ap =
+                    (char *)ap_all + sizeof(uint64_t) * (size_t)(mc_max * kc_max) * (size_t)tid;
                 int64_t ic = blk * MC, mb = min64(MC, M - ic);
                 mat_view asub = {a.p + (size_t)(ic * a.rs + kc * a.cs) * isz, a.rs, a.cs};
                 pack_a(dt, asub, mb, kb, ap);
@@ -336,8 +336,8 @@ static int own_gemm_one(dl_dtype dt, int64_t M, int64_t N, int64_t K, double alp
                         int64_t mr = min64(MR, mb - i0), nr = min64(NR, nb - j0);
                         char *c = out + (size_t)((ic + i0) * N + jc + j0) * isz;
                         if (dt == DL_DTYPE_F64) {
-                            micro_f64(kb, (const double *)ap + i0 * kb, (const double *)bp + j0 * kb,
-                                      alpha, (double *)c, N, mr, nr);
+                            micro_f64(kb, (const double *)ap + i0 * kb,
+                                      (const double *)bp + j0 * kb, alpha, (double *)c, N, mr, nr);
                         } else {
                             uint64_t acc[MR * NR];
                             micro_u64(kb, (const uint64_t *)ap + i0 * kb,
@@ -364,8 +364,10 @@ static int gemm_own(dl_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K,
     if (batch_parallel(batch, nt, work)) {
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t i = 0; i < batch; i++) {
-            mat_view a = {(const char *)A->data + (size_t)(A->boff ? A->boff[i] : 0) * isz, A->rs, A->cs};
-            mat_view b = {(const char *)B->data + (size_t)(B->boff ? B->boff[i] : 0) * isz, B->rs, B->cs};
+            mat_view a = {(const char *)A->data + (size_t)(A->boff ? A->boff[i] : 0) * isz, A->rs,
+                          A->cs};
+            mat_view b = {(const char *)B->data + (size_t)(B->boff ? B->boff[i] : 0) * isz, B->rs,
+                          B->cs};
             if (own_gemm_one(dt, M, N, K, alpha, a, b, out + (size_t)(i * M * N) * isz, 1)) {
 #pragma omp atomic write
                 failed = 1;
@@ -374,8 +376,10 @@ static int gemm_own(dl_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K,
     } else {
         int inner = work < GEMM_SERIAL_WORK ? 1 : nt;
         for (int64_t i = 0; i < batch && !failed; i++) {
-            mat_view a = {(const char *)A->data + (size_t)(A->boff ? A->boff[i] : 0) * isz, A->rs, A->cs};
-            mat_view b = {(const char *)B->data + (size_t)(B->boff ? B->boff[i] : 0) * isz, B->rs, B->cs};
+            mat_view a = {(const char *)A->data + (size_t)(A->boff ? A->boff[i] : 0) * isz, A->rs,
+                          A->cs};
+            mat_view b = {(const char *)B->data + (size_t)(B->boff ? B->boff[i] : 0) * isz, B->rs,
+                          B->cs};
             failed = own_gemm_one(dt, M, N, K, alpha, a, b, out + (size_t)(i * M * N) * isz, inner);
         }
     }
@@ -403,7 +407,8 @@ int dl_cpu_gemm(dl_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, dou
         bool fold = true;
         int64_t a0 = A->boff ? A->boff[0] : 0, b0 = B->boff ? B->boff[0] : 0;
         for (int64_t i = 1; i < batch && fold; i++) {
-            fold = (B->boff ? B->boff[i] : 0) == b0 && (A->boff ? A->boff[i] : 0) == a0 + i * M * A->rs;
+            fold = (B->boff ? B->boff[i] : 0) == b0 &&
+                   (A->boff ? A->boff[i] : 0) == a0 + i * M * A->rs;
         }
         if (fold && dt == DL_DTYPE_F32) fold = dl_cpu_gemm_readable(batch * M, K, A->rs, A->cs);
         if (fold) {

@@ -14,12 +14,24 @@ static int binary(lua_State *L, binary_op f) {
     return dlL_pushtensor(L, f(a, b));
 }
 
-static int l_matmul(lua_State *L) { return binary(L, dl_matmul); }
-static int l_mm(lua_State *L) { return binary(L, dl_mm); }
-static int l_bmm(lua_State *L) { return binary(L, dl_bmm); }
-static int l_dot(lua_State *L) { return binary(L, dl_dot); }
-static int l_mv(lua_State *L) { return binary(L, dl_mv); }
-static int l_outer(lua_State *L) { return binary(L, dl_outer); }
+static int l_matmul(lua_State *L) {
+    return binary(L, dl_matmul);
+}
+static int l_mm(lua_State *L) {
+    return binary(L, dl_mm);
+}
+static int l_bmm(lua_State *L) {
+    return binary(L, dl_bmm);
+}
+static int l_dot(lua_State *L) {
+    return binary(L, dl_dot);
+}
+static int l_mv(lua_State *L) {
+    return binary(L, dl_mv);
+}
+static int l_outer(lua_State *L) {
+    return binary(L, dl_outer);
+}
 
 /* dl.addmm(input, m1, m2, {beta=1, alpha=1}) */
 static int l_addmm(lua_State *L) {
@@ -35,8 +47,8 @@ static int l_addmm(lua_State *L) {
 
 void dlL_open_linalg(lua_State *L) {
     static const luaL_Reg fns[] = {
-        {"matmul", l_matmul}, {"mm", l_mm},     {"bmm", l_bmm},     {"addmm", l_addmm},
-        {"dot", l_dot},       {"mv", l_mv},     {"outer", l_outer}, {NULL, NULL},
+        {"matmul", l_matmul}, {"mm", l_mm}, {"bmm", l_bmm},     {"addmm", l_addmm},
+        {"dot", l_dot},       {"mv", l_mv}, {"outer", l_outer}, {NULL, NULL},
     };
     dlL_register(L, fns, fns);
 }

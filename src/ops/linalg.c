@@ -142,7 +142,8 @@ static int gemm_into(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, dl_
         batch_offsets(a, nb, obs, offs);
         batch_offsets(b, nb, obs, offs + batch);
         dl_gemm_matrix A = {dl_tensor_data(a), offs, a->strides[an - 2], a->strides[an - 1]};
-        dl_gemm_matrix B = {dl_tensor_data(b), offs + batch, b->strides[bn - 2], b->strides[bn - 1]};
+        dl_gemm_matrix B = {dl_tensor_data(b), offs + batch, b->strides[bn - 2],
+                            b->strides[bn - 1]};
         rc = dl_cpu_gemm(dt, batch, M, N, K, alpha, &A, &B, beta, dl_tensor_data(out));
         if (rc == 0) dl_tensor_bump_version(out);
     }
@@ -260,8 +261,7 @@ dl_tensor *dl_bmm(dl_tensor *a, dl_tensor *b) {
 }
 
 dl_tensor *dl_mv(dl_tensor *a, dl_tensor *v) {
-    if (check_pair("mv", a, v) ||
-        check_ndim("mv", a, v, 2, 1, "a 2-D matrix and a 1-D vector"))
+    if (check_pair("mv", a, v) || check_ndim("mv", a, v, 2, 1, "a 2-D matrix and a 1-D vector"))
         return NULL;
     if (a->shape[1] != v->shape[0]) {
         shape_mismatch("mv", a, v, a->shape[1], v->shape[0]);
@@ -308,7 +308,8 @@ dl_tensor *dl_addmm(dl_tensor *input, dl_tensor *m1, dl_tensor *m2, double beta,
     }
     dl_tensor *out = dl_tensor_empty(2, shape, m1->dtype, DL_CPU);
     if (!out) return NULL;
-    if ((beta != 0 && dl_tensor_copy_(out, input)) || gemm_into(m1, m2, 0, NULL, out, alpha, beta)) {
+    if ((beta != 0 && dl_tensor_copy_(out, input)) ||
+        gemm_into(m1, m2, 0, NULL, out, alpha, beta)) {
         dl_tensor_release(out);
         return NULL;
     }
