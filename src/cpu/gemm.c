@@ -101,7 +101,8 @@ static void scale_out(dl_dtype dt, int64_t n, void *out, double beta) {
         memset(out, 0, (size_t)n * dl_dtype_size(dt));
         return;
     }
-    uint64_t ib = (uint64_t)(int64_t)beta;
+    /* integral for integer dtypes (checked by the op); unused for floats */
+    uint64_t ib = dl_dtype_is_floating(dt) ? 0 : (uint64_t)(int64_t)beta;
     switch (dt) {
     case DL_DTYPE_F32: {
         float *o = out, fb = (float)beta;
@@ -313,7 +314,7 @@ static int own_gemm_one(dl_dtype dt, int64_t M, int64_t N, int64_t K, double alp
         free(ap_all);
         return -1;
     }
-    uint64_t ialpha = (uint64_t)(int64_t)alpha;
+    uint64_t ialpha = dt == DL_DTYPE_F64 ? 0 : (uint64_t)(int64_t)alpha;
     for (int64_t jc = 0; jc < N; jc += NC) {
         int64_t nb = min64(NC, N - jc);
         for (int64_t kc = 0; kc < K; kc += KC) {
