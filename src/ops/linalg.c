@@ -1,0 +1,346 @@
+/* linalg.c - the linear-algebra op family (see linalg.h): checks, shapes and
+ * dtypes, allocation, and dispatch to the CPU GEMM (src/cpu/gemm.c).
+ *
+ * Everything funnels into gemm_into: operands of >= 2 dims (a 1-D operand is
+ * first viewed as a row or column), batch dims broadcast against the result's,
+ * a contiguous result buffer.  float16/bfloat16 are converted to float32,
+ * multiplied there, and rounded back once.  float32 operands that sgemm
+ * cannot read in place (neither stride of the matrix dims is 1) are copied to
+ * contiguous first; transposed ones are read as they are.
+ * Invariants: operands are never written; every temporary is released on
+ * every path; a failure returns NULL with dl_last_error() set. */
+#include "ops/linalg.h"
+#include "core/error.h"
+#include "cpu/gemm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- checks ----------------------------------------------------------------------- */
+
+static int check_cpu(const char *op, const dl_tensor *t) {
+    if (dl_tensor_device(t).type != DL_DEVICE_CPU)
+        return dl_error("%s: only CPU tensors are supported for now", op);
+    return 0;
+}
+
+/* Same device, same dtype, and a dtype we multiply. */
+static int check_pair(const char *op, const dl_tensor *a, const dl_tensor *b) {
+    if (check_cpu(op, a) || check_cpu(op, b)) return -1;
+    if (a->dtype != b->dtype)
+        return dl_error("%s: expected m1 and m2 to have the same dtype, but got %s and %s", op,
+                        dl_dtype_name(a->dtype), dl_dtype_name(b->dtype));
+    if (a->dtype == DL_DTYPE_BOOL) return dl_error("%s: not implemented for bool tensors", op);
+    return 0;
+}
+
+static int check_ndim(const char *op, const dl_tensor *a, const dl_tensor *b, int na, int nb,
+                      const char *what) {
+    if (a->ndim != na || b->ndim != nb)
+        return dl_error("%s: expected %s, but got %d-D and %d-D tensors", op, what, a->ndim,
+                        b->ndim);
+    return 0;
+}
+
+static int shape_mismatch(const char *op, const dl_tensor *a, const dl_tensor *b, int64_t ka,
+                          int64_t kb) {
+    char sa[128], sb[128];
+    return dl_error("%s: shapes %s and %s cannot be multiplied (%lld != %lld)", op,
+                    dl_shape_str(a->ndim, a->shape, sa, sizeof sa),
+                    dl_shape_str(b->ndim, b->shape, sb, sizeof sb), (long long)ka, (long long)kb);
+}
+
+/* For integer dtypes, alpha/beta must be exact integers. */
+static int check_scalar(const char *op, const char *name, double v, dl_dtype dt) {
+    if (dl_dtype_is_floating(dt)) return 0;
+    if (v != floor(v) || fabs(v) > 9.2e18)
+        return dl_error("%s: %s must be an integer for %s tensors, got %g", op, name,
+                        dl_dtype_name(dt), v);
+    return 0;
+}
+
+/* --- the core --------------------------------------------------------------------- */
+
+/* Element offsets of t's batch dims (all but its last two), broadcast against
+ * the result's batch shape obs (nb dims, t's aligned right), in the result's
+ * row-major batch order.  offs has prod(obs) entries. */
+static void batch_offsets(const dl_tensor *t, int nb, const int64_t *obs, int64_t *offs) {
+    int tb = t->ndim - 2;
+    int64_t st[DL_MAX_DIMS] = {0}, idx[DL_MAX_DIMS] = {0}, total = 1;
+    for (int d = 0; d < nb; d++) {
+        int td = d - (nb - tb);
+        st[d] = (td >= 0 && t->shape[td] != 1) ? t->strides[td] : 0;
+        total *= obs[d];
+    }
+    int64_t off = 0;
+    for (int64_t i = 0; i < total; i++) {
+        offs[i] = off;
+        for (int d = nb - 1; d >= 0; d--) { /* odometer */
+            if (++idx[d] < obs[d]) {
+                off += st[d];
+                break;
+            }
+            off -= st[d] * (idx[d] - 1);
+            idx[d] = 0;
+        }
+    }
+}
+
+/* out = alpha * a @ b + beta * out.  a is (abatch..., M, K), b is
+ * (bbatch..., K, N), both >= 2-D, one dtype, K already checked; out is
+ * contiguous, of a's dtype, holding prod(obs) * M * N elements, where obs (nb
+ * dims) is the broadcast of the batch shapes. */
+static int gemm_into(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, dl_tensor *out,
+                     double alpha, double beta) {
+    dl_dtype dt = a->dtype;
+    if (dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16) {
+        int64_t n = dl_tensor_numel(out);
+        dl_tensor *a32 = dl_tensor_to_dtype(a, DL_DTYPE_F32);
+        dl_tensor *b32 = dl_tensor_to_dtype(b, DL_DTYPE_F32);
+        dl_tensor *o32 = beta != 0 ? dl_tensor_to_dtype(out, DL_DTYPE_F32)
+                                   : dl_tensor_empty(1, &n, DL_DTYPE_F32, DL_CPU);
+        int rc = -1;
+        if (a32 && b32 && o32 && gemm_into(a32, b32, nb, obs, o32, alpha, beta) == 0) {
+            dl_tensor *flat = dl_tensor_view(out, 1, &n);
+            dl_tensor *src = flat ? dl_tensor_view(o32, 1, &n) : NULL;
+            rc = src ? dl_tensor_copy_(flat, src) : -1;
+            dl_tensor_release(src);
+            dl_tensor_release(flat);
+        }
+        dl_tensor_release(a32);
+        dl_tensor_release(b32);
+        dl_tensor_release(o32);
+        return rc;
+    }
+
+    int an = a->ndim, bn = b->ndim;
+    int64_t M = a->shape[an - 2], K = a->shape[an - 1], N = b->shape[bn - 1];
+    int64_t batch = 1;
+    for (int d = 0; d < nb; d++) batch *= obs[d];
+    if (batch == 0 || M == 0 || N == 0) return 0;
+
+    dl_tensor *ac = NULL, *bc = NULL;
+    if (dt == DL_DTYPE_F32) {
+        if (!dl_cpu_gemm_readable(M, K, a->strides[an - 2], a->strides[an - 1])) {
+            if (!(ac = dl_tensor_contiguous(a))) return -1;
+            a = ac;
+        }
+        if (!dl_cpu_gemm_readable(K, N, b->strides[bn - 2], b->strides[bn - 1])) {
+            if (!(bc = dl_tensor_contiguous(b))) {
+                dl_tensor_release(ac);
+                return -1;
+            }
+            b = bc;
+        }
+    }
+    int rc = -1;
+    int64_t *offs = malloc(sizeof(int64_t) * 2 * (size_t)batch);
+    if (!offs) {
+        dl_error("matmul: out of memory for %lld batch offsets", (long long)batch);
+    } else {
+        batch_offsets(a, nb, obs, offs);
+        batch_offsets(b, nb, obs, offs + batch);
+        dl_gemm_matrix A = {dl_tensor_data(a), offs, a->strides[an - 2], a->strides[an - 1]};
+        dl_gemm_matrix B = {dl_tensor_data(b), offs + batch, b->strides[bn - 2],
+                            b->strides[bn - 1]};
+        rc = dl_cpu_gemm(dt, batch, M, N, K, alpha, &A, &B, beta, dl_tensor_data(out));
+        if (rc == 0) dl_tensor_bump_version(out);
+    }
+    free(offs);
+    dl_tensor_release(ac);
+    dl_tensor_release(bc);
+    return rc;
+}
+
+/* A new tensor of shape (ndim, shape) holding a @ b (both >= 2-D, checked). */
+static dl_tensor *gemm_new(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, int ndim,
+                           const int64_t *shape) {
+    dl_tensor *out = dl_tensor_empty(ndim, shape, a->dtype, DL_CPU);
+    if (out && gemm_into(a, b, nb, obs, out, 1.0, 0.0)) {
+        dl_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* (n) . (n) -> 0-dim, as (1,n) @ (n,1). */
+static dl_tensor *dot_impl(const char *op, dl_tensor *a, dl_tensor *b) {
+    if (a->shape[0] != b->shape[0]) {
+        if (strcmp(op, "matmul") == 0) {
+            shape_mismatch(op, a, b, a->shape[0], b->shape[0]);
+        } else {
+            dl_error("%s: expected 1-D tensors of the same size, but got %lld and %lld elements",
+                     op, (long long)a->shape[0], (long long)b->shape[0]);
+        }
+        return NULL;
+    }
+    dl_tensor *row = dl_tensor_unsqueeze(a, 0);
+    dl_tensor *col = row ? dl_tensor_unsqueeze(b, 1) : NULL;
+    dl_tensor *out = col ? gemm_new(row, col, 0, NULL, 0, NULL) : NULL;
+    dl_tensor_release(row);
+    dl_tensor_release(col);
+    return out;
+}
+
+/* --- the ops ------------------------------------------------------------------------ */
+
+dl_tensor *dl_matmul(dl_tensor *a, dl_tensor *b) {
+    const char *op = "matmul";
+    if (check_pair(op, a, b)) return NULL;
+    if (a->ndim == 0 || b->ndim == 0) {
+        dl_error("matmul: both arguments need to be at least 1-D, but they are %d-D and %d-D",
+                 a->ndim, b->ndim);
+        return NULL;
+    }
+    if (a->ndim == 1 && b->ndim == 1) return dot_impl(op, a, b);
+
+    int64_t ka = a->shape[a->ndim - 1], kb = b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - 2];
+    if (ka != kb) {
+        shape_mismatch(op, a, b, ka, kb);
+        return NULL;
+    }
+    /* batch dims: everything but the matrix dims, broadcast */
+    int abn = a->ndim > 2 ? a->ndim - 2 : 0, bbn = b->ndim > 2 ? b->ndim - 2 : 0;
+    int nb = abn > bbn ? abn : bbn;
+    int64_t obs[DL_MAX_DIMS];
+    for (int d = 0; d < nb; d++) {
+        int da = d - (nb - abn), db = d - (nb - bbn);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1) {
+            char s1[128], s2[128];
+            dl_error("matmul: batch dimensions of %s and %s cannot be broadcast (%lld vs %lld at "
+                     "batch dimension %d)",
+                     dl_shape_str(a->ndim, a->shape, s1, sizeof s1),
+                     dl_shape_str(b->ndim, b->shape, s2, sizeof s2), (long long)sa, (long long)sb,
+                     d + 1);
+            return NULL;
+        }
+        obs[d] = sa == 1 ? sb : sa;
+    }
+    /* result shape: batch, then M unless a is 1-D, then N unless b is 1-D */
+    int64_t shape[DL_MAX_DIMS];
+    int ndim = nb;
+    memcpy(shape, obs, sizeof(int64_t) * (size_t)nb);
+    if (a->ndim > 1) shape[ndim++] = a->shape[a->ndim - 2];
+    if (b->ndim > 1) shape[ndim++] = b->shape[b->ndim - 1];
+
+    dl_tensor *a2 = a->ndim == 1 ? dl_tensor_unsqueeze(a, 0) : dl_tensor_retain(a);
+    dl_tensor *b2 = b->ndim == 1 ? dl_tensor_unsqueeze(b, 1) : dl_tensor_retain(b);
+    dl_tensor *out = a2 && b2 ? gemm_new(a2, b2, nb, obs, ndim, shape) : NULL;
+    dl_tensor_release(a2);
+    dl_tensor_release(b2);
+    return out;
+}
+
+dl_tensor *dl_mm(dl_tensor *a, dl_tensor *b) {
+    if (check_pair("mm", a, b) || check_ndim("mm", a, b, 2, 2, "2-D matrices")) return NULL;
+    if (a->shape[1] != b->shape[0]) {
+        shape_mismatch("mm", a, b, a->shape[1], b->shape[0]);
+        return NULL;
+    }
+    int64_t shape[2] = {a->shape[0], b->shape[1]};
+    return gemm_new(a, b, 0, NULL, 2, shape);
+}
+
+dl_tensor *dl_bmm(dl_tensor *a, dl_tensor *b) {
+    if (check_pair("bmm", a, b) || check_ndim("bmm", a, b, 3, 3, "3-D tensors")) return NULL;
+    if (a->shape[0] != b->shape[0]) {
+        char s1[128], s2[128];
+        dl_error("bmm: batch sizes differ: %s and %s (%lld != %lld)",
+                 dl_shape_str(3, a->shape, s1, sizeof s1), dl_shape_str(3, b->shape, s2, sizeof s2),
+                 (long long)a->shape[0], (long long)b->shape[0]);
+        return NULL;
+    }
+    if (a->shape[2] != b->shape[1]) {
+        shape_mismatch("bmm", a, b, a->shape[2], b->shape[1]);
+        return NULL;
+    }
+    int64_t shape[3] = {a->shape[0], a->shape[1], b->shape[2]};
+    return gemm_new(a, b, 1, shape, 3, shape);
+}
+
+dl_tensor *dl_mv(dl_tensor *a, dl_tensor *v) {
+    if (check_pair("mv", a, v) || check_ndim("mv", a, v, 2, 1, "a 2-D matrix and a 1-D vector"))
+        return NULL;
+    if (a->shape[1] != v->shape[0]) {
+        shape_mismatch("mv", a, v, a->shape[1], v->shape[0]);
+        return NULL;
+    }
+    dl_tensor *col = dl_tensor_unsqueeze(v, 1);
+    dl_tensor *out = col ? gemm_new(a, col, 0, NULL, 1, a->shape) : NULL;
+    dl_tensor_release(col);
+    return out;
+}
+
+dl_tensor *dl_dot(dl_tensor *a, dl_tensor *b) {
+    if (check_pair("dot", a, b) || check_ndim("dot", a, b, 1, 1, "1-D tensors")) return NULL;
+    return dot_impl("dot", a, b);
+}
+
+dl_tensor *dl_addmm(dl_tensor *input, dl_tensor *m1, dl_tensor *m2, double beta, double alpha) {
+    const char *op = "addmm";
+    if (check_pair(op, m1, m2) || check_cpu(op, input)) return NULL;
+    if (check_ndim(op, m1, m2, 2, 2, "2-D matrices for mat1 and mat2")) return NULL;
+    if (input->dtype != m1->dtype) {
+        dl_error("addmm: expected input and the matrices to have the same dtype, but got %s and %s",
+                 dl_dtype_name(input->dtype), dl_dtype_name(m1->dtype));
+        return NULL;
+    }
+    if (m1->shape[1] != m2->shape[0]) {
+        shape_mismatch(op, m1, m2, m1->shape[1], m2->shape[0]);
+        return NULL;
+    }
+    if (check_scalar(op, "alpha", alpha, m1->dtype) || check_scalar(op, "beta", beta, m1->dtype))
+        return NULL;
+    int64_t shape[2] = {m1->shape[0], m2->shape[1]};
+    bool fits = input->ndim <= 2;
+    for (int d = 0; d < input->ndim && fits; d++) {
+        int64_t s = input->shape[input->ndim - 1 - d];
+        fits = s == 1 || s == shape[1 - d];
+    }
+    if (!fits) {
+        char s1[128], s2[128];
+        dl_error("addmm: input of shape %s cannot be broadcast to the result's shape %s",
+                 dl_shape_str(input->ndim, input->shape, s1, sizeof s1),
+                 dl_shape_str(2, shape, s2, sizeof s2));
+        return NULL;
+    }
+    dl_tensor *out = dl_tensor_empty(2, shape, m1->dtype, DL_CPU);
+    if (!out) return NULL;
+    if ((beta != 0 && dl_tensor_copy_(out, input)) ||
+        gemm_into(m1, m2, 0, NULL, out, alpha, beta)) {
+        dl_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+dl_tensor *dl_outer(dl_tensor *a, dl_tensor *b) {
+    if (check_cpu("outer", a) || check_cpu("outer", b) ||
+        check_ndim("outer", a, b, 1, 1, "1-D tensors"))
+        return NULL;
+    dl_dtype dt = dl_result_type(a, b);
+    int64_t shape[2] = {a->shape[0], b->shape[0]};
+    if (dt == DL_DTYPE_BOOL) { /* a[i] and b[j] */
+        dl_tensor *out = dl_tensor_empty(2, shape, dt, DL_CPU);
+        if (!out) return NULL;
+        bool *o = dl_tensor_data(out);
+        const char *pa = dl_tensor_data(a), *pb = dl_tensor_data(b);
+        for (int64_t i = 0; i < shape[0]; i++)
+            for (int64_t j = 0; j < shape[1]; j++)
+                o[i * shape[1] + j] = *(const bool *)(pa + i * a->strides[0]) &&
+                                      *(const bool *)(pb + j * b->strides[0]);
+        return out;
+    }
+    dl_tensor *ac = dl_tensor_to_dtype(a, dt);
+    dl_tensor *bc = ac ? dl_tensor_to_dtype(b, dt) : NULL;
+    dl_tensor *col = bc ? dl_tensor_unsqueeze(ac, 1) : NULL;
+    dl_tensor *row = col ? dl_tensor_unsqueeze(bc, 0) : NULL;
+    dl_tensor *out = row ? gemm_new(col, row, 0, NULL, 2, shape) : NULL;
+    dl_tensor_release(ac);
+    dl_tensor_release(bc);
+    dl_tensor_release(col);
+    dl_tensor_release(row);
+    return out;
+}
