@@ -34,6 +34,9 @@
 #include <readline/history.h>
 #include <readline/readline.h>
 
+#include "core/parallel.h"
+#include "ops/device.h"
+
 int luaopen_dl(lua_State *L);
 
 #define DLUA_HISTORY_FILE ".dlua_history"
@@ -188,6 +191,18 @@ static void print_usage(FILE *f) {
 
 static void print_version(void) {
     printf("dlua %s (%s) -- deep learning in Lua\n", DL_VERSION, LUA_RELEASE);
+    fflush(stdout);
+}
+
+/* The REPL banner's second line: which backends this session computes on. */
+static void print_backends(void) {
+    char name[256];
+    printf("cpu: %d threads", dl_get_num_threads());
+    if (!dl_cuda_compiled()) printf("; cuda: not in this build\n");
+    else if (dl_cuda_available_devices() == 0) printf("; cuda: no GPU found, running on the CPU\n");
+    else
+        printf("; cuda: %d device(s), %s\n", dl_cuda_available_devices(),
+               dl_cuda_name(0, name, sizeof name) ? name : "?");
     fflush(stdout);
 }
 
@@ -879,10 +894,12 @@ static int pmain(lua_State *L) {
     if (!runargs(L, argv, optlim)) return 0;
     if (script > 0 && handle_script(L, argv + script) != LUA_OK) return 0;
     if (args & ARG_I) {
+        if (isatty(STDIN_FILENO)) print_backends();
         dl_repl(L);
     } else if (script == 0 && !(args & (ARG_E | ARG_V))) {
         if (isatty(STDIN_FILENO)) {
             print_version();
+            print_backends();
             dl_repl(L);
         } else if (dofile(L, NULL) != LUA_OK) {
             return 0;
