@@ -599,37 +599,31 @@ int dl_tensor_fill_(dl_tensor *t, double value) {
 
 /* --- single elements --------------------------------------------------- */
 
-int dl_tensor_item(const dl_tensor *t, double *out) {
+/* The one element of t, on the CPU: *host is a new reference to t or its
+ * CPU copy.  Returns -1 unless t has exactly one element. */
+static int one_element(const dl_tensor *t, dl_tensor **host) {
     int64_t n = dl_tensor_numel(t);
     if (n != 1)
         return dl_error("item: only a one-element tensor converts to a number (this one has "
                         "%lld elements)",
                         (long long)n);
-    if (t->storage->device.type != DL_DEVICE_CPU) {
-        dl_tensor *c = dl_tensor_to_device((dl_tensor *)t, DL_CPU);
-        if (!c) return -1;
-        int rc = dl_tensor_item(c, out);
-        dl_tensor_release(c);
-        return rc;
-    }
-    *out = dl_load_f64(dl_tensor_data(t), t->dtype);
+    *host = dl_tensor_to_device((dl_tensor *)t, DL_CPU);
+    return *host ? 0 : -1;
+}
+
+int dl_tensor_item(const dl_tensor *t, double *out) {
+    dl_tensor *h = NULL;
+    if (one_element(t, &h)) return -1;
+    *out = dl_load_f64(dl_tensor_data(h), h->dtype);
+    dl_tensor_release(h);
     return 0;
 }
 
 int dl_tensor_item_i64(const dl_tensor *t, int64_t *out) {
-    int64_t n = dl_tensor_numel(t);
-    if (n != 1)
-        return dl_error("item: only a one-element tensor converts to a number (this one has "
-                        "%lld elements)",
-                        (long long)n);
-    if (t->storage->device.type != DL_DEVICE_CPU) {
-        dl_tensor *c = dl_tensor_to_device((dl_tensor *)t, DL_CPU);
-        if (!c) return -1;
-        int rc = dl_tensor_item_i64(c, out);
-        dl_tensor_release(c);
-        return rc;
-    }
-    *out = dl_load_i64(dl_tensor_data(t), t->dtype);
+    dl_tensor *h = NULL;
+    if (one_element(t, &h)) return -1;
+    *out = dl_load_i64(dl_tensor_data(h), h->dtype);
+    dl_tensor_release(h);
     return 0;
 }
 
