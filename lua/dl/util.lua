@@ -172,10 +172,13 @@ end
 -- A table whose pairs() walks its keys in insertion order (for state dicts).
 -- The order lives in the metatable, so the table holds only the entries.
 function util.ordered_table()
-  local keys = {}
+  local keys, known = {}, {}
   local mt = {}
   mt.__newindex = function(t, k, v)
-    if v ~= nil then keys[#keys + 1] = k end
+    if v ~= nil and not known[k] then
+      known[k] = true
+      keys[#keys + 1] = k
+    end
     rawset(t, k, v)
   end
   mt.__pairs = function(t)

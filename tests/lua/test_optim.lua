@@ -208,6 +208,7 @@ T.case("bad input", function()
   T.raises(function() optim.SGD({}, {lr = 0.1}) end, "empty parameter list")
   T.raises(function() optim.SGD(p, {lr = 0.1}) end, "but got a tensor")
   T.raises(function() optim.SGD({p, 3}, {lr = 0.1}) end, "optimizer can only optimize tensors")
+  T.raises(function() optim.SGD(dl.nn.Linear(2, 2), {lr = 0.1}) end, "got a Module (pass model:parameters())")
   T.raises(function() optim.SGD({{params = {p}}, {params = {p}}}, {lr = 0.1}) end,
     "more than one parameter group")
   T.raises(function() optim.Adam({p}, {betas = {0.9, 1.0}}) end, "Invalid beta parameter at index 2: 1.0")

@@ -55,6 +55,10 @@ function Optimizer:__init(params, defaults)
   if type(params) ~= "table" then
     fail("%s: params must be an array of tensors or of parameter groups, got %s", name, type(params))
   end
+  local mt = getmetatable(params)
+  if type(mt) == "table" and mt._is_module_class then
+    fail("%s: params must be an array of tensors, got a Module (pass model:parameters())", name)
+  end
   if #params == 0 then fail("%s: optimizer got an empty parameter list", name) end
   if dl.is_tensor(params[1]) then
     self:add_param_group({params = params})
