@@ -27,6 +27,7 @@ typedef struct dl_tensor {
     int refcount; /* atomic */
     /* autograd state (filled in by src/autograd) */
     bool requires_grad;
+    int output_nr; /* which output of grad_fn this tensor is */
     struct dl_tensor *grad;
     struct dl_node *grad_fn;
 } dl_tensor;

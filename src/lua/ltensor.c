@@ -6,6 +6,8 @@
  * making temporaries never pile up storage waiting for Lua's own pacing. */
 #include "lbind.h"
 #include "core/iter.h"
+#include "autograd/autograd.h"
+#include "ops/views.h"
 
 #include <string.h>
 
@@ -291,7 +293,7 @@ static int t_index(lua_State *L) {
     if (lua_isinteger(L, 2)) {
         if (t->ndim == 0) return luaL_error(L, "cannot index a 0-dimensional tensor");
         int64_t i = dlL_checkindex(L, 2);
-        return dlL_pushtensor(L, dl_tensor_select(t, 0, i));
+        return dlL_pushtensor(L, dl_select(t, 0, i));
     }
     if (lua_type(L, 2) != LUA_TSTRING)
         return luaL_error(L, "tensor index must be an integer or a method name, got %s",
@@ -317,22 +319,54 @@ static int t_index(lua_State *L) {
         else lua_pushnil(L);
     } else if (strcmp(k, "is_leaf") == 0) {
         lua_pushboolean(L, t->grad_fn == NULL);
+    } else if (strcmp(k, "grad_fn") == 0) {
+        if (t->grad_fn) lua_pushstring(L, t->grad_fn->name);
+        else lua_pushnil(L);
     } else {
         lua_pushnil(L);
     }
     return 1;
 }
 
+/* t.grad = tensor|nil, t.requires_grad = bool */
+static int set_property(lua_State *L, dl_tensor *t, const char *k) {
+    if (strcmp(k, "grad") == 0) {
+        dl_tensor *g = lua_isnil(L, 3) ? NULL : dlL_totensor(L, 3);
+        if (!g && !lua_isnil(L, 3))
+            return luaL_error(L, "grad must be a tensor or nil, got %s", luaL_typename(L, 3));
+        if (g && (!dl_shape_equal(g, t) || g->dtype != t->dtype)) {
+            char b1[128], b2[128];
+            dl_error("grad: assigned gradient has shape %s and dtype %s, the tensor has shape %s "
+                     "and dtype %s",
+                     dl_shape_str(g->ndim, g->shape, b1, sizeof b1), dl_dtype_name(g->dtype),
+                     dl_shape_str(t->ndim, t->shape, b2, sizeof b2), dl_dtype_name(t->dtype));
+            return dlL_fail(L);
+        }
+        dl_tensor_release(t->grad);
+        t->grad = dl_tensor_retain(g);
+        return 0;
+    }
+    if (strcmp(k, "requires_grad") == 0) {
+        lua_getfield(L, 1, "requires_grad_");
+        lua_pushvalue(L, 1);
+        lua_pushboolean(L, lua_toboolean(L, 3));
+        lua_call(L, 2, 0);
+        return 0;
+    }
+    return luaL_error(L, "cannot set field '%s' of a tensor (settable: grad, requires_grad)", k);
+}
+
 static int t_newindex(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
+    if (lua_type(L, 2) == LUA_TSTRING) return set_property(L, t, lua_tostring(L, 2));
     if (!lua_isinteger(L, 2))
         return luaL_error(L, "tensor assignment needs an integer index, got %s",
                           luaL_typename(L, 2));
     if (t->ndim == 0) return luaL_error(L, "cannot index a 0-dimensional tensor");
     int64_t i = dlL_checkindex(L, 2);
     dl_tensor *src = dlL_checktensorish(L, 3, t);
-    dl_tensor *dst = dl_tensor_select(t, 0, i);
-    int rc = dst ? dl_tensor_copy_(dst, src) : -1;
+    dl_tensor *dst = dl_select(t, 0, i);
+    int rc = dst ? dl_copy_(dst, src) : -1;
     dl_tensor_release(dst);
     dl_tensor_release(src);
     if (rc) return dlL_fail(L);
@@ -352,20 +386,20 @@ static int t_view(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     int64_t shape[DL_MAX_DIMS];
     int n = dlL_checkshape(L, 2, shape, NULL);
-    return dlL_pushtensor(L, dl_tensor_view(t, n, shape));
+    return dlL_pushtensor(L, dl_view(t, n, shape));
 }
 
 static int t_reshape(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     int64_t shape[DL_MAX_DIMS];
     int n = dlL_checkshape(L, 2, shape, NULL);
-    return dlL_pushtensor(L, dl_tensor_reshape(t, n, shape));
+    return dlL_pushtensor(L, dl_reshape(t, n, shape));
 }
 
 static int t_transpose(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     int d0 = dlL_checkdim(L, 2), d1 = dlL_checkdim(L, 3);
-    return dlL_pushtensor(L, dl_tensor_transpose(t, d0, d1));
+    return dlL_pushtensor(L, dl_transpose(t, d0, d1));
 }
 
 static int t_t(lua_State *L) {
@@ -375,7 +409,7 @@ static int t_t(lua_State *L) {
                              "transpose)",
                           t->ndim);
     if (t->ndim < 2) return dlL_pushtensor(L, dl_tensor_retain(t));
-    return dlL_pushtensor(L, dl_tensor_transpose(t, 0, 1));
+    return dlL_pushtensor(L, dl_transpose(t, 0, 1));
 }
 
 static int t_permute(lua_State *L) {
@@ -387,25 +421,25 @@ static int t_permute(lua_State *L) {
                           t->ndim);
     int dims[DL_MAX_DIMS];
     for (int i = 0; i < n; i++) dims[i] = dlL_dimvalue(L, dims64[i], 2 + i);
-    return dlL_pushtensor(L, dl_tensor_permute(t, dims));
+    return dlL_pushtensor(L, dl_permute(t, dims));
 }
 
 static int t_squeeze(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
-    if (lua_isnoneornil(L, 2)) return dlL_pushtensor(L, dl_tensor_squeeze_all(t));
-    return dlL_pushtensor(L, dl_tensor_squeeze(t, dlL_checkdim(L, 2)));
+    if (lua_isnoneornil(L, 2)) return dlL_pushtensor(L, dl_squeeze_all(t));
+    return dlL_pushtensor(L, dl_squeeze(t, dlL_checkdim(L, 2)));
 }
 
 static int t_unsqueeze(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
-    return dlL_pushtensor(L, dl_tensor_unsqueeze(t, dlL_checkdim(L, 2)));
+    return dlL_pushtensor(L, dl_unsqueeze(t, dlL_checkdim(L, 2)));
 }
 
 static int t_flatten(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     int s = lua_isnoneornil(L, 2) ? 0 : dlL_checkdim(L, 2);
     int e = lua_isnoneornil(L, 3) ? -1 : dlL_checkdim(L, 3);
-    return dlL_pushtensor(L, dl_tensor_flatten(t, s, e));
+    return dlL_pushtensor(L, dl_flatten(t, s, e));
 }
 
 static int t_narrow(lua_State *L) {
@@ -413,43 +447,42 @@ static int t_narrow(lua_State *L) {
     int d = dlL_checkdim(L, 2);
     int64_t start = dlL_checkindex(L, 3);
     lua_Integer len = luaL_checkinteger(L, 4);
-    return dlL_pushtensor(L, dl_tensor_narrow(t, d, start, len));
+    return dlL_pushtensor(L, dl_narrow(t, d, start, len));
 }
 
 static int t_select(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     int d = dlL_checkdim(L, 2);
     int64_t i = dlL_checkindex(L, 3);
-    return dlL_pushtensor(L, dl_tensor_select(t, d, i));
+    return dlL_pushtensor(L, dl_select(t, d, i));
 }
 
 static int t_expand(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     int64_t shape[DL_MAX_DIMS];
     int n = dlL_checkshape(L, 2, shape, NULL);
-    return dlL_pushtensor(L, dl_tensor_expand(t, n, shape));
+    return dlL_pushtensor(L, dl_expand(t, n, shape));
 }
 
 static int t_expand_as(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1), *o = dlL_checktensor(L, 2);
-    return dlL_pushtensor(L, dl_tensor_expand(t, o->ndim, o->shape));
+    return dlL_pushtensor(L, dl_expand(t, o->ndim, o->shape));
 }
 
 static int t_view_as(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1), *o = dlL_checktensor(L, 2);
-    return dlL_pushtensor(L, dl_tensor_view(t, o->ndim, o->shape));
+    return dlL_pushtensor(L, dl_view(t, o->ndim, o->shape));
 }
 
 static int t_contiguous(lua_State *L) {
-    return dlL_pushtensor(L, dl_tensor_contiguous(dlL_checktensor(L, 1)));
+    return dlL_pushtensor(L, dl_contiguous(dlL_checktensor(L, 1)));
 }
 
-static int t_clone(lua_State *L) { return dlL_pushtensor(L, dl_tensor_clone(dlL_checktensor(L, 1))); }
+static int t_clone(lua_State *L) { return dlL_pushtensor(L, dl_clone(dlL_checktensor(L, 1))); }
 
 static int t_detach(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
-    return dlL_pushtensor(L, dl_tensor_new_view(t->storage, t->offset, t->ndim, t->shape,
-                                                t->strides, t->dtype));
+    return dlL_pushtensor(L, dl_detach(t));
 }
 
 static int t_is_contiguous(lua_State *L) {
@@ -488,15 +521,15 @@ static int t_to(lua_State *L) {
             return luaL_argerror(L, i, "dtype, device or options table expected");
         }
     }
-    dl_tensor *a = dl_tensor_to_dtype(t, dt);
+    dl_tensor *a = dl_to_dtype(t, dt);
     if (!a) return dlL_fail(L);
-    dl_tensor *b = dl_tensor_to_device(a, dev);
+    dl_tensor *b = dl_to_device(a, dev);
     dl_tensor_release(a);
     return dlL_pushtensor(L, b);
 }
 
 static int convert_to(lua_State *L, dl_dtype dt) {
-    return dlL_pushtensor(L, dl_tensor_to_dtype(dlL_checktensor(L, 1), dt));
+    return dlL_pushtensor(L, dl_to_dtype(dlL_checktensor(L, 1), dt));
 }
 static int t_float(lua_State *L) { return convert_to(L, DL_DTYPE_F32); }
 static int t_double(lua_State *L) { return convert_to(L, DL_DTYPE_F64); }
@@ -507,10 +540,10 @@ static int t_int(lua_State *L) { return convert_to(L, DL_DTYPE_I32); }
 static int t_byte(lua_State *L) { return convert_to(L, DL_DTYPE_U8); }
 static int t_bool(lua_State *L) { return convert_to(L, DL_DTYPE_BOOL); }
 static int t_cpu(lua_State *L) {
-    return dlL_pushtensor(L, dl_tensor_to_device(dlL_checktensor(L, 1), DL_CPU));
+    return dlL_pushtensor(L, dl_to_device(dlL_checktensor(L, 1), DL_CPU));
 }
 static int t_cuda(lua_State *L) {
-    return dlL_pushtensor(L, dl_tensor_to_device(dlL_checktensor(L, 1),
+    return dlL_pushtensor(L, dl_to_device(dlL_checktensor(L, 1),
                                                  (dl_device){DL_DEVICE_CUDA, 0}));
 }
 
@@ -525,7 +558,7 @@ static int t_item(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     double v;
     if (dl_tensor_item(t, &v)) return dlL_fail(L);
-    dl_tensor *c = dl_tensor_to_device(t, DL_CPU);
+    dl_tensor *c = dl_to_device(t, DL_CPU);
     if (!c) return dlL_fail(L);
     push_element(L, dl_tensor_data(c), c->dtype);
     dl_tensor_release(c);
@@ -547,7 +580,7 @@ static void push_list(lua_State *L, const dl_tensor *t, int dim, int64_t off) {
 
 static int t_tolist(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
-    dl_tensor *c = dl_tensor_to_device(t, DL_CPU);
+    dl_tensor *c = dl_to_device(t, DL_CPU);
     if (!c) return dlL_fail(L);
     luaL_checkstack(L, c->ndim + 4, "tolist");
     push_list(L, c, 0, c->offset);
@@ -605,7 +638,7 @@ static int t_type(lua_State *L) {
 static int t_copy_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     dl_tensor *src = dlL_checktensorish(L, 2, t);
-    int rc = dl_tensor_copy_(t, src);
+    int rc = dl_copy_(t, src);
     dl_tensor_release(src);
     if (rc) return dlL_fail(L);
     lua_settop(L, 1);
@@ -615,23 +648,23 @@ static int t_copy_(lua_State *L) {
 static int t_fill_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     if (lua_isboolean(L, 2)) {
-        if (dl_tensor_fill_(t, lua_toboolean(L, 2))) return dlL_fail(L);
+        if (dl_fill_(t, lua_toboolean(L, 2))) return dlL_fail(L);
     } else if (lua_isinteger(L, 2) && !dl_dtype_is_floating(t->dtype)) {
         dl_tensor *s = dl_tensor_empty(0, NULL, t->dtype, DL_CPU);
         if (!s) return dlL_fail(L);
         dl_store_i64(s->storage->data, t->dtype, lua_tointeger(L, 2));
-        int rc = dl_tensor_copy_(t, s);
+        int rc = dl_copy_(t, s);
         dl_tensor_release(s);
         if (rc) return dlL_fail(L);
     } else {
-        if (dl_tensor_fill_(t, luaL_checknumber(L, 2))) return dlL_fail(L);
+        if (dl_fill_(t, luaL_checknumber(L, 2))) return dlL_fail(L);
     }
     lua_settop(L, 1);
     return 1;
 }
 
 static int t_zero_(lua_State *L) {
-    if (dl_tensor_fill_(dlL_checktensor(L, 1), 0)) return dlL_fail(L);
+    if (dl_fill_(dlL_checktensor(L, 1), 0)) return dlL_fail(L);
     lua_settop(L, 1);
     return 1;
 }

@@ -1,0 +1,131 @@
+-- dl.autograd: reverse-mode differentiation from Lua.
+--   dl.autograd.backward(tensors [, grads] [, {retain_graph=}])
+--   dl.autograd.grad(outputs, inputs [, {grad_outputs=, retain_graph=, allow_unused=}])
+--   dl.autograd.Function{forward = function(ctx, ...) end, backward = function(ctx, grad...) end}
+--   dl.autograd.gradcheck(fn, inputs [, {eps=, atol=, rtol=}])  (float64, finite differences)
+local dl = require "dl"
+local raw = dl._autograd
+
+local M = {}
+
+local function as_list(x)
+  if dl.is_tensor(x) then return {x} end
+  return x
+end
+
+local function check_opts(op, opts, allowed)
+  if opts == nil then return {} end
+  if type(opts) ~= "table" then error(op .. ": options table expected, got " .. type(opts), 3) end
+  for k in pairs(opts) do
+    if not allowed[k] then error(op .. ": unknown option '" .. tostring(k) .. "'", 3) end
+  end
+  return opts
+end
+
+function M.backward(tensors, grads, opts)
+  if type(grads) == "table" and not dl.is_tensor(grads) and grads[1] == nil and next(grads) then
+    opts, grads = grads, nil
+  end
+  opts = check_opts("autograd.backward", opts, {retain_graph = true})
+  raw.backward(as_list(tensors), grads and as_list(grads), opts.retain_graph or false)
+end
+
+function M.grad(outputs, inputs, opts)
+  opts = check_opts("autograd.grad", opts, {grad_outputs = true, retain_graph = true, allow_unused = true})
+  local go = opts.grad_outputs and as_list(opts.grad_outputs)
+  local single = dl.is_tensor(inputs)
+  local r = raw.grad(as_list(outputs), as_list(inputs), go, opts.retain_graph or false,
+    opts.allow_unused or false)
+  if single then return r[1] end
+  return r
+end
+
+-- ctx for custom Functions
+local Ctx = {}
+Ctx.__index = Ctx
+function Ctx:save_for_backward(...)
+  self.saved_tensors = table.pack(...)
+end
+
+function M.Function(def)
+  assert(type(def) == "table" and type(def.forward) == "function" and type(def.backward) == "function",
+    "autograd.Function: expects {forward = function(ctx, ...), backward = function(ctx, grad, ...)}")
+  local name = def.name or "LuaFunctionBackward"
+  local F = {}
+  function F.apply(...)
+    local args = table.pack(...)
+    local inputs, needs = {}, {}
+    for i = 1, args.n do
+      local a = args[i]
+      inputs[i] = dl.is_tensor(a) and a or false
+      needs[i] = dl.is_tensor(a) and a.requires_grad or false
+    end
+    local ctx = setmetatable({needs_input_grad = needs}, Ctx)
+    local outs = table.pack(dl.no_grad(def.forward, ctx, ...))
+    -- false placeholders keep positions; the C side sees non-tensors as "no gradient"
+    return raw.record_function(name, ctx, def.backward, inputs, table.unpack(outs, 1, outs.n))
+  end
+  return setmetatable(F, {__call = function(_, ...) return F.apply(...) end})
+end
+
+-- Compares analytic gradients of sum(fn(inputs...) * random weights) with
+-- central finite differences, in float64.  Returns true, or false and a message.
+function M.gradcheck(fn, inputs, opts)
+  opts = check_opts("gradcheck", opts, {eps = true, atol = true, rtol = true, raise = true})
+  local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
+  inputs = as_list(inputs)
+  for i, x in ipairs(inputs) do
+    if dl.is_tensor(x) and x.requires_grad and x.dtype ~= dl.float64 then
+      error("gradcheck: input " .. i .. " is " .. tostring(x.dtype) .. "; use float64", 2)
+    end
+  end
+  local function outputs()
+    local r = table.pack(fn(table.unpack(inputs)))
+    local out = {}
+    for i = 1, r.n do if dl.is_tensor(r[i]) and r[i]:is_floating_point() then out[#out + 1] = r[i] end end
+    return out
+  end
+  local outs = outputs()
+  local weights = {}
+  for i, o in ipairs(outs) do weights[i] = dl.randn(o.shape, {dtype = dl.float64}) end
+  local function scalar(os)
+    local s = 0
+    for i, o in ipairs(os) do s = s + (o:double() * weights[i]):sum():item() end
+    return s
+  end
+  local loss
+  for i, o in ipairs(outs) do
+    local term = (o * weights[i]):sum()
+    loss = loss and loss + term or term
+  end
+  local wanted = {}
+  for _, x in ipairs(inputs) do if dl.is_tensor(x) and x.requires_grad then wanted[#wanted + 1] = x end end
+  local analytic = M.grad(loss, wanted, {allow_unused = true})
+  for k, x in ipairs(wanted) do
+    local flat = x:detach():view(-1)
+    local a = analytic[k] and analytic[k]:contiguous():view(-1):tolist() or {}
+    for j = 1, flat:numel() do
+      local old = flat[j]:item()
+      dl.no_grad(function() flat[j] = old + eps end)
+      local fp = scalar(dl.no_grad(outputs))
+      dl.no_grad(function() flat[j] = old - eps end)
+      local fm = scalar(dl.no_grad(outputs))
+      dl.no_grad(function() flat[j] = old end)
+      local numeric = (fp - fm) / (2 * eps)
+      local an = a[j] or 0
+      if math.abs(numeric - an) > atol + rtol * math.abs(numeric) then
+        local msg = string.format("gradcheck: input %d element %d: analytic %.10g, numeric %.10g", k, j, an, numeric)
+        if opts.raise == false then return false, msg end
+        error(msg, 2)
+      end
+    end
+  end
+  return true
+end
+
+-- dl.no_grad etc. live in the dl table; re-export for PyTorch habits
+M.no_grad = dl.no_grad
+M.enable_grad = dl.enable_grad
+M.set_grad_enabled = dl.set_grad_enabled
+
+return M

@@ -1,0 +1,218 @@
+/* views.c - views, copies and conversions that record autograd (see
+ * views.h).  Each backward maps the output gradient back onto the input's
+ * shape: reshape it, transpose or permute it back, sum what expand repeated,
+ * or place it into zeros where narrow/select took a slice. */
+#include "views.h"
+#include "autograd/autograd.h"
+#include "grad_util.h"
+
+#include <string.h>
+
+typedef enum {
+    VIEW_RESHAPE, /* view, reshape, flatten, squeeze, unsqueeze */
+    VIEW_TRANSPOSE,
+    VIEW_PERMUTE,
+    VIEW_EXPAND,
+    VIEW_NARROW,
+    VIEW_SELECT,
+    VIEW_IDENTITY, /* contiguous, clone */
+    VIEW_TO,       /* dtype or device conversion */
+} view_kind;
+
+typedef struct {
+    view_kind kind;
+    int d0, d1;          /* transpose dims; narrow/select dim in d0 */
+    int perm[DL_MAX_DIMS];
+    int64_t start, len; /* narrow start/length, select index in start */
+} view_ctx;
+
+static int view_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const view_ctx *c = n->ctx;
+    const dl_tensor_meta *m = &n->input_meta[0];
+    dl_tensor *g = gout[0], *r = NULL;
+    switch (c->kind) {
+    case VIEW_RESHAPE: r = dl_tensor_reshape(g, m->ndim, m->shape); break;
+    case VIEW_TRANSPOSE: r = dl_tensor_transpose(g, c->d0, c->d1); break;
+    case VIEW_PERMUTE: {
+        int inv[DL_MAX_DIMS];
+        for (int i = 0; i < m->ndim; i++) inv[c->perm[i]] = i;
+        r = dl_tensor_permute(g, inv);
+        break;
+    }
+    case VIEW_EXPAND: r = dl_sum_to_meta(g, m); break;
+    case VIEW_NARROW:
+    case VIEW_SELECT: {
+        r = dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device);
+        dl_tensor *slot = !r ? NULL
+                          : c->kind == VIEW_NARROW ? dl_tensor_narrow(r, c->d0, c->start, c->len)
+                                                   : dl_tensor_select(r, c->d0, c->start);
+        if (!slot || dl_tensor_copy_(slot, g)) {
+            dl_tensor_release(r);
+            r = NULL;
+        }
+        dl_tensor_release(slot);
+        break;
+    }
+    case VIEW_IDENTITY: r = dl_tensor_retain(g); break;
+    case VIEW_TO: {
+        dl_tensor *a = dl_tensor_to_dtype(g, m->dtype);
+        r = a ? dl_tensor_to_device(a, m->device) : NULL;
+        dl_tensor_release(a);
+        break;
+    }
+    }
+    gin[0] = r;
+    return r ? 0 : -1;
+}
+
+static const char *const view_names[] = {
+    [VIEW_RESHAPE] = "ViewBackward",     [VIEW_TRANSPOSE] = "TransposeBackward",
+    [VIEW_PERMUTE] = "PermuteBackward",  [VIEW_EXPAND] = "ExpandBackward",
+    [VIEW_NARROW] = "NarrowBackward",    [VIEW_SELECT] = "SelectBackward",
+    [VIEW_IDENTITY] = "CloneBackward",   [VIEW_TO] = "ToCopyBackward",
+};
+
+/* Records out = kind(t) when t requires grad; consumes nothing, returns out
+ * (NULL and releases out on failure). */
+static dl_tensor *record(dl_tensor *t, dl_tensor *out, const view_ctx *c) {
+    if (!out || !dl_needs_grad1(t)) return out;
+    if (out == t) return out; /* contiguous/to on an already-suitable tensor */
+    dl_node *n = dl_node_new(view_names[c->kind], view_backward, 1, &t, 1, sizeof(view_ctx));
+    if (!n) {
+        dl_tensor_release(out);
+        return NULL;
+    }
+    memcpy(n->ctx, c, sizeof *c);
+    return dl_node_finish(n, out);
+}
+
+dl_tensor *dl_view(dl_tensor *t, int ndim, const int64_t *shape) {
+    return record(t, dl_tensor_view(t, ndim, shape), &(view_ctx){.kind = VIEW_RESHAPE});
+}
+
+dl_tensor *dl_reshape(dl_tensor *t, int ndim, const int64_t *shape) {
+    return record(t, dl_tensor_reshape(t, ndim, shape), &(view_ctx){.kind = VIEW_RESHAPE});
+}
+
+dl_tensor *dl_transpose(dl_tensor *t, int d0, int d1) {
+    dl_tensor *out = dl_tensor_transpose(t, d0, d1);
+    if (!out) return NULL;
+    view_ctx c = {.kind = VIEW_TRANSPOSE};
+    c.d0 = dl_wrap_dim("transpose", d0, t->ndim);
+    c.d1 = dl_wrap_dim("transpose", d1, t->ndim);
+    return record(t, out, &c);
+}
+
+dl_tensor *dl_permute(dl_tensor *t, const int *dims) {
+    dl_tensor *out = dl_tensor_permute(t, dims);
+    if (!out) return NULL;
+    view_ctx c = {.kind = VIEW_PERMUTE};
+    for (int i = 0; i < t->ndim; i++) c.perm[i] = dl_wrap_dim("permute", dims[i], t->ndim);
+    return record(t, out, &c);
+}
+
+dl_tensor *dl_squeeze(dl_tensor *t, int dim) {
+    return record(t, dl_tensor_squeeze(t, dim), &(view_ctx){.kind = VIEW_RESHAPE});
+}
+
+dl_tensor *dl_squeeze_all(dl_tensor *t) {
+    return record(t, dl_tensor_squeeze_all(t), &(view_ctx){.kind = VIEW_RESHAPE});
+}
+
+dl_tensor *dl_unsqueeze(dl_tensor *t, int dim) {
+    return record(t, dl_tensor_unsqueeze(t, dim), &(view_ctx){.kind = VIEW_RESHAPE});
+}
+
+dl_tensor *dl_flatten(dl_tensor *t, int start, int end) {
+    return record(t, dl_tensor_flatten(t, start, end), &(view_ctx){.kind = VIEW_RESHAPE});
+}
+
+dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t length) {
+    dl_tensor *out = dl_tensor_narrow(t, dim, start, length);
+    if (!out) return NULL;
+    view_ctx c = {.kind = VIEW_NARROW, .len = length};
+    c.d0 = dl_wrap_dim("narrow", dim, t->ndim);
+    c.start = start < 0 ? start + t->shape[c.d0] : start;
+    return record(t, out, &c);
+}
+
+dl_tensor *dl_select(dl_tensor *t, int dim, int64_t index) {
+    dl_tensor *out = dl_tensor_select(t, dim, index);
+    if (!out) return NULL;
+    view_ctx c = {.kind = VIEW_SELECT};
+    c.d0 = dl_wrap_dim("select", dim, t->ndim);
+    c.start = index < 0 ? index + t->shape[c.d0] : index;
+    return record(t, out, &c);
+}
+
+dl_tensor *dl_expand(dl_tensor *t, int ndim, const int64_t *shape) {
+    return record(t, dl_tensor_expand(t, ndim, shape), &(view_ctx){.kind = VIEW_EXPAND});
+}
+
+dl_tensor *dl_contiguous(dl_tensor *t) {
+    return record(t, dl_tensor_contiguous(t), &(view_ctx){.kind = VIEW_IDENTITY});
+}
+
+dl_tensor *dl_clone(dl_tensor *t) {
+    return record(t, dl_tensor_clone(t), &(view_ctx){.kind = VIEW_IDENTITY});
+}
+
+dl_tensor *dl_to_dtype(dl_tensor *t, dl_dtype dtype) {
+    if (t->requires_grad && !dl_dtype_is_floating(dtype) && dl_grad_enabled()) {
+        /* integer results carry no gradient, as in PyTorch */
+        dl_tensor *d = dl_tensor_detached(t);
+        dl_tensor *r = d ? dl_tensor_to_dtype(d, dtype) : NULL;
+        dl_tensor_release(d);
+        return r;
+    }
+    return record(t, dl_tensor_to_dtype(t, dtype), &(view_ctx){.kind = VIEW_TO});
+}
+
+dl_tensor *dl_to_device(dl_tensor *t, dl_device dev) {
+    return record(t, dl_tensor_to_device(t, dev), &(view_ctx){.kind = VIEW_TO});
+}
+
+dl_tensor *dl_detach(dl_tensor *t) {
+    return dl_tensor_new_view(t->storage, t->offset, t->ndim, t->shape, t->strides, t->dtype);
+}
+
+/* copy_: the destination's old values are overwritten, so only src gets a
+ * gradient (summed over what broadcasting repeated). */
+static int copy_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    gin[1] = NULL;
+    if (!dl_node_needs_grad(n, 1)) return 0;
+    gin[1] = dl_grad_for_input(gout[0], &n->input_meta[1]);
+    return gin[1] ? 0 : -1;
+}
+
+int dl_copy_(dl_tensor *dst, dl_tensor *src) {
+    if (dl_check_inplace("copy_", dst)) return -1;
+    bool rec = dl_grad_enabled() && (src->requires_grad || dst->requires_grad);
+    if (dl_tensor_copy_(dst, src)) return -1;
+    if (!rec) return 0;
+    dl_tensor *ins[2] = {NULL, src};
+    dl_node *n = dl_node_new("CopyBackward", copy_backward, 2, ins, 1, 0);
+    if (!n) return -1;
+    dl_node_set_output(n, 0, dst);
+    dl_node_release(n);
+    return 0;
+}
+
+static int no_inputs_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    (void)n;
+    (void)gout;
+    (void)gin;
+    return 0;
+}
+
+int dl_fill_(dl_tensor *t, double value) {
+    if (dl_check_inplace("fill_", t)) return -1;
+    if (dl_tensor_fill_(t, value)) return -1;
+    if (!(dl_grad_enabled() && t->grad_fn)) return 0;
+    /* the old values are gone: the history ends here */
+    dl_node *n = dl_node_new("FillBackward", no_inputs_backward, 0, NULL, 1, 0);
+    if (!n) return -1;
+    dl_node_set_output(n, 0, t);
+    dl_node_release(n);
+    return 0;
+}

@@ -1,0 +1,31 @@
+/* views.h - view, copy and conversion ops with autograd: the core's
+ * dl_tensor_* functions (which never record) plus a node when an input
+ * requires grad.  Dims are 0-based, negatives from the end. */
+#ifndef DL_OPS_VIEWS_H
+#define DL_OPS_VIEWS_H
+
+#include "core/tensor.h"
+
+dl_tensor *dl_view(dl_tensor *t, int ndim, const int64_t *shape);
+dl_tensor *dl_reshape(dl_tensor *t, int ndim, const int64_t *shape);
+dl_tensor *dl_transpose(dl_tensor *t, int d0, int d1);
+dl_tensor *dl_permute(dl_tensor *t, const int *dims);
+dl_tensor *dl_squeeze(dl_tensor *t, int dim);
+dl_tensor *dl_squeeze_all(dl_tensor *t);
+dl_tensor *dl_unsqueeze(dl_tensor *t, int dim);
+dl_tensor *dl_flatten(dl_tensor *t, int start, int end);
+dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t length);
+dl_tensor *dl_select(dl_tensor *t, int dim, int64_t index);
+dl_tensor *dl_expand(dl_tensor *t, int ndim, const int64_t *shape);
+dl_tensor *dl_contiguous(dl_tensor *t);
+dl_tensor *dl_clone(dl_tensor *t);
+dl_tensor *dl_to_dtype(dl_tensor *t, dl_dtype dtype);
+dl_tensor *dl_to_device(dl_tensor *t, dl_device dev);
+/* dst <- src (broadcast, converted); records when src requires grad. */
+int dl_copy_(dl_tensor *dst, dl_tensor *src);
+/* A new tensor sharing t's storage, without autograd history. */
+dl_tensor *dl_detach(dl_tensor *t);
+/* Fills t (in place; ends its autograd history). */
+int dl_fill_(dl_tensor *t, double value);
+
+#endif
