@@ -107,14 +107,14 @@ T.case("weights: load a saved state dict; a wrong file lists the keys", function
   if rawget(dl, "save") and rawget(dl, "load") then
     local dir = T.tmpdir()
     local path = dir .. "/resnet18_test.safetensors"
-    dl.save(m:state_dict(), path)
+    dl.save(path, m:state_dict())
     local m2 = models.resnet18({num_classes = 5, weights = path})
     for k, v in pairs(m:state_dict()) do T.tensor_eq(m2:state_dict()[k], v, 0, k) end
     local err = T.raises(function() models.resnet18({weights = path}) end, "Error(s) in loading state_dict for ResNet")
     T.truthy(err:find("size mismatch for fc.weight", 1, true), err)
     local lin = dl.nn.Sequential(dl.nn.Linear(2, 2))
     local small = dir .. "/small_test.safetensors"
-    dl.save(lin:state_dict(), small)
+    dl.save(small, lin:state_dict())
     err = T.raises(function() models.resnet18({weights = small}) end, 'Unexpected key(s) in state_dict: "0.bias", "0.weight"')
     T.truthy(err:find('Missing key(s) in state_dict: "conv1.weight", "bn1.weight"', 1, true), err)
     os.remove(path)

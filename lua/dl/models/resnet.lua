@@ -169,9 +169,10 @@ local function build(name, block, layers, fixed, opts)
   local model = ResNet(block, layers, o)
   if weights ~= nil then
     if type(weights) ~= "string" then fail("%s: weights must be a file path, got %s", name, type(weights)) end
-    local load = rawget(dl, "load") or dl.load
+    local load = rawget(dl, "load")
     if not load then fail("%s: dl.load is not available in this build, cannot read weights", name) end
-    model:load_state_dict(load(weights))
+    local sd = load(weights)
+    model:load_state_dict(sd)
   end
   return model
 end

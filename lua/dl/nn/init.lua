@@ -10,7 +10,6 @@
 --
 -- Loaded lazily by `dl` on first access of dl.nn.
 local dl = require "dl"
-require "dl._autograd_shim"
 local util = require "dl.util"
 local Module = require "dl.nn.module"
 

@@ -8,7 +8,6 @@
 -- in * k1 * k2 * ..., fan_out = out * k1 * k2 * ....  Tensors with a zero
 -- dimension are left as they are (PyTorch warns and does the same).
 local dl = require "dl"
-require "dl._autograd_shim"
 local util = require "dl.util"
 
 local fail = util.fail

@@ -18,7 +18,6 @@
 --  * Names are PyTorch's dotted names ("layer1.0.conv1.weight"); integer
 --    keys on containers are 1-based positions (seq[1] is child "0").
 local dl = require "dl"
-require "dl._autograd_shim"
 local util = require "dl.util"
 
 local fail, pyrepr = util.fail, util.pyrepr

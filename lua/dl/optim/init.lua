@@ -16,7 +16,6 @@
 --    (PyTorch numbers them from 0): {state = {[i] = {...}}, param_groups =
 --    {{lr=..., params={1, 2}}, ...}}.  load_state_dict copies the state.
 local dl = require "dl"
-require "dl._autograd_shim"
 local util = require "dl.util"
 
 local fail, pyrepr = util.fail, util.pyrepr
@@ -126,12 +125,13 @@ function Optimizer:zero_grad(opts)
   end
 end
 
--- Runs closure (if any) for the loss, then the update under no_grad.
+-- Runs closure (if any, with grad mode on) for the loss, then the update
+-- under no_grad.
 function Optimizer:step(closure)
   local loss
   if closure ~= nil then
     if type(closure) ~= "function" then fail("%s.step: closure must be a function", self.__name) end
-    loss = closure()
+    loss = dl.enable_grad(closure)
   end
   dl.no_grad(function()
     for _, g in ipairs(self.param_groups) do self:_update_group(g) end
