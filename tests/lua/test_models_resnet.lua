@@ -135,6 +135,29 @@ T.case("weights: load a saved state dict; a wrong file lists the keys", function
     "checkpoint, the shape in current model is [64, 64, 3, 3].", 1, true), err)
 end)
 
+T.case("torchvision weights converted by scripts/convert_torchvision.py load by name", function()
+  local path = T.tmpdir() .. "/tv_resnet18_test.safetensors"
+  local ok = os.execute(T.python() .. " ../../scripts/convert_torchvision.py --arch resnet18 --seed 3 " ..
+    "--num-classes 10 --out '" .. path .. "' >/dev/null 2>&1")
+  T.truthy(ok, "convert_torchvision.py ran")
+  local want = T.torch([[
+torch.manual_seed(3)
+m = __import__("torchvision").models.resnet18(num_classes=10)
+emit({k: [float(v.double().sum()), float(v.double().abs().sum())] for k, v in m.state_dict().items()})
+]])
+  local m = models.resnet18({num_classes = 10, weights = path})
+  local n = 0
+  for k, v in pairs(m:state_dict()) do
+    n = n + 1
+    local w = want[k]
+    T.truthy(w ~= nil, k)
+    T.near(v:double():sum():item(), w[1], 1e-6, k .. " sum")
+    T.near(v:double():abs():sum():item(), w[2], 1e-6, k .. " abs sum")
+  end
+  T.eq(n, 122)
+  os.remove(path)
+end)
+
 T.case("registry and bad input", function()
   local names = table.concat(models.list_models(), " ")
   T.truthy(names:find("resnet152", 1, true) and names:find("wide_resnet50_2", 1, true), names)
