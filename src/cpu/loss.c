@@ -73,8 +73,8 @@ double dl_cpu_class_weight_sum_f64(const int64_t *target, const double *weight, 
 /* Sample r = n*S + s; its class c lies at (n*C + c)*S + s. */
 #define SAMPLE_BASE(r) (((r) / S) * C * S + (r) % S)
 
-void dl_cpu_nll_loss_f32(float *out, const float *logp, const int64_t *target,
-                         const float *weight, int64_t N, int64_t C, int64_t S,
+void dl_cpu_nll_loss_f32(float *out, const float *logp, const int64_t *target, const float *weight,
+                         int64_t N, int64_t C, int64_t S,
                          int64_t ignore_index) { // out is (N,S), logp is (N,C,S)
     int64_t R = N * S;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (R >= DL_PARALLEL_GRAIN)
@@ -213,7 +213,8 @@ void dl_cpu_cross_entropy_f64(double *out, const double *x, const int64_t *targe
         double loss = w * (lse - xs[t * S]);
         if (eps > 0) {
             double smooth = 0;
-            for (int64_t c = 0; c < C; c++) smooth += (weight ? weight[c] : 1.0) * (lse - xs[c * S]);
+            for (int64_t c = 0; c < C; c++)
+                smooth += (weight ? weight[c] : 1.0) * (lse - xs[c * S]);
             loss = keep * loss + spread * smooth;
         }
         out[r] = loss;
@@ -351,10 +352,10 @@ void dl_cpu_cross_entropy_prob_backward_f32(float *gx, float *gtarget, const flo
     }
 }
 
-void dl_cpu_cross_entropy_prob_backward_f64(double *gx, double *gtarget, const double *g,
-                                            double g0, const double *x, const double *target,
-                                            const double *weight, int64_t N, int64_t C,
-                                            int64_t S, double eps) { // all are (N,C,S)
+void dl_cpu_cross_entropy_prob_backward_f64(double *gx, double *gtarget, const double *g, double g0,
+                                            const double *x, const double *target,
+                                            const double *weight, int64_t N, int64_t C, int64_t S,
+                                            double eps) { // all are (N,C,S)
     int64_t R = N * S;
     const double keep = 1.0 - eps, spread = eps / (double)C;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (R * C >= DL_PARALLEL_GRAIN)
@@ -422,8 +423,8 @@ static inline double loss_f64(double x, double y, const double *w, const double 
 }
 
 /* d loss / dx and d loss / dy at one element, times G. */
-static inline void grad_f32(float *dx, float *dy, float x, float y, const float *w,
-                            const float *pw, int64_t i, float G, dl_pointwise_loss op) {
+static inline void grad_f32(float *dx, float *dy, float x, float y, const float *w, const float *pw,
+                            int64_t i, float G, dl_pointwise_loss op) {
     switch (op) {
     case DL_POINTWISE_MSE:
         *dx = 2.0f * (x - y) * G;

@@ -36,9 +36,8 @@ double dl_cpu_class_weight_sum_f64(const int64_t *target, const double *weight, 
 
 /* out[n,s] = -w[t] * logp[n,t,s] with t = target[n,s] (0 when ignored).
  * out is (N,S), logp is (N,C,S), target is (N,S), weight is (C) or NULL. */
-void dl_cpu_nll_loss_f32(float *out, const float *logp, const int64_t *target,
-                         const float *weight, int64_t N, int64_t C, int64_t S,
-                         int64_t ignore_index);
+void dl_cpu_nll_loss_f32(float *out, const float *logp, const int64_t *target, const float *weight,
+                         int64_t N, int64_t C, int64_t S, int64_t ignore_index);
 void dl_cpu_nll_loss_f64(double *out, const double *logp, const int64_t *target,
                          const double *weight, int64_t N, int64_t C, int64_t S,
                          int64_t ignore_index);
@@ -89,10 +88,10 @@ void dl_cpu_cross_entropy_prob_backward_f32(float *gx, float *gtarget, const flo
                                             const float *x, const float *target,
                                             const float *weight, int64_t N, int64_t C, int64_t S,
                                             double eps);
-void dl_cpu_cross_entropy_prob_backward_f64(double *gx, double *gtarget, const double *g,
-                                            double g0, const double *x, const double *target,
-                                            const double *weight, int64_t N, int64_t C,
-                                            int64_t S, double eps);
+void dl_cpu_cross_entropy_prob_backward_f64(double *gx, double *gtarget, const double *g, double g0,
+                                            const double *x, const double *target,
+                                            const double *weight, int64_t N, int64_t C, int64_t S,
+                                            double eps);
 
 /* --- pointwise losses --------------------------------------------------------------------- */
 

@@ -16,9 +16,11 @@ static inline void gather_rows(char *out, const char *in, size_t sz, int64_t out
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (rows * osz[0] >= DL_PARALLEL_GRAIN)
     for (int64_t r = 0; r < rows; r++) {
         int64_t b = r % osz[1], a = (r / osz[1]) % osz[2], s = r / (osz[1] * osz[2]);
-        const char *irow = in + (size_t)(((s * isz[2] + map[2][a]) * isz[1] + map[1][b]) * isz[0]) * sz;
+        const char *irow =
+            in + (size_t)(((s * isz[2] + map[2][a]) * isz[1] + map[1][b]) * isz[0]) * sz;
         char *orow = out + (size_t)(r * osz[0]) * sz; // orow is (osz[0])
-        for (int64_t c = 0; c < osz[0]; c++) memcpy(orow + (size_t)c * sz, irow + (size_t)map[0][c] * sz, sz);
+        for (int64_t c = 0; c < osz[0]; c++)
+            memcpy(orow + (size_t)c * sz, irow + (size_t)map[0][c] * sz, sz);
     }
 }
 
@@ -38,8 +40,8 @@ void dl_cpu_pad_scatter_f32(float *gin, const float *gout, int64_t outer, const 
     memset(gin, 0, (size_t)(outer * in_n) * sizeof *gin);
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (outer * on >= DL_PARALLEL_GRAIN)
     for (int64_t s = 0; s < outer; s++) {
-        float *is = gin + s * in_n;        // is is (isz[2], isz[1], isz[0])
-        const float *os = gout + s * on;   // os is (osz[2], osz[1], osz[0])
+        float *is = gin + s * in_n;      // is is (isz[2], isz[1], isz[0])
+        const float *os = gout + s * on; // os is (osz[2], osz[1], osz[0])
         for (int64_t a = 0; a < osz[2]; a++)
             for (int64_t b = 0; b < osz[1]; b++) {
                 float *irow = is + (map[2][a] * isz[1] + map[1][b]) * isz[0];
@@ -55,8 +57,8 @@ void dl_cpu_pad_scatter_f64(double *gin, const double *gout, int64_t outer, cons
     memset(gin, 0, (size_t)(outer * in_n) * sizeof *gin);
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (outer * on >= DL_PARALLEL_GRAIN)
     for (int64_t s = 0; s < outer; s++) {
-        double *is = gin + s * in_n;       // is is (isz[2], isz[1], isz[0])
-        const double *os = gout + s * on;  // os is (osz[2], osz[1], osz[0])
+        double *is = gin + s * in_n;      // is is (isz[2], isz[1], isz[0])
+        const double *os = gout + s * on; // os is (osz[2], osz[1], osz[0])
         for (int64_t a = 0; a < osz[2]; a++)
             for (int64_t b = 0; b < osz[1]; b++) {
                 double *irow = is + (map[2][a] * isz[1] + map[1][b]) * isz[0];

@@ -69,8 +69,8 @@ static inline void row_fwd_f64(double *y, const double *x, int64_t D, int64_t s,
     }
 }
 
-static inline void row_bwd_f64(double *gx, const double *gy, const double *y, int64_t D,
-                               int64_t s, bool is_log) {
+static inline void row_bwd_f64(double *gx, const double *gy, const double *y, int64_t D, int64_t s,
+                               bool is_log) {
     // gx, gy, y are rows of D elements, stride s
     double acc = 0;
     if (is_log) {

@@ -34,8 +34,7 @@
 /* Errors when anything follows argument `last`. */
 static void no_more(lua_State *L, int last, const char *op) {
     if (lua_gettop(L) > last)
-        luaL_error(L, "%s: unexpected argument %d (%s)", op, last + 1,
-                   luaL_typename(L, last + 1));
+        luaL_error(L, "%s: unexpected argument %d (%s)", op, last + 1, luaL_typename(L, last + 1));
 }
 
 typedef struct {
@@ -194,8 +193,8 @@ static int l_cross_entropy_forward(lua_State *L) {
     dl_tensor *x = dlL_checktensor(L, 1), *target = dlL_checktensor(L, 2);
     loss_opts o = read_loss_opts(L, 3, op, keys_ce);
     dl_tensor *t = ce_target(L, op, x, target, &o);
-    dl_tensor *r = dl_cross_entropy_forward(x, t, o.weight, c_ignore(o.ignore_index),
-                                            o.reduction, o.label_smoothing);
+    dl_tensor *r = dl_cross_entropy_forward(x, t, o.weight, c_ignore(o.ignore_index), o.reduction,
+                                            o.label_smoothing);
     dl_tensor_release(t);
     return dlL_pushtensor(L, r);
 }
@@ -261,9 +260,8 @@ static int l_bce_logits_forward(lua_State *L) {
     const char *op = "binary_cross_entropy_with_logits";
     dl_tensor *x = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
     loss_opts o = read_loss_opts(L, 3, op, keys_bce);
-    return dlL_pushtensor(L, dl_binary_cross_entropy_with_logits_forward(x, y, o.weight,
-                                                                         o.pos_weight,
-                                                                         o.reduction));
+    return dlL_pushtensor(
+        L, dl_binary_cross_entropy_with_logits_forward(x, y, o.weight, o.pos_weight, o.reduction));
 }
 
 static int l_bce_logits_backward(lua_State *L) {
@@ -328,14 +326,16 @@ static int l_dropout_backward(lua_State *L) {
     return dlL_pushtensor(L, dl_dropout_backward(gy, mask, p));
 }
 
-/* --- pad --------------------------------------------------------------------------------------- */
+/* --- pad ---------------------------------------------------------------------------------------
+ */
 
 #define MAX_PADS (2 * DL_MAX_DIMS)
 
 /* Reads the pads table at idx; returns its length. */
 static int read_pads(lua_State *L, int idx, const char *op, int64_t *pads) {
     if (!lua_istable(L, idx))
-        luaL_error(L, "%s: pads must be a table of integers {left, right, top, bottom, ...}, got %s",
+        luaL_error(L,
+                   "%s: pads must be a table of integers {left, right, top, bottom, ...}, got %s",
                    op, luaL_typename(L, idx));
     lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
     if (n > MAX_PADS) luaL_error(L, "%s: at most %d pads, got %I", op, MAX_PADS, n);
@@ -388,8 +388,7 @@ static int l_pad_backward(lua_State *L) {
     const char *op = "pad_backward";
     dl_tensor *gy = dlL_checktensor(L, 1);
     if (!lua_istable(L, 2))
-        luaL_error(L, "%s: input_shape must be a table of sizes, got %s", op,
-                   luaL_typename(L, 2));
+        luaL_error(L, "%s: input_shape must be a table of sizes, got %s", op, luaL_typename(L, 2));
     int64_t shape[DL_MAX_DIMS], pads[MAX_PADS];
     int next, ndim = dlL_checkshape(L, 2, shape, &next);
     int npads = read_pads(L, 3, op, pads);
@@ -405,7 +404,8 @@ static int l_pad_backward(lua_State *L) {
     return dlL_pushtensor(L, dl_pad_backward(gy, ndim, shape, npads, pads, mode));
 }
 
-/* --- registration ------------------------------------------------------------------------------ */
+/* --- registration ------------------------------------------------------------------------------
+ */
 
 void dlL_open_nn_func(lua_State *L) {
     static const luaL_Reg fns[] = {

@@ -112,17 +112,20 @@ static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, int 
         return finish(v, dt);
     }
     int64_t n = dl_tensor_numel(per);
-    double s = per->dtype == DL_DTYPE_F64 ? dl_cpu_sum_f64(f64p(per), n)
-                                          : dl_cpu_sum_f32(f32p(per), n);
+    double s =
+        per->dtype == DL_DTYPE_F64 ? dl_cpu_sum_f64(f64p(per), n) : dl_cpu_sum_f32(f32p(per), n);
     dl_tensor_release(per);
     if (r == DL_REDUCTION_MEAN) s /= denom;
     return dl_tensor_scalar(s, dt);
 }
 
 int dl_reduction_parse(const char *op, const char *name, dl_reduction *out) {
-    if (name && strcmp(name, "none") == 0) *out = DL_REDUCTION_NONE;
-    else if (name && strcmp(name, "mean") == 0) *out = DL_REDUCTION_MEAN;
-    else if (name && strcmp(name, "sum") == 0) *out = DL_REDUCTION_SUM;
+    if (name && strcmp(name, "none") == 0)
+        *out = DL_REDUCTION_NONE;
+    else if (name && strcmp(name, "mean") == 0)
+        *out = DL_REDUCTION_MEAN;
+    else if (name && strcmp(name, "sum") == 0)
+        *out = DL_REDUCTION_SUM;
     else
         return dl_error("%s: unknown reduction '%s' (expected 'none', 'mean' or 'sum')", op,
                         name ? name : "(null)");
@@ -280,8 +283,7 @@ static double class_weight_sum(const dl_tensor *t, const dl_tensor *w, dl_dtype 
 /* Reads the loss gradient: per-sample (none: a dense compute-dtype tensor of
  * the per-sample shape in *g) or one factor g0 = gloss / denom. */
 static int loss_grad(const char *op, dl_tensor *gloss, dl_reduction r, int ndim,
-                     const int64_t *shape, dl_dtype cdt, double denom, dl_tensor **g,
-                     double *g0) {
+                     const int64_t *shape, dl_dtype cdt, double denom, dl_tensor **g, double *g0) {
     *g = NULL;
     *g0 = 0;
     if (check_float(op, "grad", gloss)) return -1;
@@ -403,11 +405,11 @@ dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *
     double denom = (double)R;
     if (probs) {
         if (cdt == DL_DTYPE_F64)
-            dl_cpu_cross_entropy_prob_f64(f64p(h[3]), f64p(h[1]), f64p(h[0]), f64p(h[2]), L.N,
-                                          L.C, L.S, eps);
+            dl_cpu_cross_entropy_prob_f64(f64p(h[3]), f64p(h[1]), f64p(h[0]), f64p(h[2]), L.N, L.C,
+                                          L.S, eps);
         else
-            dl_cpu_cross_entropy_prob_f32(f32p(h[3]), f32p(h[1]), f32p(h[0]), f32p(h[2]), L.N,
-                                          L.C, L.S, eps);
+            dl_cpu_cross_entropy_prob_f32(f32p(h[3]), f32p(h[1]), f32p(h[0]), f32p(h[2]), L.N, L.C,
+                                          L.S, eps);
     } else {
         const int64_t *td = dl_tensor_data(h[0]);
         if (cdt == DL_DTYPE_F64)
@@ -416,8 +418,7 @@ dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *
         else
             dl_cpu_cross_entropy_f32(f32p(h[3]), f32p(h[1]), td, f32p(h[2]), L.N, L.C, L.S,
                                      ignore_index, eps);
-        if (reduction == DL_REDUCTION_MEAN)
-            denom = class_weight_sum(h[0], h[2], cdt, ignore_index);
+        if (reduction == DL_REDUCTION_MEAN) denom = class_weight_sum(h[0], h[2], cdt, ignore_index);
     }
     dl_tensor *per = h[3];
     h[3] = NULL;
@@ -425,9 +426,9 @@ dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *
     return reduce_loss(per, reduction, denom, L.ndim, L.shape, x->dtype);
 }
 
-int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target,
-                              dl_tensor *weight, int64_t ignore_index, dl_reduction reduction,
-                              double label_smoothing, dl_tensor **gx, dl_tensor **gtarget) {
+int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
+                              int64_t ignore_index, dl_reduction reduction, double label_smoothing,
+                              dl_tensor **gx, dl_tensor **gtarget) {
     const char *op = "cross_entropy_backward";
     *gx = NULL;
     if (gtarget) *gtarget = NULL;
@@ -557,11 +558,11 @@ static dl_tensor *pw_forward(const char *op, dl_tensor *x, dl_tensor *y, dl_tens
     dl_tensor *per = dl_tensor_empty(a.ndim, a.shape, a.cdt, DL_CPU);
     if (per) {
         if (a.cdt == DL_DTYPE_F64)
-            dl_cpu_pointwise_loss_f64(f64p(per), f64p(a.x), f64p(a.y), f64p(a.w), f64p(a.pw),
-                                      a.n, kind);
+            dl_cpu_pointwise_loss_f64(f64p(per), f64p(a.x), f64p(a.y), f64p(a.w), f64p(a.pw), a.n,
+                                      kind);
         else
-            dl_cpu_pointwise_loss_f32(f32p(per), f32p(a.x), f32p(a.y), f32p(a.w), f32p(a.pw),
-                                      a.n, kind);
+            dl_cpu_pointwise_loss_f32(f32p(per), f32p(a.x), f32p(a.y), f32p(a.w), f32p(a.pw), a.n,
+                                      kind);
     }
     pw_release(&a);
     return reduce_loss(per, r, (double)a.n, a.ndim, a.shape, a.dt);
@@ -583,9 +584,9 @@ static dl_tensor *sum_to(dl_tensor *t, int ndim, const int64_t *shape) {
     return r;
 }
 
-static int pw_backward(const char *op, dl_tensor *gloss, dl_tensor *x, dl_tensor *y,
-                       dl_tensor *w, dl_tensor *pw, dl_reduction r, dl_pointwise_loss kind,
-                       dl_tensor **gx, dl_tensor **gy) {
+static int pw_backward(const char *op, dl_tensor *gloss, dl_tensor *x, dl_tensor *y, dl_tensor *w,
+                       dl_tensor *pw, dl_reduction r, dl_pointwise_loss kind, dl_tensor **gx,
+                       dl_tensor **gy) {
     if (gx) *gx = NULL;
     if (gy) *gy = NULL;
     pw_args a;
@@ -632,14 +633,14 @@ dl_tensor *dl_l1_loss_forward(dl_tensor *x, dl_tensor *y, dl_reduction reduction
 
 int dl_mse_loss_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *y, dl_reduction reduction,
                          dl_tensor **gx, dl_tensor **gy) {
-    return pw_backward("mse_loss_backward", gloss, x, y, NULL, NULL, reduction,
-                       DL_POINTWISE_MSE, gx, gy);
+    return pw_backward("mse_loss_backward", gloss, x, y, NULL, NULL, reduction, DL_POINTWISE_MSE,
+                       gx, gy);
 }
 
 int dl_l1_loss_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *y, dl_reduction reduction,
                         dl_tensor **gx, dl_tensor **gy) {
-    return pw_backward("l1_loss_backward", gloss, x, y, NULL, NULL, reduction, DL_POINTWISE_L1,
-                       gx, gy);
+    return pw_backward("l1_loss_backward", gloss, x, y, NULL, NULL, reduction, DL_POINTWISE_L1, gx,
+                       gy);
 }
 
 dl_tensor *dl_binary_cross_entropy_with_logits_forward(dl_tensor *x, dl_tensor *y,
@@ -653,8 +654,8 @@ int dl_binary_cross_entropy_with_logits_backward(dl_tensor *gloss, dl_tensor *x,
                                                  dl_tensor *weight, dl_tensor *pos_weight,
                                                  dl_reduction reduction, dl_tensor **gx,
                                                  dl_tensor **gy) {
-    return pw_backward("binary_cross_entropy_with_logits_backward", gloss, x, y, weight,
-                       pos_weight, reduction, DL_POINTWISE_BCE_LOGITS, gx, gy);
+    return pw_backward("binary_cross_entropy_with_logits_backward", gloss, x, y, weight, pos_weight,
+                       reduction, DL_POINTWISE_BCE_LOGITS, gx, gy);
 }
 
 /* --- relu --------------------------------------------------------------------------------- */
@@ -752,8 +753,8 @@ static const char *pad_mode_name(dl_pad_mode m) {
 }
 
 /* Checks pads against an input shape and writes the output shape. */
-static int pad_check(const char *op, int ndim, const int64_t *shape, int npads,
-                     const int64_t *pads, dl_pad_mode mode, int64_t *oshape) {
+static int pad_check(const char *op, int ndim, const int64_t *shape, int npads, const int64_t *pads,
+                     dl_pad_mode mode, int64_t *oshape) {
     if (mode < DL_PAD_CONSTANT || mode > DL_PAD_CIRCULAR)
         return dl_error("%s: invalid padding mode %d", op, (int)mode);
     if (npads < 0 || npads % 2)
@@ -895,8 +896,8 @@ dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_m
     dl_tensor *xc = dl_tensor_contiguous(x);
     dl_tensor *out = xc ? dl_tensor_empty(x->ndim, oshape, x->dtype, DL_CPU) : NULL;
     if (out)
-        dl_cpu_pad_gather(dl_tensor_data(out), dl_tensor_data(xc), dl_dtype_size(x->dtype),
-                          p.outer, p.osz, p.isz, p.map);
+        dl_cpu_pad_gather(dl_tensor_data(out), dl_tensor_data(xc), dl_dtype_size(x->dtype), p.outer,
+                          p.osz, p.isz, p.map);
     free(p.buf);
     dl_tensor_release(xc);
     return out;

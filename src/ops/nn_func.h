@@ -72,9 +72,9 @@ dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *
 /* gx = scale * (softmax(x) * ... - smoothed one-hot), see src/cpu/loss.h.
  * *gtarget (when gtarget is not NULL) gets the gradient with respect to a
  * probability target, or NULL for class indices. */
-int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target,
-                              dl_tensor *weight, int64_t ignore_index, dl_reduction reduction,
-                              double label_smoothing, dl_tensor **gx, dl_tensor **gtarget);
+int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
+                              int64_t ignore_index, dl_reduction reduction, double label_smoothing,
+                              dl_tensor **gx, dl_tensor **gtarget);
 
 /* --- pointwise losses ------------------------------------------------------------------- */
 
