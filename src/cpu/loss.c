@@ -8,6 +8,7 @@
  * through fixed blocks whose size depends only on n. */
 #include "cpu/loss.h"
 #include "core/parallel.h"
+#include "cpu/softmax.h" /* dl_cpu_expf */
 
 #include <math.h>
 #include <string.h>
@@ -138,9 +139,11 @@ void dl_cpu_nll_loss_backward_f64(double *gx, const double *g, double g0, const 
 /* log(sum(exp(x))) of one sample's C scores, S apart. */
 static inline float lse_f32(const float *x, int64_t C, int64_t S) {
     float m = -INFINITY;
-    for (int64_t c = 0; c < C; c++) m = fmaxf(m, x[c * S]);
+#pragma omp simd reduction(max : m)
+    for (int64_t c = 0; c < C; c++) m = x[c * S] > m ? x[c * S] : m;
     double sum = 0;
-    for (int64_t c = 0; c < C; c++) sum += expf(x[c * S] - m);
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < C; c++) sum += dl_cpu_expf(x[c * S] - m);
     return m + (float)log(sum);
 }
 
@@ -241,11 +244,14 @@ void dl_cpu_cross_entropy_backward_f32(float *gx, const float *g, float g0, cons
         float lse = lse_f32(xs, C, S);
         float wt = weight ? weight[t] : 1.0f;
         float coef = keep * wt + spread * wall;
-        for (int64_t c = 0; c < C; c++) {
-            float p = expf(xs[c * S] - lse);
-            float v = p * coef;
-            if (eps > 0) v -= spread * (weight ? weight[c] : 1.0f);
-            gs[c * S] = G * v;
+        if (eps > 0) {
+            for (int64_t c = 0; c < C; c++) {
+                float v = dl_cpu_expf(xs[c * S] - lse) * coef;
+                gs[c * S] = G * (v - spread * (weight ? weight[c] : 1.0f));
+            }
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < C; c++) gs[c * S] = G * (dl_cpu_expf(xs[c * S] - lse) * coef);
         }
         gs[t * S] -= G * keep * wt;
     }
@@ -341,7 +347,7 @@ void dl_cpu_cross_entropy_prob_backward_f32(float *gx, float *gtarget, const flo
             for (int64_t c = 0; c < C; c++) {
                 float q = eps > 0 ? ts[c * S] * keep + spread : ts[c * S];
                 float w = weight ? weight[c] : 1.0f;
-                gx[b + c * S] = G * (expf(xs[c * S] - lse) * swq - w * q);
+                gx[b + c * S] = G * (dl_cpu_expf(xs[c * S] - lse) * swq - w * q);
             }
         }
         if (gtarget)

@@ -1,26 +1,46 @@
-/* cpu/pad.c - CPU kernels of index-map padding (see pad.h).  Both kernels
- * run in parallel over the outer slices, so the scatter-add never has two
- * threads writing one element and its sums do not depend on the thread
- * count. */
+/* cpu/pad.c - CPU kernels of index-map padding (see pad.h).  The gather
+ * runs in parallel over output rows; the scatter-add runs in parallel over
+ * the outer slices only, so no two threads ever add into one element and
+ * its sums do not depend on the thread count. */
 #include "cpu/pad.h"
 #include "core/parallel.h"
 
 #include <string.h>
 
+/* The longest run [*c0, *c1) of map where consecutive outputs read
+ * consecutive inputs (the unpadded middle of a row, copied in one go). */
+static void longest_run(const int64_t *map, int64_t n, int64_t *c0, int64_t *c1) {
+    *c0 = *c1 = 0;
+    for (int64_t a = 0; a < n;) {
+        int64_t b = a + 1;
+        while (b < n && map[b] == map[b - 1] + 1) b++;
+        if (b - a > *c1 - *c0) *c0 = a, *c1 = b;
+        a = b;
+    }
+}
+
 /* The gather for one element size; called with a constant sz so that the
- * memcpy becomes one load and one store.  Rows (s, a, b) run in parallel. */
+ * memcpy of one element becomes one load and one store.  Rows (s, a, b) run
+ * in parallel; each copies its middle run at once and maps the borders. */
 static inline void gather_rows(char *out, const char *in, size_t sz, int64_t outer,
                                const int64_t osz[3], const int64_t isz[3],
                                const int64_t *const map[3]) {
     const int64_t rows = outer * osz[2] * osz[1];
+    const int64_t *m0 = map[0];
+    int64_t c0, c1;
+    longest_run(m0, osz[0], &c0, &c1);
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (rows * osz[0] >= DL_PARALLEL_GRAIN)
     for (int64_t r = 0; r < rows; r++) {
         int64_t b = r % osz[1], a = (r / osz[1]) % osz[2], s = r / (osz[1] * osz[2]);
-        const char *irow =
+        const char *irow = // irow is (isz[0])
             in + (size_t)(((s * isz[2] + map[2][a]) * isz[1] + map[1][b]) * isz[0]) * sz;
         char *orow = out + (size_t)(r * osz[0]) * sz; // orow is (osz[0])
-        for (int64_t c = 0; c < osz[0]; c++)
-            memcpy(orow + (size_t)c * sz, irow + (size_t)map[0][c] * sz, sz);
+        for (int64_t c = 0; c < c0; c++)
+            memcpy(orow + (size_t)c * sz, irow + (size_t)m0[c] * sz, sz);
+        if (c1 > c0)
+            memcpy(orow + (size_t)c0 * sz, irow + (size_t)m0[c0] * sz, (size_t)(c1 - c0) * sz);
+        for (int64_t c = c1; c < osz[0]; c++)
+            memcpy(orow + (size_t)c * sz, irow + (size_t)m0[c] * sz, sz);
     }
 }
 
