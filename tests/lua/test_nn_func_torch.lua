@@ -92,6 +92,17 @@ for dt in (torch.float32, torch.float64, torch.bfloat16):
                     add(op="nll_loss", x=base, view=v, t=lt, ig=lig, w=w, red=red, y=loss, g=g,
                         gx=gx)
 
+# a wide float32 case: 1000 classes, label smoothing and weights
+x = mk((64, 1000), torch.float32, 3.0)
+t = torch.randint(0, 1000, (64,))
+w = torch.rand(1000) + 0.5
+for red in ("mean", "none"):
+    xr = leaf(x)
+    loss = F.cross_entropy(xr, t, weight=w, reduction=red, label_smoothing=0.1)
+    g = mk(loss.shape, torch.float32)
+    gx, = torch.autograd.grad(loss, xr, g)
+    add(op="cross_entropy", x=x, view="", t=t + 1, ig=-100, w=w, red=red, ls=0.1, y=loss, g=g, gx=gx)
+
 # --- cross_entropy with class probabilities ----------------------------------------------
 for dt in (torch.float32, torch.float64):
     for shape in ((6, 5), (2, 4, 3, 3), (5,)):
