@@ -140,10 +140,10 @@ static int softmax_bwd(lua_State *L, const char *op,
 }
 
 static int l_softmax_forward(lua_State *L) {
-    return softmax_fwd(L, "softmax", dl_softmax_forward);
+    return softmax_fwd(L, "softmax", dl_softmax);
 }
 static int l_log_softmax_forward(lua_State *L) {
-    return softmax_fwd(L, "log_softmax", dl_log_softmax_forward);
+    return softmax_fwd(L, "log_softmax", dl_log_softmax);
 }
 static int l_softmax_backward(lua_State *L) {
     return softmax_bwd(L, "softmax_backward", dl_softmax_backward);
@@ -159,7 +159,7 @@ static int l_nll_loss_forward(lua_State *L) {
     dl_tensor *logp = dlL_checktensor(L, 1), *target = dlL_checktensor(L, 2);
     loss_opts o = read_loss_opts(L, 3, op, keys_class);
     dl_tensor *t = convert_target(L, op, target, num_classes(logp), o.ignore_index);
-    dl_tensor *r = dl_nll_loss_forward(logp, t, o.weight, c_ignore(o.ignore_index), o.reduction);
+    dl_tensor *r = dl_nll_loss(logp, t, o.weight, c_ignore(o.ignore_index), o.reduction);
     dl_tensor_release(t);
     return dlL_pushtensor(L, r);
 }
@@ -193,8 +193,8 @@ static int l_cross_entropy_forward(lua_State *L) {
     dl_tensor *x = dlL_checktensor(L, 1), *target = dlL_checktensor(L, 2);
     loss_opts o = read_loss_opts(L, 3, op, keys_ce);
     dl_tensor *t = ce_target(L, op, x, target, &o);
-    dl_tensor *r = dl_cross_entropy_forward(x, t, o.weight, c_ignore(o.ignore_index), o.reduction,
-                                            o.label_smoothing);
+    dl_tensor *r = dl_cross_entropy(x, t, o.weight, c_ignore(o.ignore_index), o.reduction,
+                                    o.label_smoothing);
     dl_tensor_release(t);
     return dlL_pushtensor(L, r);
 }
@@ -244,13 +244,13 @@ static int pw_backward(lua_State *L, const char *op, pw_bwd_fn fn) {
 }
 
 static int l_mse_loss_forward(lua_State *L) {
-    return pw_forward(L, "mse_loss", dl_mse_loss_forward);
+    return pw_forward(L, "mse_loss", dl_mse_loss);
 }
 static int l_mse_loss_backward(lua_State *L) {
     return pw_backward(L, "mse_loss_backward", dl_mse_loss_backward);
 }
 static int l_l1_loss_forward(lua_State *L) {
-    return pw_forward(L, "l1_loss", dl_l1_loss_forward);
+    return pw_forward(L, "l1_loss", dl_l1_loss);
 }
 static int l_l1_loss_backward(lua_State *L) {
     return pw_backward(L, "l1_loss_backward", dl_l1_loss_backward);
@@ -261,7 +261,7 @@ static int l_bce_logits_forward(lua_State *L) {
     dl_tensor *x = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
     loss_opts o = read_loss_opts(L, 3, op, keys_bce);
     return dlL_pushtensor(
-        L, dl_binary_cross_entropy_with_logits_forward(x, y, o.weight, o.pos_weight, o.reduction));
+        L, dl_binary_cross_entropy_with_logits(x, y, o.weight, o.pos_weight, o.reduction));
 }
 
 static int l_bce_logits_backward(lua_State *L) {
@@ -307,7 +307,7 @@ static int l_dropout_forward(lua_State *L) {
     }
     no_more(L, 3, op);
     dl_tensor *out, *mask;
-    if (dl_dropout_forward(x, p, training, NULL, &out, &mask)) return dlL_fail(L);
+    if (dl_dropout(x, p, training, &out, &mask)) return dlL_fail(L);
     dlL_pushtensor(L, out);
     if (mask)
         dlL_pushtensor(L, mask);
@@ -381,7 +381,7 @@ static int l_pad_forward(lua_State *L) {
         }
         no_more(L, 4, op);
     }
-    return dlL_pushtensor(L, dl_pad_forward(x, npads, pads, mode, value));
+    return dlL_pushtensor(L, dl_pad(x, npads, pads, mode, value));
 }
 
 static int l_pad_backward(lua_State *L) {
@@ -406,6 +406,29 @@ static int l_pad_backward(lua_State *L) {
 
 /* --- registration ------------------------------------------------------------------------------
  */
+
+/* --- dl._F: the functional entry points dl.nn.functional exposes --------------------------- */
+
+/* F.dropout(x, p=0.5, training=true) -> output only */
+static int F_dropout(lua_State *L) {
+    l_dropout_forward(L);
+    lua_pop(L, 1);
+    return 1;
+}
+
+/* F.relu(x [, {inplace=}]) */
+static int F_relu(lua_State *L) {
+    dl_tensor *x = dlL_checktensor(L, 1);
+    static const char *const keys[] = {"inplace", NULL};
+    dlL_checkoptions(L, 2, "relu", keys);
+    no_more(L, 2, "relu");
+    if (dlL_optboolean(L, 2, "inplace", 0)) {
+        if (dl_unary_(DL_UNARY_RELU, x)) return dlL_fail(L);
+        lua_settop(L, 1);
+        return 1;
+    }
+    return dlL_pushtensor(L, dl_unary(DL_UNARY_RELU, x));
+}
 
 void dlL_open_nn_func(lua_State *L) {
     static const luaL_Reg fns[] = {
@@ -439,5 +462,26 @@ void dlL_open_nn_func(lua_State *L) {
         lua_setfield(L, -3, "_nn");
     }
     luaL_setfuncs(L, fns, 0);
+    lua_pop(L, 1);
+    static const luaL_Reg F[] = {
+        {"softmax", l_softmax_forward},
+        {"log_softmax", l_log_softmax_forward},
+        {"nll_loss", l_nll_loss_forward},
+        {"cross_entropy", l_cross_entropy_forward},
+        {"mse_loss", l_mse_loss_forward},
+        {"l1_loss", l_l1_loss_forward},
+        {"binary_cross_entropy_with_logits", l_bce_logits_forward},
+        {"dropout", F_dropout},
+        {"relu", F_relu},
+        {"pad", l_pad_forward},
+        {NULL, NULL},
+    };
+    if (lua_getfield(L, -1, "_F") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, "_F");
+    }
+    luaL_setfuncs(L, F, 0);
     lua_pop(L, 2);
 }

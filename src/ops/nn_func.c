@@ -957,3 +957,213 @@ dl_tensor *dl_pad_backward(dl_tensor *gy, int ndim, const int64_t *shape, int np
     dl_tensor_release(gyc);
     return finish(gx, gy->dtype);
 }
+
+/* --- with autograd -----------------------------------------------------------------------------
+ * Each op records one node holding what its *_backward needs: saved tensors
+ * (version-checked) and the op's parameters in the ctx. */
+#include "autograd/autograd.h"
+#include "ops/grad_util.h"
+
+typedef struct {
+    int dim;
+    int64_t ignore_index;
+    dl_reduction reduction;
+    double label_smoothing, p;
+    dl_pad_mode mode;
+    int npads;
+    int64_t pads[2 * DL_MAX_DIMS];
+} nnf_ctx;
+
+static dl_node *nnf_node(const char *name, dl_backward_fn fn, int n_in, dl_tensor *const *in) {
+    return dl_node_new(name, fn, n_in, in, 1, sizeof(nnf_ctx));
+}
+
+/* Finishes a recording that failed part-way: drops the node and the output. */
+static dl_tensor *nnf_abort(dl_node *n, dl_tensor *out) {
+    dl_node_release(n);
+    dl_tensor_release(out);
+    return NULL;
+}
+
+static int softmax_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const nnf_ctx *c = n->ctx;
+    dl_tensor *y = dl_node_saved(n, 0);
+    if (!y) return -1;
+    gin[0] = strcmp(n->name, "SoftmaxBackward") == 0 ? dl_softmax_backward(gout[0], y, c->dim)
+                                                     : dl_log_softmax_backward(gout[0], y, c->dim);
+    return gin[0] ? 0 : -1;
+}
+
+static dl_tensor *softmax_common(dl_tensor *x, int dim, bool log) {
+    dl_tensor *y = log ? dl_log_softmax_forward(x, dim) : dl_softmax_forward(x, dim);
+    if (!y || !dl_needs_grad1(x)) return y;
+    dl_node *n = nnf_node(log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bw, 1, &x);
+    if (!n || dl_node_save(n, y) < 0) return nnf_abort(n, y);
+    ((nnf_ctx *)n->ctx)->dim = dim;
+    return dl_node_finish(n, y);
+}
+
+dl_tensor *dl_softmax(dl_tensor *x, int dim) { return softmax_common(x, dim, false); }
+dl_tensor *dl_log_softmax(dl_tensor *x, int dim) { return softmax_common(x, dim, true); }
+
+/* inputs: 0 = x/logp, 1 = target, 2 = weight; saved: x, target, weight */
+static int nll_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const nnf_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *t = dl_node_saved(n, 1);
+    if (!x || !t) return -1;
+    dl_tensor *w = n->saved[2].t;
+    gin[0] = dl_nll_loss_backward(gout[0], x, t, w, c->ignore_index, c->reduction);
+    return gin[0] ? 0 : -1;
+}
+
+dl_tensor *dl_nll_loss(dl_tensor *logp, dl_tensor *target, dl_tensor *weight, int64_t ignore_index,
+                       dl_reduction reduction) {
+    dl_tensor *out = dl_nll_loss_forward(logp, target, weight, ignore_index, reduction);
+    if (!out || !dl_needs_grad1(logp)) return out;
+    dl_tensor *in[1] = {logp};
+    dl_node *n = nnf_node("NllLossBackward", nll_bw, 1, in);
+    if (!n || dl_node_save(n, logp) < 0 || dl_node_save(n, target) < 0 ||
+        dl_node_save(n, weight) < 0)
+        return nnf_abort(n, out);
+    nnf_ctx *c = n->ctx;
+    c->ignore_index = ignore_index;
+    c->reduction = reduction;
+    return dl_node_finish(n, out);
+}
+
+static int ce_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const nnf_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *t = dl_node_saved(n, 1);
+    if (!x || !t) return -1;
+    dl_tensor *gx = NULL, *gt = NULL;
+    if (dl_cross_entropy_backward(gout[0], x, t, n->saved[2].t, c->ignore_index, c->reduction,
+                                  c->label_smoothing, &gx, dl_node_needs_grad(n, 1) ? &gt : NULL))
+        return -1;
+    gin[0] = gx;
+    gin[1] = gt;
+    return 0;
+}
+
+dl_tensor *dl_cross_entropy(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
+                            int64_t ignore_index, dl_reduction reduction, double label_smoothing) {
+    dl_tensor *out =
+        dl_cross_entropy_forward(x, target, weight, ignore_index, reduction, label_smoothing);
+    bool target_grad = dl_dtype_is_floating(target->dtype);
+    dl_tensor *in[2] = {x, target_grad ? target : NULL};
+    if (!out || !dl_autograd_needed(2, in)) return out;
+    dl_node *n = nnf_node("CrossEntropyBackward", ce_bw, 2, in);
+    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, target) < 0 ||
+        dl_node_save(n, weight) < 0)
+        return nnf_abort(n, out);
+    nnf_ctx *c = n->ctx;
+    c->ignore_index = ignore_index;
+    c->reduction = reduction;
+    c->label_smoothing = label_smoothing;
+    return dl_node_finish(n, out);
+}
+
+typedef int (*pair_bw_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
+                          dl_tensor **);
+
+static int pair_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin, pair_bw_fn fn) {
+    const nnf_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *y = dl_node_saved(n, 1);
+    if (!x || !y) return -1;
+    return fn(gout[0], x, y, c->reduction, dl_node_needs_grad(n, 0) ? &gin[0] : NULL,
+              dl_node_needs_grad(n, 1) ? &gin[1] : NULL);
+}
+
+static int mse_bw(dl_node *n, dl_tensor *const *g, dl_tensor **gin) {
+    return pair_bw(n, g, gin, dl_mse_loss_backward);
+}
+static int l1_bw(dl_node *n, dl_tensor *const *g, dl_tensor **gin) {
+    return pair_bw(n, g, gin, dl_l1_loss_backward);
+}
+
+static dl_tensor *pair_loss(const char *name, dl_backward_fn bw, dl_tensor *out, dl_tensor *x,
+                            dl_tensor *y, dl_reduction reduction) {
+    if (!out || !dl_needs_grad2(x, y)) return out;
+    dl_tensor *in[2] = {x, y};
+    dl_node *n = nnf_node(name, bw, 2, in);
+    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, y) < 0) return nnf_abort(n, out);
+    ((nnf_ctx *)n->ctx)->reduction = reduction;
+    return dl_node_finish(n, out);
+}
+
+dl_tensor *dl_mse_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
+    return pair_loss("MseLossBackward", mse_bw, dl_mse_loss_forward(x, y, reduction), x, y,
+                     reduction);
+}
+
+dl_tensor *dl_l1_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
+    return pair_loss("L1LossBackward", l1_bw, dl_l1_loss_forward(x, y, reduction), x, y,
+                     reduction);
+}
+
+static int bce_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const nnf_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *y = dl_node_saved(n, 1);
+    if (!x || !y) return -1;
+    return dl_binary_cross_entropy_with_logits_backward(
+        gout[0], x, y, n->saved[2].t, n->saved[3].t, c->reduction,
+        dl_node_needs_grad(n, 0) ? &gin[0] : NULL, dl_node_needs_grad(n, 1) ? &gin[1] : NULL);
+}
+
+dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_tensor *weight,
+                                               dl_tensor *pos_weight, dl_reduction reduction) {
+    dl_tensor *out = dl_binary_cross_entropy_with_logits_forward(x, y, weight, pos_weight, reduction);
+    if (!out || !dl_needs_grad2(x, y)) return out;
+    dl_tensor *in[2] = {x, y};
+    dl_node *n = nnf_node("BinaryCrossEntropyWithLogitsBackward", bce_bw, 2, in);
+    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, y) < 0 || dl_node_save(n, weight) < 0 ||
+        dl_node_save(n, pos_weight) < 0)
+        return nnf_abort(n, out);
+    ((nnf_ctx *)n->ctx)->reduction = reduction;
+    return dl_node_finish(n, out);
+}
+
+static int dropout_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const nnf_ctx *c = n->ctx;
+    dl_tensor *mask = n->saved[0].t;
+    gin[0] = dl_dropout_backward(gout[0], mask, c->p);
+    return gin[0] ? 0 : -1;
+}
+
+int dl_dropout(dl_tensor *x, double p, bool training, dl_tensor **out, dl_tensor **mask) {
+    dl_tensor *m = NULL;
+    if (dl_dropout_forward(x, p, training, NULL, out, &m)) return -1;
+    if (training && dl_needs_grad1(x)) {
+        dl_node *n = nnf_node("DropoutBackward", dropout_bw, 1, &x);
+        if (!n || dl_node_save(n, m) < 0) {
+            dl_node_release(n);
+            dl_tensor_release(*out);
+            dl_tensor_release(m);
+            *out = NULL;
+            return -1;
+        }
+        ((nnf_ctx *)n->ctx)->p = p;
+        dl_node_finish(n, *out);
+    }
+    if (mask) *mask = m;
+    else dl_tensor_release(m);
+    return 0;
+}
+
+static int pad_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const nnf_ctx *c = n->ctx;
+    const dl_tensor_meta *m = &n->input_meta[0];
+    gin[0] = dl_pad_backward(gout[0], m->ndim, m->shape, c->npads, c->pads, c->mode);
+    return gin[0] ? 0 : -1;
+}
+
+dl_tensor *dl_pad(dl_tensor *x, int npads, const int64_t *pads, dl_pad_mode mode, double value) {
+    dl_tensor *out = dl_pad_forward(x, npads, pads, mode, value);
+    if (!out || !dl_needs_grad1(x)) return out;
+    dl_node *n = nnf_node("PadBackward", pad_bw, 1, &x);
+    if (!n) return nnf_abort(n, out);
+    nnf_ctx *c = n->ctx;
+    c->mode = mode;
+    c->npads = npads;
+    memcpy(c->pads, pads, sizeof(int64_t) * (size_t)npads);
+    return dl_node_finish(n, out);
+}

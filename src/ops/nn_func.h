@@ -136,4 +136,23 @@ dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_m
 dl_tensor *dl_pad_backward(dl_tensor *gy, int ndim, const int64_t *shape, int npads,
                            const int64_t *pads, dl_pad_mode mode);
 
+
+/* --- with autograd ----------------------------------------------------------------------------
+ * The same ops recording a node when an input requires grad (the nn.functional
+ * entry points).  Targets are 0-based here as above; the backward is the
+ * matching *_backward. */
+dl_tensor *dl_softmax(dl_tensor *x, int dim);
+dl_tensor *dl_log_softmax(dl_tensor *x, int dim);
+dl_tensor *dl_nll_loss(dl_tensor *logp, dl_tensor *target, dl_tensor *weight, int64_t ignore_index,
+                       dl_reduction reduction);
+dl_tensor *dl_cross_entropy(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
+                            int64_t ignore_index, dl_reduction reduction, double label_smoothing);
+dl_tensor *dl_mse_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction);
+dl_tensor *dl_l1_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction);
+dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_tensor *weight,
+                                               dl_tensor *pos_weight, dl_reduction reduction);
+/* out (and *mask when mask is not NULL) as dl_dropout_forward. */
+int dl_dropout(dl_tensor *x, double p, bool training, dl_tensor **out, dl_tensor **mask);
+dl_tensor *dl_pad(dl_tensor *x, int npads, const int64_t *pads, dl_pad_mode mode, double value);
+
 #endif
