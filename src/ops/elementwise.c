@@ -341,10 +341,10 @@ static int save_old(dl_node *n, dl_tensor *self) {
     return rc;
 }
 
-/* Returns out after making it the output of n (or NULL, releasing both, when
- * rc says recording failed). */
+/* Returns out after making it the output of n; NULL, releasing both, when n
+ * could not be made (NULL) or rc says recording failed. */
 static dl_tensor *finish_node(dl_node *n, dl_tensor *out, int rc) {
-    if (rc) {
+    if (!n || rc) {
         dl_node_release(n);
         dl_tensor_release(out);
         return NULL;
@@ -501,10 +501,12 @@ static unsigned binary_saves(dl_binary_op op, bool need_a, bool need_b) {
 }
 
 /* pow: d/da = b * a^(b-1) (0 where b == 0); d/db = out * log(a) (0 where a == 0
- * and b >= 0), both computed in the output's dtype. */
+ * and b >= 0).  An integer operand is first converted to the output's dtype;
+ * floating ones promote as the forward did. */
 static void pow_grads(scratch *s, dl_tensor *g, dl_tensor *a, dl_tensor *b, dl_tensor *out,
                       bool need_a, bool need_b, dl_tensor **ga, dl_tensor **gb) {
-    dl_tensor *A = sc_to(s, a, g->dtype), *B = sc_to(s, b, g->dtype);
+    dl_tensor *A = dl_dtype_is_floating(a->dtype) ? a : sc_to(s, a, g->dtype);
+    dl_tensor *B = dl_dtype_is_floating(b->dtype) ? b : sc_to(s, b, g->dtype);
     dl_tensor *zero = sc_const(s, g, 0);
     if (need_a) {
         dl_tensor *d = sc_bin(s, DL_BINARY_MUL, B, sc_bin(s, DL_BINARY_POW, A, sc_addc(s, B, -1)));
@@ -611,11 +613,7 @@ dl_tensor *dl_binary(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha) 
     if (!out || !dl_needs_grad2(a, b) || !dl_dtype_is_floating(out->dtype)) return out;
     unsigned sv;
     dl_node *n = binary_node(op, a, b, alpha, false, &sv);
-    if (!n) {
-        dl_tensor_release(out);
-        return NULL;
-    }
-    return finish_node(n, out, save(n, sv & SAVE_OUT ? out : NULL));
+    return finish_node(n, out, n ? save(n, sv & SAVE_OUT ? out : NULL) : -1);
 }
 
 int dl_binary_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha) {
@@ -904,12 +902,8 @@ dl_tensor *dl_unary(dl_unary_op op, dl_tensor *x) {
     dl_tensor *out = unary_fwd(op, x);
     if (!out || !dl_needs_grad1(x) || is_predicate(op)) return out;
     dl_node *n = unary_node(op, x);
-    if (!n) {
-        dl_tensor_release(out);
-        return NULL;
-    }
     int sv = unary_saves(op);
-    int rc = sv == SAVES_INPUT ? save(n, x) : sv == SAVES_RESULT ? save(n, out) : 0;
+    int rc = !n ? -1 : sv == SAVES_INPUT ? save(n, x) : sv == SAVES_RESULT ? save(n, out) : 0;
     return finish_node(n, out, rc);
 }
 
@@ -1065,8 +1059,7 @@ dl_tensor *dl_clamp(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
     dl_tensor *out = clamp_fwd(x, lo, hi);
     dl_tensor *all[3] = {x, lo, hi};
     if (!out || !dl_autograd_needed(3, all) || !dl_dtype_is_floating(out->dtype)) return out;
-    dl_node *n = clamp_node(x, lo, hi, false);
-    return n ? dl_node_finish(n, out) : finish_node(n, out, -1);
+    return finish_node(clamp_node(x, lo, hi, false), out, 0);
 }
 
 int dl_clamp_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi) {
@@ -1177,7 +1170,7 @@ dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
     if (!out || !dl_needs_grad2(a, b) || !dl_dtype_is_floating(out->dtype)) return out;
     dl_tensor *in[2] = {a, b};
     dl_node *n = dl_node_new("WhereBackward", where_backward, 2, in, 1, 0);
-    return n ? finish_node(n, out, save(n, cond)) : finish_node(n, out, -1);
+    return finish_node(n, out, n ? save(n, cond) : -1);
 }
 
 /* masked_fill: inputs 0 x and 1 value, the mask saved in slot 0.  x gets g
@@ -1208,8 +1201,7 @@ static dl_node *masked_fill_node(dl_tensor *x, dl_tensor *mask, dl_tensor *value
 dl_tensor *dl_masked_fill(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
     dl_tensor *out = masked_fill_fwd(x, mask, value);
     if (!out || !dl_needs_grad2(x, value) || !dl_dtype_is_floating(out->dtype)) return out;
-    dl_node *n = masked_fill_node(x, mask, value);
-    return n ? dl_node_finish(n, out) : finish_node(n, out, -1);
+    return finish_node(masked_fill_node(x, mask, value), out, 0);
 }
 
 int dl_masked_fill_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {

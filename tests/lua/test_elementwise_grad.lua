@@ -18,9 +18,13 @@ local function away(shape, lo, hi)
   return (m * s):detach():requires_grad_()
 end
 
+-- dl.autograd.gradcheck differentiates sum(fn(inputs...) * w), so it needs sum
+-- to record (the reductions' backward); until then check_grad below does the
+-- same with w passed as the grad_output, and runs gradcheck too once it can.
+local SUM_RECORDS = dl.ones(1, {requires_grad = true}):sum().requires_grad
+
 -- Compares the gradients of sum(fn(inputs...) * w) for a random w with
--- central finite differences, in float64.  (dl.autograd.gradcheck does the
--- same through sum's own gradient.)
+-- central finite differences, in float64.
 local function check_grad(what, fn, inputs, opts)
   opts = opts or {}
   local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-7, opts.rtol or 1e-5
@@ -53,6 +57,10 @@ local function check_grad(what, fn, inputs, opts)
           a, num), 2)
       end
     end
+  end
+  if SUM_RECORDS then
+    local ok, err = dl.autograd.gradcheck(fn, inputs, {raise = false})
+    if not ok then error(what .. ": " .. err, 2) end
   end
 end
 
@@ -332,6 +340,8 @@ T.case("scalar operands", function()
     return t
   end, {x})
   check_grad("integer tensor operand", function(a) return a * dl.arange(4) + dl.arange(4) end, {x})
+  check_grad("integer base", function(a) return dl.tensor({1, 2, 3, 4}) ^ a end, {x})
+  check_grad("integer exponent", function(a) return a ^ dl.tensor({1, 2, 3, 0}) end, {x})
 end)
 
 T.case("clamp, where, masked_fill: finite differences", function()
