@@ -9,7 +9,14 @@
  * have it) and expanded to the broadcast shape; kernels see one dtype.
  * In-place forms write straight into self when self already has the compute
  * dtype (the fast path optimizers hit), else they compute out of place and
- * copy the result into self. */
+ * copy the result into self.
+ *
+ * Autograd: the public functions compute through the static *_fwd forwards
+ * and then, only when dl_autograd_needed, record a node whose backward (next
+ * to each forward) saves just what its formula reads.  In place, the node is
+ * made before the write (it takes self's old history as input 0), a formula
+ * that reads self's old value saves a clone of it, one that reads the result
+ * saves self after the write. */
 #include "ops/elementwise.h"
 #include "core/iter.h"
 #include "cpu/elementwise.h"
