@@ -407,6 +407,10 @@ T.case("Sequential runs its children in order; Flatten, Identity, Dropout", func
   d:eval()
   T.tensor_eq(d(x), x)
   T.tensor_eq(nn.Dropout(1.0)(x):sum(), 0)
+  local xi = dl.ones(100)
+  local yi = nn.Dropout(0.5, {inplace = true})(xi)
+  T.tensor_eq(xi, yi)
+  T.truthy(xi:eq(0):sum():item() > 0, "in place: the input itself is zeroed")
 end)
 
 -- --- dl.nn.init ---------------------------------------------------------------------
@@ -546,9 +550,11 @@ T.case("bad input", function()
   T.raises(function() nn.init.xavier_uniform_(dl.ones(3)) end, "fewer than 2 dimensions")
   T.raises(function() nn.init.calculate_gain("leaky_relu", "x") end, "negative_slope x not a valid number")
   T.raises(function() nn.init.constant_("w", 1) end, "constant_: a tensor is required, got string")
-  T.raises(function() nn.functional.cross_entropy(dl.randn(2, 3), dl.tensor({1, 4})) end, "out of bounds")
-  T.raises(function() nn.functional.mse_loss(dl.ones(2), dl.ones(2), {reduction = "mean2"}) end,
-    "mean2 is not a valid value for reduction")
+  T.raises(function() nn.CrossEntropyLoss()(dl.randn(2, 3), dl.tensor({1, 4})) end,
+    "target label 4 is out of range for 3 classes")
+  T.raises(function() nn.functional.conv2d(dl.randn(1, 1, 3, 3), dl.randn(1, 1, 1, 1)) end,
+    "conv2d: not available yet")
+  T.raises(function() nn.functional.linear(dl.randn(2, 3), dl.randn(3)) end, "linear: weight must be 2-D, got 1-D")
 end)
 
 T.done()

@@ -1,10 +1,10 @@
--- dl.nn.functional: PyTorch's torch.nn.functional.  The real thing is the C
--- table dl._F (autograd-recording kernels); this file returns it.  Until it
--- exists, and for any name it lacks, pure-Lua versions composed from the
--- tensor ops stand in (linear, relu, softmax, log_softmax, dropout,
--- batch_norm, adaptive_avg_pool2d to 1x1, nll_loss, cross_entropy without
--- label smoothing, mse_loss, l1_loss, binary_cross_entropy_with_logits,
--- flatten); the rest raise "not available yet".
+-- dl.nn.functional: PyTorch's torch.nn.functional.  The kernels are the C
+-- table dl._F (softmax, log_softmax, relu, dropout, pad and the losses, all
+-- recording autograd); this file returns that table after adding, for the
+-- names it does not have yet, Lua versions composed from tensor ops
+-- (linear = matmul + add, flatten, batch_norm from mean/var, and
+-- adaptive_avg_pool2d to 1x1 as a mean) and clear "not available yet" errors
+-- (conv2d, max_pool2d, avg_pool2d).  A C version registered later wins.
 --
 -- Conventions (PyTorch's signatures, the Lua way): dims are 1-based, class
 -- indices in targets are 1-based, options come as a trailing table.
@@ -19,20 +19,6 @@ local function check_tensor(x, op, what)
   return x
 end
 
-local function check_reduction(r, op)
-  r = r or "mean"
-  if r ~= "mean" and r ~= "sum" and r ~= "none" then
-    fail("%s: %s is not a valid value for reduction (none, mean, sum)", op, tostring(r))
-  end
-  return r
-end
-
-local function reduce(loss, reduction)
-  if reduction == "mean" then return loss:mean() end
-  if reduction == "sum" then return loss:sum() end
-  return loss
-end
-
 -- linear(x, w, b): x @ w^T + b;  x is (*, in), w is (out, in), b is (out)
 function F.linear(x, w, b)
   check_tensor(x, "linear", "input")
@@ -43,62 +29,9 @@ function F.linear(x, w, b)
   return y
 end
 
-function F.relu(x, opts)
-  check_tensor(x, "relu", "input")
-  opts = util.check_options(opts, "relu", {"inplace"})
-  if opts.inplace then return x:relu_() end
-  return x:relu()
-end
-
-local function check_dim(x, dim, op)
-  if dim == nil then fail("%s: dim is required", op) end
-  dim = util.check_int(dim, op, "dim")
-  local n = x:dim()
-  local lo, hi = -math.max(n, 1), math.max(n, 1)
-  if dim == 0 or dim < lo or dim > hi then
-    fail("%s: dim %d out of range for a %d-dimensional tensor (expected %d..%d, not 0)", op, dim, n, lo, hi)
-  end
-  return dim
-end
-
--- softmax(x, dim): exp(x - max) / sum(exp(x - max)) along dim
-function F.softmax(x, dim)
-  check_tensor(x, "softmax", "input")
-  dim = check_dim(x, dim, "softmax")
-  if x:dim() == 0 then return dl.ones_like(x) end
-  local e = (x - x:amax(dim, {keepdim = true})):exp()
-  return e / e:sum(dim, {keepdim = true})
-end
-
--- log_softmax(x, dim): (x - max) - log(sum(exp(x - max))) along dim
-function F.log_softmax(x, dim)
-  check_tensor(x, "log_softmax", "input")
-  dim = check_dim(x, dim, "log_softmax")
-  if x:dim() == 0 then return dl.zeros_like(x) end
-  local t = x - x:amax(dim, {keepdim = true})
-  return t - t:exp():sum(dim, {keepdim = true}):log()
-end
-
 function F.flatten(x, start_dim, end_dim)
   check_tensor(x, "flatten", "input")
   return x:flatten(start_dim or 1, end_dim or -1)
-end
-
--- dropout(x, p, training): zeroes elements with probability p and scales the
--- rest by 1/(1-p) when training.
-function F.dropout(x, p, training, inplace)
-  check_tensor(x, "dropout", "input")
-  p = p == nil and 0.5 or util.check_number(p, "dropout", "p")
-  if p < 0 or p > 1 then fail("dropout: dropout probability has to be between 0 and 1, but got %s", util.pyrepr(p)) end
-  if training == false or p == 0 or x:numel() == 0 then return x end
-  local mask
-  if p == 1 then
-    mask = dl.zeros_like(x)
-  else
-    mask = dl.bernoulli(dl.full_like(x, 1 - p)):div_(1 - p)
-  end
-  if inplace then return x:mul_(mask) end
-  return x * mask
 end
 
 -- batch_norm(x, running_mean, running_var, weight, bias, training, momentum, eps)
@@ -158,111 +91,20 @@ function F.adaptive_avg_pool2d(x, output_size)
   fail("adaptive_avg_pool2d: output sizes other than 1x1 are not available yet in this build")
 end
 
--- nll_loss(x, target, {weight=, ignore_index=-100, reduction='mean'})
--- x is (N, C, d1...) or (C) log-probabilities; target (N, d1...) or () holds
--- 1-based class indices.
-function F.nll_loss(x, target, opts)
-  check_tensor(x, "nll_loss", "input")
-  check_tensor(target, "nll_loss", "target")
-  opts = util.check_options(opts, "nll_loss", {"weight", "ignore_index", "reduction"})
-  local reduction = check_reduction(opts.reduction, "nll_loss")
-  local ignore = opts.ignore_index or -100
-  local weight = opts.weight
-  if target.dtype ~= dl.int64 then fail("nll_loss: expected target of dtype int64, got %s", target.dtype.name) end
-  local tshape = target.shape
-  if x:dim() == 1 then
-    x, target = x:unsqueeze(1), target:reshape(1)
-  elseif x:dim() > 2 then
-    local perm = {1}
-    for i = 3, x:dim() do perm[#perm + 1] = i end
-    perm[#perm + 1] = 2
-    x = x:permute(perm):reshape(-1, x.shape[2])
-    target = target:reshape(-1)
-  end
-  if x:dim() ~= 2 or target:dim() ~= 1 or target.shape[1] ~= x.shape[1] then
-    fail("nll_loss: input %s and target %s do not match", util.shape_str(x.shape), util.shape_str(tshape))
-  end
-  local C = x.shape[2]
-  local valid = target:ne(ignore)
-  local safe = dl.where(valid, target, 1)
-  local lo = safe:amin():item()
-  local hi = safe:amax():item()
-  if safe:numel() > 0 and (lo < 1 or hi > C) then
-    fail("nll_loss: target %d is out of bounds (classes are 1..%d)", lo < 1 and lo or hi, C)
-  end
-  local picked = x:gather(2, safe:unsqueeze(2)):squeeze(2)
-  local w = valid:to(x.dtype)
-  if weight ~= nil then w = w * weight:index_select(1, safe) end
-  local loss = -(picked * w)
-  if reduction == "none" then return loss:reshape(tshape) end
-  if reduction == "sum" then return loss:sum() end
-  return loss:sum() / w:sum()
-end
-
--- cross_entropy(x, target, {weight=, ignore_index=, reduction=, label_smoothing=})
-function F.cross_entropy(x, target, opts)
-  check_tensor(x, "cross_entropy", "input")
-  opts = util.check_options(opts, "cross_entropy", {"weight", "ignore_index", "reduction", "label_smoothing"})
-  if (opts.label_smoothing or 0) ~= 0 then
-    fail("cross_entropy: label_smoothing is not available yet in this build")
-  end
-  local dim = x:dim() == 1 and 1 or 2
-  return F.nll_loss(F.log_softmax(x, dim), target,
-    {weight = opts.weight, ignore_index = opts.ignore_index, reduction = opts.reduction})
-end
-
-function F.mse_loss(x, y, opts)
-  check_tensor(x, "mse_loss", "input")
-  check_tensor(y, "mse_loss", "target")
-  opts = util.check_options(opts, "mse_loss", {"reduction"})
-  return reduce((x - y):square(), check_reduction(opts.reduction, "mse_loss"))
-end
-
-function F.l1_loss(x, y, opts)
-  check_tensor(x, "l1_loss", "input")
-  check_tensor(y, "l1_loss", "target")
-  opts = util.check_options(opts, "l1_loss", {"reduction"})
-  return reduce((x - y):abs(), check_reduction(opts.reduction, "l1_loss"))
-end
-
--- binary_cross_entropy_with_logits(x, y, {weight=, pos_weight=, reduction=}),
--- in PyTorch's stable form with m = max(-x, 0):
--- (1 - y) x + lw (log(exp(-m) + exp(-x - m)) + m),  lw = 1 + (pos_weight - 1) y
-function F.binary_cross_entropy_with_logits(x, y, opts)
-  local op = "binary_cross_entropy_with_logits"
-  check_tensor(x, op, "input")
-  check_tensor(y, op, "target")
-  opts = util.check_options(opts, op, {"weight", "pos_weight", "reduction"})
-  local reduction = check_reduction(opts.reduction, op)
-  local m = (-x):clamp_min(0)
-  local lse = ((-m):exp() + (-x - m):exp()):log() + m
-  local loss
-  if opts.pos_weight ~= nil then
-    local lw = (opts.pos_weight - 1) * y + 1
-    loss = (1 - y) * x + lw * lse
-  else
-    loss = (1 - y) * x + lse
-  end
-  if opts.weight ~= nil then loss = loss * opts.weight end
-  return reduce(loss, reduction)
-end
-
 local function unavailable(name)
   return function()
     fail("%s: not available yet in this build (the C functional ops have not landed)", name)
   end
 end
 
-for _, name in ipairs {"conv2d", "max_pool2d", "avg_pool2d", "pad"} do
+for _, name in ipairs {"conv2d", "max_pool2d", "avg_pool2d"} do
   F[name] = unavailable(name)
 end
 
 -- The C table wins; the Lua versions only fill names it lacks.
 local C = rawget(dl, "_F")
-if type(C) == "table" then
-  for k, v in pairs(F) do
-    if C[k] == nil then C[k] = v end
-  end
-  return C
+if type(C) ~= "table" then return F end
+for k, v in pairs(F) do
+  if C[k] == nil then C[k] = v end
 end
-return F
+return C

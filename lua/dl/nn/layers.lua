@@ -392,7 +392,9 @@ function L.Dropout:__init(p, opts)
   self.inplace = util.opt_bool(opts.inplace, false, "Dropout", "inplace")
 end
 function L.Dropout:forward(x)
-  return F.dropout(check_input(x, "Dropout"), self.p, self.training, self.inplace)
+  local y = F.dropout(check_input(x, "Dropout"), self.p, self.training)
+  if self.inplace and y ~= x then return x:copy_(y) end
+  return y
 end
 function L.Dropout:extra_repr()
   return string.format("p=%s, inplace=%s", pyrepr(self.p), pyrepr(self.inplace))
