@@ -81,5 +81,7 @@ void dlL_open_index(lua_State *L);      /* l_index.c: joining and indexing */
 void dlL_open_random(lua_State *L);     /* l_random.c */
 void dlL_open_print(lua_State *L);      /* l_print.c: __tostring */
 void dlL_open_autograd(lua_State *L);   /* l_autograd.c: backward, no_grad, ... */
+void dlL_open_io(lua_State *L);         /* l_io.c: dl.save / dl.load (safetensors) */
+void dlL_open_nn_func(lua_State *L);    /* l_nn_func.c: dl._nn softmax, losses, dropout, pad */
 
 #endif

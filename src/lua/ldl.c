@@ -170,6 +170,8 @@ int luaopen_dl(lua_State *L) {
     dlL_open_random(L);
     dlL_open_print(L);
     dlL_open_autograd(L);
+    dlL_open_io(L);
+    dlL_open_nn_func(L);
 
     static const luaL_Reg functions[] = {
         {"clock", l_clock},

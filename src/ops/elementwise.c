@@ -9,10 +9,19 @@
  * have it) and expanded to the broadcast shape; kernels see one dtype.
  * In-place forms write straight into self when self already has the compute
  * dtype (the fast path optimizers hit), else they compute out of place and
- * copy the result into self. */
+ * copy the result into self.
+ *
+ * Autograd: the public functions compute through the static *_fwd forwards
+ * and then, only when dl_autograd_needed, record a node whose backward (next
+ * to each forward) saves just what its formula reads.  In place, the node is
+ * made before the write (it takes self's old history as input 0), a formula
+ * that reads self's old value saves a clone of it, one that reads the result
+ * saves self after the write. */
 #include "ops/elementwise.h"
 #include "core/iter.h"
 #include "cpu/elementwise.h"
+#include "ops/grad_util.h"
+#include "ops/reduce.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -217,6 +226,146 @@ static dl_dtype result_type_n(int n, dl_tensor *const *t) {
     return dim;
 }
 
+/* --- autograd helpers -------------------------------------------------------------- */
+
+/* The public ops record a node when dl_autograd_needed says so; the *_fwd
+ * functions below compute without recording (the in-place forms and the
+ * backward formulas use them).  A formula is written with this family's own
+ * forwards over a scratch list that owns every intermediate: each sc_* step
+ * takes borrowed operands, passes an earlier failure (NULL) on, and returns a
+ * tensor the scratch releases when the formula is done. */
+static dl_tensor *binary_fwd(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha);
+static dl_tensor *unary_fwd(dl_unary_op op, dl_tensor *x);
+static dl_tensor *where_fwd(dl_tensor *cond, dl_tensor *a, dl_tensor *b);
+
+#define SCRATCH_MAX 32
+typedef struct {
+    dl_tensor *t[SCRATCH_MAX];
+    int n;
+    bool failed;
+} scratch;
+
+static dl_tensor *sc_keep(scratch *s, dl_tensor *t) {
+    if (!t) {
+        s->failed = true;
+        return NULL;
+    }
+    if (s->n == SCRATCH_MAX) {
+        dl_tensor_release(t);
+        dl_error("autograd: too many intermediates in a backward formula (internal)");
+        s->failed = true;
+        return NULL;
+    }
+    return s->t[s->n++] = t;
+}
+
+static void sc_free(scratch *s) {
+    release_all(s->n, s->t);
+    s->n = 0;
+}
+
+static dl_tensor *sc_bin(scratch *s, dl_binary_op op, dl_tensor *a, dl_tensor *b) {
+    return a && b ? sc_keep(s, binary_fwd(op, a, b, 1)) : NULL;
+}
+
+static dl_tensor *sc_un(scratch *s, dl_unary_op op, dl_tensor *x) {
+    return x ? sc_keep(s, unary_fwd(op, x)) : NULL;
+}
+
+static dl_tensor *sc_to(scratch *s, dl_tensor *x, dl_dtype dtype) {
+    return x ? sc_keep(s, dl_tensor_to_dtype(x, dtype)) : NULL;
+}
+
+/* A 0-dim constant that combines with `like` without changing its dtype:
+ * float64 against float64, float32 against float32 and dimensioned half
+ * tensors (which compute in float32 anyway), like's own dtype otherwise. */
+static dl_tensor *sc_const(scratch *s, const dl_tensor *like, double v) {
+    if (!like) return NULL;
+    dl_dtype dt = like->dtype;
+    if (dl_dtype_is_floating(dt) && dt != DL_DTYPE_F64 && like->ndim > 0) dt = DL_DTYPE_F32;
+    return sc_keep(s, dl_tensor_scalar(v, dt));
+}
+
+static dl_tensor *sc_mulc(scratch *s, dl_tensor *x, double c) {
+    return sc_bin(s, DL_BINARY_MUL, x, sc_const(s, x, c));
+}
+
+static dl_tensor *sc_addc(scratch *s, dl_tensor *x, double c) {
+    return sc_bin(s, DL_BINARY_ADD, x, sc_const(s, x, c));
+}
+
+static dl_tensor *sc_where(scratch *s, dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
+    return cond && a && b ? sc_keep(s, where_fwd(cond, a, b)) : NULL;
+}
+
+/* g where keep is true, 0 elsewhere (in g's dtype, the broadcast shape). */
+static dl_tensor *sc_keep_where(scratch *s, dl_tensor *keep, dl_tensor *g) {
+    return sc_where(s, keep, g, sc_const(s, g, 0));
+}
+
+/* g with zeros where drop is true. */
+static dl_tensor *sc_drop_where(scratch *s, dl_tensor *drop, dl_tensor *g) {
+    return sc_where(s, drop, sc_const(s, g, 0), g);
+}
+
+/* gin[i] = g (in the output's shape) reduced to input i's shape and converted
+ * to its dtype, when input i needs a gradient.  0 or -1. */
+static int set_grad(dl_node *n, int i, dl_tensor *g, dl_tensor **gin) {
+    if (!dl_node_needs_grad(n, i)) return 0;
+    if (!g) return -1;
+    gin[i] = dl_grad_for_input(g, &n->input_meta[i]);
+    return gin[i] ? 0 : -1;
+}
+
+/* Zero gradients for every input that needs one (rounding, comparisons). */
+static int set_zero_grads(dl_node *n, dl_tensor **gin) {
+    for (int i = 0; i < n->n_inputs; i++) {
+        if (!dl_node_needs_grad(n, i)) continue;
+        if (!(gin[i] = dl_zeros_meta(&n->input_meta[i]))) return -1;
+    }
+    return 0;
+}
+
+/* Ends a formula: the scratch's failure, or the gradients of inputs 0..k-1. */
+static int finish_grads(dl_node *n, scratch *s, int k, dl_tensor *const *g, dl_tensor **gin) {
+    int rc = s->failed ? -1 : 0;
+    for (int i = 0; i < k && rc == 0; i++) rc = set_grad(n, i, g[i], gin);
+    sc_free(s);
+    return rc;
+}
+
+/* Saves t (NULL: an empty slot, which keeps slot numbers fixed).  0 or -1. */
+static int save(dl_node *n, dl_tensor *t) {
+    return dl_node_save(n, t) < 0 ? -1 : 0;
+}
+
+/* Saves a copy of self's current value: an in-place op is about to overwrite
+ * it and the backward reads it. */
+static int save_old(dl_node *n, dl_tensor *self) {
+    dl_tensor *c = dl_tensor_clone(self);
+    int rc = c ? save(n, c) : -1;
+    dl_tensor_release(c);
+    return rc;
+}
+
+/* Returns out after making it the output of n; NULL, releasing both, when n
+ * could not be made (NULL) or rc says recording failed. */
+static dl_tensor *finish_node(dl_node *n, dl_tensor *out, int rc) {
+    if (!n || rc) {
+        dl_node_release(n);
+        dl_tensor_release(out);
+        return NULL;
+    }
+    return dl_node_finish(n, out);
+}
+
+/* In place: makes self the output of n once the write succeeded. */
+static int finish_node_(dl_node *n, dl_tensor *self, int rc) {
+    if (rc == 0) dl_node_set_output(n, 0, self);
+    dl_node_release(n);
+    return rc;
+}
+
 /* --- binary ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -269,7 +418,7 @@ static int zero_division(const char *name) {
     return dl_error("%s: integer division by zero", name);
 }
 
-dl_tensor *dl_binary(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha) {
+static dl_tensor *binary_fwd(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha) {
     const char *name = dl_binary_op_name(op);
     op_types ty;
     if (check_cpu(name, a) || check_cpu(name, b) || binary_types(name, op, a, b, alpha, &ty))
@@ -289,7 +438,7 @@ dl_tensor *dl_binary(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha) 
     return finish_as(out, ty.result);
 }
 
-int dl_binary_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha) {
+static int binary_fwd_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha) {
     char name[40];
     snprintf(name, sizeof name, "%s_", dl_binary_op_name(op));
     op_types ty;
@@ -300,13 +449,192 @@ int dl_binary_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha)
     int nd = dl_broadcast_shapes(name, self->ndim, self->shape, other->ndim, other->shape, shape);
     if (nd < 0 || check_inplace_shape(name, self, nd, shape)) return -1;
     if (self->dtype != ty.compute || ty.kernel_out != ty.compute)
-        return copy_into(self, dl_binary(op, self, other, alpha));
+        return copy_into(self, binary_fwd(op, self, other, alpha));
     dl_tensor *eo;
     if (prepare(1, &other, ty.common, ty.compute, nd, shape, &eo)) return -1;
     int rc = dl_cpu_binary(op, self, self, eo, alpha);
     dl_tensor_release(eo);
     dl_tensor_bump_version(self);
     return rc ? zero_division(name) : 0;
+}
+
+/* --- binary: backward formulas and recording ------------------------------------------ */
+
+static const char *const binary_grad_names[DL_BINARY_COUNT] = {
+    [DL_BINARY_ADD] = "AddBackward",
+    [DL_BINARY_SUB] = "SubBackward",
+    [DL_BINARY_MUL] = "MulBackward",
+    [DL_BINARY_DIV] = "DivBackward",
+    [DL_BINARY_DIV_FLOOR] = "DivBackward",
+    [DL_BINARY_DIV_TRUNC] = "DivBackward",
+    [DL_BINARY_POW] = "PowBackward",
+    [DL_BINARY_MAXIMUM] = "MaximumBackward",
+    [DL_BINARY_MINIMUM] = "MinimumBackward",
+    [DL_BINARY_REMAINDER] = "RemainderBackward",
+    [DL_BINARY_FMOD] = "FmodBackward",
+    [DL_BINARY_ATAN2] = "Atan2Backward",
+    [DL_BINARY_EQ] = "EqBackward",
+    [DL_BINARY_NE] = "NeBackward",
+    [DL_BINARY_LT] = "LtBackward",
+    [DL_BINARY_LE] = "LeBackward",
+    [DL_BINARY_GT] = "GtBackward",
+    [DL_BINARY_GE] = "GeBackward",
+    [DL_BINARY_LOGICAL_AND] = "LogicalAndBackward",
+    [DL_BINARY_LOGICAL_OR] = "LogicalOrBackward",
+    [DL_BINARY_LOGICAL_XOR] = "LogicalXorBackward",
+};
+
+typedef struct {
+    dl_binary_op op;
+    double alpha;
+} binary_ctx;
+
+/* Saved slots: 0 a, 1 b, 2 the result; a slot is empty unless the gradients
+ * of the inputs that need one read it (PyTorch saves the same). */
+enum { SAVE_A = 1, SAVE_B = 2, SAVE_OUT = 4 };
+
+static unsigned binary_saves(dl_binary_op op, bool need_a, bool need_b) {
+    switch (op) {
+    case DL_BINARY_MUL: return (need_a ? SAVE_B : 0) | (need_b ? SAVE_A : 0);
+    case DL_BINARY_DIV: return SAVE_B | (need_b ? SAVE_A : 0);
+    case DL_BINARY_POW: return SAVE_A | SAVE_B | (need_b ? SAVE_OUT : 0);
+    case DL_BINARY_MAXIMUM:
+    case DL_BINARY_MINIMUM:
+    case DL_BINARY_ATAN2: return SAVE_A | SAVE_B;
+    case DL_BINARY_REMAINDER:
+    case DL_BINARY_FMOD: return need_b ? SAVE_A | SAVE_B : 0;
+    default: return 0;
+    }
+}
+
+/* pow: d/da = b * a^(b-1) (0 where b == 0); d/db = out * log(a) (0 where a == 0
+ * and b >= 0).  An integer operand is first converted to the output's dtype;
+ * floating ones promote as the forward did. */
+static void pow_grads(scratch *s, dl_tensor *g, dl_tensor *a, dl_tensor *b, dl_tensor *out,
+                      bool need_a, bool need_b, dl_tensor **ga, dl_tensor **gb) {
+    dl_tensor *A = dl_dtype_is_floating(a->dtype) ? a : sc_to(s, a, g->dtype);
+    dl_tensor *B = dl_dtype_is_floating(b->dtype) ? b : sc_to(s, b, g->dtype);
+    dl_tensor *zero = sc_const(s, g, 0);
+    if (need_a) {
+        dl_tensor *d = sc_bin(s, DL_BINARY_MUL, B, sc_bin(s, DL_BINARY_POW, A, sc_addc(s, B, -1)));
+        *ga = sc_where(s, sc_bin(s, DL_BINARY_EQ, B, zero), zero, sc_bin(s, DL_BINARY_MUL, g, d));
+    }
+    if (need_b) {
+        dl_tensor *at0 = sc_bin(s, DL_BINARY_LOGICAL_AND, sc_bin(s, DL_BINARY_EQ, A, zero),
+                                sc_bin(s, DL_BINARY_GE, B, zero));
+        dl_tensor *d = sc_bin(s, DL_BINARY_MUL, out, sc_un(s, DL_UNARY_LOG, A));
+        *gb = sc_bin(s, DL_BINARY_MUL, g, sc_where(s, at0, zero, d));
+    }
+}
+
+static int binary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const binary_ctx *c = n->ctx;
+    bool need_a = dl_node_needs_grad(n, 0), need_b = dl_node_needs_grad(n, 1);
+    unsigned sv = binary_saves(c->op, need_a, need_b);
+    dl_tensor *a = NULL, *b = NULL, *out = NULL;
+    if ((sv & SAVE_A && !(a = dl_node_saved(n, 0))) ||
+        (sv & SAVE_B && !(b = dl_node_saved(n, 1))) ||
+        (sv & SAVE_OUT && !(out = dl_node_saved(n, 2))))
+        return -1;
+    dl_tensor *g = gout[0], *gr[2] = {NULL, NULL}; /* gradients in the output's shape */
+    scratch s = {0};
+    switch (c->op) {
+    case DL_BINARY_ADD:
+    case DL_BINARY_SUB:
+        gr[0] = g;
+        if (need_b) {
+            double k = c->op == DL_BINARY_ADD ? c->alpha : -c->alpha;
+            gr[1] = k == 1 ? g : sc_mulc(&s, g, k);
+        }
+        break;
+    case DL_BINARY_MUL:
+        if (need_a) gr[0] = sc_bin(&s, DL_BINARY_MUL, g, b);
+        if (need_b) gr[1] = sc_bin(&s, DL_BINARY_MUL, g, a);
+        break;
+    case DL_BINARY_DIV: /* -g * ((a / b) / b) for b, as PyTorch rounds it */
+        if (need_a) gr[0] = sc_bin(&s, DL_BINARY_DIV, g, b);
+        if (need_b) {
+            dl_tensor *q = sc_bin(&s, DL_BINARY_DIV, sc_bin(&s, DL_BINARY_DIV, a, b), b);
+            gr[1] = sc_bin(&s, DL_BINARY_MUL, sc_un(&s, DL_UNARY_NEG, g), q);
+        }
+        break;
+    case DL_BINARY_POW: pow_grads(&s, g, a, b, out, need_a, need_b, &gr[0], &gr[1]); break;
+    case DL_BINARY_MAXIMUM:
+    case DL_BINARY_MINIMUM: {
+        /* ties split the gradient half and half (PyTorch 1.13) */
+        bool mx = c->op == DL_BINARY_MAXIMUM;
+        dl_tensor *split = sc_where(&s, sc_bin(&s, DL_BINARY_EQ, a, b), sc_mulc(&s, g, 0.5), g);
+        if (need_a)
+            gr[0] = sc_drop_where(&s, sc_bin(&s, mx ? DL_BINARY_LT : DL_BINARY_GT, a, b), split);
+        if (need_b)
+            gr[1] = sc_drop_where(&s, sc_bin(&s, mx ? DL_BINARY_GT : DL_BINARY_LT, a, b), split);
+        break;
+    }
+    case DL_BINARY_REMAINDER:
+    case DL_BINARY_FMOD: /* a - q * b with q = floor (trunc) of a / b */
+        gr[0] = g;
+        if (need_b) {
+            dl_binary_op q =
+                c->op == DL_BINARY_REMAINDER ? DL_BINARY_DIV_FLOOR : DL_BINARY_DIV_TRUNC;
+            gr[1] = sc_bin(&s, DL_BINARY_MUL, sc_un(&s, DL_UNARY_NEG, g), sc_bin(&s, q, a, b));
+        }
+        break;
+    case DL_BINARY_ATAN2: {
+        dl_tensor *r2 = sc_bin(&s, DL_BINARY_ADD, sc_bin(&s, DL_BINARY_MUL, a, a),
+                               sc_bin(&s, DL_BINARY_MUL, b, b));
+        dl_tensor *recip = sc_un(&s, DL_UNARY_RECIPROCAL, r2);
+        if (need_a) gr[0] = sc_bin(&s, DL_BINARY_MUL, sc_bin(&s, DL_BINARY_MUL, g, b), recip);
+        if (need_b) {
+            dl_tensor *gna = sc_bin(&s, DL_BINARY_MUL, g, sc_un(&s, DL_UNARY_NEG, a));
+            gr[1] = sc_bin(&s, DL_BINARY_MUL, gna, recip);
+        }
+        break;
+    }
+    default: /* rounding divisions, comparisons and logical ops (in place) */
+        sc_free(&s);
+        return set_zero_grads(n, gin);
+    }
+    return finish_grads(n, &s, 2, gr, gin);
+}
+
+/* A node for op(a, b) with its ctx and the saved inputs (slots 0 and 1); a
+ * is a copy of self's old value when in place.  NULL on failure. */
+static dl_node *binary_node(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha, bool inplace,
+                            unsigned *sv) {
+    dl_tensor *in[2] = {a, b};
+    dl_node *n = dl_node_new(binary_grad_names[op], binary_backward, 2, in, 1, sizeof(binary_ctx));
+    if (!n) return NULL;
+    *(binary_ctx *)n->ctx = (binary_ctx){op, alpha};
+    *sv = binary_saves(op, dl_node_needs_grad(n, 0), dl_node_needs_grad(n, 1));
+    int rc = !(*sv & SAVE_A) ? save(n, NULL) : inplace ? save_old(n, a) : save(n, a);
+    if (rc == 0) rc = save(n, *sv & SAVE_B ? b : NULL);
+    if (rc) {
+        dl_node_release(n);
+        return NULL;
+    }
+    return n;
+}
+
+dl_tensor *dl_binary(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha) {
+    dl_tensor *out = binary_fwd(op, a, b, alpha);
+    if (!out || !dl_needs_grad2(a, b) || !dl_dtype_is_floating(out->dtype)) return out;
+    unsigned sv;
+    dl_node *n = binary_node(op, a, b, alpha, false, &sv);
+    return finish_node(n, out, n ? save(n, sv & SAVE_OUT ? out : NULL) : -1);
+}
+
+int dl_binary_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha) {
+    if (!dl_needs_grad2(self, other) || !dl_dtype_is_floating(self->dtype))
+        return binary_fwd_(op, self, other, alpha);
+    char name[40];
+    snprintf(name, sizeof name, "%s_", dl_binary_op_name(op));
+    if (dl_check_inplace(name, self)) return -1;
+    unsigned sv;
+    dl_node *n = binary_node(op, self, other, alpha, true, &sv);
+    if (!n) return -1;
+    int rc = binary_fwd_(op, self, other, alpha);
+    if (rc == 0) rc = save(n, sv & SAVE_OUT ? self : NULL);
+    return finish_node_(n, self, rc);
 }
 
 dl_tensor *dl_add(dl_tensor *a, dl_tensor *b, double alpha) {
@@ -393,7 +721,7 @@ static int unary_types(const char *name, dl_unary_op op, const dl_tensor *x, op_
     return 0;
 }
 
-dl_tensor *dl_unary(dl_unary_op op, dl_tensor *x) {
+static dl_tensor *unary_fwd(dl_unary_op op, dl_tensor *x) {
     const char *name = dl_unary_op_name(op);
     op_types ty;
     if (check_cpu(name, x) || unary_types(name, op, x, &ty)) return NULL;
@@ -408,7 +736,7 @@ dl_tensor *dl_unary(dl_unary_op op, dl_tensor *x) {
     return finish_as(out, ty.result);
 }
 
-int dl_unary_(dl_unary_op op, dl_tensor *self) {
+static int unary_fwd_(dl_unary_op op, dl_tensor *self) {
     char name[40];
     snprintf(name, sizeof name, "%s_", dl_unary_op_name(op));
     op_types ty;
@@ -417,10 +745,187 @@ int dl_unary_(dl_unary_op op, dl_tensor *self) {
         check_inplace_shape(name, self, self->ndim, self->shape))
         return -1;
     if (self->dtype != ty.compute || ty.kernel_out != ty.compute)
-        return copy_into(self, dl_unary(op, self));
+        return copy_into(self, unary_fwd(op, self));
     dl_cpu_unary(op, self, self);
     dl_tensor_bump_version(self);
     return 0;
+}
+
+/* --- unary: backward formulas and recording ---------------------------------------------- */
+
+static const char *const unary_grad_names[DL_UNARY_COUNT] = {
+    [DL_UNARY_NEG] = "NegBackward",
+    [DL_UNARY_ABS] = "AbsBackward",
+    [DL_UNARY_SIGN] = "SignBackward",
+    [DL_UNARY_RELU] = "ReluBackward",
+    [DL_UNARY_FLOOR] = "FloorBackward",
+    [DL_UNARY_CEIL] = "CeilBackward",
+    [DL_UNARY_ROUND] = "RoundBackward",
+    [DL_UNARY_TRUNC] = "TruncBackward",
+    [DL_UNARY_SQUARE] = "PowBackward", /* PyTorch computes square as pow(x, 2) */
+    [DL_UNARY_EXP] = "ExpBackward",
+    [DL_UNARY_EXP2] = "Exp2Backward",
+    [DL_UNARY_EXPM1] = "Expm1Backward",
+    [DL_UNARY_LOG] = "LogBackward",
+    [DL_UNARY_LOG2] = "Log2Backward",
+    [DL_UNARY_LOG10] = "Log10Backward",
+    [DL_UNARY_LOG1P] = "Log1PBackward",
+    [DL_UNARY_SQRT] = "SqrtBackward",
+    [DL_UNARY_RSQRT] = "RsqrtBackward",
+    [DL_UNARY_RECIPROCAL] = "ReciprocalBackward",
+    [DL_UNARY_SIN] = "SinBackward",
+    [DL_UNARY_COS] = "CosBackward",
+    [DL_UNARY_TAN] = "TanBackward",
+    [DL_UNARY_ASIN] = "AsinBackward",
+    [DL_UNARY_ACOS] = "AcosBackward",
+    [DL_UNARY_ATAN] = "AtanBackward",
+    [DL_UNARY_SINH] = "SinhBackward",
+    [DL_UNARY_COSH] = "CoshBackward",
+    [DL_UNARY_TANH] = "TanhBackward",
+    [DL_UNARY_SIGMOID] = "SigmoidBackward",
+    [DL_UNARY_ERF] = "ErfBackward",
+    [DL_UNARY_FRAC] = "FracBackward",
+    [DL_UNARY_LOGICAL_NOT] = "LogicalNotBackward",
+    [DL_UNARY_ISNAN] = "IsnanBackward",
+    [DL_UNARY_ISINF] = "IsinfBackward",
+    [DL_UNARY_ISFINITE] = "IsfiniteBackward",
+};
+
+/* What a unary backward reads (saved in slot 0): the input x, the result r,
+ * or nothing. */
+enum { SAVES_NOTHING, SAVES_INPUT, SAVES_RESULT };
+
+static int unary_saves(dl_unary_op op) {
+    switch (op) {
+    case DL_UNARY_ABS:
+    case DL_UNARY_SQUARE:
+    case DL_UNARY_LOG:
+    case DL_UNARY_LOG2:
+    case DL_UNARY_LOG10:
+    case DL_UNARY_LOG1P:
+    case DL_UNARY_SIN:
+    case DL_UNARY_COS:
+    case DL_UNARY_ASIN:
+    case DL_UNARY_ACOS:
+    case DL_UNARY_ATAN:
+    case DL_UNARY_SINH:
+    case DL_UNARY_COSH:
+    case DL_UNARY_ERF: return SAVES_INPUT;
+    case DL_UNARY_RELU:
+    case DL_UNARY_EXP:
+    case DL_UNARY_EXP2:
+    case DL_UNARY_EXPM1:
+    case DL_UNARY_SQRT:
+    case DL_UNARY_RSQRT:
+    case DL_UNARY_RECIPROCAL:
+    case DL_UNARY_TAN:
+    case DL_UNARY_TANH:
+    case DL_UNARY_SIGMOID: return SAVES_RESULT;
+    default: return SAVES_NOTHING;
+    }
+}
+
+static int unary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    dl_unary_op op = *(const dl_unary_op *)n->ctx;
+    dl_tensor *x = NULL; /* the saved input or result, as unary_saves says */
+    if (unary_saves(op) != SAVES_NOTHING && !(x = dl_node_saved(n, 0))) return -1;
+    dl_tensor *r = x, *g = gout[0], *gx = NULL;
+    scratch s = {0};
+    scratch *S = &s;
+    switch (op) {
+    case DL_UNARY_NEG: gx = sc_un(S, DL_UNARY_NEG, g); break;
+    case DL_UNARY_ABS: gx = sc_bin(S, DL_BINARY_MUL, g, sc_un(S, DL_UNARY_SIGN, x)); break;
+    case DL_UNARY_RELU: /* 0 where the result is <= 0 (threshold_backward) */
+        gx = sc_drop_where(S, sc_bin(S, DL_BINARY_LE, r, sc_const(S, r, 0)), g);
+        break;
+    case DL_UNARY_SQUARE: gx = sc_bin(S, DL_BINARY_MUL, g, sc_mulc(S, x, 2)); break;
+    case DL_UNARY_EXP: gx = sc_bin(S, DL_BINARY_MUL, g, r); break;
+    case DL_UNARY_EXP2: gx = sc_mulc(S, sc_bin(S, DL_BINARY_MUL, g, r), M_LN2); break;
+    case DL_UNARY_EXPM1: gx = sc_bin(S, DL_BINARY_MUL, g, sc_addc(S, r, 1)); break;
+    case DL_UNARY_LOG: gx = sc_bin(S, DL_BINARY_DIV, g, x); break;
+    case DL_UNARY_LOG2: gx = sc_bin(S, DL_BINARY_DIV, g, sc_mulc(S, x, M_LN2)); break;
+    case DL_UNARY_LOG10: gx = sc_bin(S, DL_BINARY_DIV, g, sc_mulc(S, x, M_LN10)); break;
+    case DL_UNARY_LOG1P: gx = sc_bin(S, DL_BINARY_DIV, g, sc_addc(S, x, 1)); break;
+    case DL_UNARY_SQRT: gx = sc_bin(S, DL_BINARY_DIV, g, sc_mulc(S, r, 2)); break;
+    case DL_UNARY_RSQRT: { /* -0.5 * g * r^3 */
+        dl_tensor *r3 = sc_bin(S, DL_BINARY_MUL, sc_bin(S, DL_BINARY_MUL, r, r), r);
+        gx = sc_bin(S, DL_BINARY_MUL, sc_mulc(S, g, -0.5), r3);
+        break;
+    }
+    case DL_UNARY_RECIPROCAL: /* -g * r^2 */
+        gx = sc_bin(S, DL_BINARY_MUL, sc_un(S, DL_UNARY_NEG, g), sc_bin(S, DL_BINARY_MUL, r, r));
+        break;
+    case DL_UNARY_SIN: gx = sc_bin(S, DL_BINARY_MUL, g, sc_un(S, DL_UNARY_COS, x)); break;
+    case DL_UNARY_COS:
+        gx = sc_bin(S, DL_BINARY_MUL, g, sc_un(S, DL_UNARY_NEG, sc_un(S, DL_UNARY_SIN, x)));
+        break;
+    case DL_UNARY_TAN: /* g * (1 + r^2) */
+        gx = sc_bin(S, DL_BINARY_MUL, g, sc_addc(S, sc_bin(S, DL_BINARY_MUL, r, r), 1));
+        break;
+    case DL_UNARY_ASIN:
+    case DL_UNARY_ACOS: { /* +-g / sqrt(1 - x^2) */
+        dl_tensor *nx2 = sc_bin(S, DL_BINARY_MUL, sc_un(S, DL_UNARY_NEG, x), x);
+        dl_tensor *d = sc_un(S, DL_UNARY_RSQRT, sc_addc(S, nx2, 1));
+        if (op == DL_UNARY_ACOS) d = sc_un(S, DL_UNARY_NEG, d);
+        gx = sc_bin(S, DL_BINARY_MUL, g, d);
+        break;
+    }
+    case DL_UNARY_ATAN: /* g / (x^2 + 1) */
+        gx = sc_bin(S, DL_BINARY_DIV, g, sc_addc(S, sc_bin(S, DL_BINARY_MUL, x, x), 1));
+        break;
+    case DL_UNARY_SINH: gx = sc_bin(S, DL_BINARY_MUL, g, sc_un(S, DL_UNARY_COSH, x)); break;
+    case DL_UNARY_COSH: gx = sc_bin(S, DL_BINARY_MUL, g, sc_un(S, DL_UNARY_SINH, x)); break;
+    case DL_UNARY_TANH: { /* g * (1 - r^2) */
+        dl_tensor *r2 = sc_bin(S, DL_BINARY_MUL, r, r);
+        gx = sc_bin(S, DL_BINARY_MUL, g, sc_addc(S, sc_un(S, DL_UNARY_NEG, r2), 1));
+        break;
+    }
+    case DL_UNARY_SIGMOID: { /* g * (1 - r) * r */
+        dl_tensor *one_minus = sc_addc(S, sc_un(S, DL_UNARY_NEG, r), 1);
+        gx = sc_bin(S, DL_BINARY_MUL, sc_bin(S, DL_BINARY_MUL, g, one_minus), r);
+        break;
+    }
+    case DL_UNARY_ERF: { /* 2/sqrt(pi) * exp(-x^2) * g */
+        dl_tensor *e =
+            sc_un(S, DL_UNARY_EXP, sc_un(S, DL_UNARY_NEG, sc_bin(S, DL_BINARY_MUL, x, x)));
+        gx = sc_bin(S, DL_BINARY_MUL, sc_mulc(S, e, M_2_SQRTPI), g);
+        break;
+    }
+    case DL_UNARY_FRAC: gx = g; break;
+    default: /* sign, rounding, logical_not (in place): zero gradient */
+        sc_free(S);
+        return set_zero_grads(n, gin);
+    }
+    return finish_grads(n, S, 1, &gx, gin);
+}
+
+static dl_node *unary_node(dl_unary_op op, dl_tensor *x) {
+    dl_node *n = dl_node_new(unary_grad_names[op], unary_backward, 1, &x, 1, sizeof op);
+    if (n) *(dl_unary_op *)n->ctx = op;
+    return n;
+}
+
+dl_tensor *dl_unary(dl_unary_op op, dl_tensor *x) {
+    dl_tensor *out = unary_fwd(op, x);
+    if (!out || !dl_needs_grad1(x) || is_predicate(op)) return out;
+    dl_node *n = unary_node(op, x);
+    int sv = unary_saves(op);
+    int rc = !n ? -1 : sv == SAVES_INPUT ? save(n, x) : sv == SAVES_RESULT ? save(n, out) : 0;
+    return finish_node(n, out, rc);
+}
+
+int dl_unary_(dl_unary_op op, dl_tensor *self) {
+    if (!dl_needs_grad1(self)) return unary_fwd_(op, self);
+    char name[40];
+    snprintf(name, sizeof name, "%s_", dl_unary_op_name(op));
+    if (dl_check_inplace(name, self)) return -1;
+    dl_node *n = unary_node(op, self);
+    if (!n) return -1;
+    int sv = unary_saves(op);
+    int rc = sv == SAVES_INPUT ? save_old(n, self) : 0;
+    if (rc == 0) rc = unary_fwd_(op, self);
+    if (rc == 0 && sv == SAVES_RESULT) rc = save(n, self);
+    return finish_node_(n, self, rc);
 }
 
 /* --- clamp ------------------------------------------------------------------------- */
@@ -477,7 +982,7 @@ static int clamp_run(dl_tensor *out, dl_tensor *x, dl_tensor *lo, dl_tensor *hi,
     return 0;
 }
 
-dl_tensor *dl_clamp(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
+static dl_tensor *clamp_fwd(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
     op_types ty;
     int64_t shape[DL_MAX_DIMS];
     int nd = clamp_plan("clamp", x, lo, hi, &ty, shape);
@@ -490,17 +995,88 @@ dl_tensor *dl_clamp(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
     return finish_as(out, ty.result);
 }
 
-int dl_clamp_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi) {
+static int clamp_fwd_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi) {
     op_types ty;
     int64_t shape[DL_MAX_DIMS];
     int nd = clamp_plan("clamp_", self, lo, hi, &ty, shape);
     if (nd < 0 || check_cast("clamp_", ty.result, self) ||
         check_inplace_shape("clamp_", self, nd, shape))
         return -1;
-    if (self->dtype != ty.compute) return copy_into(self, dl_clamp(self, lo, hi));
+    if (self->dtype != ty.compute) return copy_into(self, clamp_fwd(self, lo, hi));
     int rc = clamp_run(self, self, lo, hi, &ty);
     if (rc == 0) dl_tensor_bump_version(self);
     return rc;
+}
+
+/* --- clamp: backward formula and recording ------------------------------------------------ */
+
+/* Inputs 0 x, 1 lo, 2 hi, each saved in its slot (empty for a missing bound).
+ * x gets the gradient where lo <= x <= hi (boundaries included), lo where
+ * x < lo < hi, hi where x > hi or hi < lo: each bound where it was selected. */
+typedef struct {
+    bool lo, hi;
+} clamp_ctx;
+
+static int clamp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const clamp_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *lo = NULL, *hi = NULL;
+    if (!x || (c->lo && !(lo = dl_node_saved(n, 1))) || (c->hi && !(hi = dl_node_saved(n, 2))))
+        return -1;
+    dl_tensor *g = gout[0], *gr[3] = {NULL, NULL, NULL};
+    scratch s = {0};
+    if (dl_node_needs_grad(n, 0)) {
+        dl_tensor *in = lo ? sc_bin(&s, DL_BINARY_GE, x, lo) : NULL;
+        if (hi) {
+            dl_tensor *le = sc_bin(&s, DL_BINARY_LE, x, hi);
+            in = lo ? sc_bin(&s, DL_BINARY_LOGICAL_AND, in, le) : le;
+        }
+        gr[0] = sc_keep_where(&s, in, g);
+    }
+    if (lo && dl_node_needs_grad(n, 1)) {
+        dl_tensor *sel = sc_bin(&s, DL_BINARY_LT, x, lo);
+        if (hi) sel = sc_bin(&s, DL_BINARY_LOGICAL_AND, sel, sc_bin(&s, DL_BINARY_LT, lo, hi));
+        gr[1] = sc_keep_where(&s, sel, g);
+    }
+    if (hi && dl_node_needs_grad(n, 2)) {
+        dl_tensor *sel = sc_bin(&s, DL_BINARY_GT, x, hi);
+        if (lo) sel = sc_bin(&s, DL_BINARY_LOGICAL_OR, sel, sc_bin(&s, DL_BINARY_LT, hi, lo));
+        gr[2] = sc_keep_where(&s, sel, g);
+    }
+    return finish_grads(n, &s, 3, gr, gin);
+}
+
+/* A node for clamp(x, lo, hi) with lo and hi saved (x is saved by the caller,
+ * in slot 0, before them). */
+static dl_node *clamp_node(dl_tensor *x, dl_tensor *lo, dl_tensor *hi, bool inplace) {
+    dl_tensor *in[3] = {x, lo, hi};
+    dl_node *n = dl_node_new("ClampBackward", clamp_backward, 3, in, 1, sizeof(clamp_ctx));
+    if (!n) return NULL;
+    *(clamp_ctx *)n->ctx = (clamp_ctx){lo != NULL, hi != NULL};
+    int rc = inplace ? save_old(n, x) : save(n, x);
+    if (rc == 0) rc = save(n, lo);
+    if (rc == 0) rc = save(n, hi);
+    if (rc) {
+        dl_node_release(n);
+        return NULL;
+    }
+    return n;
+}
+
+dl_tensor *dl_clamp(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
+    dl_tensor *out = clamp_fwd(x, lo, hi);
+    dl_tensor *all[3] = {x, lo, hi};
+    if (!out || !dl_autograd_needed(3, all) || !dl_dtype_is_floating(out->dtype)) return out;
+    return finish_node(clamp_node(x, lo, hi, false), out, 0);
+}
+
+int dl_clamp_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi) {
+    dl_tensor *all[3] = {self, lo, hi};
+    if (!dl_autograd_needed(3, all) || !dl_dtype_is_floating(self->dtype))
+        return clamp_fwd_(self, lo, hi);
+    if (dl_check_inplace("clamp_", self)) return -1;
+    dl_node *n = clamp_node(self, lo, hi, true);
+    if (!n) return -1;
+    return finish_node_(n, self, clamp_fwd_(self, lo, hi));
 }
 
 /* --- where and masked_fill ------------------------------------------------------------ */
@@ -510,7 +1086,7 @@ static int check_mask(const char *op, const char *what, const dl_tensor *m) {
     return dl_error("%s: %s must be a bool tensor, got %s", op, what, dl_dtype_name(m->dtype));
 }
 
-dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
+static dl_tensor *where_fwd(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
     if (check_cpu("where", cond) || check_cpu("where", a) || check_cpu("where", b) ||
         check_mask("where", "condition", cond))
         return NULL;
@@ -560,7 +1136,7 @@ static int masked_fill_run(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
     return rc;
 }
 
-dl_tensor *dl_masked_fill(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
+static dl_tensor *masked_fill_fwd(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
     if (masked_fill_checks("masked_fill", x, mask, value)) return NULL;
     int64_t shape[DL_MAX_DIMS];
     int nd = dl_broadcast_shapes("masked_fill", x->ndim, x->shape, mask->ndim, mask->shape, shape);
@@ -573,13 +1149,75 @@ dl_tensor *dl_masked_fill(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
     return out;
 }
 
-int dl_masked_fill_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
+static int masked_fill_fwd_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
     if (masked_fill_checks("masked_fill_", self, mask, value)) return -1;
     int64_t shape[DL_MAX_DIMS];
     int nd = dl_broadcast_shapes("masked_fill_", self->ndim, self->shape, mask->ndim, mask->shape,
                                  shape);
     if (nd < 0 || check_inplace_shape("masked_fill_", self, nd, shape)) return -1;
     return masked_fill_run(self, mask, value);
+}
+
+/* --- where and masked_fill: backward formulas and recording -------------------------------- */
+
+/* where: the condition (saved in slot 0) routes g to a where true, to b
+ * where false; the condition itself gets no gradient. */
+static int where_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    dl_tensor *cond = dl_node_saved(n, 0);
+    if (!cond) return -1;
+    scratch s = {0};
+    dl_tensor *gr[2] = {NULL, NULL};
+    if (dl_node_needs_grad(n, 0)) gr[0] = sc_keep_where(&s, cond, gout[0]);
+    if (dl_node_needs_grad(n, 1)) gr[1] = sc_drop_where(&s, cond, gout[0]);
+    return finish_grads(n, &s, 2, gr, gin);
+}
+
+dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
+    dl_tensor *out = where_fwd(cond, a, b);
+    if (!out || !dl_needs_grad2(a, b) || !dl_dtype_is_floating(out->dtype)) return out;
+    dl_tensor *in[2] = {a, b};
+    dl_node *n = dl_node_new("WhereBackward", where_backward, 2, in, 1, 0);
+    return finish_node(n, out, n ? save(n, cond) : -1);
+}
+
+/* masked_fill: inputs 0 x and 1 value, the mask saved in slot 0.  x gets g
+ * with zeros where filled; value gets the sum of g over the filled places. */
+static int masked_fill_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    dl_tensor *mask = dl_node_saved(n, 0);
+    if (!mask) return -1;
+    scratch s = {0};
+    dl_tensor *gr[2] = {NULL, NULL};
+    if (dl_node_needs_grad(n, 0)) gr[0] = sc_drop_where(&s, mask, gout[0]);
+    if (dl_node_needs_grad(n, 1)) {
+        dl_tensor *filled = sc_keep_where(&s, mask, gout[0]);
+        gr[1] = filled ? sc_keep(&s, dl_sum(filled, 0, NULL, false, DL_REDUCE_DTYPE_NONE)) : NULL;
+    }
+    return finish_grads(n, &s, 2, gr, gin);
+}
+
+static dl_node *masked_fill_node(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
+    dl_tensor *in[2] = {x, value};
+    dl_node *n = dl_node_new("MaskedFillBackward", masked_fill_backward, 2, in, 1, 0);
+    if (n && save(n, mask)) {
+        dl_node_release(n);
+        return NULL;
+    }
+    return n;
+}
+
+dl_tensor *dl_masked_fill(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
+    dl_tensor *out = masked_fill_fwd(x, mask, value);
+    if (!out || !dl_needs_grad2(x, value) || !dl_dtype_is_floating(out->dtype)) return out;
+    return finish_node(masked_fill_node(x, mask, value), out, 0);
+}
+
+int dl_masked_fill_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
+    if (!dl_needs_grad2(self, value) || !dl_dtype_is_floating(self->dtype))
+        return masked_fill_fwd_(self, mask, value);
+    if (dl_check_inplace("masked_fill_", self)) return -1;
+    dl_node *n = masked_fill_node(self, mask, value);
+    if (!n) return -1;
+    return finish_node_(n, self, masked_fill_fwd_(self, mask, value));
 }
 
 /* --- equal, isclose, allclose ------------------------------------------------------------ */
@@ -596,7 +1234,7 @@ int dl_equal(dl_tensor *a, dl_tensor *b, bool *out) {
         *out = false;
         return 0;
     }
-    dl_tensor *eq = dl_binary(DL_BINARY_EQ, a, b, 1);
+    dl_tensor *eq = binary_fwd(DL_BINARY_EQ, a, b, 1);
     if (!eq) return -1;
     *out = all_true(eq);
     dl_tensor_release(eq);

@@ -15,6 +15,12 @@
  *    `other` broadcastable to self's shape; they return 0 or -1 and bump self's
  *    version.
  *  - Inputs may be any view (transposed, expanded, narrowed), 0-dim or empty.
+ *  - Autograd: with grad mode on and an input requiring grad, ops with a
+ *    floating result record a node (PyTorch's formulas and names: AddBackward,
+ *    PowBackward, ...); rounding ops, rounding division and comparisons
+ *    written in place give zero gradients, bool results are never recorded.
+ *    In-place forms refuse a leaf that requires grad, and otherwise make self
+ *    the node's output (its earlier history becomes the node's input).
  * The op enums are shared with the backends' kernels (src/cpu/elementwise.h). */
 #ifndef DL_OPS_ELEMENTWISE_H
 #define DL_OPS_ELEMENTWISE_H

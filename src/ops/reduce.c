@@ -13,9 +13,17 @@
  *
  * Dtypes: float16/bfloat16 inputs are computed as float32; integer and bool
  * inputs of sum/prod/max/min/median/cumsum/cumprod as int64; float
- * accumulations run in double and are rounded once into the result. */
+ * accumulations run in double and are rounded once into the result.
+ *
+ * Autograd: the public ops record a node (backward formula beside each
+ * forward) when grad mode is on, x requires grad and the result is floating;
+ * without that the forward path is unchanged (no copies). */
 #include "ops/reduce.h"
+#include "autograd/autograd.h"
 #include "cpu/reduce.h"
+#include "ops/elementwise.h"
+#include "ops/grad_util.h"
+#include "ops/index.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -77,6 +85,223 @@ static bool is_float(dl_dtype t) {
 /* the dtype float kernels read for a floating dtype */
 static dl_dtype float_compute(dl_dtype t) {
     return t == DL_DTYPE_F64 ? DL_DTYPE_F64 : DL_DTYPE_F32;
+}
+
+/* --- autograd: recording and shared pieces of the backward formulas ------------------------
+ *
+ * The public ops record a node when grad mode is on, x requires grad and the
+ * result is floating (integer results, indices and all/any never record).
+ * Saved tensors sit in fixed slots: 0 the input, 1 the result, 2 an extra
+ * (max/min/median's indices); an op saves only what its backward reads.
+ * Backward formulas follow PyTorch 1.13's (tools/autograd/derivatives.yaml)
+ * and are written with the public ops, which the engine runs with grad mode
+ * off.  Each gradient leaves in the input's dtype. */
+
+typedef struct {
+    bool mask[DL_MAX_DIMS]; /* the reduced dims of the input */
+    bool keepdim;
+    bool full;     /* no dim given: max/min/median over everything */
+    int dim;       /* scans and max/min/median with a dim: the wrapped dim */
+    int64_t count; /* elements reduced into each result */
+    double param;  /* var/std: correction; norm: p */
+} red_ctx;
+
+enum { SAVE_X = 1, SAVE_OUT = 2 };
+enum { SLOT_X = 0, SLOT_OUT = 1, SLOT_EXTRA = 2 };
+
+static bool wants_grad(dl_tensor *x, const dl_tensor *out) {
+    return out && dl_dtype_is_floating(out->dtype) && dl_needs_grad1(x);
+}
+
+/* The ctx of a reduction of x over (ndims, dims). */
+static int ctx_dims(red_ctx *c, const dl_tensor *x, int ndims, const int *dims, bool keepdim) {
+    memset(c, 0, sizeof *c);
+    if (dims_mask("reduce", x, ndims, dims, c->mask)) return -1;
+    c->keepdim = keepdim;
+    c->full = ndims == 0;
+    c->count = 1;
+    for (int d = 0; d < x->ndim; d++)
+        if (c->mask[d]) c->count *= x->shape[d];
+    return 0;
+}
+
+/* Makes out (a fresh result of op(x)) the output of a new node; saves x and/or
+ * out (flags) and extra.  Returns out, or NULL (out released) on failure. */
+static dl_tensor *record(const char *name, dl_backward_fn fn, dl_tensor *x, dl_tensor *out,
+                         const red_ctx *c, unsigned flags, dl_tensor *extra) {
+    dl_node *n = dl_node_new(name, fn, 1, &x, 1, sizeof *c);
+    if (!n) {
+        dl_tensor_release(out);
+        return NULL;
+    }
+    memcpy(n->ctx, c, sizeof *c);
+    /* out joins the graph first: its saved view must not hold the node */
+    dl_node_set_output(n, 0, out);
+    int rc = dl_node_save(n, flags & SAVE_X ? x : NULL) < 0;
+    rc |= dl_node_save(n, flags & SAVE_OUT ? out : NULL) < 0;
+    rc |= dl_node_save(n, extra) < 0;
+    dl_node_release(n);
+    if (rc) {
+        dl_tensor_release(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* Records r = op(x) over (ndims, dims) when needed (r is the forward's
+ * result, NULL on its failure); param goes to ctx.param. */
+static dl_tensor *record_red(const char *name, dl_backward_fn fn, unsigned flags, dl_tensor *x,
+                             dl_tensor *r, int ndims, const int *dims, bool keepdim, double param) {
+    red_ctx c;
+    if (!wants_grad(x, r)) return r;
+    if (ctx_dims(&c, x, ndims, dims, keepdim)) {
+        dl_tensor_release(r);
+        return NULL;
+    }
+    c.param = param;
+    return record(name, fn, x, r, &c, flags, NULL);
+}
+
+/* Temporaries of a backward formula: STEP(p, expr) keeps expr's new
+ * reference and yields it, or yields NULL without evaluating expr once a
+ * step has failed, so a formula is a straight list of steps checked once. */
+#define POOL_MAX 24
+typedef struct {
+    dl_tensor *t[POOL_MAX];
+    int n;
+    bool bad;
+} tpool;
+
+static dl_tensor *pool_keep(tpool *p, dl_tensor *t) {
+    if (t && p->n == POOL_MAX) {
+        dl_tensor_release(t);
+        dl_error("reduce: too many temporaries in a backward formula (internal)");
+        t = NULL;
+    }
+    if (!t) {
+        p->bad = true;
+        return NULL;
+    }
+    return p->t[p->n++] = t;
+}
+#define STEP(p, expr) ((p)->bad ? NULL : pool_keep((p), (expr)))
+
+/* Ends a formula: r (one of the pool's tensors) converted to the dtype of
+ * input m as a new reference, or NULL when a step failed; frees the pool. */
+static dl_tensor *pool_finish(tpool *p, dl_tensor *r, const dl_tensor_meta *m) {
+    dl_tensor *g = !p->bad && r ? dl_tensor_to_dtype(r, m->dtype) : NULL;
+    for (int i = 0; i < p->n; i++) dl_tensor_release(p->t[i]);
+    p->n = 0;
+    return g;
+}
+
+/* A 0-dim scalar for arithmetic with g: double for float64 g, else float
+ * (so float32 formulas stay in float, as PyTorch's wrapped scalars). */
+static dl_tensor *scalar_for(double v, const dl_tensor *g) {
+    return dl_tensor_scalar(v, g->dtype == DL_DTYPE_F64 ? DL_DTYPE_F64 : DL_DTYPE_F32);
+}
+
+/* t (of the reduced shape) viewed with the reduced dims back, of size 1. */
+static dl_tensor *unreduce(dl_tensor *t, const dl_node *n) {
+    const red_ctx *c = n->ctx;
+    dl_tensor *r = dl_tensor_retain(t);
+    if (c->keepdim) return r;
+    for (int d = 0; d < n->input_meta[0].ndim && r; d++)
+        if (c->mask[d]) {
+            dl_tensor *u = dl_tensor_unsqueeze(r, d);
+            dl_tensor_release(r);
+            r = u;
+        }
+    return r;
+}
+
+/* t (of the reduced shape) broadcast back over the input's shape (a view). */
+static dl_tensor *expand_back(dl_tensor *t, const dl_node *n) {
+    dl_tensor *u = unreduce(t, n);
+    dl_tensor *r = u ? dl_tensor_expand(u, n->input_meta[0].ndim, n->input_meta[0].shape) : NULL;
+    dl_tensor_release(u);
+    return r;
+}
+
+/* The reduced dims as a list, for sums over them with keepdim. */
+static int mask_dims(const dl_node *n, int *dims) {
+    const red_ctx *c = n->ctx;
+    int nd = 0;
+    for (int d = 0; d < n->input_meta[0].ndim; d++)
+        if (c->mask[d]) dims[nd++] = d;
+    return nd;
+}
+
+static dl_tensor *binop_scalar(dl_binary_op op, dl_tensor *t, double v) {
+    dl_tensor *s = scalar_for(v, t);
+    dl_tensor *r = s ? dl_binary(op, t, s, 1) : NULL;
+    dl_tensor_release(s);
+    return r;
+}
+
+/* t == v (bool), v in t's dtype */
+static dl_tensor *eq_scalar(dl_tensor *t, double v) {
+    dl_tensor *s = dl_tensor_scalar(v, t->dtype);
+    dl_tensor *r = s ? dl_binary(DL_BINARY_EQ, t, s, 1) : NULL;
+    dl_tensor_release(s);
+    return r;
+}
+
+/* masked_fill(t, mask, v) with v in t's dtype */
+static dl_tensor *fill_where(dl_tensor *t, dl_tensor *mask, double v) {
+    dl_tensor *s = dl_tensor_scalar(v, t->dtype);
+    dl_tensor *r = s ? dl_masked_fill(t, mask, s) : NULL;
+    dl_tensor_release(s);
+    return r;
+}
+
+/* flip(cumsum(flip(t, dim), dim), dim): sums from each position to the end */
+static dl_tensor *reversed_cumsum(dl_tensor *t, int dim) {
+    dl_tensor *f = dl_flip(t, 1, &dim);
+    dl_tensor *c = f ? dl_cumsum(f, dim, DL_REDUCE_DTYPE_NONE) : NULL;
+    dl_tensor *r = c ? dl_flip(c, 1, &dim) : NULL;
+    dl_tensor_release(c);
+    dl_tensor_release(f);
+    return r;
+}
+
+/* The evenly distributed gradient of a value picked from all of x (max, min
+ * and median without dim; PyTorch 1.13's evenly_distribute_backward): g
+ * shared by the elements equal to the value (NaN ones when it is NaN). */
+static int evenly_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    dl_tensor *x = dl_node_saved(n, SLOT_X), *v = dl_node_saved(n, SLOT_OUT);
+    if (!x || !v) return -1;
+    double val = 0;
+    if (dl_tensor_item(v, &val)) return -1;
+    tpool P = {0};
+    dl_tensor *g = gout[0];
+    dl_tensor *mask =
+        STEP(&P, val != val ? dl_unary(DL_UNARY_ISNAN, x) : dl_binary(DL_BINARY_EQ, x, v, 1));
+    dl_tensor *cnt = STEP(&P, dl_sum(mask, 0, NULL, false, DL_REDUCE_DTYPE_NONE));
+    dl_tensor *share = STEP(&P, dl_div(g, cnt));
+    dl_tensor *zero = STEP(&P, dl_tensor_scalar(0, g->dtype));
+    dl_tensor *r = STEP(&P, dl_where(mask, share, zero));
+    gin[0] = pool_finish(&P, r, &n->input_meta[0]);
+    return gin[0] ? 0 : -1;
+}
+
+/* The gradient of values picked along a dim (max, min, median with dim): g
+ * scattered to the picked indices, zeros elsewhere. */
+static int select_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const red_ctx *c = n->ctx;
+    const dl_tensor_meta *m = &n->input_meta[0];
+    dl_tensor *idx = dl_node_saved(n, SLOT_EXTRA), *g = gout[0];
+    if (!idx) return -1;
+    tpool P = {0};
+    dl_tensor *r = g;
+    if (m->ndim > 0) {
+        dl_tensor *gu = STEP(&P, unreduce(g, n));
+        dl_tensor *iu = STEP(&P, unreduce(idx, n));
+        r = STEP(&P, dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device));
+        if (!P.bad && dl_scatter_(r, c->dim, iu, gu)) P.bad = true;
+    }
+    gin[0] = pool_finish(&P, r, m);
+    return gin[0] ? 0 : -1;
 }
 
 /* --- the (RO, O, R, I) plan ------------------------------------------------------------ */
@@ -327,12 +552,93 @@ static dl_tensor *sum_prod(const char *op, bool prod, dl_tensor *x, int ndims, c
     return r;
 }
 
+/* sum: g broadcast back over the reduced dims. */
+static int sum_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    dl_tensor *g = dl_tensor_to_dtype(gout[0], n->input_meta[0].dtype);
+    gin[0] = g ? expand_back(g, n) : NULL;
+    dl_tensor_release(g);
+    return gin[0] ? 0 : -1;
+}
+
 dl_tensor *dl_sum(dl_tensor *x, int ndims, const int *dims, bool keepdim, dl_dtype dtype) {
-    return sum_prod("sum", false, x, ndims, dims, keepdim, dtype);
+    return record_red("SumBackward", sum_backward, 0, x,
+                      sum_prod("sum", false, x, ndims, dims, keepdim, dtype), ndims, dims, keepdim,
+                      0);
+}
+
+/* For each element of x, the product of the other elements of its reduction
+ * group (the dims in mask), without dividing: exclusive cumulative products
+ * from the left and from the right, multiplied (exact with zeros). */
+static dl_tensor *prod_of_others(dl_tensor *x, const bool *mask) {
+    int nd = x->ndim, perm[DL_MAX_DIMS], inv[DL_MAX_DIMS], np = 0, one = 1;
+    int64_t K = 1, R = 1, pshape[DL_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        if (!mask[d]) perm[np++] = d, K *= x->shape[d];
+    for (int d = 0; d < nd; d++)
+        if (mask[d]) perm[np++] = d, R *= x->shape[d];
+    for (int i = 0; i < nd; i++) {
+        inv[perm[i]] = i;
+        pshape[i] = x->shape[perm[i]];
+    }
+    int64_t kr[2] = {K, R}, k1[2] = {K, 1};
+    tpool P = {0};
+    dl_tensor *xp = STEP(&P, dl_tensor_permute(x, perm));
+    dl_tensor *m = STEP(&P, dl_tensor_reshape(xp, 2, kr)); /* m is (K,R) */
+    dl_tensor *ones = STEP(&P, dl_tensor_full(2, k1, 1, x->dtype, dl_tensor_device(x)));
+    dl_tensor *head = STEP(&P, dl_tensor_narrow(m, 1, 0, R - 1));
+    dl_tensor *tail = STEP(&P, dl_tensor_narrow(m, 1, 1, R - 1));
+    dl_tensor *lcat = STEP(&P, dl_cat(2, (dl_tensor *[]){ones, head}, 1));
+    dl_tensor *left = STEP(&P, dl_cumprod(lcat, 1, DL_REDUCE_DTYPE_NONE)); /* prod of m[:, <j] */
+    dl_tensor *rtail = STEP(&P, dl_flip(tail, 1, &one));
+    dl_tensor *rcat = STEP(&P, dl_cat(2, (dl_tensor *[]){ones, rtail}, 1));
+    dl_tensor *rprod = STEP(&P, dl_cumprod(rcat, 1, DL_REDUCE_DTYPE_NONE));
+    dl_tensor *right = STEP(&P, dl_flip(rprod, 1, &one)); /* prod of m[:, >j] */
+    dl_tensor *both = STEP(&P, dl_mul(left, right));
+    dl_tensor *shaped = STEP(&P, dl_tensor_reshape(both, nd, pshape));
+    dl_tensor *r = STEP(&P, dl_tensor_permute(shaped, inv));
+    r = P.bad ? NULL : dl_tensor_retain(r);
+    for (int i = 0; i < P.n; i++) dl_tensor_release(P.t[i]);
+    return r;
+}
+
+/* prod (PyTorch's prod_backward): g * result / x when x has no zero;
+ * otherwise the products of the other elements (zeros outright for a full
+ * product with several zeros).  Computed in the result's dtype. */
+static int prod_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const red_ctx *c = n->ctx;
+    const dl_tensor_meta *m = &n->input_meta[0];
+    dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT), *g = gout[0];
+    if (!x || !res) return -1;
+    tpool P = {0};
+    dl_tensor *r = g;
+    if (m->ndim > 0 && dl_tensor_numel(x) == 0) {
+        r = STEP(&P, dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device));
+    } else if (m->ndim > 0) {
+        dl_tensor *xc = STEP(&P, dl_tensor_to_dtype(x, res->dtype));
+        dl_tensor *gu = STEP(&P, unreduce(g, n));
+        dl_tensor *isz = STEP(&P, eq_scalar(xc, 0));
+        dl_tensor *nz = STEP(&P, dl_sum(isz, 0, NULL, false, DL_REDUCE_DTYPE_NONE));
+        int64_t zeros = 0;
+        if (!P.bad && dl_tensor_item_i64(nz, &zeros)) P.bad = true;
+        if (zeros == 0) {
+            dl_tensor *ru = STEP(&P, unreduce(res, n));
+            dl_tensor *q = STEP(&P, dl_div(ru, xc));
+            r = STEP(&P, dl_mul(gu, q));
+        } else if (zeros > 1 && c->full) {
+            r = STEP(&P, dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device));
+        } else {
+            dl_tensor *others = STEP(&P, prod_of_others(xc, c->mask));
+            r = STEP(&P, dl_mul(gu, others));
+        }
+    }
+    gin[0] = pool_finish(&P, r, m);
+    return gin[0] ? 0 : -1;
 }
 
 dl_tensor *dl_prod(dl_tensor *x, int ndims, const int *dims, bool keepdim, dl_dtype dtype) {
-    return sum_prod("prod", true, x, ndims, dims, keepdim, dtype);
+    return record_red("ProdBackward", prod_backward, SAVE_X | SAVE_OUT, x,
+                      sum_prod("prod", true, x, ndims, dims, keepdim, dtype), ndims, dims, keepdim,
+                      0);
 }
 
 /* The common path of ops that need a floating input: checks, converts to the
@@ -355,6 +661,17 @@ static int need_float(const char *op, const dl_tensor *x) {
     return 0;
 }
 
+/* mean: g / N broadcast back over the reduced dims. */
+static int mean_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const red_ctx *c = n->ctx;
+    dl_tensor *q = binop_scalar(DL_BINARY_DIV, gout[0], (double)c->count);
+    dl_tensor *g = q ? dl_tensor_to_dtype(q, n->input_meta[0].dtype) : NULL;
+    gin[0] = g ? expand_back(g, n) : NULL;
+    dl_tensor_release(g);
+    dl_tensor_release(q);
+    return gin[0] ? 0 : -1;
+}
+
 dl_tensor *dl_mean(dl_tensor *x, int ndims, const int *dims, bool keepdim, dl_dtype dtype) {
     if (check_cpu("mean", x)) return NULL;
     if (dtype != DL_REDUCE_DTYPE_NONE && !is_float(dtype)) {
@@ -375,17 +692,129 @@ dl_tensor *dl_mean(dl_tensor *x, int ndims, const int *dims, bool keepdim, dl_dt
     if (!xd) return NULL;
     dl_tensor *r = float_op("mean", F_MEAN, xd, ndims, dims, keepdim, odt, 0);
     dl_tensor_release(xd);
-    return r;
+    return record_red("MeanBackward", mean_backward, 0, x, r, ndims, dims, keepdim, 0);
+}
+
+/* var (PyTorch's var_backward): (2 / (N - correction)) * g * (x - mean(x)).
+ * Over everything with N <= correction: g * (x == mean ? nan : inf). */
+static int var_grad(dl_node *n, dl_tensor *x, dl_tensor *g, dl_tensor **out) {
+    const red_ctx *c = n->ctx;
+    double dof = (double)c->count - c->param;
+    int dims[DL_MAX_DIMS], nd = mask_dims(n, dims);
+    tpool P = {0};
+    dl_tensor *gu = STEP(&P, unreduce(g, n));
+    dl_tensor *mean = STEP(&P, dl_mean(x, nd, dims, true, DL_REDUCE_DTYPE_NONE));
+    dl_tensor *r;
+    if (dof <= 0 && (c->full || x->ndim == 0)) {
+        dl_tensor *same = STEP(&P, dl_binary(DL_BINARY_EQ, x, mean, 1));
+        dl_tensor *nan = STEP(&P, scalar_for(NAN, g));
+        dl_tensor *inf = STEP(&P, scalar_for(INFINITY, g));
+        dl_tensor *w = STEP(&P, dl_where(same, nan, inf));
+        r = STEP(&P, dl_mul(gu, w));
+    } else {
+        dl_tensor *scaled = STEP(&P, binop_scalar(DL_BINARY_MUL, gu, 2.0 / dof));
+        dl_tensor *dev = STEP(&P, dl_sub(x, mean, 1));
+        r = STEP(&P, dl_mul(scaled, dev));
+    }
+    *out = pool_finish(&P, r, &n->input_meta[0]);
+    return *out ? 0 : -1;
+}
+
+static int var_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    dl_tensor *x = dl_node_saved(n, SLOT_X);
+    return x ? var_grad(n, x, gout[0], &gin[0]) : -1;
+}
+
+/* std: var's gradient of g / (2 std), 0 where std is 0. */
+static int std_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT);
+    if (!x || !res) return -1;
+    tpool P = {0};
+    dl_tensor *twice = STEP(&P, binop_scalar(DL_BINARY_MUL, res, 2));
+    dl_tensor *q = STEP(&P, dl_div(gout[0], twice));
+    dl_tensor *zero = STEP(&P, eq_scalar(res, 0));
+    dl_tensor *gv = STEP(&P, fill_where(q, zero, 0));
+    int rc = P.bad ? -1 : var_grad(n, x, gv, &gin[0]);
+    pool_finish(&P, NULL, NULL);
+    return rc;
 }
 
 dl_tensor *dl_var(dl_tensor *x, int ndims, const int *dims, double correction, bool keepdim) {
     if (need_float("var", x)) return NULL;
-    return float_op("var", F_VAR, x, ndims, dims, keepdim, x->dtype, correction);
+    dl_tensor *r = float_op("var", F_VAR, x, ndims, dims, keepdim, x->dtype, correction);
+    return record_red("VarBackward", var_backward, SAVE_X, x, r, ndims, dims, keepdim, correction);
 }
 
 dl_tensor *dl_std(dl_tensor *x, int ndims, const int *dims, double correction, bool keepdim) {
     if (need_float("std", x)) return NULL;
-    return float_op("std", F_STD, x, ndims, dims, keepdim, x->dtype, correction);
+    dl_tensor *r = float_op("std", F_STD, x, ndims, dims, keepdim, x->dtype, correction);
+    return record_red("StdBackward", std_backward, SAVE_X | SAVE_OUT, x, r, ndims, dims, keepdim,
+                      correction);
+}
+
+/* norm (PyTorch's norm_backward), with norm and g brought back to x's shape:
+ *   p = 0: zeros;  p = 1: sgn(x) g;  p = 2: g x / norm (0 where norm is 0);
+ *   p = +-inf: sgn(x) g shared among the elements with |x| == norm (or NaN);
+ *   p < 1: sgn(x) |x|^(p-1) (0 where x is 0) g norm^(1-p);
+ *   p < 2: sgn(x) |x|^(p-1) g / norm^(p-1), otherwise x |x|^(p-2) g / norm^(p-1),
+ *          the second factor 0 where norm is 0. */
+static int norm_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const red_ctx *c = n->ctx;
+    const dl_tensor_meta *m = &n->input_meta[0];
+    dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT);
+    if (!x || !res) return -1;
+    double p = c->param;
+    tpool P = {0};
+    dl_tensor *r;
+    if (p == 0 || dl_tensor_numel(x) == 0) {
+        r = STEP(&P, dl_tensor_zeros(m->ndim, m->shape, m->dtype, m->device));
+        gin[0] = pool_finish(&P, r, m);
+        return gin[0] ? 0 : -1;
+    }
+    dl_tensor *gu = STEP(&P, unreduce(gout[0], n));
+    dl_tensor *nu = STEP(&P, unreduce(res, n));
+    if (p == 1) {
+        dl_tensor *sg = STEP(&P, dl_unary(DL_UNARY_SIGN, x));
+        r = STEP(&P, dl_mul(sg, gu));
+    } else if (p == 2) {
+        dl_tensor *q = STEP(&P, dl_div(x, nu));
+        dl_tensor *zero = STEP(&P, eq_scalar(nu, 0));
+        dl_tensor *qz = STEP(&P, fill_where(q, zero, 0));
+        r = STEP(&P, dl_mul(gu, qz));
+    } else if (isinf(p)) {
+        int dims[DL_MAX_DIMS], nd = mask_dims(n, dims);
+        dl_tensor *ax = STEP(&P, dl_unary(DL_UNARY_ABS, x));
+        dl_tensor *at = STEP(&P, dl_binary(DL_BINARY_EQ, ax, nu, 1));
+        dl_tensor *nan = STEP(&P, dl_unary(DL_UNARY_ISNAN, ax));
+        dl_tensor *mask = STEP(&P, dl_binary(DL_BINARY_LOGICAL_OR, at, nan, 1));
+        dl_tensor *cnt = STEP(&P, dl_sum(mask, nd, dims, true, DL_REDUCE_DTYPE_NONE));
+        dl_tensor *share = STEP(&P, dl_div(gu, cnt));
+        dl_tensor *picked = STEP(&P, dl_mul(share, mask));
+        dl_tensor *sg = STEP(&P, dl_unary(DL_UNARY_SIGN, x));
+        r = STEP(&P, dl_mul(sg, picked));
+    } else {
+        dl_tensor *ax = STEP(&P, dl_unary(DL_UNARY_ABS, x));
+        dl_tensor *sg = STEP(&P, dl_unary(DL_UNARY_SIGN, x));
+        if (p < 1) {
+            dl_tensor *pw = STEP(&P, binop_scalar(DL_BINARY_POW, ax, p - 1));
+            dl_tensor *xz = STEP(&P, eq_scalar(x, 0));
+            dl_tensor *pz = STEP(&P, fill_where(pw, xz, 0));
+            dl_tensor *scaled = STEP(&P, dl_mul(sg, pz));
+            dl_tensor *sgu = STEP(&P, dl_mul(scaled, gu));
+            dl_tensor *np = STEP(&P, binop_scalar(DL_BINARY_POW, nu, 1 - p));
+            r = STEP(&P, dl_mul(sgu, np));
+        } else {
+            dl_tensor *pw = STEP(&P, binop_scalar(DL_BINARY_POW, ax, p < 2 ? p - 1 : p - 2));
+            dl_tensor *scaled = STEP(&P, dl_mul(p < 2 ? sg : x, pw));
+            dl_tensor *np = STEP(&P, binop_scalar(DL_BINARY_POW, nu, p - 1));
+            dl_tensor *q = STEP(&P, dl_div(gu, np));
+            dl_tensor *zero = STEP(&P, eq_scalar(nu, 0));
+            dl_tensor *qz = STEP(&P, fill_where(q, zero, 0));
+            r = STEP(&P, dl_mul(scaled, qz));
+        }
+    }
+    gin[0] = pool_finish(&P, r, m);
+    return gin[0] ? 0 : -1;
 }
 
 dl_tensor *dl_norm(dl_tensor *x, double p, int ndims, const int *dims, bool keepdim) {
@@ -394,13 +823,31 @@ dl_tensor *dl_norm(dl_tensor *x, double p, int ndims, const int *dims, bool keep
         dl_error("norm: p must be a number, got nan");
         return NULL;
     }
-    return float_op("norm", F_NORM, x, ndims, dims, keepdim, x->dtype, p);
+    dl_tensor *r = float_op("norm", F_NORM, x, ndims, dims, keepdim, x->dtype, p);
+    return record_red("NormBackward", norm_backward, SAVE_X | SAVE_OUT, x, r, ndims, dims, keepdim,
+                      p);
+}
+
+/* logsumexp: g * exp(x - result). */
+static int logsumexp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT);
+    if (!x || !res) return -1;
+    tpool P = {0};
+    dl_tensor *gu = STEP(&P, unreduce(gout[0], n));
+    dl_tensor *ru = STEP(&P, unreduce(res, n));
+    dl_tensor *d = STEP(&P, dl_sub(x, ru, 1));
+    dl_tensor *e = STEP(&P, dl_unary(DL_UNARY_EXP, d));
+    dl_tensor *r = STEP(&P, dl_mul(gu, e));
+    gin[0] = pool_finish(&P, r, &n->input_meta[0]);
+    return gin[0] ? 0 : -1;
 }
 
 dl_tensor *dl_logsumexp(dl_tensor *x, int ndims, const int *dims, bool keepdim) {
     if (check_cpu("logsumexp", x)) return NULL;
     dl_dtype odt = is_float(x->dtype) ? x->dtype : DL_DTYPE_F32;
-    return float_op("logsumexp", F_LSE, x, ndims, dims, keepdim, odt, 0);
+    dl_tensor *r = float_op("logsumexp", F_LSE, x, ndims, dims, keepdim, odt, 0);
+    return record_red("LogsumexpBackward", logsumexp_backward, SAVE_X | SAVE_OUT, x, r, ndims, dims,
+                      keepdim, 0);
 }
 
 /* --- max, min and their indices ------------------------------------------------------------ */
@@ -477,17 +924,54 @@ static dl_tensor *amax_amin(const char *op, bool mx, dl_tensor *x, int ndims, co
     return float_op(op, mx ? F_AMAX : F_AMIN, x, ndims, dims, keepdim, x->dtype, 0);
 }
 
+/* amax/amin (PyTorch's scale_grad_by_count): g shared evenly among the
+ * elements of each group equal to its result. */
+static int amax_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT);
+    if (!x || !res) return -1;
+    int dims[DL_MAX_DIMS], nd = mask_dims(n, dims);
+    tpool P = {0};
+    dl_tensor *ru = STEP(&P, unreduce(res, n));
+    dl_tensor *gu = STEP(&P, unreduce(gout[0], n));
+    dl_tensor *mask = STEP(&P, dl_binary(DL_BINARY_EQ, x, ru, 1));
+    dl_tensor *cnt = STEP(&P, dl_sum(mask, nd, dims, true, DL_REDUCE_DTYPE_NONE));
+    dl_tensor *share = STEP(&P, dl_div(gu, cnt));
+    dl_tensor *r = STEP(&P, dl_mul(share, mask));
+    gin[0] = pool_finish(&P, r, &n->input_meta[0]);
+    return gin[0] ? 0 : -1;
+}
+
 dl_tensor *dl_amax(dl_tensor *x, int ndims, const int *dims, bool keepdim) {
-    return amax_amin("amax", true, x, ndims, dims, keepdim);
+    return record_red("AmaxBackward", amax_backward, SAVE_X | SAVE_OUT, x,
+                      amax_amin("amax", true, x, ndims, dims, keepdim), ndims, dims, keepdim, 0);
 }
 dl_tensor *dl_amin(dl_tensor *x, int ndims, const int *dims, bool keepdim) {
-    return amax_amin("amin", false, x, ndims, dims, keepdim);
+    return record_red("AminBackward", amax_backward, SAVE_X | SAVE_OUT, x,
+                      amax_amin("amin", false, x, ndims, dims, keepdim), ndims, dims, keepdim, 0);
 }
 dl_tensor *dl_max_all(dl_tensor *x) {
-    return amax_amin("max", true, x, 0, NULL, false);
+    return record_red("MaxBackward", evenly_backward, SAVE_X | SAVE_OUT, x,
+                      amax_amin("max", true, x, 0, NULL, false), 0, NULL, false, 0);
 }
 dl_tensor *dl_min_all(dl_tensor *x) {
-    return amax_amin("min", false, x, 0, NULL, false);
+    return record_red("MinBackward", evenly_backward, SAVE_X | SAVE_OUT, x,
+                      amax_amin("min", false, x, 0, NULL, false), 0, NULL, false, 0);
+}
+
+/* Records values = op(x, dim) (max, min, median with a dim); the node keeps
+ * its own copy of the indices, which the bindings rewrite 1-based in place. */
+static int record_select(const char *name, dl_tensor *x, int dim, bool keepdim, dl_tensor **values,
+                         dl_tensor **indices) {
+    red_ctx c;
+    if (!wants_grad(x, *values)) return 0;
+    dl_tensor *idx = ctx_dims(&c, x, 1, &dim, keepdim) ? NULL : dl_tensor_clone(*indices);
+    c.dim = idx ? dl_wrap_dim(name, dim, x->ndim) : 0;
+    *values = idx ? record(name, select_backward, x, *values, &c, 0, idx) : NULL;
+    dl_tensor_release(idx);
+    if (*values) return 0;
+    dl_tensor_release(*indices);
+    *indices = NULL;
+    return -1;
 }
 
 static int minmax_dim(const char *op, bool mx, dl_tensor *x, int dim, bool keepdim,
@@ -495,7 +979,8 @@ static int minmax_dim(const char *op, bool mx, dl_tensor *x, int dim, bool keepd
     bool mask[DL_MAX_DIMS];
     *vals = *idx = NULL;
     if (dims_mask(op, x, 1, &dim, mask)) return -1;
-    return minmax(op, mx, x, mask, keepdim, false, vals, idx);
+    if (minmax(op, mx, x, mask, keepdim, false, vals, idx)) return -1;
+    return record_select(mx ? "MaxBackward" : "MinBackward", x, dim, keepdim, vals, idx);
 }
 
 int dl_max_dim(dl_tensor *x, int dim, bool keepdim, dl_tensor **values, dl_tensor **indices) {
@@ -618,14 +1103,17 @@ dl_tensor *dl_median_all(dl_tensor *x) {
         dl_error("median: cannot take the median of an empty %s tensor", dl_dtype_name(x->dtype));
         return NULL;
     }
-    return median(x, mask, false, &v, NULL) ? NULL : v;
+    if (median(x, mask, false, &v, NULL)) return NULL;
+    return record_red("MedianBackward", evenly_backward, SAVE_X | SAVE_OUT, x, v, 0, NULL, false,
+                      0);
 }
 
 int dl_median_dim(dl_tensor *x, int dim, bool keepdim, dl_tensor **values, dl_tensor **indices) {
     bool mask[DL_MAX_DIMS];
     *values = *indices = NULL;
     if (dims_mask("median", x, 1, &dim, mask)) return -1;
-    return median(x, mask, keepdim, values, indices);
+    if (median(x, mask, keepdim, values, indices)) return -1;
+    return record_select("MedianBackward", x, dim, keepdim, values, indices);
 }
 
 /* --- scans -------------------------------------------------------------------------------------
@@ -669,9 +1157,77 @@ static dl_tensor *scan(const char *op, bool prod, dl_tensor *x, int dim, dl_dtyp
     return out;
 }
 
-dl_tensor *dl_cumsum(dl_tensor *x, int dim, dl_dtype dtype) {
-    return scan("cumsum", false, x, dim, dtype);
+static dl_tensor *record_scan(const char *name, dl_backward_fn fn, unsigned flags, dl_tensor *x,
+                              dl_tensor *r, int dim) {
+    red_ctx c = {.keepdim = true};
+    if (!wants_grad(x, r)) return r;
+    c.dim = x->ndim ? dl_wrap_dim(name, dim, x->ndim) : 0;
+    return record(name, fn, x, r, &c, flags, NULL);
 }
+
+/* cumsum: the reversed cumulative sum of g. */
+static int cumsum_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const red_ctx *c = n->ctx;
+    const dl_tensor_meta *m = &n->input_meta[0];
+    dl_tensor *g = gout[0];
+    tpool P = {0};
+    dl_tensor *r = g;
+    if (m->ndim > 0 && m->shape[c->dim] > 1) r = STEP(&P, reversed_cumsum(g, c->dim));
+    gin[0] = pool_finish(&P, r, m);
+    return gin[0] ? 0 : -1;
+}
+
+dl_tensor *dl_cumsum(dl_tensor *x, int dim, dl_dtype dtype) {
+    return record_scan("CumsumBackward", cumsum_backward, 0, x,
+                       scan("cumsum", false, x, dim, dtype), dim);
+}
+
+/* cumprod: with y = cumprod(x) and w = y g, the gradient at i is
+ * sum_{k >= i} g_k prod_{j <= k, j != i} x_j.  Before the first zero of a
+ * slice that is reversed_cumsum(w) / x; at the first zero z it is
+ * reversed_cumsum(g * cumprod(x with x_z = 1)); after it, 0 (the product
+ * keeps x_z).  Inputs without zeros take the first formula throughout (as
+ * PyTorch); no NaN either way.  Computed in the result's dtype. */
+static int cumprod_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const red_ctx *c = n->ctx;
+    const dl_tensor_meta *m = &n->input_meta[0];
+    dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT), *g = gout[0];
+    if (!x || !res) return -1;
+    int d = c->dim;
+    tpool P = {0};
+    dl_tensor *r = g;
+    if (m->ndim > 0 && m->shape[d] > 1 && dl_tensor_numel(x) > 1) {
+        dl_tensor *xc = STEP(&P, dl_tensor_to_dtype(x, res->dtype));
+        dl_tensor *w = STEP(&P, dl_mul(res, g));
+        dl_tensor *rw = STEP(&P, reversed_cumsum(w, d));
+        dl_tensor *isz = STEP(&P, eq_scalar(xc, 0));
+        dl_tensor *any = STEP(&P, dl_any(isz, 0, NULL, false));
+        double has_zero = 0;
+        if (!P.bad && dl_tensor_item(any, &has_zero)) P.bad = true;
+        if (!has_zero) {
+            r = STEP(&P, dl_div(rw, xc));
+        } else {
+            dl_tensor *nz = STEP(&P, dl_cumsum(isz, d, DL_REDUCE_DTYPE_NONE)); /* zeros so far */
+            dl_tensor *before = STEP(&P, eq_scalar(nz, 0));
+            dl_tensor *one = STEP(&P, eq_scalar(nz, 1));
+            dl_tensor *first = STEP(&P, dl_binary(DL_BINARY_LOGICAL_AND, isz, one, 1));
+            dl_tensor *x1 = STEP(&P, fill_where(xc, first, 1));
+            dl_tensor *y1 = STEP(&P, dl_cumprod(x1, d, DL_REDUCE_DTYPE_NONE));
+            dl_tensor *gy1 = STEP(&P, dl_mul(g, y1));
+            dl_tensor *at_zero = STEP(&P, reversed_cumsum(gy1, d));
+            dl_tensor *after = STEP(&P, dl_unary(DL_UNARY_LOGICAL_NOT, before));
+            dl_tensor *xs = STEP(&P, fill_where(xc, after, 1));
+            dl_tensor *pre = STEP(&P, dl_div(rw, xs));
+            dl_tensor *zero = STEP(&P, dl_tensor_scalar(0, g->dtype));
+            dl_tensor *tail = STEP(&P, dl_where(first, at_zero, zero));
+            r = STEP(&P, dl_where(before, pre, tail));
+        }
+    }
+    gin[0] = pool_finish(&P, r, m);
+    return gin[0] ? 0 : -1;
+}
+
 dl_tensor *dl_cumprod(dl_tensor *x, int dim, dl_dtype dtype) {
-    return scan("cumprod", true, x, dim, dtype);
+    return record_scan("CumprodBackward", cumprod_backward, SAVE_X | SAVE_OUT, x,
+                       scan("cumprod", true, x, dim, dtype), dim);
 }

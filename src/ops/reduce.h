@@ -12,7 +12,10 @@
  *    occurrence; a NaN counts as the largest (and smallest) value.
  *  - dtype arguments take DL_REDUCE_DTYPE_NONE for "the default".
  *  - Every function returns a new tensor (or 0), or NULL (-1) with
- *    dl_last_error() naming the op.  Inputs may be any strided view. */
+ *    dl_last_error() naming the op.  Inputs may be any strided view.
+ *  - Autograd: floating results record their backward when grad mode is on
+ *    and x requires grad (max/min/median with a dim: the values only);
+ *    indices, integer results and all/any never do. */
 #ifndef DL_OPS_REDUCE_H
 #define DL_OPS_REDUCE_H
 

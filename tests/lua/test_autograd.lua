@@ -128,8 +128,9 @@ T.case("custom Function", function()
 end)
 
 T.case("gradcheck on views", function()
-  -- TEMPORARY: needs elementwise backward (mul/sum); the elementwise-autograd work removes this guard
-  if not dl.ones(1, {requires_grad = true}):mul(2).requires_grad then return end
+  -- TEMPORARY: gradcheck needs mul (elementwise, recorded now) and sum (reductions) to record;
+  -- remove this guard once the reductions' backward lands
+  if not dl.ones(1, {requires_grad = true}):sum().requires_grad then return end
   local x = leaf(dl.randn(3, 4))
   T.truthy(dl.autograd.gradcheck(function(a) return a:t():narrow(1, 2, 2):reshape(-1) end, {x}))
 end)

@@ -1,0 +1,89 @@
+/* cpu/pad.c - CPU kernels of index-map padding (see pad.h).  The gather
+ * runs in parallel over output rows; the scatter-add runs in parallel over
+ * the outer slices only, so no two threads ever add into one element and
+ * its sums do not depend on the thread count. */
+#include "cpu/pad.h"
+#include "core/parallel.h"
+
+#include <string.h>
+
+/* The longest run [*c0, *c1) of map where consecutive outputs read
+ * consecutive inputs (the unpadded middle of a row, copied in one go). */
+static void longest_run(const int64_t *map, int64_t n, int64_t *c0, int64_t *c1) {
+    *c0 = *c1 = 0;
+    for (int64_t a = 0; a < n;) {
+        int64_t b = a + 1;
+        while (b < n && map[b] == map[b - 1] + 1) b++;
+        if (b - a > *c1 - *c0) *c0 = a, *c1 = b;
+        a = b;
+    }
+}
+
+/* The gather for one element size; called with a constant sz so that the
+ * memcpy of one element becomes one load and one store.  Rows (s, a, b) run
+ * in parallel; each copies its middle run at once and maps the borders. */
+static inline void gather_rows(char *out, const char *in, size_t sz, int64_t outer,
+                               const int64_t osz[3], const int64_t isz[3],
+                               const int64_t *const map[3]) {
+    const int64_t rows = outer * osz[2] * osz[1];
+    const int64_t *m0 = map[0];
+    int64_t c0, c1;
+    longest_run(m0, osz[0], &c0, &c1);
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (rows * osz[0] >= DL_PARALLEL_GRAIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t b = r % osz[1], a = (r / osz[1]) % osz[2], s = r / (osz[1] * osz[2]);
+        const char *irow = // irow is (isz[0])
+            in + (size_t)(((s * isz[2] + map[2][a]) * isz[1] + map[1][b]) * isz[0]) * sz;
+        char *orow = out + (size_t)(r * osz[0]) * sz; // orow is (osz[0])
+        for (int64_t c = 0; c < c0; c++)
+            memcpy(orow + (size_t)c * sz, irow + (size_t)m0[c] * sz, sz);
+        if (c1 > c0)
+            memcpy(orow + (size_t)c0 * sz, irow + (size_t)m0[c0] * sz, (size_t)(c1 - c0) * sz);
+        for (int64_t c = c1; c < osz[0]; c++)
+            memcpy(orow + (size_t)c * sz, irow + (size_t)m0[c] * sz, sz);
+    }
+}
+
+void dl_cpu_pad_gather(void *out, const void *in, size_t itemsize, int64_t outer,
+                       const int64_t osz[3], const int64_t isz[3], const int64_t *const map[3]) {
+    switch (itemsize) {
+    case 1: gather_rows(out, in, 1, outer, osz, isz, map); break;
+    case 2: gather_rows(out, in, 2, outer, osz, isz, map); break;
+    case 4: gather_rows(out, in, 4, outer, osz, isz, map); break;
+    default: gather_rows(out, in, 8, outer, osz, isz, map); break;
+    }
+}
+
+void dl_cpu_pad_scatter_f32(float *gin, const float *gout, int64_t outer, const int64_t osz[3],
+                            const int64_t isz[3], const int64_t *const map[3]) {
+    const int64_t on = osz[0] * osz[1] * osz[2], in_n = isz[0] * isz[1] * isz[2];
+    memset(gin, 0, (size_t)(outer * in_n) * sizeof *gin);
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (outer * on >= DL_PARALLEL_GRAIN)
+    for (int64_t s = 0; s < outer; s++) {
+        float *is = gin + s * in_n;      // is is (isz[2], isz[1], isz[0])
+        const float *os = gout + s * on; // os is (osz[2], osz[1], osz[0])
+        for (int64_t a = 0; a < osz[2]; a++)
+            for (int64_t b = 0; b < osz[1]; b++) {
+                float *irow = is + (map[2][a] * isz[1] + map[1][b]) * isz[0];
+                const float *orow = os + (a * osz[1] + b) * osz[0];
+                for (int64_t c = 0; c < osz[0]; c++) irow[map[0][c]] += orow[c];
+            }
+    }
+}
+
+void dl_cpu_pad_scatter_f64(double *gin, const double *gout, int64_t outer, const int64_t osz[3],
+                            const int64_t isz[3], const int64_t *const map[3]) {
+    const int64_t on = osz[0] * osz[1] * osz[2], in_n = isz[0] * isz[1] * isz[2];
+    memset(gin, 0, (size_t)(outer * in_n) * sizeof *gin);
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (outer * on >= DL_PARALLEL_GRAIN)
+    for (int64_t s = 0; s < outer; s++) {
+        double *is = gin + s * in_n;      // is is (isz[2], isz[1], isz[0])
+        const double *os = gout + s * on; // os is (osz[2], osz[1], osz[0])
+        for (int64_t a = 0; a < osz[2]; a++)
+            for (int64_t b = 0; b < osz[1]; b++) {
+                double *irow = is + (map[2][a] * isz[1] + map[1][b]) * isz[0];
+                const double *orow = os + (a * osz[1] + b) * osz[0];
+                for (int64_t c = 0; c < osz[0]; c++) irow[map[0][c]] += orow[c];
+            }
+    }
+}

@@ -1,0 +1,286 @@
+/* cpu/softmax.c - CPU kernels of softmax and log_softmax (see softmax.h).
+ *
+ * Two loop shapes:
+ *  - inner == 1 (the op runs along the last dim): one contiguous row per
+ *    sample; rows run in parallel.
+ *  - inner > 1: a work item is one outer index and a block of up to COLS
+ *    neighbouring inner positions; it keeps per-column maxima and sums in
+ *    small arrays and sweeps D rows of COLS contiguous elements, so every
+ *    inner loop is unit-stride.
+ * Either way one column is: max, sum of exp(x - max) (accumulated in double),
+ * then the outputs.  float32 uses dl_cpu_expf under `omp simd`; float64 uses
+ * libm's exp.  Each output depends only on its own column, so results do not
+ * depend on the thread count. */
+#include "cpu/softmax.h"
+#include "core/parallel.h"
+
+#include <math.h>
+
+#define COLS 64
+
+/* --- float32 ------------------------------------------------------------------------------ */
+
+static void row_fwd_f32(float *y, const float *x, int64_t D, bool is_log) {
+    // y, x are (D)
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t d = 0; d < D; d++) m = x[d] > m ? x[d] : m;
+    double sum = 0;
+    if (is_log) {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t d = 0; d < D; d++) sum += dl_cpu_expf(x[d] - m);
+        float lse = m + (float)log(sum);
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) y[d] = x[d] - lse;
+    } else {
+#pragma omp simd reduction(+ : sum)
+        for (int64_t d = 0; d < D; d++) {
+            float e = dl_cpu_expf(x[d] - m);
+            y[d] = e;
+            sum += e;
+        }
+        float inv = (float)(1.0 / sum);
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) y[d] *= inv;
+    }
+}
+
+static void row_bwd_f32(float *gx, const float *gy, const float *y, int64_t D, bool is_log) {
+    // gx, gy, y are (D)
+    double acc = 0;
+    if (is_log) {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t d = 0; d < D; d++) acc += gy[d];
+        float sg = (float)acc;
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) gx[d] = gy[d] - dl_cpu_expf(y[d]) * sg;
+    } else {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t d = 0; d < D; d++) acc += (double)(gy[d] * y[d]);
+        float dot = (float)acc;
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) gx[d] = y[d] * (gy[d] - dot);
+    }
+}
+
+/* Columns [i0, i0+nc) of outer slice x (D, inner). */
+static void cols_fwd_f32(float *y, const float *x, int64_t D, int64_t inner, int64_t nc,
+                         bool is_log) {
+    // y, x point at (0, i0) of a (D, inner) slice; nc <= COLS
+    float m[COLS], t[COLS];
+    double s[COLS];
+    for (int64_t c = 0; c < nc; c++) m[c] = -INFINITY, s[c] = 0;
+    for (int64_t d = 0; d < D; d++) {
+        const float *xr = x + d * inner;
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) m[c] = xr[c] > m[c] ? xr[c] : m[c];
+    }
+    for (int64_t d = 0; d < D; d++) {
+        const float *xr = x + d * inner;
+        float *yr = y + d * inner;
+        if (is_log) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) s[c] += dl_cpu_expf(xr[c] - m[c]);
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) {
+                float e = dl_cpu_expf(xr[c] - m[c]);
+                yr[c] = e;
+                s[c] += e;
+            }
+        }
+    }
+    for (int64_t c = 0; c < nc; c++) t[c] = is_log ? m[c] + (float)log(s[c]) : (float)(1.0 / s[c]);
+    for (int64_t d = 0; d < D; d++) {
+        const float *xr = x + d * inner;
+        float *yr = y + d * inner;
+        if (is_log) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) yr[c] = xr[c] - t[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) yr[c] *= t[c];
+        }
+    }
+}
+
+static void cols_bwd_f32(float *gx, const float *gy, const float *y, int64_t D, int64_t inner,
+                         int64_t nc, bool is_log) {
+    // gx, gy, y point at (0, i0) of (D, inner) slices; nc <= COLS
+    double s[COLS];
+    float t[COLS];
+    for (int64_t c = 0; c < nc; c++) s[c] = 0;
+    for (int64_t d = 0; d < D; d++) {
+        const float *gr = gy + d * inner, *yr = y + d * inner;
+        if (is_log) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) s[c] += gr[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) s[c] += (double)(gr[c] * yr[c]);
+        }
+    }
+    for (int64_t c = 0; c < nc; c++) t[c] = (float)s[c];
+    for (int64_t d = 0; d < D; d++) {
+        const float *gr = gy + d * inner, *yr = y + d * inner;
+        float *xr = gx + d * inner;
+        if (is_log) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) xr[c] = gr[c] - dl_cpu_expf(yr[c]) * t[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) xr[c] = yr[c] * (gr[c] - t[c]);
+        }
+    }
+}
+
+/* --- float64 ------------------------------------------------------------------------------ */
+
+static void row_fwd_f64(double *y, const double *x, int64_t D, bool is_log) {
+    // y, x are (D)
+    double m = -INFINITY;
+    for (int64_t d = 0; d < D; d++) m = x[d] > m ? x[d] : m;
+    double sum = 0;
+    if (is_log) {
+        for (int64_t d = 0; d < D; d++) sum += exp(x[d] - m);
+        double lse = m + log(sum);
+        for (int64_t d = 0; d < D; d++) y[d] = x[d] - lse;
+    } else {
+        for (int64_t d = 0; d < D; d++) {
+            double e = exp(x[d] - m);
+            y[d] = e;
+            sum += e;
+        }
+        double inv = 1.0 / sum;
+        for (int64_t d = 0; d < D; d++) y[d] *= inv;
+    }
+}
+
+static void row_bwd_f64(double *gx, const double *gy, const double *y, int64_t D, bool is_log) {
+    // gx, gy, y are (D)
+    double acc = 0;
+    if (is_log) {
+        for (int64_t d = 0; d < D; d++) acc += gy[d];
+        for (int64_t d = 0; d < D; d++) gx[d] = gy[d] - exp(y[d]) * acc;
+    } else {
+        for (int64_t d = 0; d < D; d++) acc += gy[d] * y[d];
+        for (int64_t d = 0; d < D; d++) gx[d] = y[d] * (gy[d] - acc);
+    }
+}
+
+static void cols_fwd_f64(double *y, const double *x, int64_t D, int64_t inner, int64_t nc,
+                         bool is_log) {
+    // y, x point at (0, i0) of a (D, inner) slice; nc <= COLS
+    double m[COLS], s[COLS];
+    for (int64_t c = 0; c < nc; c++) m[c] = -INFINITY, s[c] = 0;
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t c = 0; c < nc; c++) {
+            double v = x[d * inner + c];
+            m[c] = v > m[c] ? v : m[c];
+        }
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t c = 0; c < nc; c++) {
+            double e = exp(x[d * inner + c] - m[c]);
+            if (!is_log) y[d * inner + c] = e;
+            s[c] += e;
+        }
+    for (int64_t c = 0; c < nc; c++) s[c] = is_log ? m[c] + log(s[c]) : 1.0 / s[c];
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t c = 0; c < nc; c++) {
+            if (is_log)
+                y[d * inner + c] = x[d * inner + c] - s[c];
+            else
+                y[d * inner + c] *= s[c];
+        }
+}
+
+static void cols_bwd_f64(double *gx, const double *gy, const double *y, int64_t D, int64_t inner,
+                         int64_t nc, bool is_log) {
+    // gx, gy, y point at (0, i0) of (D, inner) slices; nc <= COLS
+    double s[COLS];
+    for (int64_t c = 0; c < nc; c++) s[c] = 0;
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t c = 0; c < nc; c++)
+            s[c] += is_log ? gy[d * inner + c] : gy[d * inner + c] * y[d * inner + c];
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t c = 0; c < nc; c++) {
+            int64_t k = d * inner + c;
+            gx[k] = is_log ? gy[k] - exp(y[k]) * s[c] : y[k] * (gy[k] - s[c]);
+        }
+}
+
+/* --- entry points ------------------------------------------------------------------------- */
+
+/* Work item w of the blocked shape: the offset of its first element and its
+ * number of columns. */
+static inline int64_t block_of(int64_t w, int64_t nblk, int64_t D, int64_t inner, int64_t *nc) {
+    int64_t o = w / nblk, i0 = (w % nblk) * COLS;
+    *nc = inner - i0 < COLS ? inner - i0 : COLS;
+    return o * D * inner + i0;
+}
+
+void dl_cpu_softmax_f32(float *y, const float *x, int64_t outer, int64_t D, int64_t inner,
+                        bool is_log) {
+    const int64_t work = outer * inner * D;
+    if (inner == 1) {
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+        for (int64_t r = 0; r < outer; r++) row_fwd_f32(y + r * D, x + r * D, D, is_log);
+        return;
+    }
+    const int64_t nblk = (inner + COLS - 1) / COLS;
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+    for (int64_t w = 0; w < outer * nblk; w++) {
+        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
+        cols_fwd_f32(y + off, x + off, D, inner, nc, is_log);
+    }
+}
+
+void dl_cpu_softmax_f64(double *y, const double *x, int64_t outer, int64_t D, int64_t inner,
+                        bool is_log) {
+    const int64_t work = outer * inner * D;
+    if (inner == 1) {
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+        for (int64_t r = 0; r < outer; r++) row_fwd_f64(y + r * D, x + r * D, D, is_log);
+        return;
+    }
+    const int64_t nblk = (inner + COLS - 1) / COLS;
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+    for (int64_t w = 0; w < outer * nblk; w++) {
+        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
+        cols_fwd_f64(y + off, x + off, D, inner, nc, is_log);
+    }
+}
+
+void dl_cpu_softmax_backward_f32(float *gx, const float *gy, const float *y, int64_t outer,
+                                 int64_t D, int64_t inner, bool is_log) {
+    const int64_t work = outer * inner * D;
+    if (inner == 1) {
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+        for (int64_t r = 0; r < outer; r++)
+            row_bwd_f32(gx + r * D, gy + r * D, y + r * D, D, is_log);
+        return;
+    }
+    const int64_t nblk = (inner + COLS - 1) / COLS;
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+    for (int64_t w = 0; w < outer * nblk; w++) {
+        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
+        cols_bwd_f32(gx + off, gy + off, y + off, D, inner, nc, is_log);
+    }
+}
+
+void dl_cpu_softmax_backward_f64(double *gx, const double *gy, const double *y, int64_t outer,
+                                 int64_t D, int64_t inner, bool is_log) {
+    const int64_t work = outer * inner * D;
+    if (inner == 1) {
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+        for (int64_t r = 0; r < outer; r++)
+            row_bwd_f64(gx + r * D, gy + r * D, y + r * D, D, is_log);
+        return;
+    }
+    const int64_t nblk = (inner + COLS - 1) / COLS;
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+    for (int64_t w = 0; w < outer * nblk; w++) {
+        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
+        cols_bwd_f64(gx + off, gy + off, y + off, D, inner, nc, is_log);
+    }
+}

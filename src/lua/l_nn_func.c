@@ -1,0 +1,487 @@
+/* l_nn_func.c - Lua bindings of the functional nn family (src/ops/nn_func.h),
+ * in the table dl._nn (shared with other nn kernel families; created here
+ * when absent).  These are the plain forward/backward pairs the autograd
+ * layer and dl.nn build on:
+ *   softmax_forward(x, dim)             softmax_backward(gy, y, dim)
+ *   log_softmax_forward(x, dim)         log_softmax_backward(gy, y, dim)
+ *   nll_loss_forward(logp, target [, opts])
+ *   nll_loss_backward(gloss, logp, target [, opts]) -> gx
+ *   cross_entropy_forward(x, target [, opts])
+ *   cross_entropy_backward(gloss, x, target [, opts]) -> gx [, gtarget (probabilities)]
+ *       opts: {weight=, ignore_index=-100, reduction="mean", label_smoothing=0}
+ *   mse_loss_forward(x, y [, {reduction=}])   mse_loss_backward(gloss, x, y [, opts]) -> gx, gy
+ *   l1_loss_forward / l1_loss_backward        (the same)
+ *   binary_cross_entropy_with_logits_forward(x, y [, {weight=, pos_weight=, reduction=}])
+ *   binary_cross_entropy_with_logits_backward(gloss, x, y [, opts]) -> gx, gy
+ *   relu_forward(x)                     relu_backward(gy, y)
+ *   dropout_forward(x [, p=0.5 [, training=true]]) -> out, mask (nil when not training)
+ *   dropout_backward(gy, mask, p)
+ *   pad_forward(x, pads [, mode="constant" [, value=0]])   or (x, pads, {mode=, value=})
+ *   pad_backward(gy, input_shape, pads [, mode | {mode=}])
+ * Dims are 1-based (negatives from the end).  Class-index targets are int64
+ * tensors of 1-based labels 1..C; ignore_index is compared against those
+ * labels.  The binding converts them to a 0-based copy for C, and a label
+ * outside 1..C that is not ignore_index is an error naming the op, the label
+ * and C.  Every argument is checked before any tensor is made. */
+#include "lbind.h"
+#include "ops/elementwise.h"
+#include "ops/nn_func.h"
+
+#include <string.h>
+
+/* --- argument helpers ---------------------------------------------------------------------- */
+
+/* Errors when anything follows argument `last`. */
+static void no_more(lua_State *L, int last, const char *op) {
+    if (lua_gettop(L) > last)
+        luaL_error(L, "%s: unexpected argument %d (%s)", op, last + 1, luaL_typename(L, last + 1));
+}
+
+typedef struct {
+    dl_tensor *weight;     /* borrowed from the options table */
+    dl_tensor *pos_weight; /* borrowed */
+    lua_Integer ignore_index;
+    dl_reduction reduction;
+    double label_smoothing;
+} loss_opts;
+
+/* An optional tensor option (borrowed: the options table keeps it alive). */
+static dl_tensor *opt_tensor(lua_State *L, int idx, const char *op, const char *key) {
+    dl_tensor *t = NULL;
+    if (dlL_optfield(L, idx, key) != LUA_TNIL) {
+        t = dlL_totensor(L, -1);
+        if (!t)
+            luaL_error(L, "%s: option '%s' must be a tensor, got %s", op, key,
+                       luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+    return t;
+}
+
+/* Reads the options table at idx (none/nil allowed; keys must be allowed). */
+static loss_opts read_loss_opts(lua_State *L, int idx, const char *op, const char *const *keys) {
+    loss_opts o = {NULL, NULL, -100, DL_REDUCTION_MEAN, 0.0};
+    no_more(L, idx, op);
+    dlL_checkoptions(L, idx, op, keys);
+    if (lua_isnoneornil(L, idx)) return o;
+    o.weight = opt_tensor(L, idx, op, "weight");
+    o.pos_weight = opt_tensor(L, idx, op, "pos_weight");
+    o.ignore_index = dlL_optinteger(L, idx, "ignore_index", -100);
+    o.label_smoothing = dlL_optnumber(L, idx, "label_smoothing", 0.0);
+    int ty = dlL_optfield(L, idx, "reduction");
+    if (ty != LUA_TNIL) {
+        if (ty != LUA_TSTRING)
+            luaL_error(L, "%s: option 'reduction' must be a string, got %s", op,
+                       lua_typename(L, ty));
+        if (dl_reduction_parse(op, lua_tostring(L, -1), &o.reduction)) dlL_fail(L);
+    }
+    lua_pop(L, 1);
+    return o;
+}
+
+static const char *const keys_class[] = {"weight", "ignore_index", "reduction", NULL};
+static const char *const keys_ce[] = {"weight", "ignore_index", "reduction", "label_smoothing",
+                                      NULL};
+static const char *const keys_plain[] = {"reduction", NULL};
+static const char *const keys_bce[] = {"weight", "pos_weight", "reduction", NULL};
+
+/* The number of classes of a class-loss input (-1 for a 0-dim input, which
+ * the op itself rejects). */
+static int64_t num_classes(const dl_tensor *x) {
+    if (x->ndim == 0) return -1;
+    return x->ndim == 1 ? x->shape[0] : x->shape[1];
+}
+
+/* A class-index target of 1-based labels -> a new int64 tensor of 0-based
+ * labels (every entry minus one, ignore_index included, so equality with the
+ * converted ignore_index is kept).  Raises on a wrong dtype or a label
+ * outside 1..C that is not ignore_index. */
+static dl_tensor *convert_target(lua_State *L, const char *op, dl_tensor *target, int64_t C,
+                                 lua_Integer ignore) {
+    if (target->dtype != DL_DTYPE_I64)
+        luaL_error(L, "%s: class-index target must be int64 (labels 1..C), got %s", op,
+                   dl_dtype_name(target->dtype));
+    dl_tensor *t = dl_tensor_clone(target);
+    if (!t) dlL_fail(L);
+    int64_t *d = dl_tensor_data(t), n = dl_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = d[i];
+        if (C >= 0 && v != (int64_t)ignore && (v < 1 || v > C)) {
+            dl_error("%s: target label %lld is out of range for %lld classes (labels are 1..%lld; "
+                     "ignore_index is %lld)",
+                     op, (long long)v, (long long)C, (long long)C, (long long)ignore);
+            dl_tensor_release(t);
+            dlL_fail(L);
+        }
+        d[i] = (int64_t)((uint64_t)v - 1u);
+    }
+    return t;
+}
+
+static int64_t c_ignore(lua_Integer ignore) {
+    return (int64_t)((uint64_t)ignore - 1u);
+}
+
+/* --- softmax -------------------------------------------------------------------------------- */
+
+static int softmax_fwd(lua_State *L, const char *op, dl_tensor *(*fn)(dl_tensor *, int)) {
+    dl_tensor *x = dlL_checktensor(L, 1);
+    int dim = dlL_checkdim(L, 2);
+    no_more(L, 2, op);
+    return dlL_pushtensor(L, fn(x, dim));
+}
+
+static int softmax_bwd(lua_State *L, const char *op,
+                       dl_tensor *(*fn)(dl_tensor *, dl_tensor *, int)) {
+    dl_tensor *gy = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
+    int dim = dlL_checkdim(L, 3);
+    no_more(L, 3, op);
+    return dlL_pushtensor(L, fn(gy, y, dim));
+}
+
+static int l_softmax_forward(lua_State *L) {
+    return softmax_fwd(L, "softmax", dl_softmax);
+}
+static int l_log_softmax_forward(lua_State *L) {
+    return softmax_fwd(L, "log_softmax", dl_log_softmax);
+}
+static int l_softmax_backward(lua_State *L) {
+    return softmax_bwd(L, "softmax_backward", dl_softmax_backward);
+}
+static int l_log_softmax_backward(lua_State *L) {
+    return softmax_bwd(L, "log_softmax_backward", dl_log_softmax_backward);
+}
+
+/* --- nll_loss, cross_entropy ----------------------------------------------------------------- */
+
+static int l_nll_loss_forward(lua_State *L) {
+    const char *op = "nll_loss";
+    dl_tensor *logp = dlL_checktensor(L, 1), *target = dlL_checktensor(L, 2);
+    loss_opts o = read_loss_opts(L, 3, op, keys_class);
+    dl_tensor *t = convert_target(L, op, target, num_classes(logp), o.ignore_index);
+    dl_tensor *r = dl_nll_loss(logp, t, o.weight, c_ignore(o.ignore_index), o.reduction);
+    dl_tensor_release(t);
+    return dlL_pushtensor(L, r);
+}
+
+static int l_nll_loss_backward(lua_State *L) {
+    const char *op = "nll_loss_backward";
+    dl_tensor *g = dlL_checktensor(L, 1), *logp = dlL_checktensor(L, 2);
+    dl_tensor *target = dlL_checktensor(L, 3);
+    loss_opts o = read_loss_opts(L, 4, op, keys_class);
+    dl_tensor *t = convert_target(L, op, target, num_classes(logp), o.ignore_index);
+    dl_tensor *r =
+        dl_nll_loss_backward(g, logp, t, o.weight, c_ignore(o.ignore_index), o.reduction);
+    dl_tensor_release(t);
+    return dlL_pushtensor(L, r);
+}
+
+/* The target C sees: probabilities as given (retained), labels converted. */
+static dl_tensor *ce_target(lua_State *L, const char *op, dl_tensor *x, dl_tensor *target,
+                            const loss_opts *o) {
+    if (dl_dtype_is_floating(target->dtype)) return dl_tensor_retain(target);
+    if (target->dtype != DL_DTYPE_I64)
+        luaL_error(L,
+                   "%s: target must be int64 class labels (1..C) or floating-point class "
+                   "probabilities, got %s",
+                   op, dl_dtype_name(target->dtype));
+    return convert_target(L, op, target, num_classes(x), o->ignore_index);
+}
+
+static int l_cross_entropy_forward(lua_State *L) {
+    const char *op = "cross_entropy";
+    dl_tensor *x = dlL_checktensor(L, 1), *target = dlL_checktensor(L, 2);
+    loss_opts o = read_loss_opts(L, 3, op, keys_ce);
+    dl_tensor *t = ce_target(L, op, x, target, &o);
+    dl_tensor *r = dl_cross_entropy(x, t, o.weight, c_ignore(o.ignore_index), o.reduction,
+                                    o.label_smoothing);
+    dl_tensor_release(t);
+    return dlL_pushtensor(L, r);
+}
+
+static int l_cross_entropy_backward(lua_State *L) {
+    const char *op = "cross_entropy_backward";
+    dl_tensor *g = dlL_checktensor(L, 1), *x = dlL_checktensor(L, 2);
+    dl_tensor *target = dlL_checktensor(L, 3);
+    loss_opts o = read_loss_opts(L, 4, op, keys_ce);
+    dl_tensor *t = ce_target(L, op, x, target, &o);
+    dl_tensor *gx, *gt;
+    int rc = dl_cross_entropy_backward(g, x, t, o.weight, c_ignore(o.ignore_index), o.reduction,
+                                       o.label_smoothing, &gx, &gt);
+    dl_tensor_release(t);
+    if (rc) return dlL_fail(L);
+    dlL_pushtensor(L, gx);
+    if (!gt) return 1;
+    dlL_pushtensor(L, gt);
+    return 2;
+}
+
+/* --- pointwise losses ------------------------------------------------------------------------ */
+
+typedef dl_tensor *(*pw_fwd_fn)(dl_tensor *, dl_tensor *, dl_reduction);
+typedef int (*pw_bwd_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
+                         dl_tensor **);
+
+static int pw_forward(lua_State *L, const char *op, pw_fwd_fn fn) {
+    dl_tensor *x = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
+    loss_opts o = read_loss_opts(L, 3, op, keys_plain);
+    return dlL_pushtensor(L, fn(x, y, o.reduction));
+}
+
+static int push_pair(lua_State *L, int rc, dl_tensor *a, dl_tensor *b) {
+    if (rc) return dlL_fail(L);
+    dlL_pushtensor(L, a);
+    dlL_pushtensor(L, b);
+    return 2;
+}
+
+static int pw_backward(lua_State *L, const char *op, pw_bwd_fn fn) {
+    dl_tensor *g = dlL_checktensor(L, 1), *x = dlL_checktensor(L, 2), *y = dlL_checktensor(L, 3);
+    loss_opts o = read_loss_opts(L, 4, op, keys_plain);
+    dl_tensor *gx, *gy;
+    int rc = fn(g, x, y, o.reduction, &gx, &gy);
+    return push_pair(L, rc, gx, gy);
+}
+
+static int l_mse_loss_forward(lua_State *L) {
+    return pw_forward(L, "mse_loss", dl_mse_loss);
+}
+static int l_mse_loss_backward(lua_State *L) {
+    return pw_backward(L, "mse_loss_backward", dl_mse_loss_backward);
+}
+static int l_l1_loss_forward(lua_State *L) {
+    return pw_forward(L, "l1_loss", dl_l1_loss);
+}
+static int l_l1_loss_backward(lua_State *L) {
+    return pw_backward(L, "l1_loss_backward", dl_l1_loss_backward);
+}
+
+static int l_bce_logits_forward(lua_State *L) {
+    const char *op = "binary_cross_entropy_with_logits";
+    dl_tensor *x = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
+    loss_opts o = read_loss_opts(L, 3, op, keys_bce);
+    return dlL_pushtensor(
+        L, dl_binary_cross_entropy_with_logits(x, y, o.weight, o.pos_weight, o.reduction));
+}
+
+static int l_bce_logits_backward(lua_State *L) {
+    const char *op = "binary_cross_entropy_with_logits_backward";
+    dl_tensor *g = dlL_checktensor(L, 1), *x = dlL_checktensor(L, 2), *y = dlL_checktensor(L, 3);
+    loss_opts o = read_loss_opts(L, 4, op, keys_bce);
+    dl_tensor *gx, *gy;
+    int rc = dl_binary_cross_entropy_with_logits_backward(g, x, y, o.weight, o.pos_weight,
+                                                          o.reduction, &gx, &gy);
+    return push_pair(L, rc, gx, gy);
+}
+
+/* --- relu, dropout --------------------------------------------------------------------------- */
+
+static int l_relu_forward(lua_State *L) {
+    dl_tensor *x = dlL_checktensor(L, 1);
+    no_more(L, 1, "relu");
+    return dlL_pushtensor(L, dl_unary(DL_UNARY_RELU, x));
+}
+
+static int l_relu_backward(lua_State *L) {
+    dl_tensor *gy = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
+    no_more(L, 2, "relu_backward");
+    return dlL_pushtensor(L, dl_relu_backward(gy, y));
+}
+
+static double check_p(lua_State *L, int idx, const char *op, double def) {
+    if (lua_isnoneornil(L, idx)) return def;
+    if (!lua_isnumber(L, idx))
+        luaL_error(L, "%s: p must be a number, got %s", op, luaL_typename(L, idx));
+    return lua_tonumber(L, idx);
+}
+
+static int l_dropout_forward(lua_State *L) {
+    const char *op = "dropout";
+    dl_tensor *x = dlL_checktensor(L, 1);
+    double p = check_p(L, 2, op, 0.5);
+    int training = 1;
+    if (!lua_isnoneornil(L, 3)) {
+        if (!lua_isboolean(L, 3))
+            luaL_error(L, "%s: training must be a boolean, got %s", op, luaL_typename(L, 3));
+        training = lua_toboolean(L, 3);
+    }
+    no_more(L, 3, op);
+    dl_tensor *out, *mask;
+    if (dl_dropout(x, p, training, &out, &mask)) return dlL_fail(L);
+    dlL_pushtensor(L, out);
+    if (mask)
+        dlL_pushtensor(L, mask);
+    else
+        lua_pushnil(L);
+    return 2;
+}
+
+static int l_dropout_backward(lua_State *L) {
+    const char *op = "dropout_backward";
+    dl_tensor *gy = dlL_checktensor(L, 1);
+    dl_tensor *mask = lua_isnil(L, 2) ? NULL : dlL_checktensor(L, 2);
+    if (lua_isnoneornil(L, 3)) luaL_error(L, "%s: p (the forward's probability) is required", op);
+    double p = check_p(L, 3, op, 0.5);
+    no_more(L, 3, op);
+    return dlL_pushtensor(L, dl_dropout_backward(gy, mask, p));
+}
+
+/* --- pad ---------------------------------------------------------------------------------------
+ */
+
+#define MAX_PADS (2 * DL_MAX_DIMS)
+
+/* Reads the pads table at idx; returns its length. */
+static int read_pads(lua_State *L, int idx, const char *op, int64_t *pads) {
+    if (!lua_istable(L, idx))
+        luaL_error(L,
+                   "%s: pads must be a table of integers {left, right, top, bottom, ...}, got %s",
+                   op, luaL_typename(L, idx));
+    lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
+    if (n > MAX_PADS) luaL_error(L, "%s: at most %d pads, got %I", op, MAX_PADS, n);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, idx, i);
+        if (!lua_isinteger(L, -1))
+            luaL_error(L, "%s: pad %I must be an integer, got %s", op, i, luaL_typename(L, -1));
+        pads[i - 1] = lua_tointeger(L, -1);
+        lua_pop(L, 1);
+    }
+    return (int)n;
+}
+
+static dl_pad_mode read_mode(lua_State *L, int idx, const char *op) {
+    if (!lua_isstring(L, idx) || lua_isnumber(L, idx))
+        luaL_error(L, "%s: mode must be a string, got %s", op, luaL_typename(L, idx));
+    dl_pad_mode m;
+    if (dl_pad_mode_parse(op, lua_tostring(L, idx), &m)) dlL_fail(L);
+    return m;
+}
+
+static const char *const keys_pad[] = {"mode", "value", NULL};
+
+static int l_pad_forward(lua_State *L) {
+    const char *op = "pad";
+    dl_tensor *x = dlL_checktensor(L, 1);
+    int64_t pads[MAX_PADS];
+    int npads = read_pads(L, 2, op, pads);
+    dl_pad_mode mode = DL_PAD_CONSTANT;
+    double value = 0;
+    if (lua_istable(L, 3)) {
+        no_more(L, 3, op);
+        dlL_checkoptions(L, 3, op, keys_pad);
+        if (dlL_optfield(L, 3, "mode") != LUA_TNIL) mode = read_mode(L, -1, op);
+        lua_pop(L, 1);
+        value = dlL_optnumber(L, 3, "value", 0);
+    } else {
+        if (!lua_isnoneornil(L, 3)) mode = read_mode(L, 3, op);
+        if (!lua_isnoneornil(L, 4)) {
+            if (!lua_isnumber(L, 4))
+                luaL_error(L, "%s: value must be a number, got %s", op, luaL_typename(L, 4));
+            value = lua_tonumber(L, 4);
+        }
+        no_more(L, 4, op);
+    }
+    return dlL_pushtensor(L, dl_pad(x, npads, pads, mode, value));
+}
+
+static int l_pad_backward(lua_State *L) {
+    const char *op = "pad_backward";
+    dl_tensor *gy = dlL_checktensor(L, 1);
+    if (!lua_istable(L, 2))
+        luaL_error(L, "%s: input_shape must be a table of sizes, got %s", op, luaL_typename(L, 2));
+    int64_t shape[DL_MAX_DIMS], pads[MAX_PADS];
+    int next, ndim = dlL_checkshape(L, 2, shape, &next);
+    int npads = read_pads(L, 3, op, pads);
+    dl_pad_mode mode = DL_PAD_CONSTANT;
+    if (lua_istable(L, 4)) {
+        dlL_checkoptions(L, 4, op, keys_pad);
+        if (dlL_optfield(L, 4, "mode") != LUA_TNIL) mode = read_mode(L, -1, op);
+        lua_pop(L, 1);
+    } else if (!lua_isnoneornil(L, 4)) {
+        mode = read_mode(L, 4, op);
+    }
+    no_more(L, 4, op);
+    return dlL_pushtensor(L, dl_pad_backward(gy, ndim, shape, npads, pads, mode));
+}
+
+/* --- registration ------------------------------------------------------------------------------
+ */
+
+/* --- dl._F: the functional entry points dl.nn.functional exposes --------------------------- */
+
+/* F.dropout(x, p=0.5, training=true) -> output only */
+static int F_dropout(lua_State *L) {
+    l_dropout_forward(L);
+    lua_pop(L, 1);
+    return 1;
+}
+
+/* F.relu(x [, {inplace=}]) */
+static int F_relu(lua_State *L) {
+    dl_tensor *x = dlL_checktensor(L, 1);
+    static const char *const keys[] = {"inplace", NULL};
+    dlL_checkoptions(L, 2, "relu", keys);
+    no_more(L, 2, "relu");
+    if (dlL_optboolean(L, 2, "inplace", 0)) {
+        if (dl_unary_(DL_UNARY_RELU, x)) return dlL_fail(L);
+        lua_settop(L, 1);
+        return 1;
+    }
+    return dlL_pushtensor(L, dl_unary(DL_UNARY_RELU, x));
+}
+
+void dlL_open_nn_func(lua_State *L) {
+    static const luaL_Reg fns[] = {
+        {"softmax_forward", l_softmax_forward},
+        {"softmax_backward", l_softmax_backward},
+        {"log_softmax_forward", l_log_softmax_forward},
+        {"log_softmax_backward", l_log_softmax_backward},
+        {"nll_loss_forward", l_nll_loss_forward},
+        {"nll_loss_backward", l_nll_loss_backward},
+        {"cross_entropy_forward", l_cross_entropy_forward},
+        {"cross_entropy_backward", l_cross_entropy_backward},
+        {"mse_loss_forward", l_mse_loss_forward},
+        {"mse_loss_backward", l_mse_loss_backward},
+        {"l1_loss_forward", l_l1_loss_forward},
+        {"l1_loss_backward", l_l1_loss_backward},
+        {"binary_cross_entropy_with_logits_forward", l_bce_logits_forward},
+        {"binary_cross_entropy_with_logits_backward", l_bce_logits_backward},
+        {"relu_forward", l_relu_forward},
+        {"relu_backward", l_relu_backward},
+        {"dropout_forward", l_dropout_forward},
+        {"dropout_backward", l_dropout_backward},
+        {"pad_forward", l_pad_forward},
+        {"pad_backward", l_pad_backward},
+        {NULL, NULL},
+    };
+    lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
+    if (lua_getfield(L, -1, "_nn") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, "_nn");
+    }
+    luaL_setfuncs(L, fns, 0);
+    lua_pop(L, 1);
+    static const luaL_Reg F[] = {
+        {"softmax", l_softmax_forward},
+        {"log_softmax", l_log_softmax_forward},
+        {"nll_loss", l_nll_loss_forward},
+        {"cross_entropy", l_cross_entropy_forward},
+        {"mse_loss", l_mse_loss_forward},
+        {"l1_loss", l_l1_loss_forward},
+        {"binary_cross_entropy_with_logits", l_bce_logits_forward},
+        {"dropout", F_dropout},
+        {"relu", F_relu},
+        {"pad", l_pad_forward},
+        {NULL, NULL},
+    };
+    if (lua_getfield(L, -1, "_F") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, "_F");
+    }
+    luaL_setfuncs(L, F, 0);
+    lua_pop(L, 2);
+}

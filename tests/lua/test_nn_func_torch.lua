@@ -1,0 +1,270 @@
+-- test_nn_func_torch.lua - the functional nn family (dl._nn) against PyTorch:
+-- forward values and gradients (torch.autograd.grad with a random
+-- grad_output) of softmax/log_softmax over every dim, non-contiguous views
+-- and dtypes; nll_loss and cross_entropy on 1-D, 2-D, 3-D and 4-D inputs with
+-- weights, ignore_index present in the targets, every reduction, label
+-- smoothing and class-probability targets; mse/l1 with broadcasting; BCE with
+-- logits with weight and pos_weight; pad in every mode with negative pads.
+-- Python draws the inputs and computes torch's results; Lua rebuilds the
+-- inputs and compares.  Class labels: torch's are 0-based, the Lua targets
+-- are emitted 1-based (ignored entries carry the Lua ignore_index).
+local T = require "testlib"
+local nn = dl._nn
+
+local data = T.torch([==[
+import warnings
+import torch
+import torch.nn.functional as F
+
+warnings.filterwarnings("ignore")
+cases = []
+
+def mk(shape, dt, scale=1.0):
+    return (torch.randn(shape, dtype=torch.float64) * scale).to(dt)
+
+def view(b, v):
+    if v == "T": return b.transpose(0, -1)
+    if v == "narrow": return b.narrow(-1, 1, b.shape[-1] - 2)
+    if v == "expand": return b.expand(3, *b.shape[1:])
+    return b
+
+def leaf(t):
+    return t.detach().requires_grad_(True)
+
+def add(**kw):
+    cases.append(kw)
+
+# --- softmax / log_softmax --------------------------------------------------------------
+SM = [((5, 7), ""), ((5, 7), "T"), ((2, 3, 4, 5), ""), ((2, 3, 4, 6), "narrow"),
+      ((1, 4, 6), "expand"), ((), ""), ((0, 3), "")]
+for dt in (torch.float32, torch.float64, torch.bfloat16):
+    shapes = SM + ([((3, 3000), ""), ((3000, 3), "T")] if dt == torch.float32 else [])
+    for shape, v in shapes:
+        base = mk(shape, dt, 3.0)
+        x = view(base, v)
+        dims = range(max(x.dim(), 1))
+        if x.numel() > 1000:
+            dims = [x.dim() - 1, 0]
+        for d in dims:
+            for fn in ("softmax", "log_softmax"):
+                xr = leaf(x)
+                y = getattr(F, fn)(xr, d)
+                gy = mk(y.shape, dt)
+                try:
+                    gx, = torch.autograd.grad(y, xr, gy)
+                except RuntimeError:
+                    gx = None
+                add(op=fn, x=base, view=v, dim=d + 1, y=y, gy=gy, gx=gx)
+
+# --- nll_loss / cross_entropy with class indices -----------------------------------------
+def lua_target(t, ig):
+    lig = -100 if ig == -100 else ig + 1
+    return torch.where(t == ig, torch.full_like(t, lig), t + 1), lig
+
+for dt in (torch.float32, torch.float64, torch.bfloat16):
+    for shape, v in (((6, 5), ""), ((5, 6), "T"), ((2, 4, 3, 3), ""), ((5,), ""), ((3, 4, 5), "")):
+        cdim = 1 if len(shape) > 1 else 0
+        xshape = tuple(view(torch.empty(shape), v).shape)
+        C = xshape[cdim]
+        tshape = (xshape[0],) + xshape[2:] if len(xshape) > 1 else ()
+        for ig in (-100, 2):
+            t = torch.randint(0, C, tshape)
+            if t.dim() > 0:
+                t.view(-1)[::3] = ig
+            lt, lig = lua_target(t, ig)
+            for use_w in (False, True):
+                w = torch.rand(C, dtype=torch.float64).add(0.5).to(dt) if use_w else None
+                for red in ("none", "mean", "sum"):
+                    for ls in (0.0, 0.1):
+                        base = mk(shape, dt, 2.0)
+                        xr = leaf(view(base, v))
+                        loss = F.cross_entropy(xr, t, weight=w, ignore_index=ig, reduction=red,
+                                               label_smoothing=ls)
+                        g = mk(loss.shape, dt)
+                        gx, = torch.autograd.grad(loss, xr, g)
+                        add(op="cross_entropy", x=base, view=v, t=lt, ig=lig, w=w, red=red, ls=ls,
+                            y=loss, g=g, gx=gx)
+                    base = torch.log_softmax(mk(shape, torch.float64), cdim).to(dt)
+                    xr = leaf(view(base, v))
+                    loss = F.nll_loss(xr, t, weight=w, ignore_index=ig, reduction=red)
+                    g = mk(loss.shape, dt)
+                    gx, = torch.autograd.grad(loss, xr, g)
+                    add(op="nll_loss", x=base, view=v, t=lt, ig=lig, w=w, red=red, y=loss, g=g,
+                        gx=gx)
+
+# a wide float32 case: 1000 classes, label smoothing and weights
+x = mk((64, 1000), torch.float32, 3.0)
+t = torch.randint(0, 1000, (64,))
+w = torch.rand(1000) + 0.5
+for red in ("mean", "none"):
+    xr = leaf(x)
+    loss = F.cross_entropy(xr, t, weight=w, reduction=red, label_smoothing=0.1)
+    g = mk(loss.shape, torch.float32)
+    gx, = torch.autograd.grad(loss, xr, g)
+    add(op="cross_entropy", x=x, view="", t=t + 1, ig=-100, w=w, red=red, ls=0.1, y=loss, g=g, gx=gx)
+
+# --- cross_entropy with class probabilities ----------------------------------------------
+for dt in (torch.float32, torch.float64):
+    for shape in ((6, 5), (2, 4, 3, 3), (5,)):
+        cdim = 1 if len(shape) > 1 else 0
+        C = shape[cdim]
+        for use_w in (False, True):
+            w = torch.rand(C, dtype=dt) + 0.5 if use_w else None
+            for red in ("none", "mean", "sum"):
+                for ls in (0.0, 0.1):
+                    x = mk(shape, dt, 2.0)
+                    p = torch.softmax(mk(shape, dt), cdim)
+                    xr, pr = leaf(x), leaf(p)
+                    loss = F.cross_entropy(xr, pr, weight=w, reduction=red, label_smoothing=ls)
+                    g = mk(loss.shape, dt)
+                    gx, gp = torch.autograd.grad(loss, (xr, pr), g)
+                    add(op="cross_entropy_prob", x=x, p=p, w=w, red=red, ls=ls, y=loss, g=g,
+                        gx=gx, gp=gp)
+
+# --- mse / l1 -------------------------------------------------------------------------------
+for dt in (torch.float32, torch.float64):
+    for xs, ys, v in (((4, 5), (4, 5), ""), ((4, 5), (5,), ""), ((5, 4), (4, 5), "T"),
+                      ((3, 1, 4), (2, 4), ""), ((), (), ""), ((1000,), (1000,), "")):
+        for red in ("none", "mean", "sum"):
+            for fn in ("mse_loss", "l1_loss"):
+                xb, y = mk(xs, dt), mk(ys, dt)
+                xr, yr = leaf(view(xb, v)), leaf(y)
+                loss = getattr(F, fn)(xr, yr, reduction=red)
+                g = mk(loss.shape, dt)
+                gx, gy = torch.autograd.grad(loss, (xr, yr), g)
+                add(op=fn, x=xb, view=v, yt=y, red=red, y=loss, g=g, gx=gx, gy=gy)
+
+# --- binary_cross_entropy_with_logits --------------------------------------------------------
+for dt in (torch.float32, torch.float64):
+    for shape in ((4, 5), (2, 3, 5)):
+        for use_w in (False, True):
+            for use_pw in (False, True):
+                for red in ("none", "mean", "sum"):
+                    x, y = mk(shape, dt, 4.0), torch.rand(shape, dtype=dt)
+                    w = torch.rand(5, dtype=dt) + 0.5 if use_w else None
+                    pw = torch.rand(5, dtype=dt) * 2 + 0.5 if use_pw else None
+                    xr, yr = leaf(x), leaf(y)
+                    loss = F.binary_cross_entropy_with_logits(xr, yr, weight=w, pos_weight=pw,
+                                                              reduction=red)
+                    g = mk(loss.shape, dt)
+                    gx, gy = torch.autograd.grad(loss, (xr, yr), g)
+                    add(op="bce_logits", x=x, yt=y, w=w, pw=pw, red=red, y=loss, g=g, gx=gx, gy=gy)
+
+# --- relu backward ------------------------------------------------------------------------------
+for dt in (torch.float32, torch.float64, torch.bfloat16):
+    x = mk((4, 6), dt)
+    xr = leaf(x)
+    y = torch.relu(xr)
+    g = mk(y.shape, dt)
+    gx, = torch.autograd.grad(y, xr, g)
+    add(op="relu", x=x, y=y, g=g, gx=gx)
+
+# --- pad ----------------------------------------------------------------------------------------
+PADS = [
+    ("constant", (2, 3, 4), (1, 2), ""), ("constant", (2, 3, 4), (1, -1, 2, 0), "T"),
+    ("constant", (2, 3, 4, 5), (-1, 2, 0, 1, 1, 1, 0, 1), ""), ("constant", (2, 3), (2, 2, 1, 1), ""),
+    ("reflect", (2, 3, 5), (2, 3), ""), ("reflect", (3, 6), (2, -2), ""),
+    ("reflect", (1, 2, 4, 5), (1, 2, 3, -1), ""), ("reflect", (1, 2, 3, 4, 5), (1, 1, 2, 0, 1, 2), ""),
+    ("reflect", (2, 5, 6), (1, 0, 2, 2), "T"),
+    ("replicate", (2, 3, 5), (2, 3), ""), ("replicate", (1, 2, 4, 5), (-1, 2, 3, 1), ""),
+    ("replicate", (1, 2, 3, 4, 5), (1, 1, 2, 0, 1, 2), ""), ("replicate", (4, 3, 5), (2, 2), "narrow"),
+    ("circular", (2, 3, 5), (2, 3), ""), ("circular", (1, 2, 4, 5), (1, 2, 3, 1), ""),
+    ("circular", (1, 2, 3, 4, 5), (1, 1, 2, 0, 1, 2), ""),
+]
+for dt in (torch.float32, torch.float64):
+    for mode, shape, pads, v in PADS:
+        base = mk(shape, dt)
+        xr = leaf(view(base, v))
+        kw = {"value": 0.5} if mode == "constant" else {}
+        y = F.pad(xr, pads, mode=mode, **kw)
+        g = mk(y.shape, dt)
+        gx, = torch.autograd.grad(y, xr, g)
+        add(op="pad", x=base, view=v, mode=mode, pads=list(pads), y=y, g=g, gx=gx)
+xi = torch.randint(-9, 9, (2, 3, 5))
+add(op="pad_int", x=xi, mode="reflect", pads=[2, 1], y=F.pad(xi.double(), (2, 1), mode="reflect").long())
+
+emit(cases)
+]==])
+
+local function tol(dtype)
+  if dtype == "float64" then return 1e-10, 1e-12 end
+  if dtype == "bfloat16" then return 2e-2, 2e-2 end
+  return 2e-5, 2e-6
+end
+
+local function rebuild(rec, v)
+  local b = T.from_torch(rec)
+  if v == "T" then return b:transpose(1, -1) end
+  if v == "narrow" then return b:narrow(-1, 2, b.shape[#b.shape] - 2) end
+  if v == "expand" then
+    local s = b.shape
+    s[1] = 3
+    return b:expand(s)
+  end
+  return b
+end
+
+local function opt_tensor(rec) return rec and T.from_torch(rec) or nil end
+
+local counts = {}
+for i, c in ipairs(data) do
+  counts[c.op] = (counts[c.op] or 0) + 1
+  T.case(string.format("%s #%d", c.op, i), function()
+    local dt = c.y and c.y.dtype or "float32"
+    local rtol, atol = tol(dt)
+    local msg = string.format("%s #%d (%s)", c.op, i, dt)
+    if c.op == "softmax" or c.op == "log_softmax" then
+      local x = rebuild(c.x, c.view)
+      T.match_torch(nn[c.op .. "_forward"](x, c.dim), c.y, rtol, atol, msg .. " forward")
+      if c.gx then
+        local gx = nn[c.op .. "_backward"](T.from_torch(c.gy), T.from_torch(c.y), c.dim)
+        T.match_torch(gx, c.gx, rtol, atol, msg .. " backward")
+      end
+    elseif c.op == "cross_entropy" or c.op == "nll_loss" then
+      local x = rebuild(c.x, c.view)
+      local o = {weight = opt_tensor(c.w), ignore_index = c.ig, reduction = c.red, label_smoothing = c.ls}
+      local t = T.from_torch(c.t)
+      T.match_torch(nn[c.op .. "_forward"](x, t, o), c.y, rtol, atol, msg .. " forward")
+      local gx = nn[c.op .. "_backward"](T.from_torch(c.g), x, t, o)
+      T.match_torch(gx, c.gx, rtol, atol, msg .. " backward")
+    elseif c.op == "cross_entropy_prob" then
+      local x, p = T.from_torch(c.x), T.from_torch(c.p)
+      local o = {weight = opt_tensor(c.w), reduction = c.red, label_smoothing = c.ls}
+      T.match_torch(nn.cross_entropy_forward(x, p, o), c.y, rtol, atol, msg .. " forward")
+      local gx, gp = nn.cross_entropy_backward(T.from_torch(c.g), x, p, o)
+      T.match_torch(gx, c.gx, rtol, atol, msg .. " grad input")
+      T.match_torch(gp, c.gp, rtol, atol, msg .. " grad target")
+    elseif c.op == "mse_loss" or c.op == "l1_loss" or c.op == "bce_logits" then
+      local x, y = rebuild(c.x, c.view), T.from_torch(c.yt)
+      local o = {reduction = c.red, weight = opt_tensor(c.w), pos_weight = opt_tensor(c.pw)}
+      local name = c.op == "bce_logits" and "binary_cross_entropy_with_logits" or c.op
+      T.match_torch(nn[name .. "_forward"](x, y, o), c.y, rtol, atol, msg .. " forward")
+      local gx, gy = nn[name .. "_backward"](T.from_torch(c.g), x, y, o)
+      T.match_torch(gx, c.gx, rtol, atol, msg .. " grad input")
+      T.match_torch(gy, c.gy, rtol, atol, msg .. " grad target")
+    elseif c.op == "relu" then
+      local x = T.from_torch(c.x)
+      local y = nn.relu_forward(x)
+      T.match_torch(y, c.y, 0, 0, msg .. " forward")
+      T.match_torch(nn.relu_backward(T.from_torch(c.g), y), c.gx, 0, 0, msg .. " backward")
+    elseif c.op == "pad" then
+      local x = rebuild(c.x, c.view)
+      T.match_torch(nn.pad_forward(x, c.pads, c.mode, 0.5), c.y, 0, 0, msg .. " forward")
+      local gx = nn.pad_backward(T.from_torch(c.g), x.shape, c.pads, {mode = c.mode})
+      T.match_torch(gx, c.gx, rtol, atol, msg .. " backward")
+    elseif c.op == "pad_int" then
+      T.match_torch(nn.pad_forward(T.from_torch(c.x), c.pads, c.mode), c.y, 0, 0, msg)
+    else
+      error("unknown case " .. c.op)
+    end
+  end)
+end
+
+T.case("the oracle covered every family", function()
+  for _, op in ipairs({"softmax", "log_softmax", "cross_entropy", "nll_loss", "cross_entropy_prob",
+                       "mse_loss", "l1_loss", "bce_logits", "relu", "pad"}) do
+    T.truthy((counts[op] or 0) > 0, "no cases for " .. op)
+  end
+end)
+
+T.done()
