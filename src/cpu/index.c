@@ -1,6 +1,7 @@
 /* cpu/index.c - CPU kernels of the joining and indexing family (see
  * cpu/index.h).  Elements are moved as raw bytes of their size, so one loop
- * serves every dtype; only scatter_add and the sort keys look at values.
+ * serves every dtype; only scatter_add, index_add and the sort keys look at
+ * values.
  * Offsets are in elements unless a name says bytes.  Large loops run under
  * OpenMP; loops whose writes may collide (scatter along a non-last dim) stay
  * serial. */
@@ -190,6 +191,43 @@ void dl_cpu_scatter(dl_tensor *self, int dim, const dl_tensor *index, const dl_t
                 elem_add(q, p, dt);
             else
                 elem_copy(q, p, isz);
+        }
+    }
+}
+
+/* Adds src's rows into out's rows idx[k] along dim.  Tasks own disjoint
+ * (outer, column block) parts of out, so repeated indices inside a task add
+ * one after the other and the result never races. */
+void dl_cpu_index_add(dl_tensor *out, int dim, const int64_t *idx, int64_t nidx,
+                      const dl_tensor *src) {
+    enum { BLOCK = 512 };
+    dl_dtype dt = out->dtype;
+    size_t isz = dl_dtype_size(dt);
+    int64_t outer = 1, inner = 1, size = out->ndim ? out->shape[dim] : 1;
+    for (int d = 0; d < dim; d++) outer *= out->shape[d];
+    for (int d = dim + 1; d < out->ndim; d++) inner *= out->shape[d];
+    char *dst = dl_tensor_data(out);      /* out is (outer, size, inner) */
+    const char *sp = dl_tensor_data(src); /* src is (outer, nidx, inner) */
+    int64_t blocks = (inner + BLOCK - 1) / BLOCK, tasks = outer * blocks;
+    int nthr = tasks > 1 && outer * nidx * inner >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
+#pragma omp parallel for num_threads(nthr) if (nthr > 1)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t o = t / blocks, c0 = (t % blocks) * BLOCK;
+        int64_t c1 = c0 + BLOCK < inner ? c0 + BLOCK : inner;
+        for (int64_t k = 0; k < nidx; k++) {
+            int64_t drow = (o * size + idx[k]) * inner, srow = (o * nidx + k) * inner;
+            if (dt == DL_DTYPE_F32) {
+                float *q = (float *)dst + drow;
+                const float *p = (const float *)sp + srow;
+                for (int64_t j = c0; j < c1; j++) q[j] += p[j];
+            } else if (dt == DL_DTYPE_F64) {
+                double *q = (double *)dst + drow;
+                const double *p = (const double *)sp + srow;
+                for (int64_t j = c0; j < c1; j++) q[j] += p[j];
+            } else {
+                for (int64_t j = c0; j < c1; j++)
+                    elem_add(dst + (drow + j) * (int64_t)isz, sp + (srow + j) * (int64_t)isz, dt);
+            }
         }
     }
 }
@@ -459,6 +497,21 @@ void dl_cpu_masked_select(dl_tensor *out, const dl_tensor *x, const dl_tensor *m
         if (pm[it.off[1]]) {
             elem_copy(o, px + it.off[0], isz);
             o += isz;
+        }
+}
+
+void dl_cpu_masked_scatter(dl_tensor *out, const dl_tensor *mask, const dl_tensor *src) {
+    int64_t n = dl_tensor_numel(out);
+    size_t isz = dl_dtype_size(out->dtype);
+    char *po = dl_tensor_data(out);
+    const char *pm = dl_tensor_data(mask);
+    const char *s = dl_tensor_data(src); /* src is (count), contiguous */
+    odometer it;
+    odo_init(&it, out, mask);
+    for (int64_t i = 0; i < n; i++, odo_next(&it))
+        if (pm[it.off[1]]) {
+            elem_copy(po + it.off[0], s, isz);
+            s += isz;
         }
 }
 

@@ -14,6 +14,11 @@
  * with S = x.shape[dim] (a 0-dim x counts as [1]). */
 void dl_cpu_index_select(dl_tensor *out, const dl_tensor *x, int dim, const int64_t *idx,
                          int64_t nidx);
+/* out[.., idx[k], ..] += src[.., k, ..] along dim, for k < nidx (repeats
+ * accumulate); out is contiguous (outer, S, inner), src contiguous (outer,
+ * nidx, inner), one dtype. */
+void dl_cpu_index_add(dl_tensor *out, int dim, const int64_t *idx, int64_t nidx,
+                      const dl_tensor *src);
 /* out and index share a shape (0-dim counts as [1]); x any strides. */
 void dl_cpu_gather(dl_tensor *out, const dl_tensor *x, int dim, const dl_tensor *index);
 /* self (any non-overlapping strides) gets src (any strides, at least index's
@@ -35,6 +40,10 @@ int64_t dl_cpu_count_nonzero(const dl_tensor *x);
 void dl_cpu_nonzero(dl_tensor *out, const dl_tensor *x);
 /* out is 1-D; x and mask (bool) share a shape, any strides. */
 void dl_cpu_masked_select(dl_tensor *out, const dl_tensor *x, const dl_tensor *mask);
+/* The inverse of masked_select: out's elements where mask (bool, out's
+ * shape, any strides) is true get src's values (contiguous 1-D, one per true
+ * element) in row-major order; out has non-overlapping strides. */
+void dl_cpu_masked_scatter(dl_tensor *out, const dl_tensor *mask, const dl_tensor *src);
 /* Zeroes, in place, the elements of the last two dims of x (ndim >= 2, any
  * non-overlapping strides) outside the lower (upper) triangle. */
 void dl_cpu_tri_(dl_tensor *x, int64_t diagonal, bool upper);

@@ -268,22 +268,22 @@ static int index_write(lua_State *L, const char *op, int inplace, int copy) {
     check_value(L, 4, op);
     dl_tensor *idx = check_index(L, 3, op, 0, !copy);
     dl_tensor *val = value_tensor(L, 4, t);
-    dl_tensor *target = !val ? NULL : inplace ? dl_tensor_retain(t) : dl_tensor_clone(t);
-    int rc = -1;
-    if (target)
-        rc = copy ? dl_index_copy_(target, dim, idx, val) : dl_index_fill_(target, dim, idx, val);
-    dl_tensor_release(val);
-    dl_tensor_release(idx);
-    if (rc) {
-        dl_tensor_release(target);
+    if (!val) {
+        dl_tensor_release(idx);
         return dlL_fail(L);
     }
     if (inplace) {
-        dl_tensor_release(target);
+        int rc = copy ? dl_index_copy_(t, dim, idx, val) : dl_index_fill_(t, dim, idx, val);
+        dl_tensor_release(val);
+        dl_tensor_release(idx);
+        if (rc) return dlL_fail(L);
         lua_settop(L, 1);
         return 1;
     }
-    return dlL_pushtensor(L, target);
+    dl_tensor *r = copy ? dl_index_copy(t, dim, idx, val) : dl_index_fill(t, dim, idx, val);
+    dl_tensor_release(val);
+    dl_tensor_release(idx);
+    return dlL_pushtensor(L, r);
 }
 
 static int l_index_fill(lua_State *L) {

@@ -3,10 +3,25 @@
  * kernels of cpu/index.c.  Joining, splitting, flip and roll are built from
  * core views and dl_tensor_copy_.
  * Invariant: every index is checked before a kernel runs, so kernels never
- * read or write out of bounds and in-place ops leave self untouched on error. */
+ * read or write out of bounds and in-place ops leave self untouched on error.
+ *
+ * Autograd: the public ops record a node when grad mode is on, an input
+ * requires grad and the result is floating (index results never record).
+ * Each backward formula sits after its forward and runs this family's ops on
+ * the output gradient: slices of it for cat/stack/split, scatter-adds into
+ * zeros for index_select/gather/sort/topk/masked_select, the inverse
+ * rearrangement for flip/roll, the same mask for tril/triu.  Index tensors a
+ * backward needs are saved (version-checked).  In-place ops refuse a leaf
+ * that requires grad, and otherwise record a node whose input 0 is self's
+ * previous history and whose output is self.  The internal *_impl functions
+ * never record. */
 #include "ops/index.h"
-#include "cpu/index.h"
+#include "autograd/autograd.h"
 #include "core/iter.h"
+#include "cpu/index.h"
+#include "ops/elementwise.h"
+#include "ops/grad_util.h"
+#include "ops/reduce.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,13 +85,107 @@ static int check_indices(const char *op, const int64_t *idx, int64_t n, int64_t 
     return 0;
 }
 
+/* --- recording helpers ----------------------------------------------------- */
+
+/* Whether an op over these inputs with a result of dtype dt records. */
+static bool wants_grad(int n, dl_tensor *const *ins, dl_dtype dt) {
+    return dl_dtype_is_floating(dt) && dl_autograd_needed(n, ins);
+}
+
+/* A node with its parameters (ctx_size bytes copied from ctx) and the
+ * tensors a backward needs saved; NULL with an error. */
+static dl_node *node_new(const char *name, dl_backward_fn fn, int n, dl_tensor *const *ins,
+                         int n_outputs, const void *ctx, size_t ctx_size, int nsave,
+                         dl_tensor *const *save) {
+    dl_node *node = dl_node_new(name, fn, n, ins, n_outputs, ctx_size);
+    if (!node) return NULL;
+    if (ctx_size) memcpy(node->ctx, ctx, ctx_size);
+    for (int i = 0; i < nsave; i++)
+        if (dl_node_save(node, save[i]) < 0) {
+            dl_node_release(node);
+            return NULL;
+        }
+    return node;
+}
+
+/* Records out = op(ins) when wanted; returns out (NULL, out released, on
+ * failure).  Costs one check when nothing requires grad. */
+static dl_tensor *record(dl_tensor *out, const char *name, dl_backward_fn fn, int n,
+                         dl_tensor *const *ins, const void *ctx, size_t ctx_size, int nsave,
+                         dl_tensor *const *save) {
+    if (!out || !wants_grad(n, ins, out->dtype)) return out;
+    dl_node *node = node_new(name, fn, n, ins, 1, ctx, ctx_size, nsave, save);
+    if (!node) {
+        dl_tensor_release(out);
+        return NULL;
+    }
+    return dl_node_finish(node, out);
+}
+
+/* Before an in-place write to self: the leaf check, and the node (NULL when
+ * nothing records; *failed on an error).  Input 0 must be self, whose current
+ * history the node captures. */
+static dl_node *inplace_begin(const char *op, dl_tensor *self, const char *name, dl_backward_fn fn,
+                              int n, dl_tensor *const *ins, const void *ctx, size_t ctx_size,
+                              int nsave, dl_tensor *const *save, bool *failed) {
+    *failed = dl_check_inplace(op, self) != 0;
+    if (*failed || !wants_grad(n, ins, self->dtype)) return NULL;
+    dl_node *node = node_new(name, fn, n, ins, 1, ctx, ctx_size, nsave, save);
+    *failed = node == NULL;
+    return node;
+}
+
+/* After the write (rc its status): self becomes the node's output. */
+static int inplace_end(dl_node *node, dl_tensor *self, int rc) {
+    if (node && rc == 0) dl_node_set_output(node, 0, self);
+    dl_node_release(node);
+    return rc ? -1 : 0;
+}
+
+/* The gradient g (the shape of an index) placed at the start of zeros of an
+ * input's shape and dtype (meta m): src inputs of scatter may be larger than
+ * the index.  A 0-dim index or input counts as one element of the other's
+ * rank.  A new reference. */
+static dl_tensor *pad_grad(dl_tensor *g, const dl_tensor_meta *m) {
+    if (dl_tensor_numel(g) == 0) return dl_zeros_meta(m);
+    int64_t ones[DL_MAX_DIMS];
+    for (int k = 0; k < DL_MAX_DIMS; k++) ones[k] = 1;
+    dl_tensor *g1 = g->ndim == m->ndim ? dl_tensor_retain(g) : dl_tensor_reshape(g, m->ndim, ones);
+    if (!g1) return NULL;
+    bool same = true;
+    for (int k = 0; k < m->ndim; k++) same = same && m->shape[k] == g1->shape[k];
+    if (same) {
+        dl_tensor *r = dl_tensor_to_dtype(g1, m->dtype);
+        dl_tensor_release(g1);
+        return r;
+    }
+    dl_tensor *r = dl_zeros_meta(m);
+    dl_tensor *v = r ? dl_tensor_retain(r) : NULL;
+    for (int k = 0; v && k < m->ndim; k++) {
+        dl_tensor *w = dl_tensor_narrow(v, k, 0, g1->shape[k]);
+        dl_tensor_release(v);
+        v = w;
+    }
+    if (!v || dl_tensor_copy_(v, g1)) {
+        dl_tensor_release(r);
+        r = NULL;
+    }
+    dl_tensor_release(v);
+    dl_tensor_release(g1);
+    return r;
+}
+
+typedef struct {
+    int dim;
+} dim_ctx;
+
 /* --- cat / stack -------------------------------------------------------------- */
 
 static bool skipped_in_cat(const dl_tensor *t) {
     return t->ndim == 1 && t->shape[0] == 0;
 }
 
-dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim) {
+static dl_tensor *cat_impl(int n, dl_tensor *const *ts, int dim) {
     if (n <= 0) {
         dl_error("cat: expected a non-empty list of tensors");
         return NULL;
@@ -143,6 +252,46 @@ dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim) {
     return out;
 }
 
+/* Each input gets its slice of the gradient along dim, in its dtype; the
+ * skipped 1-D empty inputs get empty gradients. */
+static int cat_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    int d = ((const dim_ctx *)n->ctx)->dim;
+    int64_t off = 0;
+    for (int i = 0; i < n->n_inputs; i++) {
+        const dl_tensor_meta *m = &n->input_meta[i];
+        bool skipped = m->ndim == 1 && m->shape[0] == 0;
+        int64_t len = skipped ? 0 : m->shape[d];
+        if (dl_node_needs_grad(n, i)) {
+            dl_tensor *slice = skipped ? NULL : dl_tensor_narrow(gout[0], d, off, len);
+            gin[i] = skipped ? dl_zeros_meta(m) : slice ? dl_grad_for_input(slice, m) : NULL;
+            dl_tensor_release(slice);
+            if (!gin[i]) return -1;
+        }
+        off += len;
+    }
+    return 0;
+}
+
+dl_tensor *dl_cat(int n, dl_tensor *const *ts, int dim) {
+    dl_tensor *out = cat_impl(n, ts, dim);
+    if (!out || !wants_grad(n, ts, out->dtype)) return out;
+    dim_ctx c = {dl_wrap_dim("cat", dim, out->ndim)};
+    return record(out, "CatBackward", cat_backward, n, ts, &c, sizeof c, 0, NULL);
+}
+
+/* Input i gets slice i of the gradient along the new dim. */
+static int stack_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    int d = ((const dim_ctx *)n->ctx)->dim;
+    for (int i = 0; i < n->n_inputs; i++) {
+        if (!dl_node_needs_grad(n, i)) continue;
+        dl_tensor *slice = dl_tensor_select(gout[0], d, i);
+        gin[i] = slice ? dl_grad_for_input(slice, &n->input_meta[i]) : NULL;
+        dl_tensor_release(slice);
+        if (!gin[i]) return -1;
+    }
+    return 0;
+}
+
 dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim) {
     if (n <= 0) {
         dl_error("stack: expected a non-empty list of tensors");
@@ -172,14 +321,15 @@ dl_tensor *dl_stack(int n, dl_tensor *const *ts, int dim) {
     int i = 0;
     for (; i < n; i++)
         if (!(u[i] = dl_tensor_unsqueeze(ts[i], d))) break;
-    if (i == n) out = dl_cat(n, u, d);
+    if (i == n) out = cat_impl(n, u, d);
     if (!out && strncmp(dl_last_error(), "cat:", 4) == 0) { /* name the op the user called */
         char msg[512];
         snprintf(msg, sizeof msg, "stack:%s", dl_last_error() + 4);
         dl_error("%s", msg);
     }
     dl_tensors_free(i, u);
-    return out;
+    dim_ctx c = {d};
+    return record(out, "StackBackward", stack_backward, n, ts, &c, sizeof c, 0, NULL);
 }
 
 /* --- split / chunk / unbind ------------------------------------------------------ */
@@ -188,6 +338,55 @@ void dl_tensors_free(int n, dl_tensor **list) {
     if (!list) return;
     for (int i = 0; i < n; i++) dl_tensor_release(list[i]);
     free(list);
+}
+
+typedef struct {
+    int dim;
+    bool select; /* unbind: output i is slice i; else consecutive narrows */
+} split_ctx;
+
+/* One node for all the pieces: the gradients of those that got one are
+ * copied into their places in zeros of the input's shape, so gradients from
+ * several pieces meet in one input gradient. */
+static int split_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const split_ctx *c = n->ctx;
+    const dl_tensor_meta *m = &n->input_meta[0]; /* the pieces share its dtype */
+    dl_tensor *r = dl_zeros_meta(m);
+    if (!r) return -1;
+    int64_t off = 0;
+    for (int i = 0; i < n->n_outputs; i++) {
+        int64_t len = c->select ? 1 : n->outputs[i].shape[c->dim];
+        if (gout[i]) {
+            dl_tensor *slot =
+                c->select ? dl_tensor_select(r, c->dim, i) : dl_tensor_narrow(r, c->dim, off, len);
+            int rc = slot ? dl_tensor_copy_(slot, gout[i]) : -1;
+            dl_tensor_release(slot);
+            if (rc) {
+                dl_tensor_release(r);
+                return -1;
+            }
+        }
+        off += len;
+    }
+    gin[0] = r;
+    return 0;
+}
+
+/* Makes the pieces (count n, or -1) outputs of one node when t requires
+ * grad; frees them and returns -1 when recording fails. */
+static int record_pieces(int n, dl_tensor *t, dl_tensor ***out, const char *name, int dim,
+                         bool select) {
+    if (n <= 0 || !wants_grad(1, &t, t->dtype)) return n;
+    split_ctx c = {dl_wrap_dim(name, dim, t->ndim), select};
+    dl_node *node = node_new(name, split_backward, 1, &t, n, &c, sizeof c, 0, NULL);
+    if (!node) {
+        dl_tensors_free(n, *out);
+        *out = NULL;
+        return -1;
+    }
+    for (int i = 0; i < n; i++) dl_node_set_output(node, i, (*out)[i]);
+    dl_node_release(node);
+    return n;
 }
 
 /* Views of t along d with the given sizes (already checked to fit). */
@@ -231,7 +430,8 @@ static int split_checked(const char *op, dl_tensor *t, int nsizes, const int64_t
 
 int dl_split_with_sizes(dl_tensor *t, int nsizes, const int64_t *sizes, int dim, dl_tensor ***out) {
     if (nsizes <= 0) return dl_error("split: expected at least one split size");
-    return split_checked("split", t, nsizes, sizes, dim, out);
+    int n = split_checked("split", t, nsizes, sizes, dim, out);
+    return record_pieces(n, t, out, "SplitWithSizesBackward", dim, false);
 }
 
 /* Pieces of `piece` along d, the last one smaller. */
@@ -258,7 +458,8 @@ static int split_even(const char *op, dl_tensor *t, int64_t piece, int dim, dl_t
 }
 
 int dl_split(dl_tensor *t, int64_t split_size, int dim, dl_tensor ***out) {
-    return split_even("split", t, split_size, dim, out);
+    int n = split_even("split", t, split_size, dim, out);
+    return record_pieces(n, t, out, "SplitBackward", dim, false);
 }
 
 int dl_chunk(dl_tensor *t, int64_t chunks, int dim, dl_tensor ***out) {
@@ -274,9 +475,10 @@ int dl_chunk(dl_tensor *t, int64_t chunks, int dim, dl_tensor ***out) {
         if (!sizes) return dl_error("chunk: out of memory");
         int rc = split_views("chunk", t, d, (int)chunks, sizes, out);
         free(sizes);
-        return rc;
+        return record_pieces(rc, t, out, "SplitWithSizesBackward", d, false);
     }
-    return split_even("chunk", t, (size + chunks - 1) / chunks, d, out);
+    int rc = split_even("chunk", t, (size + chunks - 1) / chunks, d, out);
+    return record_pieces(rc, t, out, "SplitBackward", d, false);
 }
 
 int dl_unbind(dl_tensor *t, int dim, dl_tensor ***out) {
@@ -293,12 +495,12 @@ int dl_unbind(dl_tensor *t, int dim, dl_tensor ***out) {
             return -1;
         }
     *out = list;
-    return (int)n;
+    return record_pieces((int)n, t, out, "UnbindBackward", d, true);
 }
 
 /* --- index_select / gather --------------------------------------------------------- */
 
-dl_tensor *dl_index_select(dl_tensor *x, int dim, dl_tensor *index) {
+static dl_tensor *index_select_impl(dl_tensor *x, int dim, dl_tensor *index) {
     if (check_cpu("index_select", x)) return NULL;
     if (index->ndim > 1) {
         dl_error("index_select: index must be a 1-D tensor, got %d dimensions", index->ndim);
@@ -328,6 +530,39 @@ done:
     return out;
 }
 
+/* grad x = zeros with the gradient's slices added at the selected positions
+ * (a repeated index accumulates). */
+static int index_select_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    int d = ((const dim_ctx *)n->ctx)->dim;
+    const dl_tensor_meta *m = &n->input_meta[0];
+    dl_tensor *index = dl_node_saved(n, 0), *g = gout[0];
+    if (!index) return -1;
+    if (m->ndim == 0) { /* one index, necessarily the element itself */
+        dl_tensor *g0 = dl_tensor_reshape(g, 0, NULL);
+        gin[0] = g0 ? dl_tensor_to_dtype(g0, m->dtype) : NULL;
+        dl_tensor_release(g0);
+        return gin[0] ? 0 : -1;
+    }
+    dl_tensor *idx = index_prepare("index_select", index, true);
+    dl_tensor *gc = idx ? dl_tensor_contiguous(g) : NULL;
+    dl_tensor *r = gc ? dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device) : NULL;
+    if (r && dl_tensor_numel(gc) > 0)
+        dl_cpu_index_add(r, d, dl_tensor_data(idx), dl_tensor_numel(idx), gc);
+    dl_tensor_release(gc);
+    dl_tensor_release(idx);
+    gin[0] = r ? dl_tensor_to_dtype(r, m->dtype) : NULL;
+    dl_tensor_release(r);
+    return gin[0] ? 0 : -1;
+}
+
+dl_tensor *dl_index_select(dl_tensor *x, int dim, dl_tensor *index) {
+    dl_tensor *out = index_select_impl(x, dim, index);
+    if (!out || !wants_grad(1, &x, out->dtype)) return out;
+    dim_ctx c = {dl_wrap_dim("index_select", dim, x->ndim)};
+    return record(out, "IndexSelectBackward", index_select_backward, 1, &x, &c, sizeof c, 1,
+                  &index);
+}
+
 /* Shared checks of gather and scatter: index (already int64) against x,
  * sizes limited by `x` in every dim but d, and by `src` in every dim. */
 static int check_index_shape(const char *op, const dl_tensor *x, int d, const dl_tensor *index,
@@ -353,7 +588,7 @@ static int check_index_shape(const char *op, const dl_tensor *x, int d, const dl
     return 0;
 }
 
-dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index) {
+static dl_tensor *gather_impl(dl_tensor *x, int dim, dl_tensor *index) {
     if (check_cpu("gather", x)) return NULL;
     int d = dl_wrap_dim("gather", dim, x->ndim);
     if (d < 0) return NULL;
@@ -369,6 +604,32 @@ dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index) {
 done:
     dl_tensor_release(idx);
     return out;
+}
+
+static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src,
+                        bool add);
+
+/* grad x = zeros with the gradient scatter-added at the gathered positions. */
+static int gather_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    int d = ((const dim_ctx *)n->ctx)->dim;
+    const dl_tensor_meta *m = &n->input_meta[0];
+    dl_tensor *index = dl_node_saved(n, 0);
+    if (!index) return -1;
+    dl_tensor *r = dl_tensor_zeros(m->ndim, m->shape, gout[0]->dtype, m->device);
+    if (!r || scatter_impl("gather", r, d, index, gout[0], true)) {
+        dl_tensor_release(r);
+        return -1;
+    }
+    gin[0] = dl_tensor_to_dtype(r, m->dtype);
+    dl_tensor_release(r);
+    return gin[0] ? 0 : -1;
+}
+
+dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index) {
+    dl_tensor *out = gather_impl(x, dim, index);
+    if (!out || !wants_grad(1, &x, out->dtype)) return out;
+    dim_ctx c = {dl_wrap_dim("gather", dim, x->ndim)};
+    return record(out, "GatherBackward", gather_backward, 1, &x, &c, sizeof c, 1, &index);
 }
 
 /* --- scatter ------------------------------------------------------------------------- */
@@ -405,15 +666,7 @@ done:
     return rc;
 }
 
-int dl_scatter_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
-    return scatter_impl("scatter", self, dim, index, src, false);
-}
-
-int dl_scatter_add_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
-    return scatter_impl("scatter_add", self, dim, index, src, true);
-}
-
-int dl_scatter_value_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value) {
+static int scatter_value_impl(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value) {
     if (dl_tensor_numel(value) != 1)
         return dl_error("scatter: the value must be a single number, got %lld elements",
                         (long long)dl_tensor_numel(value));
@@ -433,50 +686,142 @@ int dl_scatter_value_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *val
     return rc;
 }
 
-typedef int (*scatter_fn)(dl_tensor *, int, dl_tensor *, dl_tensor *);
+static int scatter_src_impl(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    return scatter_impl("scatter", self, dim, index, src, false);
+}
 
-static dl_tensor *scatter_copy(scatter_fn fn, dl_tensor *self, int dim, dl_tensor *index,
+static int scatter_add_impl(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    return scatter_impl("scatter_add", self, dim, index, src, true);
+}
+
+typedef enum { SCATTER_SRC, SCATTER_VALUE, SCATTER_ADD } scatter_kind;
+
+typedef struct {
+    int dim; /* as the caller gave it */
+    scatter_kind kind;
+} scatter_ctx;
+
+/* A copy of g with zeros at the positions index names along dim: the
+ * gradient of a tensor whose elements there were overwritten. */
+static dl_tensor *zero_scattered(dl_tensor *g, int dim, dl_tensor *index) {
+    dl_tensor *r = dl_tensor_clone(g);
+    dl_tensor *zero = r ? dl_tensor_scalar(0, g->dtype) : NULL;
+    if (!zero || scatter_value_impl(r, dim, index, zero)) {
+        dl_tensor_release(r);
+        r = NULL;
+    }
+    dl_tensor_release(zero);
+    return r;
+}
+
+/* scatter: self's gradient is zero where src overwrote it (scatter_add:
+ * passes through); src's is the gradient gathered from where it went. */
+static int scatter_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const scatter_ctx *c = n->ctx;
+    dl_tensor *g = gout[0], *index = dl_node_saved(n, 0);
+    if (!index) return -1;
+    bool empty = dl_tensor_numel(index) == 0; /* the forward wrote nothing */
+    if (dl_node_needs_grad(n, 0)) {
+        dl_tensor *r = c->kind == SCATTER_ADD || empty ? dl_tensor_retain(g)
+                                                       : zero_scattered(g, c->dim, index);
+        gin[0] = r ? dl_grad_for_input(r, &n->input_meta[0]) : NULL;
+        dl_tensor_release(r);
+        if (!gin[0]) return -1;
+    }
+    if (n->n_inputs > 1 && dl_node_needs_grad(n, 1)) {
+        dl_tensor *r = empty ? NULL : gather_impl(g, c->dim, index);
+        gin[1] = empty ? dl_zeros_meta(&n->input_meta[1])
+                 : r   ? pad_grad(r, &n->input_meta[1])
+                       : NULL;
+        dl_tensor_release(r);
+        if (!gin[1]) return -1;
+    }
+    return 0;
+}
+
+static const char *scatter_name(scatter_kind k) {
+    return k == SCATTER_ADD ? "ScatterAddBackward" : "ScatterBackward";
+}
+
+/* The in-place forms: self's history continues through the node. */
+static int scatter_inplace(scatter_kind kind, dl_tensor *self, int dim, dl_tensor *index,
+                           dl_tensor *src) {
+    const char *op = kind == SCATTER_ADD ? "scatter_add_" : "scatter_";
+    scatter_ctx c = {dim, kind};
+    dl_tensor *ins[2] = {self, kind == SCATTER_VALUE ? NULL : src};
+    bool failed;
+    dl_node *node =
+        inplace_begin(op, self, scatter_name(kind), scatter_backward, kind == SCATTER_VALUE ? 1 : 2,
+                      ins, &c, sizeof c, 1, &index, &failed);
+    if (failed) return -1;
+    int rc = kind == SCATTER_VALUE ? scatter_value_impl(self, dim, index, src)
+             : kind == SCATTER_ADD ? scatter_add_impl(self, dim, index, src)
+                                   : scatter_src_impl(self, dim, index, src);
+    return inplace_end(node, self, rc);
+}
+
+int dl_scatter_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    return scatter_inplace(SCATTER_SRC, self, dim, index, src);
+}
+
+int dl_scatter_add_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    return scatter_inplace(SCATTER_ADD, self, dim, index, src);
+}
+
+int dl_scatter_value_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value) {
+    return scatter_inplace(SCATTER_VALUE, self, dim, index, value);
+}
+
+/* The out-of-place forms: a copy of self, written, recorded against self. */
+static dl_tensor *scatter_copy(scatter_kind kind, dl_tensor *self, int dim, dl_tensor *index,
                                dl_tensor *src) {
     dl_tensor *out = dl_tensor_clone(self);
-    if (out && fn(out, dim, index, src)) {
+    int rc = !out                    ? -1
+             : kind == SCATTER_VALUE ? scatter_value_impl(out, dim, index, src)
+             : kind == SCATTER_ADD   ? scatter_add_impl(out, dim, index, src)
+                                     : scatter_src_impl(out, dim, index, src);
+    if (rc) {
         dl_tensor_release(out);
         return NULL;
     }
-    return out;
+    scatter_ctx c = {dim, kind};
+    dl_tensor *ins[2] = {self, src};
+    return record(out, scatter_name(kind), scatter_backward, kind == SCATTER_VALUE ? 1 : 2, ins, &c,
+                  sizeof c, 1, &index);
 }
 
 dl_tensor *dl_scatter(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
-    return scatter_copy(dl_scatter_, self, dim, index, src);
+    return scatter_copy(SCATTER_SRC, self, dim, index, src);
 }
 
 dl_tensor *dl_scatter_value(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value) {
-    return scatter_copy(dl_scatter_value_, self, dim, index, value);
+    return scatter_copy(SCATTER_VALUE, self, dim, index, value);
 }
 
 dl_tensor *dl_scatter_add(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
-    return scatter_copy(dl_scatter_add_, self, dim, index, src);
+    return scatter_copy(SCATTER_ADD, self, dim, index, src);
 }
 
 /* --- index_fill_ / index_copy_ ----------------------------------------------------------- */
 
-int dl_index_fill_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value) {
-    if (check_cpu("index_fill_", self) || check_cpu("index_fill_", value)) return -1;
+static int index_fill_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index,
+                           dl_tensor *value) {
+    if (check_cpu(op, self) || check_cpu(op, value)) return -1;
     if (value->ndim != 0)
-        return dl_error("index_fill_: the value must be a number or a 0-dimensional tensor, got "
+        return dl_error("%s: the value must be a number or a 0-dimensional tensor, got "
                         "%d dimensions",
-                        value->ndim);
+                        op, value->ndim);
     if (index->ndim > 1)
-        return dl_error("index_fill_: index must be a 1-D tensor, got %d dimensions", index->ndim);
-    int d = dl_wrap_dim("index_fill_", dim, self->ndim);
+        return dl_error("%s: index must be a 1-D tensor, got %d dimensions", op, index->ndim);
+    int d = dl_wrap_dim(op, dim, self->ndim);
     if (d < 0) return -1;
-    dl_tensor *idx = index_prepare("index_fill_", index, false);
+    dl_tensor *idx = index_prepare(op, index, false);
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data(idx);
     dl_tensor *own = NULL;
     int rc = -1;
-    if (check_indices("index_fill_", ip, n, size, d, true) || check_writable("index_fill_", self))
-        goto done;
+    if (check_indices(op, ip, n, size, d, true) || check_writable(op, self)) goto done;
     if (value->storage == self->storage) { /* read the value before any write */
         if (!(value = dl_tensor_clone(value))) goto done;
         own = value;
@@ -497,16 +842,17 @@ done:
     return rc;
 }
 
-int dl_index_copy_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
-    if (check_cpu("index_copy_", self) || check_cpu("index_copy_", src)) return -1;
+static int index_copy_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index,
+                           dl_tensor *src) {
+    if (check_cpu(op, self) || check_cpu(op, src)) return -1;
     if (index->ndim > 1)
-        return dl_error("index_copy_: index must be a 1-D tensor, got %d dimensions", index->ndim);
+        return dl_error("%s: index must be a 1-D tensor, got %d dimensions", op, index->ndim);
     if (src->dtype != self->dtype)
-        return dl_error("index_copy_: src dtype %s does not match self dtype %s",
+        return dl_error("%s: src dtype %s does not match self dtype %s", op,
                         dl_dtype_name(src->dtype), dl_dtype_name(self->dtype));
-    int d = dl_wrap_dim("index_copy_", dim, self->ndim);
+    int d = dl_wrap_dim(op, dim, self->ndim);
     if (d < 0) return -1;
-    dl_tensor *idx = index_prepare("index_copy_", index, false);
+    dl_tensor *idx = index_prepare(op, index, false);
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data(idx);
@@ -517,14 +863,13 @@ int dl_index_copy_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
     for (int k = 0; fits && k < self->ndim; k++)
         if (k != d && src->shape[k] != self->shape[k]) fits = false;
     if (!fits) {
-        dl_error("index_copy_: src shape %s does not fit self shape %s with %lld indices along "
+        dl_error("%s: src shape %s does not fit self shape %s with %lld indices along "
                  "dimension %d",
-                 dl_shape_str(src->ndim, src->shape, b1, sizeof b1),
+                 op, dl_shape_str(src->ndim, src->shape, b1, sizeof b1),
                  dl_shape_str(self->ndim, self->shape, b2, sizeof b2), (long long)n, d + 1);
         goto done;
     }
-    if (check_indices("index_copy_", ip, n, size, d, false) || check_writable("index_copy_", self))
-        goto done;
+    if (check_indices(op, ip, n, size, d, false) || check_writable(op, self)) goto done;
     if (src->storage == self->storage) { /* read src before any write */
         if (!(src = dl_tensor_clone(src))) goto done;
         own = src;
@@ -545,6 +890,100 @@ done:
     dl_tensor_release(own);
     dl_tensor_release(idx);
     return rc;
+}
+
+typedef struct {
+    int dim; /* as the caller gave it */
+    bool copy;
+} index_write_ctx;
+
+/* Both ops overwrite the indexed slices of self, whose gradient is zero
+ * there.  index_fill's value gets the sum of the gradient over those slices
+ * (each counted once); index_copy's src gets the gradient's slices. */
+static int index_write_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const index_write_ctx *c = n->ctx;
+    dl_tensor *g = gout[0], *index = dl_node_saved(n, 0);
+    if (!index) return -1;
+    const char *op = c->copy ? "index_copy" : "index_fill";
+    dl_tensor *zero = dl_tensor_scalar(0, g->dtype);
+    if (!zero) return -1;
+    int rc = -1;
+    if (dl_node_needs_grad(n, 0)) {
+        dl_tensor *r = dl_tensor_clone(g);
+        if (r && index_fill_impl(op, r, c->dim, index, zero) == 0)
+            gin[0] = dl_grad_for_input(r, &n->input_meta[0]);
+        dl_tensor_release(r);
+        if (!gin[0]) goto done;
+    }
+    if (dl_node_needs_grad(n, 1)) {
+        dl_tensor *r = NULL;
+        if (c->copy) {
+            r = index_select_impl(g, c->dim, index);
+        } else { /* sum(g * mask of the filled slices) */
+            dl_tensor *mask = dl_tensor_zeros(g->ndim, g->shape, g->dtype, DL_CPU);
+            dl_tensor *one = mask ? dl_tensor_scalar(1, g->dtype) : NULL;
+            dl_tensor *p =
+                one && index_fill_impl(op, mask, c->dim, index, one) == 0 ? dl_mul(g, mask) : NULL;
+            r = p ? dl_sum(p, 0, NULL, false, DL_REDUCE_DTYPE_NONE) : NULL;
+            dl_tensor_release(p);
+            dl_tensor_release(one);
+            dl_tensor_release(mask);
+        }
+        gin[1] = r ? dl_grad_for_input(r, &n->input_meta[1]) : NULL;
+        dl_tensor_release(r);
+        if (!gin[1]) goto done;
+    }
+    rc = 0;
+done:
+    dl_tensor_release(zero);
+    return rc;
+}
+
+static int index_write_inplace(bool copy, dl_tensor *self, int dim, dl_tensor *index,
+                               dl_tensor *other) {
+    const char *op = copy ? "index_copy_" : "index_fill_";
+    index_write_ctx c = {dim, copy};
+    dl_tensor *ins[2] = {self, other};
+    bool failed;
+    dl_node *node = inplace_begin(op, self, copy ? "IndexCopyBackward" : "IndexFillBackward",
+                                  index_write_backward, 2, ins, &c, sizeof c, 1, &index, &failed);
+    if (failed) return -1;
+    int rc = copy ? index_copy_impl(op, self, dim, index, other)
+                  : index_fill_impl(op, self, dim, index, other);
+    return inplace_end(node, self, rc);
+}
+
+static dl_tensor *index_write_copy(bool copy, dl_tensor *self, int dim, dl_tensor *index,
+                                   dl_tensor *other) {
+    const char *op = copy ? "index_copy" : "index_fill";
+    dl_tensor *out = dl_tensor_clone(self);
+    int rc = !out   ? -1
+             : copy ? index_copy_impl(op, out, dim, index, other)
+                    : index_fill_impl(op, out, dim, index, other);
+    if (rc) {
+        dl_tensor_release(out);
+        return NULL;
+    }
+    index_write_ctx c = {dim, copy};
+    dl_tensor *ins[2] = {self, other};
+    return record(out, copy ? "IndexCopyBackward" : "IndexFillBackward", index_write_backward, 2,
+                  ins, &c, sizeof c, 1, &index);
+}
+
+int dl_index_fill_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value) {
+    return index_write_inplace(false, self, dim, index, value);
+}
+
+int dl_index_copy_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    return index_write_inplace(true, self, dim, index, src);
+}
+
+dl_tensor *dl_index_fill(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value) {
+    return index_write_copy(false, self, dim, index, value);
+}
+
+dl_tensor *dl_index_copy(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
+    return index_write_copy(true, self, dim, index, src);
 }
 
 /* --- sort / argsort / topk ------------------------------------------------------------ */
@@ -595,10 +1034,47 @@ done:
     return 0;
 }
 
+/* Sorted (or top-k) values came from the positions in indices: the gradient
+ * goes back there, zeros elsewhere. */
+static int sort_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    int dim = ((const dim_ctx *)n->ctx)->dim;
+    const dl_tensor_meta *m = &n->input_meta[0];
+    dl_tensor *idx = dl_node_saved(n, 0);
+    if (!idx) return -1;
+    dl_tensor *r = dl_tensor_zeros(m->ndim, m->shape, gout[0]->dtype, m->device);
+    if (!r || scatter_impl("sort", r, dim, idx, gout[0], false)) {
+        dl_tensor_release(r);
+        return -1;
+    }
+    gin[0] = dl_tensor_to_dtype(r, m->dtype);
+    dl_tensor_release(r);
+    return gin[0] ? 0 : -1;
+}
+
+/* Records the values output; the node keeps its own copy of the indices
+ * (the caller may rewrite the returned ones, e.g. to 1-based). */
+static int record_sorted(int rc, const char *name, dl_tensor *x, int dim, dl_tensor **values,
+                         dl_tensor **indices) {
+    if (rc || !values || !wants_grad(1, &x, (*values)->dtype)) return rc;
+    dl_tensor *own = dl_tensor_clone(*indices);
+    dim_ctx c = {dim};
+    dl_node *node = own ? node_new(name, sort_backward, 1, &x, 1, &c, sizeof c, 1, &own) : NULL;
+    dl_tensor_release(own);
+    if (!node) {
+        dl_tensor_release(*values);
+        dl_tensor_release(*indices);
+        *values = *indices = NULL;
+        return -1;
+    }
+    dl_node_finish(node, *values);
+    return 0;
+}
+
 int dl_sort(dl_tensor *x, int dim, bool descending, bool stable, dl_tensor **values,
             dl_tensor **indices) {
     (void)stable; /* the kernel is always stable */
-    return sort_impl("sort", x, dim, descending, 0, false, values, indices);
+    int rc = sort_impl("sort", x, dim, descending, 0, false, values, indices);
+    return record_sorted(rc, "SortBackward", x, dim, values, indices);
 }
 
 dl_tensor *dl_argsort(dl_tensor *x, int dim, bool descending, bool stable) {
@@ -611,7 +1087,8 @@ dl_tensor *dl_argsort(dl_tensor *x, int dim, bool descending, bool stable) {
 int dl_topk(dl_tensor *x, int64_t k, int dim, bool largest, bool sorted, dl_tensor **values,
             dl_tensor **indices) {
     (void)sorted; /* results always come in order */
-    return sort_impl("topk", x, dim, largest, k, true, values, indices);
+    int rc = sort_impl("topk", x, dim, largest, k, true, values, indices);
+    return record_sorted(rc, "TopkBackward", x, dim, values, indices);
 }
 
 /* --- one_hot, masked_select, nonzero --------------------------------------------------- */
@@ -659,7 +1136,7 @@ done:
     return out;
 }
 
-dl_tensor *dl_masked_select(dl_tensor *x, dl_tensor *mask) {
+static dl_tensor *masked_select_impl(dl_tensor *x, dl_tensor *mask) {
     if (check_cpu("masked_select", x) || check_cpu("masked_select", mask)) return NULL;
     if (mask->dtype != DL_DTYPE_BOOL) {
         dl_error("masked_select: mask must be a bool tensor, got %s", dl_dtype_name(mask->dtype));
@@ -682,6 +1159,32 @@ dl_tensor *dl_masked_select(dl_tensor *x, dl_tensor *mask) {
     return out;
 }
 
+/* The gradient's values go back to the masked positions of the broadcast
+ * shape (zeros elsewhere), then are summed over what x was broadcast along. */
+static int masked_select_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const dl_tensor_meta *m = &n->input_meta[0];
+    dl_tensor *mask = dl_node_saved(n, 0);
+    if (!mask) return -1;
+    int64_t shape[DL_MAX_DIMS];
+    int nd =
+        dl_broadcast_shapes("masked_select", m->ndim, m->shape, mask->ndim, mask->shape, shape);
+    if (nd < 0) return -1;
+    dl_tensor *r = dl_tensor_zeros(nd, shape, gout[0]->dtype, m->device);
+    dl_tensor *me = r ? dl_tensor_expand(mask, nd, shape) : NULL;
+    dl_tensor *gc = me ? dl_tensor_contiguous(gout[0]) : NULL;
+    if (gc) dl_cpu_masked_scatter(r, me, gc);
+    gin[0] = gc ? dl_grad_for_input(r, m) : NULL;
+    dl_tensor_release(gc);
+    dl_tensor_release(me);
+    dl_tensor_release(r);
+    return gin[0] ? 0 : -1;
+}
+
+dl_tensor *dl_masked_select(dl_tensor *x, dl_tensor *mask) {
+    return record(masked_select_impl(x, mask), "MaskedSelectBackward", masked_select_backward, 1,
+                  &x, NULL, 0, 1, &mask);
+}
+
 dl_tensor *dl_nonzero(dl_tensor *x) {
     if (check_cpu("nonzero", x)) return NULL;
     int64_t shape[2] = {dl_cpu_count_nonzero(x), x->ndim};
@@ -692,7 +1195,7 @@ dl_tensor *dl_nonzero(dl_tensor *x) {
 
 /* --- flip, roll -------------------------------------------------------------------------- */
 
-dl_tensor *dl_flip(dl_tensor *x, int ndims, const int *dims) {
+static dl_tensor *flip_impl(dl_tensor *x, int ndims, const int *dims) {
     if (check_cpu("flip", x)) return NULL;
     int64_t strides[DL_MAX_DIMS], offset = x->offset;
     memcpy(strides, x->strides, sizeof strides);
@@ -723,6 +1226,29 @@ dl_tensor *dl_flip(dl_tensor *x, int ndims, const int *dims) {
     return out;
 }
 
+typedef struct {
+    int ndims, nshifts;
+    int dims[DL_MAX_DIMS];
+    int64_t shifts[DL_MAX_DIMS]; /* roll: the shifts that undo the forward's */
+} rearrange_ctx;
+
+/* Flipping is its own inverse. */
+static int flip_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const rearrange_ctx *c = n->ctx;
+    gin[0] = flip_impl(gout[0], c->ndims, c->dims);
+    return gin[0] ? 0 : -1;
+}
+
+dl_tensor *dl_flip(dl_tensor *x, int ndims, const int *dims) {
+    dl_tensor *out = flip_impl(x, ndims, dims);
+    if (!out || !wants_grad(1, &x, out->dtype)) return out;
+    /* flip_impl refused repeated dims, so only a 0-dim x (where flipping
+     * does nothing) can come with more than DL_MAX_DIMS */
+    rearrange_ctx c = {.ndims = ndims < DL_MAX_DIMS ? ndims : DL_MAX_DIMS};
+    memcpy(c.dims, dims, sizeof(int) * (size_t)c.ndims);
+    return record(out, "FlipBackward", flip_backward, 1, &x, &c, sizeof c, 0, NULL);
+}
+
 /* x rolled by shift along d: cat(last `shift` entries, the rest). */
 static dl_tensor *roll_one(dl_tensor *x, int64_t shift, int d) {
     int64_t size = x->shape[d];
@@ -731,13 +1257,14 @@ static dl_tensor *roll_one(dl_tensor *x, int64_t shift, int d) {
     if (shift == 0) return dl_tensor_retain(x);
     dl_tensor *parts[2] = {dl_tensor_narrow(x, d, size - shift, shift),
                            dl_tensor_narrow(x, d, 0, size - shift)};
-    dl_tensor *out = parts[0] && parts[1] ? dl_cat(2, parts, d) : NULL;
+    dl_tensor *out = parts[0] && parts[1] ? cat_impl(2, parts, d) : NULL;
     dl_tensor_release(parts[0]);
     dl_tensor_release(parts[1]);
     return out;
 }
 
-dl_tensor *dl_roll(dl_tensor *x, int nshifts, const int64_t *shifts, int ndims, const int *dims) {
+static dl_tensor *roll_impl(dl_tensor *x, int nshifts, const int64_t *shifts, int ndims,
+                            const int *dims) {
     if (check_cpu("roll", x)) return NULL;
     if (ndims == 0 && nshifts != 1) {
         dl_error("roll: without dims, exactly one shift is expected (got %d)", nshifts);
@@ -780,6 +1307,29 @@ dl_tensor *dl_roll(dl_tensor *x, int nshifts, const int64_t *shifts, int ndims, 
     return cur;
 }
 
+/* Rolling back by the opposite shifts. */
+static int roll_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const rearrange_ctx *c = n->ctx;
+    gin[0] = roll_impl(gout[0], c->nshifts, c->shifts, c->ndims, c->dims);
+    return gin[0] ? 0 : -1;
+}
+
+dl_tensor *dl_roll(dl_tensor *x, int nshifts, const int64_t *shifts, int ndims, const int *dims) {
+    dl_tensor *out = roll_impl(x, nshifts, shifts, ndims, dims);
+    if (!out || !wants_grad(1, &x, out->dtype)) return out;
+    /* checked by roll_impl: nshifts == max(ndims, 1) <= DL_MAX_DIMS, dims valid */
+    rearrange_ctx c = {.ndims = ndims, .nshifts = nshifts};
+    for (int i = 0; i < nshifts; i++) {
+        int64_t size = dl_tensor_numel(x);
+        if (ndims) {
+            c.dims[i] = dims[i];
+            size = x->ndim ? x->shape[dl_wrap_dim("roll", dims[i], x->ndim)] : 1;
+        }
+        c.shifts[i] = size > 0 ? -(shifts[i] % size) : 0; /* no overflow at INT64_MIN */
+    }
+    return record(out, "RollBackward", roll_backward, 1, &x, &c, sizeof c, 0, NULL);
+}
+
 /* --- tril / triu ------------------------------------------------------------------------ */
 
 static int tri_inplace(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {
@@ -797,6 +1347,11 @@ static int tri_inplace(const char *op, dl_tensor *x, int64_t diagonal, bool uppe
     return 0;
 }
 
+typedef struct {
+    int64_t diagonal;
+    bool upper;
+} tri_ctx;
+
 static dl_tensor *tri_copy(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {
     if (x->ndim < 2) {
         dl_error("%s: input must have at least 2 dimensions, got %d", op, x->ndim);
@@ -810,15 +1365,41 @@ static dl_tensor *tri_copy(const char *op, dl_tensor *x, int64_t diagonal, bool 
     return out;
 }
 
+/* The kept triangle passes its gradient, the zeroed part gets none. */
+static int tri_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const tri_ctx *c = n->ctx;
+    gin[0] = tri_copy(c->upper ? "triu" : "tril", gout[0], c->diagonal, c->upper);
+    return gin[0] ? 0 : -1;
+}
+
+static const char *tri_name(bool upper) {
+    return upper ? "TriuBackward" : "TrilBackward";
+}
+
+static int tri_inplace_recorded(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {
+    tri_ctx c = {diagonal, upper};
+    bool failed;
+    dl_node *node =
+        inplace_begin(op, x, tri_name(upper), tri_backward, 1, &x, &c, sizeof c, 0, NULL, &failed);
+    if (failed) return -1;
+    return inplace_end(node, x, tri_inplace(op, x, diagonal, upper));
+}
+
+static dl_tensor *tri_copy_recorded(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {
+    tri_ctx c = {diagonal, upper};
+    return record(tri_copy(op, x, diagonal, upper), tri_name(upper), tri_backward, 1, &x, &c,
+                  sizeof c, 0, NULL);
+}
+
 int dl_tril_(dl_tensor *x, int64_t diagonal) {
-    return tri_inplace("tril_", x, diagonal, false);
+    return tri_inplace_recorded("tril_", x, diagonal, false);
 }
 int dl_triu_(dl_tensor *x, int64_t diagonal) {
-    return tri_inplace("triu_", x, diagonal, true);
+    return tri_inplace_recorded("triu_", x, diagonal, true);
 }
 dl_tensor *dl_tril(dl_tensor *x, int64_t diagonal) {
-    return tri_copy("tril", x, diagonal, false);
+    return tri_copy_recorded("tril", x, diagonal, false);
 }
 dl_tensor *dl_triu(dl_tensor *x, int64_t diagonal) {
-    return tri_copy("triu", x, diagonal, true);
+    return tri_copy_recorded("triu", x, diagonal, true);
 }

@@ -13,7 +13,11 @@
  *  - Functions returning dl_tensor* return a new reference or NULL with
  *    dl_last_error() set; int functions return 0 (or a count) or -1.
  *  - Inputs may be any strided view; outputs are fresh contiguous tensors,
- *    except split/chunk/unbind, which return views. */
+ *    except split/chunk/unbind, which return views.
+ *  - Autograd: with grad mode on and a floating input requiring grad, the
+ *    ops record their backward (split/chunk/unbind: one node whose outputs
+ *    are all the pieces; sort/topk: the values only).  In-place forms error
+ *    on a leaf that requires grad. */
 #ifndef DL_OPS_INDEX_H
 #define DL_OPS_INDEX_H
 
@@ -57,6 +61,9 @@ dl_tensor *dl_scatter_add(dl_tensor *self, int dim, dl_tensor *index, dl_tensor 
  * overwritten with slice i of src.  index_fill_ wraps negative indices. */
 int dl_index_fill_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value);
 int dl_index_copy_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src);
+/* Out-of-place forms: a contiguous copy of self, written. */
+dl_tensor *dl_index_fill(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *value);
+dl_tensor *dl_index_copy(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src);
 
 /* --- ordering ------------------------------------------------------------ */
 

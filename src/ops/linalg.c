@@ -12,6 +12,9 @@
 #include "ops/linalg.h"
 #include "core/error.h"
 #include "cpu/gemm.h"
+#include "autograd/autograd.h"
+#include "ops/elementwise.h"
+#include "ops/grad_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -153,15 +156,48 @@ static int gemm_into(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, dl_
     return rc;
 }
 
-/* A new tensor of shape (ndim, shape) holding a @ b (both >= 2-D, checked). */
+/* A new tensor of shape (ndim, shape) holding alpha * a @ b (both >= 2-D,
+ * checked). */
 static dl_tensor *gemm_new(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, int ndim,
-                           const int64_t *shape) {
+                           const int64_t *shape, double alpha) {
     dl_tensor *out = dl_tensor_empty(ndim, shape, a->dtype, DL_CPU);
-    if (out && gemm_into(a, b, nb, obs, out, 1.0, 0.0)) {
+    if (out && gemm_into(a, b, nb, obs, out, alpha, 0.0)) {
         dl_tensor_release(out);
         return NULL;
     }
     return out;
+}
+
+/* Broadcast batch shape of a and b (both >= 2-D) into obs; its rank, or -1
+ * with an error naming op. */
+static int batch_shape(const char *op, const dl_tensor *a, const dl_tensor *b, int64_t *obs) {
+    int abn = a->ndim - 2, bbn = b->ndim - 2;
+    int nb = abn > bbn ? abn : bbn;
+    for (int d = 0; d < nb; d++) {
+        int da = d - (nb - abn), db = d - (nb - bbn);
+        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
+        if (sa != sb && sa != 1 && sb != 1) {
+            char s1[128], s2[128];
+            return dl_error("%s: batch dimensions of %s and %s cannot be broadcast (%lld vs %lld "
+                            "at batch dimension %d)",
+                            op, dl_shape_str(a->ndim, a->shape, s1, sizeof s1),
+                            dl_shape_str(b->ndim, b->shape, s2, sizeof s2), (long long)sa,
+                            (long long)sb, d + 1);
+        }
+        obs[d] = sa == 1 ? sb : sa;
+    }
+    return nb;
+}
+
+/* alpha * a @ b for a (..., M, K) and b (..., K, N), batch dims broadcast;
+ * K already checked.  The result is (batch..., M, N). */
+static dl_tensor *matmul_nd(const char *op, dl_tensor *a, dl_tensor *b, double alpha) {
+    int64_t shape[DL_MAX_DIMS];
+    int nb = batch_shape(op, a, b, shape);
+    if (nb < 0) return NULL;
+    shape[nb] = a->shape[a->ndim - 2];
+    shape[nb + 1] = b->shape[b->ndim - 1];
+    return gemm_new(a, b, nb, shape, nb + 2, shape, alpha);
 }
 
 /* (n) . (n) -> 0-dim, as (1,n) @ (n,1). */
@@ -177,11 +213,169 @@ static dl_tensor *dot_impl(const char *op, dl_tensor *a, dl_tensor *b) {
     }
     dl_tensor *row = dl_tensor_unsqueeze(a, 0);
     dl_tensor *col = row ? dl_tensor_unsqueeze(b, 1) : NULL;
-    dl_tensor *out = col ? gemm_new(row, col, 0, NULL, 0, NULL) : NULL;
+    dl_tensor *out = col ? gemm_new(row, col, 0, NULL, 0, NULL, 1.0) : NULL;
     dl_tensor_release(row);
     dl_tensor_release(col);
     return out;
 }
+
+/* --- backward formulas -------------------------------------------------------------
+ * Every product here is a special case of out = alpha * A @ B with A = a (a
+ * 1-D a viewed as a row (1,K)) and B = b (a 1-D b viewed as a column (K,1)),
+ * batch dims broadcast.  With G the output gradient viewed the same way
+ * (the dims a 1-D operand dropped put back):
+ *     grad A = alpha * G @ B^T,  grad B = alpha * A^T @ G,
+ * each summed over the batch dims its operand was broadcast along, then
+ * viewed back to the operand's shape and dtype.  addmm adds beta * G for its
+ * input (summed to the input's broadcast shape); outer is (n,1) @ (1,m). */
+
+typedef struct {
+    double alpha, beta;
+    bool outer; /* operands are the 1-D vectors of outer: a is a column, b a row */
+} mm_ctx;
+
+/* Slots of the saved operands (each saved only when the other one needs a
+ * gradient) and of the edges. */
+enum { MM_A = 0, MM_B = 1 };
+
+/* The operand as a >= 2-D matrix operand: a 1-D `a` is a row (unless outer:
+ * a column), a 1-D `b` a column (outer: a row). */
+static dl_tensor *as_matrix(dl_tensor *t, bool is_a, bool outer) {
+    if (t->ndim != 1) return dl_tensor_retain(t);
+    return dl_tensor_unsqueeze(t, is_a != outer ? 0 : 1);
+}
+
+/* alpha * x @ y^T, or alpha * x^T @ y when transpose_x, reduced to an
+ * operand's matrix shape (mnd, mshape: broadcast batch dims summed), then
+ * viewed as the operand (meta m) and converted to its dtype. */
+static dl_tensor *operand_grad(dl_tensor *x, dl_tensor *y, bool transpose_x, double alpha,
+                               const dl_tensor_meta *m, int mnd, const int64_t *mshape) {
+    dl_tensor *p = NULL, *r = NULL;
+    if (transpose_x && mnd == 2 && x->ndim > 2) {
+        /* a matrix B against a batched A: B's gradient sums A_b^T @ G_b over
+         * the batch, which is one GEMM over the folded batch:
+         * (K, batch*M) @ (batch*M, N) */
+        int64_t rows = 1;
+        for (int d = 0; d < x->ndim - 1; d++) rows *= x->shape[d];
+        int64_t s1[2] = {rows, x->shape[x->ndim - 1]}, s2[2] = {rows, y->shape[y->ndim - 1]};
+        dl_tensor *xf = dl_tensor_reshape(x, 2, s1);
+        dl_tensor *yf = xf ? dl_tensor_reshape(y, 2, s2) : NULL;
+        dl_tensor *xt = yf ? dl_tensor_transpose(xf, 0, 1) : NULL;
+        p = xt ? matmul_nd("matmul", xt, yf, alpha) : NULL;
+        dl_tensor_release(xf);
+        dl_tensor_release(yf);
+        dl_tensor_release(xt);
+    } else {
+        dl_tensor *xt = transpose_x ? dl_tensor_transpose(x, -1, -2) : dl_tensor_retain(x);
+        dl_tensor *yt = transpose_x ? dl_tensor_retain(y) : dl_tensor_transpose(y, -1, -2);
+        p = xt && yt ? matmul_nd("matmul", xt, yt, alpha) : NULL;
+        dl_tensor_release(xt);
+        dl_tensor_release(yt);
+    }
+    if (p) {
+        dl_tensor *s = dl_sum_to_shape(p, mnd, mshape);
+        dl_tensor *v = s ? dl_tensor_reshape(s, m->ndim, m->shape) : NULL;
+        r = v ? dl_tensor_to_dtype(v, m->dtype) : NULL;
+        dl_tensor_release(s);
+        dl_tensor_release(v);
+    }
+    dl_tensor_release(p);
+    return r;
+}
+
+static int mm_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const mm_ctx *c = n->ctx;
+    bool need_a = dl_node_needs_grad(n, MM_A), need_b = dl_node_needs_grad(n, MM_B);
+    dl_tensor *a = NULL, *b = NULL, *A = NULL, *B = NULL, *G = NULL;
+    int rc = -1;
+    /* the saved operands, in the output's dtype (outer promotes) */
+    if (need_b) {
+        dl_tensor *s = dl_node_saved(n, MM_A);
+        if (!s || !(a = dl_tensor_to_dtype(s, gout[0]->dtype))) goto done;
+    }
+    if (need_a) {
+        dl_tensor *s = dl_node_saved(n, MM_B);
+        if (!s || !(b = dl_tensor_to_dtype(s, gout[0]->dtype))) goto done;
+    }
+    const dl_tensor_meta *ma = &n->input_meta[MM_A], *mb = &n->input_meta[MM_B];
+    /* matrix shapes of the operands, and G with the dropped dims put back */
+    int64_t sa[DL_MAX_DIMS], sb[DL_MAX_DIMS], sg[DL_MAX_DIMS];
+    int na = ma->ndim, nbd = mb->ndim;
+    memcpy(sa, ma->shape, sizeof(int64_t) * (size_t)na);
+    memcpy(sb, mb->shape, sizeof(int64_t) * (size_t)nbd);
+    if (na == 1) {
+        sa[1] = c->outer ? 1 : sa[0];
+        sa[0] = c->outer ? sa[0] : 1;
+        na = 2;
+    }
+    if (nbd == 1) {
+        sb[1] = c->outer ? sb[0] : 1;
+        sb[0] = c->outer ? 1 : sb[0];
+        nbd = 2;
+    }
+    dl_tensor *g = gout[0];
+    int ng = g->ndim;
+    memcpy(sg, g->shape, sizeof(int64_t) * (size_t)ng);
+    if (!c->outer && ma->ndim == 1) { /* the M dim (1) before N, or at the end */
+        int at = mb->ndim == 1 ? ng : ng - 1;
+        memmove(sg + at + 1, sg + at, sizeof(int64_t) * (size_t)(ng - at));
+        sg[at] = 1;
+        ng++;
+    }
+    if (!c->outer && mb->ndim == 1) sg[ng++] = 1; /* the N dim */
+    if (!(G = dl_tensor_reshape(g, ng, sg))) goto done;
+    if (a && !(A = as_matrix(a, true, c->outer))) goto done;
+    if (b && !(B = as_matrix(b, false, c->outer))) goto done;
+    if (need_a && !(gin[MM_A] = operand_grad(G, B, false, c->alpha, ma, na, sa))) goto done;
+    if (need_b && !(gin[MM_B] = operand_grad(A, G, true, c->alpha, mb, nbd, sb))) goto done;
+    if (n->n_inputs == 3 && dl_node_needs_grad(n, 2)) { /* addmm's input */
+        dl_tensor *s = NULL;
+        if (c->beta == 1) {
+            s = dl_tensor_retain(g);
+        } else {
+            dl_tensor *k = dl_tensor_scalar(c->beta, g->dtype);
+            s = k ? dl_mul(g, k) : NULL;
+            dl_tensor_release(k);
+        }
+        gin[2] = s ? dl_grad_for_input(s, &n->input_meta[2]) : NULL;
+        dl_tensor_release(s);
+        if (!gin[2]) goto done;
+    }
+    rc = 0;
+done:
+    dl_tensor_release(a);
+    dl_tensor_release(b);
+    dl_tensor_release(A);
+    dl_tensor_release(B);
+    dl_tensor_release(G);
+    return rc;
+}
+
+/* Records out = name(a, b [, input]) when an operand requires grad and the
+ * result is floating; returns out (NULL, out released, on failure).  The
+ * forward path pays one check when nothing requires grad. */
+static dl_tensor *record(const char *name, dl_tensor *out, dl_tensor *a, dl_tensor *b,
+                         dl_tensor *input, mm_ctx c) {
+    if (!out || !dl_dtype_is_floating(out->dtype)) return out;
+    dl_tensor *ins[3] = {a, b, input};
+    int nin = input ? 3 : 2;
+    if (!dl_autograd_needed(nin, ins)) return out;
+    dl_node *n = dl_node_new(name, mm_backward, nin, ins, 1, sizeof(mm_ctx));
+    if (!n) goto fail;
+    memcpy(n->ctx, &c, sizeof c);
+    /* a is needed for b's gradient and b for a's */
+    if (dl_node_save(n, dl_node_needs_grad(n, MM_B) ? a : NULL) < 0 ||
+        dl_node_save(n, dl_node_needs_grad(n, MM_A) ? b : NULL) < 0) {
+        dl_node_release(n);
+        goto fail;
+    }
+    return dl_node_finish(n, out);
+fail:
+    dl_tensor_release(out);
+    return NULL;
+}
+
+static const mm_ctx plain = {.alpha = 1.0, .beta = 0.0, .outer = false};
 
 /* --- the ops ------------------------------------------------------------------------ */
 
@@ -193,44 +387,36 @@ dl_tensor *dl_matmul(dl_tensor *a, dl_tensor *b) {
                  a->ndim, b->ndim);
         return NULL;
     }
-    if (a->ndim == 1 && b->ndim == 1) return dot_impl(op, a, b);
+    if (a->ndim == 1 && b->ndim == 1)
+        return record("DotBackward", dot_impl(op, a, b), a, b, NULL, plain);
 
     int64_t ka = a->shape[a->ndim - 1], kb = b->ndim == 1 ? b->shape[0] : b->shape[b->ndim - 2];
     if (ka != kb) {
         shape_mismatch(op, a, b, ka, kb);
         return NULL;
     }
-    /* batch dims: everything but the matrix dims, broadcast */
-    int abn = a->ndim > 2 ? a->ndim - 2 : 0, bbn = b->ndim > 2 ? b->ndim - 2 : 0;
-    int nb = abn > bbn ? abn : bbn;
-    int64_t obs[DL_MAX_DIMS];
-    for (int d = 0; d < nb; d++) {
-        int da = d - (nb - abn), db = d - (nb - bbn);
-        int64_t sa = da >= 0 ? a->shape[da] : 1, sb = db >= 0 ? b->shape[db] : 1;
-        if (sa != sb && sa != 1 && sb != 1) {
-            char s1[128], s2[128];
-            dl_error("matmul: batch dimensions of %s and %s cannot be broadcast (%lld vs %lld at "
-                     "batch dimension %d)",
-                     dl_shape_str(a->ndim, a->shape, s1, sizeof s1),
-                     dl_shape_str(b->ndim, b->shape, s2, sizeof s2), (long long)sa, (long long)sb,
-                     d + 1);
-            return NULL;
-        }
-        obs[d] = sa == 1 ? sb : sa;
-    }
-    /* result shape: batch, then M unless a is 1-D, then N unless b is 1-D */
-    int64_t shape[DL_MAX_DIMS];
-    int ndim = nb;
-    memcpy(shape, obs, sizeof(int64_t) * (size_t)nb);
-    if (a->ndim > 1) shape[ndim++] = a->shape[a->ndim - 2];
-    if (b->ndim > 1) shape[ndim++] = b->shape[b->ndim - 1];
-
     dl_tensor *a2 = a->ndim == 1 ? dl_tensor_unsqueeze(a, 0) : dl_tensor_retain(a);
     dl_tensor *b2 = b->ndim == 1 ? dl_tensor_unsqueeze(b, 1) : dl_tensor_retain(b);
-    dl_tensor *out = a2 && b2 ? gemm_new(a2, b2, nb, obs, ndim, shape) : NULL;
+    dl_tensor *out = NULL;
+    if (a2 && b2 && (out = matmul_nd(op, a2, b2, 1.0))) {
+        /* drop the dims a 1-D operand was given: M unless a is 1-D, N unless b is */
+        int64_t shape[DL_MAX_DIMS];
+        int ndim = out->ndim - 2;
+        memcpy(shape, out->shape, sizeof(int64_t) * (size_t)ndim);
+        if (a->ndim > 1) shape[ndim++] = out->shape[out->ndim - 2];
+        if (b->ndim > 1) shape[ndim++] = out->shape[out->ndim - 1];
+        if (ndim != out->ndim) {
+            dl_tensor *v = dl_tensor_view(out, ndim, shape);
+            dl_tensor_release(out);
+            out = v;
+        }
+    }
     dl_tensor_release(a2);
     dl_tensor_release(b2);
-    return out;
+    const char *name = a->ndim == 2 && b->ndim == 1   ? "MvBackward"
+                       : a->ndim == 2 && b->ndim == 2 ? "MmBackward"
+                                                      : "MatmulBackward";
+    return record(name, out, a, b, NULL, plain);
 }
 
 dl_tensor *dl_mm(dl_tensor *a, dl_tensor *b) {
@@ -240,7 +426,7 @@ dl_tensor *dl_mm(dl_tensor *a, dl_tensor *b) {
         return NULL;
     }
     int64_t shape[2] = {a->shape[0], b->shape[1]};
-    return gemm_new(a, b, 0, NULL, 2, shape);
+    return record("MmBackward", gemm_new(a, b, 0, NULL, 2, shape, 1.0), a, b, NULL, plain);
 }
 
 dl_tensor *dl_bmm(dl_tensor *a, dl_tensor *b) {
@@ -257,7 +443,7 @@ dl_tensor *dl_bmm(dl_tensor *a, dl_tensor *b) {
         return NULL;
     }
     int64_t shape[3] = {a->shape[0], a->shape[1], b->shape[2]};
-    return gemm_new(a, b, 1, shape, 3, shape);
+    return record("BmmBackward", gemm_new(a, b, 1, shape, 3, shape, 1.0), a, b, NULL, plain);
 }
 
 dl_tensor *dl_mv(dl_tensor *a, dl_tensor *v) {
@@ -268,14 +454,14 @@ dl_tensor *dl_mv(dl_tensor *a, dl_tensor *v) {
         return NULL;
     }
     dl_tensor *col = dl_tensor_unsqueeze(v, 1);
-    dl_tensor *out = col ? gemm_new(a, col, 0, NULL, 1, a->shape) : NULL;
+    dl_tensor *out = col ? gemm_new(a, col, 0, NULL, 1, a->shape, 1.0) : NULL;
     dl_tensor_release(col);
-    return out;
+    return record("MvBackward", out, a, v, NULL, plain);
 }
 
 dl_tensor *dl_dot(dl_tensor *a, dl_tensor *b) {
     if (check_pair("dot", a, b) || check_ndim("dot", a, b, 1, 1, "1-D tensors")) return NULL;
-    return dot_impl("dot", a, b);
+    return record("DotBackward", dot_impl("dot", a, b), a, b, NULL, plain);
 }
 
 dl_tensor *dl_addmm(dl_tensor *input, dl_tensor *m1, dl_tensor *m2, double beta, double alpha) {
@@ -313,7 +499,8 @@ dl_tensor *dl_addmm(dl_tensor *input, dl_tensor *m1, dl_tensor *m2, double beta,
         dl_tensor_release(out);
         return NULL;
     }
-    return out;
+    mm_ctx c = {.alpha = alpha, .beta = beta, .outer = false};
+    return record("AddmmBackward", out, m1, m2, input, c);
 }
 
 dl_tensor *dl_outer(dl_tensor *a, dl_tensor *b) {
@@ -337,10 +524,11 @@ dl_tensor *dl_outer(dl_tensor *a, dl_tensor *b) {
     dl_tensor *bc = ac ? dl_tensor_to_dtype(b, dt) : NULL;
     dl_tensor *col = bc ? dl_tensor_unsqueeze(ac, 1) : NULL;
     dl_tensor *row = col ? dl_tensor_unsqueeze(bc, 0) : NULL;
-    dl_tensor *out = row ? gemm_new(col, row, 0, NULL, 2, shape) : NULL;
+    dl_tensor *out = row ? gemm_new(col, row, 0, NULL, 2, shape, 1.0) : NULL;
     dl_tensor_release(ac);
     dl_tensor_release(bc);
     dl_tensor_release(col);
     dl_tensor_release(row);
-    return out;
+    mm_ctx c = {.alpha = 1.0, .beta = 0.0, .outer = true};
+    return record("OuterBackward", out, a, b, NULL, c);
 }

@@ -5,8 +5,9 @@
  * (src/cpu/gemm.h).  Operands may be any strided views; they are never
  * modified.  Operands must share one dtype (PyTorch's rule; outer alone
  * promotes, as PyTorch's does).  Every function returns a new reference, or
- * NULL with dl_last_error() set.  Dimensions are 0-based here; messages report
- * shapes, which have no base. */
+ * NULL with dl_last_error() set.  With grad mode on and a floating operand
+ * requiring grad, the result records its backward (linalg.c).  Dimensions are 0-based here;
+ * messages report shapes, which have no base. */
 #ifndef DL_OPS_LINALG_H
 #define DL_OPS_LINALG_H
 
