@@ -80,5 +80,11 @@ void dlL_open_linalg(lua_State *L);     /* l_linalg.c */
 void dlL_open_index(lua_State *L);      /* l_index.c: joining and indexing */
 void dlL_open_random(lua_State *L);     /* l_random.c */
 void dlL_open_print(lua_State *L);      /* l_print.c: __tostring */
+void dlL_open_image(lua_State *L);      /* l_image.c: dl.image, dl._transforms (pipelines) */
+void dlL_open_data(lua_State *L);       /* l_data.c: dl._data (ImageFolder index, loader, IDX) */
+
+/* The C transform pipeline at idx (a dl._transforms.pipeline userdata), or
+ * NULL when idx holds something else. */
+struct dl_pipeline *dlL_topipeline(lua_State *L, int idx);
 
 #endif

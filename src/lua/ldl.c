@@ -169,6 +169,8 @@ int luaopen_dl(lua_State *L) {
     dlL_open_index(L);
     dlL_open_random(L);
     dlL_open_print(L);
+    dlL_open_image(L);
+    dlL_open_data(L);
 
     static const luaL_Reg functions[] = {
         {"clock", l_clock},

@@ -1,0 +1,157 @@
+/* codec_jpeg.c - JPEG through libjpeg-turbo's TurboJPEG API.
+ *
+ * Decoding uses TurboJPEG's defaults (accurate integer DCT, fancy
+ * upsampling), the same settings Pillow gives libjpeg, so pixels agree with
+ * Pillow.  Grayscale files decode to L (or RGB by replication), CMYK/YCCK
+ * files are read with Adobe polarity (inverted, as Pillow's "CMYK;I") and
+ * converted the way Pillow's convert("RGB") does.  DCT-domain downscaling
+ * (1/2, 1/4, 1/8) is used when the caller asks for it.  A truncated file is
+ * an error (as in Pillow); other libjpeg warnings are tolerated.
+ * TurboJPEG handles are per thread (a pthread key frees them at exit). */
+#include "codec_impl.h"
+#include "core/error.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <turbojpeg.h>
+
+static pthread_key_t dec_key, enc_key;
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+
+static void destroy_handle(void *h) {
+    if (h) tjDestroy((tjhandle)h);
+}
+
+static void make_keys(void) {
+    pthread_key_create(&dec_key, destroy_handle);
+    pthread_key_create(&enc_key, destroy_handle);
+}
+
+static tjhandle handle(int encoder) {
+    pthread_once(&keys_once, make_keys);
+    pthread_key_t k = encoder ? enc_key : dec_key;
+    tjhandle h = pthread_getspecific(k);
+    if (!h) {
+        h = encoder ? tjInitCompress() : tjInitDecompress();
+        if (!h) {
+            dl_error("image: cannot initialise TurboJPEG: %s", tjGetErrorStr2(NULL));
+            return NULL;
+        }
+        pthread_setspecific(k, h);
+    }
+    return h;
+}
+
+static int header(tjhandle tj, const uint8_t *buf, size_t n, const char *name, int *w, int *h,
+                  int *cs) {
+    int subsamp;
+    if (n > (size_t)0xFFFFFFFFul) return dl_error("image: '%s': JPEG file too large", name);
+    if (tjDecompressHeader3(tj, buf, (unsigned long)n, w, h, &subsamp, cs) != 0)
+        return dl_error("image: '%s': corrupt JPEG header (%s)", name, tjGetErrorStr2(tj));
+    return dl_image_check_limit(name, *w, *h);
+}
+
+int dl_jpeg_probe(const uint8_t *buf, size_t n, const char *name, dl_image_info *info) {
+    tjhandle tj = handle(0);
+    if (!tj) return -1;
+    int w, h, cs;
+    if (header(tj, buf, n, name, &w, &h, &cs)) return -1;
+    info->format = DL_IMAGE_JPEG;
+    info->w = w;
+    info->h = h;
+    info->components = cs == TJCS_GRAY ? 1 : (cs == TJCS_CMYK || cs == TJCS_YCCK) ? 4 : 3;
+    return 0;
+}
+
+/* Pillow: MULDIV255(a, b) = ((a*b + 128) + ((a*b + 128) >> 8)) >> 8 */
+static inline uint8_t muldiv255(int a, int b) {
+    int t = a * b + 128;
+    return (uint8_t)(((t >> 8) + t) >> 8);
+}
+
+int dl_jpeg_decode(const uint8_t *buf, size_t n, const char *name, int channels, int denom,
+                   dl_image *out) {
+    tjhandle tj = handle(0);
+    if (!tj) return -1;
+    int w, h, cs;
+    if (header(tj, buf, n, name, &w, &h, &cs)) return -1;
+    tjscalingfactor sf = {1, denom};
+    int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
+    int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
+    int pf, pc;
+    if (cmyk) pf = TJPF_CMYK, pc = 4;
+    else if (cs == TJCS_GRAY && channels == 1) pf = TJPF_GRAY, pc = 1;
+    else pf = TJPF_RGB, pc = 3;
+    size_t npx = (size_t)sw * (size_t)sh;
+    uint8_t *pix = malloc(npx * (size_t)pc);
+    if (!pix) return dl_error("image: '%s': out of memory for a %dx%d image", name, sw, sh);
+    if (tjDecompress2(tj, buf, (unsigned long)n, pix, sw, 0, sh, pf, 0) != 0) {
+        const char *msg = tjGetErrorStr2(tj);
+        int fatal = tjGetErrorCode(tj) != TJERR_WARNING || strstr(msg, "Premature end") != NULL;
+        if (fatal) {
+            free(pix);
+            if (strstr(msg, "Premature end"))
+                return dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
+            return dl_error("image: '%s': corrupt JPEG data (%s)", name, msg);
+        }
+    }
+    if (cmyk) {
+        /* "CMYK;I" then Pillow's cmyk2rgb: nk = 255 - k, x = nk - nk*c/255 */
+        uint8_t *dst = pix;
+        for (size_t i = 0; i < npx; i++) {
+            const uint8_t *s = pix + 4 * i;
+            int c = 255 - s[0], m = 255 - s[1], y = 255 - s[2], nk = s[3];
+            uint8_t r = (uint8_t)(nk - muldiv255(c, nk)), g = (uint8_t)(nk - muldiv255(m, nk)),
+                    b = (uint8_t)(nk - muldiv255(y, nk));
+            if (channels == 3) {
+                dst[3 * i] = r;
+                dst[3 * i + 1] = g;
+                dst[3 * i + 2] = b;
+            } else {
+                dst[i] = dl_rgb_to_l(r, g, b);
+            }
+        }
+    } else if (pc == 3 && channels == 1) {
+        for (size_t i = 0; i < npx; i++)
+            pix[i] = dl_rgb_to_l(pix[3 * i], pix[3 * i + 1], pix[3 * i + 2]);
+    }
+    if (pc != channels) {
+        uint8_t *shrunk = realloc(pix, npx * (size_t)channels);
+        if (shrunk) pix = shrunk;
+    }
+    out->data = pix;
+    out->w = sw;
+    out->h = sh;
+    out->c = channels;
+    return 0;
+}
+
+int dl_image_encode_jpeg(const dl_image *img, int quality, uint8_t **buf, size_t *n) {
+    *buf = NULL;
+    *n = 0;
+    if (img->c != 1 && img->c != 3)
+        return dl_error("image.save: JPEG needs 1 or 3 channels, got %d", img->c);
+    if (quality < 1 || quality > 100)
+        return dl_error("image.save: JPEG quality must be in 1..100, got %d", quality);
+    tjhandle tj = handle(1);
+    if (!tj) return -1;
+    unsigned char *jpeg = NULL;
+    unsigned long size = 0;
+    int pf = img->c == 1 ? TJPF_GRAY : TJPF_RGB;
+    int samp = img->c == 1 ? TJSAMP_GRAY : TJSAMP_420;
+    if (tjCompress2(tj, img->data, img->w, 0, img->h, pf, &jpeg, &size, samp, quality, 0) != 0) {
+        if (jpeg) tjFree(jpeg);
+        return dl_error("image.save: JPEG encoding failed: %s", tjGetErrorStr2(tj));
+    }
+    uint8_t *copy = malloc(size);
+    if (!copy) {
+        tjFree(jpeg);
+        return dl_error("image.save: out of memory");
+    }
+    memcpy(copy, jpeg, size);
+    tjFree(jpeg);
+    *buf = copy;
+    *n = size;
+    return 0;
+}
