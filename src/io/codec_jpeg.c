@@ -43,12 +43,32 @@ static tjhandle handle(int encoder) {
     return h;
 }
 
+/* After a failed call a TurboJPEG handle may keep stale state (2.1 can then
+ * report a 0x0 header), so the thread's handle is replaced. */
+static void drop_handle(int encoder) {
+    pthread_key_t k = encoder ? enc_key : dec_key;
+    tjhandle h = pthread_getspecific(k);
+    if (h) tjDestroy(h);
+    pthread_setspecific(k, NULL);
+}
+
+static int truncated_msg(const char *msg) {
+    return strstr(msg, "Premature end") != NULL || strstr(msg, "missing SOS") != NULL;
+}
+
 static int header(tjhandle tj, const uint8_t *buf, size_t n, const char *name, int *w, int *h,
                   int *cs) {
     int subsamp;
     if (n > (size_t)0xFFFFFFFFul) return dl_error("image: '%s': JPEG file too large", name);
-    if (tjDecompressHeader3(tj, buf, (unsigned long)n, w, h, &subsamp, cs) != 0)
-        return dl_error("image: '%s': corrupt JPEG header (%s)", name, tjGetErrorStr2(tj));
+    *w = *h = 0;
+    if (tjDecompressHeader3(tj, buf, (unsigned long)n, w, h, &subsamp, cs) != 0 || *w <= 0 ||
+        *h <= 0) {
+        const char *msg = tjGetErrorStr2(tj);
+        if (truncated_msg(msg)) dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
+        else dl_error("image: '%s': corrupt JPEG header (%s)", name, msg);
+        drop_handle(0);
+        return -1;
+    }
     return dl_image_check_limit(name, *w, *h);
 }
 
@@ -88,12 +108,13 @@ int dl_jpeg_decode(const uint8_t *buf, size_t n, const char *name, int channels,
     if (!pix) return dl_error("image: '%s': out of memory for a %dx%d image", name, sw, sh);
     if (tjDecompress2(tj, buf, (unsigned long)n, pix, sw, 0, sh, pf, 0) != 0) {
         const char *msg = tjGetErrorStr2(tj);
-        int fatal = tjGetErrorCode(tj) != TJERR_WARNING || strstr(msg, "Premature end") != NULL;
+        int fatal = tjGetErrorCode(tj) != TJERR_WARNING || truncated_msg(msg);
         if (fatal) {
             free(pix);
-            if (strstr(msg, "Premature end"))
-                return dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
-            return dl_error("image: '%s': corrupt JPEG data (%s)", name, msg);
+            if (truncated_msg(msg)) dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
+            else dl_error("image: '%s': corrupt JPEG data (%s)", name, msg);
+            drop_handle(0);
+            return -1;
         }
     }
     if (cmyk) {
@@ -142,7 +163,9 @@ int dl_image_encode_jpeg(const dl_image *img, int quality, uint8_t **buf, size_t
     int samp = img->c == 1 ? TJSAMP_GRAY : TJSAMP_420;
     if (tjCompress2(tj, img->data, img->w, 0, img->h, pf, &jpeg, &size, samp, quality, 0) != 0) {
         if (jpeg) tjFree(jpeg);
-        return dl_error("image.save: JPEG encoding failed: %s", tjGetErrorStr2(tj));
+        dl_error("image.save: JPEG encoding failed: %s", tjGetErrorStr2(tj));
+        drop_handle(1);
+        return -1;
     }
     uint8_t *copy = malloc(size);
     if (!copy) {

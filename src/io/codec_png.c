@@ -40,7 +40,7 @@ static void on_warning(png_structp png, png_const_charp msg) {
 
 static void read_mem(png_structp png, png_bytep out, size_t len) {
     png_ctx *c = png_get_io_ptr(png);
-    if (len > c->n - c->pos) png_error(png, "truncated PNG file (unexpected end of data)");
+    if (len > c->n - c->pos) png_error(png, "unexpected end of data");
     memcpy(out, c->src + c->pos, len);
     c->pos += len;
 }
