@@ -265,6 +265,7 @@ static int materialise(exec *e, dl_tensor *dst, int to_float, int copy) {
         return dl_error("transform: internal error: destination does not match the result");
     }
     int64_t iw = e->img->shape[2], ih = e->img->shape[1];
+    dl_tensor *src = dl_tensor_retain(e->img);
     dl_resample_geom g;
     memset(&g, 0, sizeof g);
     g.interp = e->interp;
@@ -280,6 +281,22 @@ static int materialise(exec *e, dl_tensor *dst, int to_float, int copy) {
         g.box[3] = e->box[3] * fy;
         if (g.box[2] > (double)iw) g.box[2] = (double)iw;
         if (g.box[3] > (double)ih) g.box[3] = (double)ih;
+        /* crop, then resize: the filter never reads outside the box's pixels */
+        int64_t x0 = (int64_t)floor(g.box[0]), y0 = (int64_t)floor(g.box[1]);
+        int64_t x1 = (int64_t)ceil(g.box[2]), y1 = (int64_t)ceil(g.box[3]);
+        dl_tensor *a = dl_tensor_narrow(src, 1, y0, y1 - y0);
+        dl_tensor *c = a ? dl_tensor_narrow(a, 2, x0, x1 - x0) : NULL;
+        dl_tensor_release(a);
+        dl_tensor_release(src);
+        if (!c) {
+            dl_tensor_release(out);
+            return -1;
+        }
+        src = c;
+        g.box[0] -= (double)x0;
+        g.box[2] -= (double)x0;
+        g.box[1] -= (double)y0;
+        g.box[3] -= (double)y0;
         g.rw = e->rw;
         g.rh = e->rh;
     } else {
@@ -288,7 +305,9 @@ static int materialise(exec *e, dl_tensor *dst, int to_float, int copy) {
         g.rw = iw;
         g.rh = ih;
     }
-    if (dl_tf_resample_into(out, e->img, &g, apply_conv ? e->lut : NULL)) {
+    int rc = dl_tf_resample_into(out, src, &g, apply_conv ? e->lut : NULL);
+    dl_tensor_release(src);
+    if (rc) {
         dl_tensor_release(out);
         return -1;
     }
