@@ -37,17 +37,17 @@ for _, split in ipairs{{"train", true}, {"val", false}} do
   local name, train = split[1], split[2]
   local ds = dl.data.mnist(src, {train = train})
   local folders = {}
-  for k, c in ipairs(ds.classes) do
-    folders[k] = c:gsub("/", "_")
-    local d = dest .. "/" .. name .. "/" .. folders[k]
-    assert(os.execute("mkdir -p " .. sh_quote(d)), "prepare_fashion_mnist: cannot create " .. d)
-  end
+  for k, c in ipairs(ds.classes) do folders[k] = c:gsub("/", "_") end
   local n = #ds
   if limit and limit < n then n = limit end
   local labels = ds.targets:tolist()
   local counts = {}
   for k = 1, n do
     local c = labels[k]
+    if not counts[c] then -- a class folder is made when its first image comes
+      local d = dest .. "/" .. name .. "/" .. folders[c]
+      assert(os.execute("mkdir -p " .. sh_quote(d)), "prepare_fashion_mnist: cannot create " .. d)
+    end
     dl.image.save(ds.data[k], string.format("%s/%s/%s/%05d.png", dest, name, folders[c], k))
     counts[c] = (counts[c] or 0) + 1
   end

@@ -523,7 +523,7 @@ static int run_step(exec *e, const dl_tf_step *s) {
 
 static int run(const dl_pipeline *p, exec *e, dl_pipeline_dst_fn dst_fn, void *ctx,
                dl_tensor **out) {
-    for (int i = 0; i < p->n; i++)
+    for (int i = 0; p && i < p->n; i++) /* p NULL: no transforms */
         if (run_step(e, &p->steps[i])) return -1;
     int to_float = e->conv || is_float(e);
     int64_t shape[3] = {e->C, e->wh, e->ww};

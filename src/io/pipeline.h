@@ -80,7 +80,8 @@ const char *dl_tf_name(dl_tf_kind k);
  * batch slot), or NULL with an error (a shape that does not fit the batch). */
 typedef dl_tensor *(*dl_pipeline_dst_fn)(void *ctx, const int64_t *shape, dl_dtype dtype);
 
-/* Runs p on img ((C, H, W) uint8 or float32, any strides; not modified).
+/* Runs p (NULL: no steps) on img ((C, H, W) uint8 or float32, any strides;
+ * not modified).
  * With dst_fn NULL the result is a new contiguous tensor in *out; otherwise
  * the result is written into what dst_fn returns and *out is that tensor. */
 int dl_pipeline_run_tensor(const dl_pipeline *p, dl_tensor *img, dl_sample_rng *rng,
