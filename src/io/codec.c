@@ -68,6 +68,24 @@ int dl_image_decode(const uint8_t *buf, size_t n, const char *name, int channels
     }
 }
 
+int dl_image_decode_region(const uint8_t *buf, size_t n, const char *name, int channels,
+                           int scale_denom, int x0, int y0, int x1, int y1, dl_image *out,
+                           int *ox, int *oy) {
+    memset(out, 0, sizeof *out);
+    *ox = *oy = 0;
+    if (channels != 1 && channels != 3)
+        return dl_error("image: '%s': channels must be 1 or 3, got %d", name, channels);
+    if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
+        return dl_error("image: scale must be 1, 2, 4 or 8, got %d", scale_denom);
+    switch (sniff(buf, n)) {
+    case DL_IMAGE_JPEG:
+        return dl_jpeg_decode_region(buf, n, name, channels, scale_denom, x0, y0, x1, y1, out, ox,
+                                     oy);
+    case DL_IMAGE_PNG: return dl_png_decode(buf, n, name, channels, out);
+    default: return not_an_image(buf, n, name);
+    }
+}
+
 int dl_image_pick_scale(int w, int h, double need_w, double need_h) {
     int best = 1;
     for (int d = 2; d <= 8; d *= 2) {

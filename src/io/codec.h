@@ -50,6 +50,15 @@ int dl_image_probe(const uint8_t *buf, size_t n, const char *name, dl_image_info
 int dl_image_decode(const uint8_t *buf, size_t n, const char *name, int channels,
                     int scale_denom, dl_image *out, int *applied_denom);
 
+/* Decodes at least columns [x0, x1) and rows [y0, y1) (pixels of the image
+ * at 1/scale_denom scale).  JPEG decodes only those rows and the DCT blocks
+ * covering those columns; *ox, *oy receive where the result starts (<= x0,
+ * y0).  PNG decodes everything (*ox = *oy = 0).  An empty or outside region
+ * means the whole image. */
+int dl_image_decode_region(const uint8_t *buf, size_t n, const char *name, int channels,
+                           int scale_denom, int x0, int y0, int x1, int y1, dl_image *out,
+                           int *ox, int *oy);
+
 /* The whole file into a malloc'd buffer (*n bytes).  Zero-byte files are an
  * error naming the file. */
 int dl_file_read(const char *path, uint8_t **buf, size_t *n);

@@ -11,6 +11,8 @@ int dl_image_check_limit(const char *name, int w, int h);
 int dl_jpeg_probe(const uint8_t *buf, size_t n, const char *name, dl_image_info *info);
 int dl_jpeg_decode(const uint8_t *buf, size_t n, const char *name, int channels, int denom,
                    dl_image *out);
+int dl_jpeg_decode_region(const uint8_t *buf, size_t n, const char *name, int channels, int denom,
+                          int x0, int y0, int x1, int y1, dl_image *out, int *ox, int *oy);
 int dl_png_probe(const uint8_t *buf, size_t n, const char *name, dl_image_info *info);
 int dl_png_decode(const uint8_t *buf, size_t n, const char *name, int channels, dl_image *out);
 

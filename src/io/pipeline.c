@@ -181,6 +181,10 @@ typedef struct {
     int64_t rw, rh;
     dl_interp interp;
     int hflip, vflip;
+    /* base pixel (x, y) is img pixel (x * fx - orgx, y * fy - orgy): a
+     * DCT-scaled and/or partial decode of the encoded source */
+    double fx, fy;
+    int64_t orgx, orgy;
     int conv; /* ToTensor pending: uint8 -> float through lut */
     float lut[DL_TF_MAX_CHANNELS * 256];
 } exec;
@@ -199,6 +203,8 @@ static void set_base(exec *e, dl_tensor *img, int owned) {
     e->wh = e->H;
     e->resized = 0;
     e->hflip = e->vflip = 0;
+    e->fx = e->fy = 1.0;
+    e->orgx = e->orgy = 0;
 }
 
 static void free_deleter(void *data, void *ctx) {
@@ -206,12 +212,14 @@ static void free_deleter(void *data, void *ctx) {
     free(data);
 }
 
-/* Decodes the encoded source at 1/denom scale into an (C, H, W) view of the
- * packed (H, W, C) pixels. */
-static int decode_source(exec *e, int denom) {
+/* Decodes (at least) the region [x0, x1) x [y0, y1) of the encoded source at
+ * 1/denom scale into an (C, H, W) view of the packed (H, W, C) pixels. */
+static int decode_source(exec *e, int denom, int64_t x0, int64_t y0, int64_t x1, int64_t y1) {
     dl_image im;
-    int applied;
-    if (dl_image_decode(e->enc, e->enc_n, e->name, (int)e->C, denom, &im, &applied)) return -1;
+    int ox, oy;
+    if (dl_image_decode_region(e->enc, e->enc_n, e->name, (int)e->C, denom, (int)x0, (int)y0,
+                               (int)x1, (int)y1, &im, &ox, &oy))
+        return -1;
     dl_storage *st = dl_storage_wrap(im.data, (size_t)im.w * im.h * im.c, DL_CPU, free_deleter, NULL);
     if (!st) {
         free(im.data);
@@ -223,7 +231,25 @@ static int decode_source(exec *e, int denom) {
     if (!t) return -1;
     e->img = t;
     e->owned = 1;
+    e->fx = e->fy = 1.0 / denom; /* a scaled pixel covers denom x denom full ones */
+    e->orgx = ox;
+    e->orgy = oy;
     return 0;
+}
+
+/* The lazy source, decoded just where the pending geometry reads. */
+static int decode_needed(exec *e) {
+    int denom = 1;
+    if (e->resized) {
+        double sx = (e->box[2] - e->box[0]) / (double)e->rw;
+        double sy = (e->box[3] - e->box[1]) / (double)e->rh;
+        if (sx >= 2.0 && sy >= 2.0)
+            denom = dl_image_pick_scale((int)e->W, (int)e->H, (double)e->W / sx, (double)e->H / sy);
+        double f = 1.0 / denom;
+        return decode_source(e, denom, (int64_t)floor(e->box[0] * f), (int64_t)floor(e->box[1] * f),
+                             (int64_t)ceil(e->box[2] * f), (int64_t)ceil(e->box[3] * f));
+    }
+    return decode_source(e, 1, e->wx, e->wy, e->wx + e->ww, e->wy + e->wh);
 }
 
 static int geometry_pending(const exec *e) {
@@ -234,22 +260,12 @@ static int geometry_pending(const exec *e) {
  * ToTensor/Normalize table).  dst: where to write (NULL: a new tensor, or a
  * view of the base when nothing needs computing and copy is 0). */
 static int materialise(exec *e, dl_tensor *dst, int to_float, int copy) {
-    if (!e->img) {
-        int denom = 1;
-        if (e->resized) {
-            double sx = (e->box[2] - e->box[0]) / (double)e->rw;
-            double sy = (e->box[3] - e->box[1]) / (double)e->rh;
-            if (sx >= 2.0 && sy >= 2.0)
-                denom = dl_image_pick_scale((int)e->W, (int)e->H, (double)e->W / sx,
-                                            (double)e->H / sy);
-        }
-        if (decode_source(e, denom)) return -1;
-    }
+    if (!e->img && decode_needed(e)) return -1;
     int apply_conv = to_float && e->conv && e->img->dtype == DL_DTYPE_U8;
     if (!dst && !copy && !apply_conv && !e->resized && !e->hflip && !e->vflip) {
         if (!geometry_pending(e)) return 0;
-        dl_tensor *v1 = dl_tensor_narrow(e->img, 1, e->wy, e->wh);
-        dl_tensor *v2 = v1 ? dl_tensor_narrow(v1, 2, e->wx, e->ww) : NULL;
+        dl_tensor *v1 = dl_tensor_narrow(e->img, 1, e->wy - e->orgy, e->wh);
+        dl_tensor *v2 = v1 ? dl_tensor_narrow(v1, 2, e->wx - e->orgx, e->ww) : NULL;
         dl_tensor_release(v1);
         if (!v2) return -1;
         set_base(e, v2, e->owned);
@@ -274,11 +290,12 @@ static int materialise(exec *e, dl_tensor *dst, int to_float, int copy) {
     g.ox = e->wx;
     g.oy = e->wy;
     if (e->resized) {
-        double fx = (double)iw / (double)e->W, fy = (double)ih / (double)e->H;
-        g.box[0] = e->box[0] * fx;
-        g.box[1] = e->box[1] * fy;
-        g.box[2] = e->box[2] * fx;
-        g.box[3] = e->box[3] * fy;
+        g.box[0] = e->box[0] * e->fx - (double)e->orgx;
+        g.box[1] = e->box[1] * e->fy - (double)e->orgy;
+        g.box[2] = e->box[2] * e->fx - (double)e->orgx;
+        g.box[3] = e->box[3] * e->fy - (double)e->orgy;
+        if (g.box[0] < 0) g.box[0] = 0;
+        if (g.box[1] < 0) g.box[1] = 0;
         if (g.box[2] > (double)iw) g.box[2] = (double)iw;
         if (g.box[3] > (double)ih) g.box[3] = (double)ih;
         /* crop, then resize: the filter never reads outside the box's pixels */
@@ -304,6 +321,8 @@ static int materialise(exec *e, dl_tensor *dst, int to_float, int copy) {
         g.box[3] = (double)ih;
         g.rw = iw;
         g.rh = ih;
+        g.ox = e->wx - e->orgx;
+        g.oy = e->wy - e->orgy;
     }
     int rc = dl_tf_resample_into(out, src, &g, apply_conv ? e->lut : NULL);
     dl_tensor_release(src);

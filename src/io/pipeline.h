@@ -12,9 +12,11 @@
  *    So Resize + CenterCrop + ToTensor + Normalize (or RandomResizedCrop +
  *    flip + ToTensor + Normalize) read the decoded image once and write the
  *    output once.
- *  - When the first pixel pass shrinks the image 2x or more, a JPEG is decoded
- *    at 1/2, 1/4 or 1/8 scale in the DCT domain (random parameters are always
- *    drawn against the full-size image, so they do not depend on this).
+ *  - An encoded JPEG is decoded only where the first pixel pass reads (the
+ *    rows and DCT column blocks of the crop), and at 1/2, 1/4 or 1/8 scale in
+ *    the DCT domain when that pass shrinks the image 2x or more (random
+ *    parameters are always drawn against the full-size image, so they do not
+ *    depend on this).
  *  - Random parameters follow torchvision's sampling rules, drawn from a
  *    dl_sample_rng. */
 #ifndef DL_IO_PIPELINE_H

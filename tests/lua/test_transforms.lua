@@ -80,6 +80,12 @@ big = (127 + 90 * np.sin(7 * xx + 3 * yy + np.arange(3))).clip(0, 255).astype(np
 Image.fromarray(big).save(D + '/big.jpg', quality=92)
 bim = Image.open(D + '/big.jpg').convert('RGB')
 r['big_resize'] = T.Compose([T.Resize(60), T.CenterCrop(56), T.ToTensor()])(bim)
+small = big[100:190, 50:121]
+Image.fromarray(small).save(D + '/s420.jpg', quality=90)
+Image.fromarray(small).save(D + '/s422.jpg', quality=90, subsampling=1)
+Image.fromarray(small).save(D + '/s444p.jpg', quality=90, subsampling=0, progressive=True)
+Image.fromarray(small).convert('L').save(D + '/sgray.jpg', quality=90)
+Image.fromarray(small).convert('CMYK').save(D + '/scmyk.jpg', quality=90)
 emit(r)
 ]==], dir))
 
@@ -186,6 +192,32 @@ T.case("JPEG decoding in the pipeline uses DCT scaling and stays close", functio
   local e = mae(fused, want)
   T.truthy(e <= 1.5 / 255, "DCT-scaled path mean error " .. e * 255 .. "/255")
   T.truthy(e > 0, "the scaled decoder was used")
+end)
+
+T.case("partial JPEG decoding gives the full decode's pixels", function()
+  for _, f in ipairs{"s420.jpg", "s422.jpg", "s444p.jpg", "sgray.jpg", "scmyk.jpg", "big.jpg"} do
+    local path = dir .. "/" .. f
+    for _, mode in ipairs{"RGB", "L"} do
+      local full = dl.image.load(path, {mode = mode})
+      local H, W = full.shape[2], full.shape[3]
+      for _, b in ipairs{{1, 1, H, W}, {2, 3, H - 3, W - 5}, {H // 3, W // 4, H // 2, W // 3}, {H, W, 1, 1},
+        {9, 17, 7, 5}, {30, 33, 17, 21}} do
+        local pipe = dl._transforms.pipeline({{kind = "crop", crop = b}})
+        local got = pipe:apply_file(path, mode == "RGB" and 3 or 1)
+        T.tensor_eq(got, F.crop(full, b[1], b[2], b[3], b[4]), 0, f .. " " .. mode .. " crop " .. table.concat(b, ","))
+      end
+      local rrc = TF.Compose{TF.RandomResizedCrop(20), TF.ToTensor()}
+      dl.manual_seed(4)
+      local a = rrc._stages[1].pipe:apply_file(path, mode == "RGB" and 3 or 1)
+      dl.manual_seed(4)
+      local b = rrc(full)
+      if f == "big.jpg" then -- a large crop: decoded at 1/2 scale, close but not equal
+        T.truthy(mae(a, b) <= 1.5 / 255, f .. " DCT-scaled RandomResizedCrop: " .. mae(a, b) * 255)
+      else
+        T.truthy(a:equal(b), f .. " " .. mode .. " RandomResizedCrop differs")
+      end
+    end
+  end
 end)
 
 T.case("random transforms follow torchvision's rules", function()
