@@ -155,19 +155,21 @@ function T.RandomCrop(size, opts)
   return ctransform("RandomCrop", step, "RandomCrop(size=" .. fmt_list(size) .. ")")
 end
 
-function T.RandomResizedCrop(size, opts)
+-- RandomResizedCrop(size [, {scale =, ratio =, interpolation =}]); also
+-- RandomResizedCrop.get_params(img, scale, ratio) -> top, left, height, width
+-- (top and left 1-based), drawn from the default generator as the transform
+-- itself draws them.
+T.RandomResizedCrop = setmetatable({}, {__call = function(_, size, opts)
   opts = check_opts("RandomResizedCrop", opts, {scale = true, ratio = true, interpolation = true, antialias = true})
-  local t = ctransform("RandomResizedCrop", {size = size_arg("RandomResizedCrop", size, true),
+  return ctransform("RandomResizedCrop", {size = size_arg("RandomResizedCrop", size, true),
     scale = pair_arg("RandomResizedCrop", "scale", opts.scale, {0.08, 1.0}),
     ratio = pair_arg("RandomResizedCrop", "ratio", opts.ratio, {3 / 4, 4 / 3}),
     interpolation = interp_arg("RandomResizedCrop", opts.interpolation)},
     "RandomResizedCrop(size=" .. fmt_list(size) .. ")")
-  return t
-end
+end})
 
--- RandomResizedCrop.get_params(img, scale, ratio) -> top, left, height, width
--- (top and left 1-based), drawn from the default generator.
-T.RandomResizedCrop_get_params = function(img, scale, ratio)
+function T.RandomResizedCrop.get_params(img, scale, ratio)
+  if not dl.is_tensor(img) then fail("RandomResizedCrop.get_params", "an image tensor is required") end
   local s = img.shape
   scale = pair_arg("RandomResizedCrop", "scale", scale, {0.08, 1.0})
   ratio = pair_arg("RandomResizedCrop", "ratio", ratio, {3 / 4, 4 / 3})

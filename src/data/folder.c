@@ -95,7 +95,8 @@ static int list_dir(const char *dir, strvec *dirs, strvec *files, const char *wh
 
 /* All folders under top (top included), as full paths, depth-limited. */
 static int walk_dirs(const char *top, strvec *out, int depth) {
-    if (depth > 64) return dl_error("ImageFolder: folders nested too deeply under '%s' (a symlink loop?)", top);
+    if (depth > 64)
+        return dl_error("ImageFolder: folders nested too deeply under '%s' (a symlink loop?)", top);
     if (sv_push(out, strdup(top))) return dl_error("ImageFolder: out of memory");
     strvec sub = {0};
     if (list_dir(top, &sub, NULL, "ImageFolder")) {
@@ -168,7 +169,7 @@ dl_file_index *dl_folder_scan(const char *root, int n_ext, const char *const *ex
         for (int64_t d = 0; d < dirs.n && !rc; d++) {
             strvec names = {0};
             rc = list_dir(dirs.v[d], NULL, &names, "ImageFolder");
-            if (!rc) qsort(names.v, (size_t)names.n, sizeof(char *), cmp_str);
+            if (!rc && names.n > 1) qsort(names.v, (size_t)names.n, sizeof(char *), cmp_str);
             for (int64_t k = 0; k < names.n && !rc; k++) {
                 if (!has_ext(names.v[k], n_ext, exts)) continue;
                 if (sv_push(&files, join(dirs.v[d], names.v[k]))) {

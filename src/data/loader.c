@@ -125,8 +125,10 @@ static char *sample_error(const char *path) {
     size_t n = strlen(m) + strlen(path) + 32;
     char *s = malloc(n);
     if (!s) return NULL;
-    if (strstr(m, path)) snprintf(s, n, "%s", m);
-    else snprintf(s, n, "DataLoader: '%s': %s", path, m);
+    if (strstr(m, path))
+        snprintf(s, n, "%s", m);
+    else
+        snprintf(s, n, "DataLoader: '%s': %s", path, m);
     return s;
 }
 
@@ -288,7 +290,9 @@ oom:
     return NULL;
 }
 
-int64_t dl_loader_num_batches(const dl_loader *l) { return l->nbatches; }
+int64_t dl_loader_num_batches(const dl_loader *l) {
+    return l->nbatches;
+}
 
 /* Cancels the epoch (lock held) and waits for busy workers. */
 static void stop_locked(dl_loader *l) {
@@ -326,7 +330,8 @@ int dl_loader_start(dl_loader *l, uint64_t epoch) {
     pthread_mutex_lock(&l->mu);
     stop_locked(l);
     int64_t n = l->cfg.n;
-    if (l->cfg.shuffle) dl_loader_permutation(n, l->cfg.seed, epoch, l->order);
+    if (l->cfg.shuffle)
+        dl_loader_permutation(n, l->cfg.seed, epoch, l->order);
     else
         for (int64_t i = 0; i < n; i++) l->order[i] = i;
     l->epoch = epoch;
@@ -365,7 +370,9 @@ static dl_tensor *keep_rows(dl_tensor *t, const uint8_t *bad, int64_t n, int64_t
     size_t row = dl_tensor_numel(t) / (n ? n : 1) * dl_dtype_size(t->dtype);
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++)
-        if (!bad[i]) memcpy((char *)r->storage->data + (size_t)k++ * row, (char *)t->storage->data + (size_t)i * row, row);
+        if (!bad[i])
+            memcpy((char *)r->storage->data + (size_t)k++ * row,
+                   (char *)t->storage->data + (size_t)i * row, row);
     return r;
 }
 

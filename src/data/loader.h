@@ -37,13 +37,13 @@ typedef struct {
 } dl_loader_config;
 
 typedef struct {
-    int64_t index;       /* batch number, 0-based */
-    dl_tensor *data;     /* (B, ...) stacked samples (not in per-sample mode) */
-    dl_tensor **items;   /* per-sample mode: B tensors */
+    int64_t index;     /* batch number, 0-based */
+    dl_tensor *data;   /* (B, ...) stacked samples (not in per-sample mode) */
+    dl_tensor **items; /* per-sample mode: B tensors */
     int64_t nitems;
-    dl_tensor *labels;   /* (B,) int64, 0-based classes */
-    dl_tensor *indices;  /* (B,) int64, 0-based dataset positions */
-    int nwarn;           /* skip_bad: messages of the dropped samples */
+    dl_tensor *labels;  /* (B,) int64, 0-based classes */
+    dl_tensor *indices; /* (B,) int64, 0-based dataset positions */
+    int nwarn;          /* skip_bad: messages of the dropped samples */
     char **warnings;
 } dl_loader_batch;
 

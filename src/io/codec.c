@@ -15,8 +15,12 @@
 
 static int64_t max_pixels = DL_IMAGE_DEFAULT_MAX_PIXELS;
 
-void dl_image_set_max_pixels(int64_t n) { __atomic_store_n(&max_pixels, n, __ATOMIC_RELAXED); }
-int64_t dl_image_get_max_pixels(void) { return __atomic_load_n(&max_pixels, __ATOMIC_RELAXED); }
+void dl_image_set_max_pixels(int64_t n) {
+    __atomic_store_n(&max_pixels, n, __ATOMIC_RELAXED);
+}
+int64_t dl_image_get_max_pixels(void) {
+    return __atomic_load_n(&max_pixels, __ATOMIC_RELAXED);
+}
 
 int dl_image_check_limit(const char *name, int w, int h) {
     int64_t lim = dl_image_get_max_pixels();
@@ -51,8 +55,8 @@ int dl_image_probe(const uint8_t *buf, size_t n, const char *name, dl_image_info
     }
 }
 
-int dl_image_decode(const uint8_t *buf, size_t n, const char *name, int channels,
-                    int scale_denom, dl_image *out, int *applied_denom) {
+int dl_image_decode(const uint8_t *buf, size_t n, const char *name, int channels, int scale_denom,
+                    dl_image *out, int *applied_denom) {
     memset(out, 0, sizeof *out);
     if (applied_denom) *applied_denom = 1;
     if (channels != 1 && channels != 3)
@@ -69,8 +73,8 @@ int dl_image_decode(const uint8_t *buf, size_t n, const char *name, int channels
 }
 
 int dl_image_decode_region(const uint8_t *buf, size_t n, const char *name, int channels,
-                           int scale_denom, int x0, int y0, int x1, int y1, dl_image *out,
-                           int *ox, int *oy) {
+                           int scale_denom, int x0, int y0, int x1, int y1, dl_image *out, int *ox,
+                           int *oy) {
     memset(out, 0, sizeof *out);
     *ox = *oy = 0;
     if (channels != 1 && channels != 3)
@@ -129,8 +133,8 @@ int dl_file_read(const char *path, uint8_t **buf, size_t *n) {
             int e = errno;
             free(p);
             close(fd);
-            return dl_error("image: error reading '%s': %s", path, r == 0 ? "unexpected end of file"
-                                                                          : strerror(e));
+            return dl_error("image: error reading '%s': %s", path,
+                            r == 0 ? "unexpected end of file" : strerror(e));
         }
         got += (size_t)r;
     }

@@ -47,8 +47,8 @@ int dl_image_probe(const uint8_t *buf, size_t n, const char *name, dl_image_info
  * 4 or 8: JPEG files are decoded at 1/scale_denom of their size in the DCT
  * domain (each side ceil(side / scale_denom)); PNG ignores it (always 1).
  * *applied_denom (may be NULL) receives the scale actually used. */
-int dl_image_decode(const uint8_t *buf, size_t n, const char *name, int channels,
-                    int scale_denom, dl_image *out, int *applied_denom);
+int dl_image_decode(const uint8_t *buf, size_t n, const char *name, int channels, int scale_denom,
+                    dl_image *out, int *applied_denom);
 
 /* Decodes at least columns [x0, x1) and rows [y0, y1) (pixels of the image
  * at 1/scale_denom scale).  JPEG decodes only those rows and the DCT blocks
@@ -56,8 +56,8 @@ int dl_image_decode(const uint8_t *buf, size_t n, const char *name, int channels
  * y0).  PNG decodes everything (*ox = *oy = 0).  An empty or outside region
  * means the whole image. */
 int dl_image_decode_region(const uint8_t *buf, size_t n, const char *name, int channels,
-                           int scale_denom, int x0, int y0, int x1, int y1, dl_image *out,
-                           int *ox, int *oy);
+                           int scale_denom, int x0, int y0, int x1, int y1, dl_image *out, int *ox,
+                           int *oy);
 
 /* The whole file into a malloc'd buffer (*n bytes).  Zero-byte files are an
  * error naming the file. */
@@ -78,8 +78,8 @@ int dl_image_pick_scale(int w, int h, double need_w, double need_h);
 
 /* Pillow's RGB -> L: (r*19595 + g*38470 + b*7471 + 0x8000) >> 16. */
 static inline uint8_t dl_rgb_to_l(uint8_t r, uint8_t g, uint8_t b) {
-    return (uint8_t)(((uint32_t)r * 19595u + (uint32_t)g * 38470u + (uint32_t)b * 7471u + 0x8000u) >>
-                     16);
+    uint32_t v = (uint32_t)r * 19595u + (uint32_t)g * 38470u + (uint32_t)b * 7471u + 0x8000u;
+    return (uint8_t)(v >> 16);
 }
 
 #endif

@@ -73,8 +73,10 @@ static int header(tjhandle tj, const uint8_t *buf, size_t n, const char *name, i
     if (tjDecompressHeader3(tj, buf, (unsigned long)n, w, h, &subsamp, cs) != 0 || *w <= 0 ||
         *h <= 0) {
         const char *msg = tjGetErrorStr2(tj);
-        if (truncated_msg(msg)) dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
-        else dl_error("image: '%s': corrupt JPEG header (%s)", name, msg);
+        if (truncated_msg(msg))
+            dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
+        else
+            dl_error("image: '%s': corrupt JPEG header (%s)", name, msg);
         drop_handle(0);
         return -1;
     }
@@ -141,9 +143,12 @@ int dl_jpeg_decode(const uint8_t *buf, size_t n, const char *name, int channels,
     int sw = TJSCALED(w, sf), sh = TJSCALED(h, sf);
     int cmyk = cs == TJCS_CMYK || cs == TJCS_YCCK;
     int pf, pc;
-    if (cmyk) pf = TJPF_CMYK, pc = 4;
-    else if (cs == TJCS_GRAY && channels == 1) pf = TJPF_GRAY, pc = 1;
-    else pf = TJPF_RGB, pc = 3;
+    if (cmyk)
+        pf = TJPF_CMYK, pc = 4;
+    else if (cs == TJCS_GRAY && channels == 1)
+        pf = TJPF_GRAY, pc = 1;
+    else
+        pf = TJPF_RGB, pc = 3;
     size_t npx = (size_t)sw * (size_t)sh;
     uint8_t *pix = malloc(npx * (size_t)pc);
     if (!pix) return dl_error("image: '%s': out of memory for a %dx%d image", name, sw, sh);
@@ -152,8 +157,10 @@ int dl_jpeg_decode(const uint8_t *buf, size_t n, const char *name, int channels,
         int fatal = tjGetErrorCode(tj) != TJERR_WARNING || truncated_msg(msg);
         if (fatal) {
             free(pix);
-            if (truncated_msg(msg)) dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
-            else dl_error("image: '%s': corrupt JPEG data (%s)", name, msg);
+            if (truncated_msg(msg))
+                dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
+            else
+                dl_error("image: '%s': corrupt JPEG data (%s)", name, msg);
             drop_handle(0);
             return -1;
         }
@@ -196,9 +203,9 @@ typedef struct {
 } region_ctx;
 
 /* The work of dl_jpeg_decode_region; libjpeg errors longjmp out of it. */
-static void region_body(region_ctx *r, const uint8_t *buf, size_t n, const char *name,
-                        int channels, int denom, int x0, int y0, int x1, int y1, dl_image *out,
-                        int *ox, int *oy, int *limit_failed) {
+static void region_body(region_ctx *r, const uint8_t *buf, size_t n, const char *name, int channels,
+                        int denom, int x0, int y0, int x1, int y1, dl_image *out, int *ox, int *oy,
+                        int *limit_failed) {
     struct jpeg_decompress_struct *ci = &r->ci;
     jpeg_mem_src(ci, buf, (unsigned long)n);
     jpeg_read_header(ci, TRUE);
@@ -207,9 +214,9 @@ static void region_body(region_ctx *r, const uint8_t *buf, size_t n, const char 
         return;
     }
     int cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
-    ci->out_color_space = cmyk ? JCS_CMYK
+    ci->out_color_space = cmyk                                                       ? JCS_CMYK
                           : (ci->jpeg_color_space == JCS_GRAYSCALE && channels == 1) ? JCS_GRAYSCALE
-                                                                                      : JCS_RGB;
+                                                                                     : JCS_RGB;
     ci->scale_num = 1;
     ci->scale_denom = (unsigned)denom;
     jpeg_start_decompress(ci);

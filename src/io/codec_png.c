@@ -22,9 +22,9 @@ typedef struct {
     size_t n, pos;
     const char *name;
     char msg[200];
-    uint8_t *raw;       /* decoded rows as libpng delivers them */
+    uint8_t *raw; /* decoded rows as libpng delivers them */
     png_bytep *rows;
-    uint8_t *pix;       /* final (h, w, c) */
+    uint8_t *pix; /* final (h, w, c) */
 } png_ctx;
 
 static void on_error(png_structp png, png_const_charp msg) {
@@ -180,7 +180,9 @@ static void write_mem(png_structp png, png_bytep data, size_t len) {
     w->n += len;
 }
 
-static void flush_mem(png_structp png) { (void)png; }
+static void flush_mem(png_structp png) {
+    (void)png;
+}
 
 static void on_write_error(png_structp png, png_const_charp msg) {
     png_wbuf *w = png_get_error_ptr(png);
@@ -191,8 +193,9 @@ static void on_write_error(png_structp png, png_const_charp msg) {
 static int encode(png_structp png, png_infop info, png_wbuf *w, const dl_image *img) {
     if (setjmp(png_jmpbuf(png))) return -1;
     png_set_write_fn(png, w, write_mem, flush_mem);
-    int ct = img->c == 1 ? PNG_COLOR_TYPE_GRAY : img->c == 3 ? PNG_COLOR_TYPE_RGB
-                                                             : PNG_COLOR_TYPE_RGBA;
+    int ct = img->c == 1   ? PNG_COLOR_TYPE_GRAY
+             : img->c == 3 ? PNG_COLOR_TYPE_RGB
+                           : PNG_COLOR_TYPE_RGBA;
     png_set_IHDR(png, info, (png_uint_32)img->w, (png_uint_32)img->h, 8, ct, PNG_INTERLACE_NONE,
                  PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
     png_set_compression_level(png, 6);
@@ -210,7 +213,8 @@ int dl_image_encode_png(const dl_image *img, uint8_t **buf, size_t *n) {
         return dl_error("image.save: PNG needs 1, 3 or 4 channels, got %d", img->c);
     png_wbuf w;
     memset(&w, 0, sizeof w);
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &w, on_write_error, on_warning);
+    png_structp png =
+        png_create_write_struct(PNG_LIBPNG_VER_STRING, &w, on_write_error, on_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!png || !info) {
         png_destroy_write_struct(&png, NULL);

@@ -61,7 +61,8 @@ dl_tensor *dl_idx_read(const char *path) {
             dl_error("idx: '%s': truncated header", path);
             goto done;
         }
-        shape[i] = (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3]);
+        shape[i] =
+            (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3]);
         numel *= (uint64_t)shape[i];
         if (numel > ((uint64_t)1 << 40)) {
             dl_error("idx: '%s': implausible size", path);
@@ -93,7 +94,8 @@ dl_tensor *dl_idx_read(const char *path) {
                                               (uint32_t)p[2] << 8 | p[3]);
                 break;
             case 0x0D: {
-                uint32_t u = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+                uint32_t u =
+                    (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
                 memcpy((float *)o + i, &u, 4);
                 break;
             }

@@ -16,10 +16,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const tf_names[DL_TF_KIND_COUNT] = {
-    "Resize",      "CenterCrop", "RandomCrop", "RandomResizedCrop", "RandomHorizontalFlip",
-    "RandomVerticalFlip", "ColorJitter", "Grayscale", "ToTensor", "Normalize",
-    "Pad",         "crop",       "resized_crop"};
+static const char *const tf_names[DL_TF_KIND_COUNT] = {"Resize",
+                                                       "CenterCrop",
+                                                       "RandomCrop",
+                                                       "RandomResizedCrop",
+                                                       "RandomHorizontalFlip",
+                                                       "RandomVerticalFlip",
+                                                       "ColorJitter",
+                                                       "Grayscale",
+                                                       "ToTensor",
+                                                       "Normalize",
+                                                       "Pad",
+                                                       "crop",
+                                                       "resized_crop"};
 
 const char *dl_tf_name(dl_tf_kind k) {
     return (unsigned)k < DL_TF_KIND_COUNT ? tf_names[k] : "transform";
@@ -127,8 +136,10 @@ void dl_tf_resize_size(const dl_tf_step *s, int64_t h, int64_t w, int64_t *oh, i
         ns = (int64_t)((double)s->max_size * (double)ns / (double)nl);
         nl = s->max_size;
     }
-    if (w <= h) *ow = ns, *oh = nl;
-    else *ow = nl, *oh = ns;
+    if (w <= h)
+        *ow = ns, *oh = nl;
+    else
+        *ow = nl, *oh = ns;
 }
 
 void dl_tf_rrc_params(int64_t h, int64_t w, const double scale[2], const double ratio[2],
@@ -174,7 +185,7 @@ typedef struct {
     const uint8_t *enc;
     size_t enc_n;
     const char *name;
-    int64_t C, H, W; /* base size (the full size for a not yet decoded source) */
+    int64_t C, H, W;        /* base size (the full size for a not yet decoded source) */
     int64_t wx, wy, ww, wh; /* window, unflipped, in base or virtual-image pixels */
     int resized;
     double box[4]; /* source box of the virtual image, in base pixels */
@@ -189,7 +200,9 @@ typedef struct {
     float lut[DL_TF_MAX_CHANNELS * 256];
 } exec;
 
-static int is_float(const exec *e) { return e->img && e->img->dtype == DL_DTYPE_F32; }
+static int is_float(const exec *e) {
+    return e->img && e->img->dtype == DL_DTYPE_F32;
+}
 
 static void set_base(exec *e, dl_tensor *img, int owned) {
     dl_tensor_release(e->img);
@@ -220,7 +233,8 @@ static int decode_source(exec *e, int denom, int64_t x0, int64_t y0, int64_t x1,
     if (dl_image_decode_region(e->enc, e->enc_n, e->name, (int)e->C, denom, (int)x0, (int)y0,
                                (int)x1, (int)y1, &im, &ox, &oy))
         return -1;
-    dl_storage *st = dl_storage_wrap(im.data, (size_t)im.w * im.h * im.c, DL_CPU, free_deleter, NULL);
+    dl_storage *st =
+        dl_storage_wrap(im.data, (size_t)im.w * im.h * im.c, DL_CPU, free_deleter, NULL);
     if (!st) {
         free(im.data);
         return -1;
@@ -370,7 +384,8 @@ static int pad(exec *e, int64_t l, int64_t t, int64_t r, int64_t b, dl_pad_mode 
 /* torchvision's F.crop: a box partly outside the image is padded with zeros. */
 static int crop_any(exec *e, int64_t top, int64_t left, int64_t h, int64_t w) {
     int64_t pl = left < 0 ? -left : 0, pt = top < 0 ? -top : 0;
-    int64_t pr = left + w > e->ww ? left + w - e->ww : 0, pb = top + h > e->wh ? top + h - e->wh : 0;
+    int64_t pr = left + w > e->ww ? left + w - e->ww : 0,
+            pb = top + h > e->wh ? top + h - e->wh : 0;
     if (pl || pt || pr || pb) {
         if (pad(e, pl, pt, pr, pb, DL_PAD_CONSTANT, NULL)) return -1;
         top += pt;
@@ -411,8 +426,8 @@ static int jitter(exec *e, const dl_tf_step *s) {
     double f[4] = {0};
     for (int k = 0; k < 4; k++)
         if (s->has_jitter[k])
-            f[k] = s->jitter[k][0] + (s->jitter[k][1] - s->jitter[k][0]) *
-                                         dl_sample_rng_uniform(e->rng);
+            f[k] = s->jitter[k][0] +
+                   (s->jitter[k][1] - s->jitter[k][0]) * dl_sample_rng_uniform(e->rng);
     int any = s->has_jitter[0] || s->has_jitter[1] || s->has_jitter[2] || s->has_jitter[3];
     if (!any) return 0;
     if (own_pixels(e)) return -1;
@@ -456,9 +471,9 @@ static int run_step(exec *e, const dl_tf_step *s) {
     }
     case DL_TF_RANDOM_CROP: {
         int64_t th = s->size[0], tw = s->size[1];
-        if (s->has_padding &&
-            (s->padding[0] || s->padding[1] || s->padding[2] || s->padding[3]) &&
-            pad(e, s->padding[0], s->padding[1], s->padding[2], s->padding[3], s->pad_mode, s->fill))
+        if (s->has_padding && (s->padding[0] || s->padding[1] || s->padding[2] || s->padding[3]) &&
+            pad(e, s->padding[0], s->padding[1], s->padding[2], s->padding[3], s->pad_mode,
+                s->fill))
             return -1;
         if (s->pad_if_needed && e->ww < tw &&
             pad(e, tw - e->ww, 0, tw - e->ww, 0, s->pad_mode, s->fill))
@@ -483,8 +498,7 @@ static int run_step(exec *e, const dl_tf_step *s) {
         crop_window(e, b[0], b[1], b[2], b[3]);
         return resize_to(e, s->size[0], s->size[1], s->interp);
     }
-    case DL_TF_CROP:
-        return crop_any(e, s->crop[0], s->crop[1], s->crop[2], s->crop[3]);
+    case DL_TF_CROP: return crop_any(e, s->crop[0], s->crop[1], s->crop[2], s->crop[3]);
     case DL_TF_RESIZED_CROP:
         if (crop_any(e, s->crop[0], s->crop[1], s->crop[2], s->crop[3])) return -1;
         return resize_to(e, s->size[0], s->size[1], s->interp);
@@ -579,8 +593,8 @@ int dl_pipeline_run_tensor(const dl_pipeline *p, dl_tensor *img, dl_sample_rng *
 }
 
 int dl_pipeline_run_encoded(const dl_pipeline *p, const uint8_t *buf, size_t n, const char *name,
-                            int channels, dl_sample_rng *rng, dl_pipeline_dst_fn dst_fn,
-                            void *ctx, dl_tensor **out) {
+                            int channels, dl_sample_rng *rng, dl_pipeline_dst_fn dst_fn, void *ctx,
+                            dl_tensor **out) {
     *out = NULL;
     dl_image_info info;
     if (dl_image_probe(buf, n, name, &info)) return -1;

@@ -92,8 +92,8 @@ int dl_pipeline_run_tensor(const dl_pipeline *p, dl_tensor *img, dl_sample_rng *
 /* Runs p on an encoded image (JPEG/PNG bytes; name is used in messages),
  * decoded to `channels` (3 RGB or 1 L). */
 int dl_pipeline_run_encoded(const dl_pipeline *p, const uint8_t *buf, size_t n, const char *name,
-                            int channels, dl_sample_rng *rng, dl_pipeline_dst_fn dst_fn,
-                            void *ctx, dl_tensor **out);
+                            int channels, dl_sample_rng *rng, dl_pipeline_dst_fn dst_fn, void *ctx,
+                            dl_tensor **out);
 
 /* torchvision's RandomResizedCrop.get_params for an h x w image: top, left,
  * height, width of the crop. */

@@ -123,7 +123,8 @@ static int taps_make(taps *t, int64_t in_size, double in0, double in1, int64_t o
     double scale = (in1 - in0) / (double)out_size;
     double fscale = scale < 1.0 ? 1.0 : scale;
     double support = 0;
-    if (identity || interp == DL_INTERP_NEAREST) t->ksize = 1;
+    if (identity || interp == DL_INTERP_NEAREST)
+        t->ksize = 1;
     else {
         support = (interp == DL_INTERP_BICUBIC ? 2.0 : 1.0) * fscale;
         t->ksize = (int)ceil(support) * 2 + 1;
@@ -182,8 +183,8 @@ static int taps_make(taps *t, int64_t in_size, double in0, double in1, int64_t o
     }
     for (size_t i = 0; i < nk; i++) {
         double v = t->w[i];
-        t->wi[i] = v < 0 ? (int32_t)(-0.5 + v * (1 << PREC_BITS))
-                         : (int32_t)(0.5 + v * (1 << PREC_BITS));
+        t->wi[i] =
+            v < 0 ? (int32_t)(-0.5 + v * (1 << PREC_BITS)) : (int32_t)(0.5 + v * (1 << PREC_BITS));
         t->wf[i] = (float)v;
     }
     return 0;
@@ -272,7 +273,8 @@ static void store_row_u8(const sink *s, int64_t y, const uint8_t *v, int64_t ow,
             if (!s->hflip && dsx == 1)
                 for (int64_t x = 0; x < ow; x++) p[x] = v[x * C + c];
             else
-                for (int64_t x = 0; x < ow; x++) p[(s->hflip ? ow - 1 - x : x) * dsx] = v[x * C + c];
+                for (int64_t x = 0; x < ow; x++)
+                    p[(s->hflip ? ow - 1 - x : x) * dsx] = v[x * C + c];
         }
     } else {
         float *base = (float *)dl_tensor_data(d) + Y * d->strides[1];
@@ -295,7 +297,8 @@ static void store_row_f32(const sink *s, int64_t y, const float *v, int64_t ow, 
     float *base = (float *)dl_tensor_data(d) + Y * d->strides[1];
     for (int64_t c = 0; c < C; c++) {
         float *p = base + c * d->strides[0];
-        for (int64_t x = 0; x < ow; x++) p[(s->hflip ? ow - 1 - x : x) * d->strides[2]] = v[x * C + c];
+        for (int64_t x = 0; x < ow; x++)
+            p[(s->hflip ? ow - 1 - x : x) * d->strides[2]] = v[x * C + c];
     }
 }
 
@@ -331,7 +334,8 @@ static void copy_window(dl_tensor *dst, const dl_tensor *src, const dl_resample_
 int dl_tf_resample_into(dl_tensor *dst, const dl_tensor *src, const dl_resample_geom *g,
                         const float *lut) {
     if (src->ndim != 3 || dst->ndim != 3)
-        return dl_error("resize: expected (C, H, W) images, got %d-D and %d-D", src->ndim, dst->ndim);
+        return dl_error("resize: expected (C, H, W) images, got %d-D and %d-D", src->ndim,
+                        dst->ndim);
     int64_t C = src->shape[0], H = src->shape[1], W = src->shape[2];
     int64_t oh = dst->shape[1], ow = dst->shape[2];
     if (dst->shape[0] != C)
@@ -345,7 +349,8 @@ int dl_tf_resample_into(dl_tensor *dst, const dl_tensor *src, const dl_resample_
     if (src_u8 && !dst_u8 && !lut) return dl_error("resize: uint8 to float needs a lookup table");
     if (oh == 0 || ow == 0 || C == 0) return 0;
     if (H == 0 || W == 0)
-        return dl_error("resize: cannot resize an empty %lldx%lld image", (long long)H, (long long)W);
+        return dl_error("resize: cannot resize an empty %lldx%lld image", (long long)H,
+                        (long long)W);
     if (g->rw < 1 || g->rh < 1 || g->ox < 0 || g->oy < 0 || g->ox + ow > g->rw ||
         g->oy + oh > g->rh)
         return dl_error("resize: window %lldx%lld at (%lld, %lld) outside a %lldx%lld output",
@@ -448,8 +453,8 @@ static int64_t pad_index(int64_t i, int64_t n, dl_pad_mode mode) {
     }
 }
 
-dl_tensor *dl_tf_pad(const dl_tensor *img, int64_t left, int64_t top, int64_t right,
-                     int64_t bottom, dl_pad_mode mode, const double *fill) {
+dl_tensor *dl_tf_pad(const dl_tensor *img, int64_t left, int64_t top, int64_t right, int64_t bottom,
+                     dl_pad_mode mode, const double *fill) {
     if (img->ndim != 3) {
         dl_error("pad: expected a (C, H, W) image, got %d dims", img->ndim);
         return NULL;
@@ -489,13 +494,18 @@ dl_tensor *dl_tf_pad(const dl_tensor *img, int64_t left, int64_t top, int64_t ri
             for (int64_t x = 0; x < OW; x++) {
                 int64_t sx = xmap[x];
                 if (sy < 0 || sx < 0) {
-                    if (es == 1) ((uint8_t *)o)[x] = f8;
-                    else ((float *)o)[x] = (float)fv;
+                    if (es == 1)
+                        ((uint8_t *)o)[x] = f8;
+                    else
+                        ((float *)o)[x] = (float)fv;
                 } else {
-                    const char *p = src + (c * img->strides[0] + sy * img->strides[1] +
-                                           sx * img->strides[2]) * (int64_t)es;
-                    if (es == 1) ((uint8_t *)o)[x] = *(const uint8_t *)p;
-                    else ((float *)o)[x] = *(const float *)p;
+                    const char *p =
+                        src + (c * img->strides[0] + sy * img->strides[1] + sx * img->strides[2]) *
+                                  (int64_t)es;
+                    if (es == 1)
+                        ((uint8_t *)o)[x] = *(const uint8_t *)p;
+                    else
+                        ((float *)o)[x] = *(const float *)p;
                 }
             }
         }
@@ -532,7 +542,9 @@ static inline float blendf(float d, float x, float r, float r1) {
     return t < 0.0f ? 0.0f : t > 1.0f ? 1.0f : t;
 }
 
-static inline float grayf(float r, float g, float b) { return 0.2989f * r + 0.587f * g + 0.114f * b; }
+static inline float grayf(float r, float g, float b) {
+    return 0.2989f * r + 0.587f * g + 0.114f * b;
+}
 
 int dl_tf_adjust_brightness_(dl_tensor *img, double f) {
     if (check_color(img, "adjust_brightness")) return -1;
@@ -604,7 +616,9 @@ int dl_tf_adjust_saturation_(dl_tensor *img, double f) {
     return 0;
 }
 
-static inline uint8_t clip8i(int v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v); }
+static inline uint8_t clip8i(int v) {
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
 
 /* Pillow Convert.c rgb2hsv for one pixel (colorsys-style, float) */
 static void rgb_to_hsv8(uint8_t r, uint8_t g, uint8_t b, uint8_t *h, uint8_t *s, uint8_t *v) {
@@ -620,9 +634,12 @@ static void rgb_to_hsv8(uint8_t r, uint8_t g, uint8_t b, uint8_t *h, uint8_t *s,
     float sf = cr / (float)mx;
     float rc = (float)(mx - r) / cr, gc = (float)(mx - g) / cr, bc = (float)(mx - b) / cr;
     float hf;
-    if (r == mx) hf = bc - gc;
-    else if (g == mx) hf = 2.0f + rc - bc;
-    else hf = 4.0f + gc - rc;
+    if (r == mx)
+        hf = bc - gc;
+    else if (g == mx)
+        hf = 2.0f + rc - bc;
+    else
+        hf = 4.0f + gc - rc;
     hf = (float)fmod(hf / 6.0 + 1.0, 1.0);
     *h = clip8i((int)(hf * 255.0));
     *s = clip8i((int)(sf * 255.0));

@@ -73,8 +73,8 @@ typedef enum { DL_PAD_CONSTANT = 0, DL_PAD_EDGE, DL_PAD_REFLECT, DL_PAD_SYMMETRI
 
 /* A new contiguous (C, H + top + bottom, W + left + right) image.  fill has
  * C values (constant mode); for uint8 they are truncated as Pillow does. */
-dl_tensor *dl_tf_pad(const dl_tensor *img, int64_t left, int64_t top, int64_t right,
-                     int64_t bottom, dl_pad_mode mode, const double *fill);
+dl_tensor *dl_tf_pad(const dl_tensor *img, int64_t left, int64_t top, int64_t right, int64_t bottom,
+                     dl_pad_mode mode, const double *fill);
 
 /* --- colour (in place on a contiguous (C, H, W) image) ----------------------- */
 

@@ -65,7 +65,8 @@ static int l_files(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_Integer n = luaL_len(L, 1);
-    if (luaL_len(L, 2) != n) return luaL_error(L, "dataset: %d paths but %d labels", (int)n, (int)luaL_len(L, 2));
+    if (luaL_len(L, 2) != n)
+        return luaL_error(L, "dataset: %d paths but %d labels", (int)n, (int)luaL_len(L, 2));
     const char **paths = lua_newuserdatauv(L, sizeof(char *) * (size_t)(n ? n : 1), 0);
     int64_t *labels = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)(n ? n : 1), 0);
     for (lua_Integer i = 0; i < n; i++) {
@@ -74,7 +75,8 @@ static int l_files(lua_State *L) {
         if (!paths[i]) return luaL_error(L, "dataset: path %d is not a string", (int)i + 1);
         lua_pop(L, 1);
         lua_geti(L, 2, i + 1);
-        if (!lua_isinteger(L, -1)) return luaL_error(L, "dataset: label %d is not an integer", (int)i + 1);
+        if (!lua_isinteger(L, -1))
+            return luaL_error(L, "dataset: label %d is not an integer", (int)i + 1);
         labels[i] = (int64_t)lua_tointeger(L, -1) - 1;
         lua_pop(L, 1);
     }
@@ -184,9 +186,9 @@ static int ld_close(lua_State *L) {
 /* _data.loader(index, opts) */
 static int l_loader(lua_State *L) {
     dl_file_index *ix = check_index(L, 1);
-    static const char *const keys[] = {"map",       "pipe",     "channels", "batch_size",
-                                       "shuffle",   "drop_last", "skip_bad", "per_sample",
-                                       "seed",      "num_workers", "prefetch", NULL};
+    static const char *const keys[] = {"map",     "pipe",        "channels", "batch_size",
+                                       "shuffle", "drop_last",   "skip_bad", "per_sample",
+                                       "seed",    "num_workers", "prefetch", NULL};
     luaL_checktype(L, 2, LUA_TTABLE);
     dlL_checkoptions(L, 2, "DataLoader", keys);
     dl_loader_config cfg;
@@ -200,9 +202,12 @@ static int l_loader(lua_State *L) {
     cfg.skip_bad = dlL_optboolean(L, 2, "skip_bad", 0);
     cfg.per_sample = dlL_optboolean(L, 2, "per_sample", 0);
     cfg.seed = (uint64_t)dlL_optinteger(L, 2, "seed", 0);
-    lua_Integer nw = dlL_optinteger(L, 2, "num_workers", 0), pf = dlL_optinteger(L, 2, "prefetch", 2);
-    if (nw < 0 || nw > 256) return luaL_error(L, "DataLoader: num_workers must be in 0..256, got %d", (int)nw);
-    if (pf < 1 || pf > 1024) return luaL_error(L, "DataLoader: prefetch must be in 1..1024, got %d", (int)pf);
+    lua_Integer nw = dlL_optinteger(L, 2, "num_workers", 0),
+                pf = dlL_optinteger(L, 2, "prefetch", 2);
+    if (nw < 0 || nw > 256)
+        return luaL_error(L, "DataLoader: num_workers must be in 0..256, got %d", (int)nw);
+    if (pf < 1 || pf > 1024)
+        return luaL_error(L, "DataLoader: prefetch must be in 1..1024, got %d", (int)pf);
     cfg.num_workers = (int)nw;
     cfg.prefetch = (int)pf;
     if (dlL_optfield(L, 2, "pipe") != LUA_TNIL) {
@@ -217,7 +222,8 @@ static int l_loader(lua_State *L) {
         map = lua_newuserdatauv(L, sizeof(int64_t) * (size_t)(n ? n : 1), 0);
         for (lua_Integer i = 0; i < n; i++) {
             lua_geti(L, -2, i + 1);
-            if (!lua_isinteger(L, -1)) return luaL_error(L, "DataLoader: subset indices must be integers");
+            if (!lua_isinteger(L, -1))
+                return luaL_error(L, "DataLoader: subset indices must be integers");
             map[i] = (int64_t)lua_tointeger(L, -1) - 1;
             lua_pop(L, 1);
         }
@@ -328,7 +334,9 @@ static int l_seed(lua_State *L) {
     return 1;
 }
 
-static int l_idx_read(lua_State *L) { return dlL_pushtensor(L, dl_idx_read(luaL_checkstring(L, 1))); }
+static int l_idx_read(lua_State *L) {
+    return dlL_pushtensor(L, dl_idx_read(luaL_checkstring(L, 1)));
+}
 
 static int l_idx_write(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
@@ -354,16 +362,19 @@ void dlL_open_data(lua_State *L) {
     luaL_newmetatable(L, DL_LOADER_MT);
     static const luaL_Reg ldmeta[] = {{"__gc", ld_close}, {"__close", ld_close}, {NULL, NULL}};
     luaL_setfuncs(L, ldmeta, 0);
-    static const luaL_Reg ldmethods[] = {{"start", ld_start}, {"next", ld_next},
-                                         {"stop", ld_stop},   {"close", ld_close},
-                                         {"num_batches", ld_num_batches}, {NULL, NULL}};
+    static const luaL_Reg ldmethods[] = {{"start", ld_start},
+                                         {"next", ld_next},
+                                         {"stop", ld_stop},
+                                         {"close", ld_close},
+                                         {"num_batches", ld_num_batches},
+                                         {NULL, NULL}};
     luaL_newlib(L, ldmethods);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 
     static const luaL_Reg fns[] = {
-        {"scan", l_scan},         {"files", l_files},       {"loader", l_loader},
-        {"randperm", l_randperm}, {"seed", l_seed},         {"idx_read", l_idx_read},
+        {"scan", l_scan},           {"files", l_files}, {"loader", l_loader},
+        {"randperm", l_randperm},   {"seed", l_seed},   {"idx_read", l_idx_read},
         {"idx_write", l_idx_write}, {NULL, NULL},
     };
     luaL_newlib(L, fns);

@@ -28,7 +28,8 @@ static dl_tensor *tensor_from_image(dl_image *im) {
     if (t) {
         uint8_t *o = t->storage->data;
         size_t hw = (size_t)im->w * (size_t)im->h;
-        if (im->c == 1) memcpy(o, im->data, hw);
+        if (im->c == 1)
+            memcpy(o, im->data, hw);
         else
             for (size_t i = 0; i < hw; i++)
                 for (int c = 0; c < im->c; c++) o[(size_t)c * hw + i] = im->data[i * im->c + c];
@@ -40,9 +41,12 @@ static dl_tensor *tensor_from_image(dl_image *im) {
 /* A packed image from a (C, H, W) or (H, W) uint8/float tensor. */
 static int image_from_tensor(lua_State *L, dl_tensor *t, const char *op, dl_image *im) {
     int64_t C, H, W;
-    if (t->ndim == 2) C = 1, H = t->shape[0], W = t->shape[1];
-    else if (t->ndim == 3) C = t->shape[0], H = t->shape[1], W = t->shape[2];
-    else return luaL_error(L, "%s: expected a (C, H, W) or (H, W) image, got %d dims", op, t->ndim);
+    if (t->ndim == 2)
+        C = 1, H = t->shape[0], W = t->shape[1];
+    else if (t->ndim == 3)
+        C = t->shape[0], H = t->shape[1], W = t->shape[2];
+    else
+        return luaL_error(L, "%s: expected a (C, H, W) or (H, W) image, got %d dims", op, t->ndim);
     if (C != 1 && C != 3 && C != 4)
         return luaL_error(L, "%s: expected 1, 3 or 4 channels, got %d", op, (int)C);
     if (H < 1 || W < 1 || H > 65535 || W > 65535)
@@ -64,7 +68,8 @@ static int image_from_tensor(lua_State *L, dl_tensor *t, const char *op, dl_imag
             for (int64_t c = 0; c < C; c++) {
                 const char *p = base + (c * sc + y * sy + x * sx) * (int64_t)es;
                 uint8_t v;
-                if (t->dtype == DL_DTYPE_U8) v = *(const uint8_t *)p;
+                if (t->dtype == DL_DTYPE_U8)
+                    v = *(const uint8_t *)p;
                 else {
                     /* torchvision's save_image: mul(255).add_(0.5).clamp_(0, 255) */
                     double f = dl_load_f64(p, t->dtype) * 255.0 + 0.5;
@@ -82,9 +87,12 @@ static int check_mode(lua_State *L, int idx, const char *op) {
     int channels = 3;
     if (ty == LUA_TSTRING) {
         const char *m = lua_tostring(L, -1);
-        if (strcmp(m, "RGB") == 0) channels = 3;
-        else if (strcmp(m, "L") == 0) channels = 1;
-        else luaL_error(L, "%s: mode must be \"RGB\" or \"L\", got \"%s\"", op, m);
+        if (strcmp(m, "RGB") == 0)
+            channels = 3;
+        else if (strcmp(m, "L") == 0)
+            channels = 1;
+        else
+            luaL_error(L, "%s: mode must be \"RGB\" or \"L\", got \"%s\"", op, m);
     } else if (ty != LUA_TNIL) {
         luaL_error(L, "%s: mode must be a string", op);
     }
@@ -140,8 +148,8 @@ static int encode(lua_State *L, dl_tensor *t, int format, int opts, const char *
         dl_image_free(&im);
         return luaL_error(L, "%s: JPEG cannot store 4 channels (use PNG)", op);
     }
-    int rc = format == 0 ? dl_image_encode_png(&im, buf, n)
-                         : dl_image_encode_jpeg(&im, (int)q, buf, n);
+    int rc =
+        format == 0 ? dl_image_encode_png(&im, buf, n) : dl_image_encode_jpeg(&im, (int)q, buf, n);
     dl_image_free(&im);
     if (rc) return dlL_fail(L);
     return 0;
@@ -151,8 +159,10 @@ static int l_save(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     const char *path = luaL_checkstring(L, 2);
     int format;
-    if (ends_with_ci(path, ".png")) format = 0;
-    else if (ends_with_ci(path, ".jpg") || ends_with_ci(path, ".jpeg")) format = 1;
+    if (ends_with_ci(path, ".png"))
+        format = 0;
+    else if (ends_with_ci(path, ".jpg") || ends_with_ci(path, ".jpeg"))
+        format = 1;
     else
         return luaL_error(L, "image.save: cannot tell the format of '%s' (use .png, .jpg or .jpeg)",
                           path);
@@ -169,9 +179,12 @@ static int l_encode(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     const char *fmt = luaL_checkstring(L, 2);
     int format;
-    if (strcmp(fmt, "png") == 0) format = 0;
-    else if (strcmp(fmt, "jpeg") == 0 || strcmp(fmt, "jpg") == 0) format = 1;
-    else return luaL_error(L, "image.encode: format must be \"png\" or \"jpeg\", got \"%s\"", fmt);
+    if (strcmp(fmt, "png") == 0)
+        format = 0;
+    else if (strcmp(fmt, "jpeg") == 0 || strcmp(fmt, "jpg") == 0)
+        format = 1;
+    else
+        return luaL_error(L, "image.encode: format must be \"png\" or \"jpeg\", got \"%s\"", fmt);
     uint8_t *buf;
     size_t n;
     encode(L, t, format, 3, "image.encode", &buf, &n);
@@ -207,15 +220,18 @@ static int l_set_max_pixels(lua_State *L) {
         return 0;
     }
     lua_Integer n = luaL_checkinteger(L, 1);
-    if (n < 1) return luaL_argerror(L, 1, "image.set_max_pixels: limit must be positive (nil: none)");
+    if (n < 1)
+        return luaL_argerror(L, 1, "image.set_max_pixels: limit must be positive (nil: none)");
     dl_image_set_max_pixels((int64_t)n);
     return 0;
 }
 
 static int l_get_max_pixels(lua_State *L) {
     int64_t n = dl_image_get_max_pixels();
-    if (n <= 0) lua_pushnil(L);
-    else lua_pushinteger(L, (lua_Integer)n);
+    if (n <= 0)
+        lua_pushnil(L);
+    else
+        lua_pushinteger(L, (lua_Integer)n);
     return 1;
 }
 
@@ -266,14 +282,25 @@ static int read_numbers(lua_State *L, int t, const char *key, double *out, int m
 }
 
 static int64_t to_i64(lua_State *L, double v, const char *op, const char *what) {
-    if (v != floor(v) || fabs(v) > 1e15) luaL_error(L, "%s: %s must be an integer, got %f", op, what, v);
+    if (v != floor(v) || fabs(v) > 1e15)
+        luaL_error(L, "%s: %s must be an integer, got %f", op, what, v);
     return (int64_t)v;
 }
 
-static const char *const kind_names[] = {
-    "Resize",   "CenterCrop", "RandomCrop", "RandomResizedCrop", "RandomHorizontalFlip",
-    "RandomVerticalFlip", "ColorJitter", "Grayscale", "ToTensor", "Normalize",
-    "Pad",      "crop",       "resized_crop", NULL};
+static const char *const kind_names[] = {"Resize",
+                                         "CenterCrop",
+                                         "RandomCrop",
+                                         "RandomResizedCrop",
+                                         "RandomHorizontalFlip",
+                                         "RandomVerticalFlip",
+                                         "ColorJitter",
+                                         "Grayscale",
+                                         "ToTensor",
+                                         "Normalize",
+                                         "Pad",
+                                         "crop",
+                                         "resized_crop",
+                                         NULL};
 
 static void read_step(lua_State *L, int t, dl_tf_step *s) {
     memset(s, 0, sizeof *s);
@@ -362,7 +389,8 @@ static int l_pipeline(lua_State *L) {
     luaL_setmetatable(L, DL_PIPELINE_MT);
     dl_tf_step *steps = lua_newuserdatauv(L, sizeof(dl_tf_step) * (size_t)(n ? n : 1), 0);
     for (int i = 0; i < n; i++) {
-        if (lua_geti(L, 1, i + 1) != LUA_TTABLE) luaL_error(L, "Compose: step %d is not a table", i + 1);
+        if (lua_geti(L, 1, i + 1) != LUA_TTABLE)
+            luaL_error(L, "Compose: step %d is not a table", i + 1);
         read_step(L, lua_gettop(L), &steps[i]);
         lua_pop(L, 1);
     }
@@ -397,8 +425,9 @@ static int p_apply(lua_State *L) {
     dl_pipeline *p = check_pipeline(L, 1);
     dl_tensor *x = dlL_checktensor(L, 2);
     if (x->ndim != 3 && x->ndim != 4)
-        return luaL_error(L, "transform: expected an image (C, H, W) or a batch (N, C, H, W), got "
-                             "%d dims",
+        return luaL_error(L,
+                          "transform: expected an image (C, H, W) or a batch (N, C, H, W), got "
+                          "%d dims",
                           x->ndim);
     dl_sample_rng rng;
     dl_sample_rng_from_generator(&rng, dl_default_generator());
@@ -478,7 +507,8 @@ static int l_adjust(lua_State *L) {
     static const char *const which[] = {"brightness", "contrast", "saturation", "hue", NULL};
     int k = luaL_checkoption(L, 2, NULL, which);
     double f = luaL_checknumber(L, 3);
-    if (k < 3 && !(f >= 0)) return luaL_error(L, "adjust_%s: factor must be non-negative, got %f", which[k], f);
+    if (k < 3 && !(f >= 0))
+        return luaL_error(L, "adjust_%s: factor must be non-negative, got %f", which[k], f);
     if (x->ndim != 3 && x->ndim != 4)
         return luaL_error(L, "adjust_%s: expected (C, H, W) or (N, C, H, W), got %d dims", which[k],
                           x->ndim);

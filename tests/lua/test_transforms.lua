@@ -224,18 +224,18 @@ T.case("random transforms follow torchvision's rules", function()
   -- RandomResizedCrop = resized_crop with get_params' box, from the same stream
   for seed = 1, 5 do
     dl.manual_seed(seed)
-    local t, l, h, w = TF.RandomResizedCrop_get_params(img, {0.08, 1}, {3 / 4, 4 / 3})
+    local t, l, h, w = TF.RandomResizedCrop.get_params(img, {0.08, 1}, {3 / 4, 4 / 3})
     T.truthy(t >= 1 and l >= 1 and t + h - 1 <= 37 and l + w - 1 <= 53, "box inside")
     dl.manual_seed(seed)
     local got = TF.RandomResizedCrop(24)(img)
     T.tensor_eq(got, F.resized_crop(img, t, l, h, w, 24), 0)
   end
   -- the fallback: impossible scale -> a centred crop of the widest allowed ratio
-  T.eq(table.concat({TF.RandomResizedCrop_get_params(img, {2, 3})}, ","), "1,3,37,49")
+  T.eq(table.concat({TF.RandomResizedCrop.get_params(img, {2, 3})}, ","), "1,3,37,49")
   local sq = dl.zeros({3, 30, 35}, {dtype = dl.uint8})
-  T.eq(table.concat({TF.RandomResizedCrop_get_params(sq, {2, 3})}, ","), "1,1,30,35")
+  T.eq(table.concat({TF.RandomResizedCrop.get_params(sq, {2, 3})}, ","), "1,1,30,35")
   local tall = dl.zeros({3, 100, 10}, {dtype = dl.uint8})
-  T.eq(table.concat({TF.RandomResizedCrop_get_params(tall, {2, 3})}, ","), "44,1,13,10")
+  T.eq(table.concat({TF.RandomResizedCrop.get_params(tall, {2, 3})}, ","), "44,1,13,10")
   -- flips
   T.tensor_eq(TF.RandomHorizontalFlip(1)(img), F.hflip(img), 0)
   T.tensor_eq(TF.RandomHorizontalFlip(0)(img), img, 0)
@@ -281,7 +281,7 @@ T.case("batches share one draw of the random parameters", function()
   dl.manual_seed(3)
   local c = TF.RandomResizedCrop(16)(batch)
   dl.manual_seed(3)
-  local t, l, h, w = TF.RandomResizedCrop_get_params(img)
+  local t, l, h, w = TF.RandomResizedCrop.get_params(img)
   for k = 1, 3 do T.tensor_eq(c[k], F.resized_crop(batch[k], t, l, h, w, 16), 0) end
   local f = TF.Compose{TF.ToTensor(), TF.Normalize({0.5}, {0.5})}(batch)
   T.eq(f.dtype, dl.float32)
