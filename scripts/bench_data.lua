@@ -5,7 +5,9 @@
 -- similar sizes, quality 90, smooth shapes plus noise), then - unless
 -- --no-torch is given - runs scripts/bench_data.py (torchvision + Pillow, the
 -- same folder and settings) with Debian's python3 and prints the ratio.
--- Each figure is the best of --repeat full epochs after one warm-up epoch.
+-- Each figure is the best of --repeat full epochs after one warm-up epoch;
+-- the "0 (cpu)" row divides by process CPU time instead of wall time, which
+-- other load on a shared machine does not disturb.
 -- Usage: dlua scripts/bench_data.lua [--images N] [--workers 0,1,2] [--repeat R]
 --                                    [--dir PATH] [--no-torch]
 local dl = require "dl"
@@ -74,23 +76,28 @@ local function bench(nw)
     TF.Normalize({0.485, 0.456, 0.406}, {0.229, 0.224, 0.225})}
   local ds = dl.data.ImageFolder{root = dir, transform = tf}
   local loader = dl.data.DataLoader(ds, {batch_size = 32, shuffle = true, num_workers = nw, seed = 1})
-  local best = math.huge
+  local best, best_cpu = math.huge, math.huge
   for r = 0, repeats do
-    local t0, n = dl.clock(), 0
+    local t0, c0, n = dl.clock(), os.clock(), 0
     for _, x in loader:iter() do n = n + x.shape[1] end
-    local dt = dl.clock() - t0
+    local dt, dc = dl.clock() - t0, os.clock() - c0
     if r > 0 and dt < best then best = dt end -- r == 0 warms the page cache and threads
+    if r > 0 and dc < best_cpu then best_cpu = dc end
     assert(n == #ds)
   end
   loader:close()
-  return #ds / best
+  return #ds / best, #ds / best_cpu
 end
 
 prepare()
-local ours = {}
-for _, w in ipairs(workers) do ours[w] = bench(w) end
+local ours, ours_cpu = {}, nil
+for _, w in ipairs(workers) do
+  local wall, cpu = bench(w)
+  ours[w] = wall
+  if w == 0 then ours_cpu = cpu end
+end
 
-local theirs = {}
+local theirs, theirs_cpu = {}, nil
 if with_torch then
   local script = (debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "scripts") .. "/bench_data.py"
   local wl = {}
@@ -103,6 +110,7 @@ if with_torch then
     io.stderr:write("bench_data: the torchvision twin failed:\n", out, "\n")
   end
   for w, v in out:gmatch("workers=(%d+) images_per_s=([%d.]+)") do theirs[tonumber(w)] = tonumber(v) end
+  theirs_cpu = tonumber(out:match("workers=0 images_per_s=[%d.]+ images_per_cpu_s=([%d.]+)"))
 end
 
 print(string.format("%d JPEGs (500x375 and similar), RandomResizedCrop(224) + flip + ToTensor + Normalize, batch 32",
@@ -112,4 +120,9 @@ for _, w in ipairs(workers) do
   local t = theirs[w]
   print(string.format("%-8d %14.1f %18s %8s", w, ours[w], t and string.format("%.1f", t) or "-",
     t and string.format("%.2fx", ours[w] / t) or "-"))
+end
+if ours_cpu then
+  -- images per CPU-second with no workers: independent of other load on the machine
+  print(string.format("%-8s %14.1f %18s %8s", "0 (cpu)", ours_cpu, theirs_cpu and string.format("%.1f", theirs_cpu) or "-",
+    theirs_cpu and string.format("%.2fx", ours_cpu / theirs_cpu) or "-"))
 end

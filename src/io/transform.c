@@ -190,14 +190,22 @@ static int taps_make(taps *t, int64_t in_size, double in0, double in1, int64_t o
     return 0;
 }
 
+/* The hot loops get an AVX2 build beside the baseline one (32-bit integer
+ * multiplies vectorise only from SSE4.1 on); the loader picks at run time. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DL_HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define DL_HOT
+#endif
+
 static inline uint8_t clip8(int32_t v) {
     v >>= PREC_BITS;
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
 /* Horizontal pass, uint8: rows [y0, y0 + nrows) of src -> tmp (nrows, ow, C). */
-static void hpass_u8(uint8_t *tmp, const dl_tensor *src, int64_t y0, int64_t nrows, int64_t ow,
-                     const taps *tx) {
+DL_HOT static void hpass_u8(uint8_t *tmp, const dl_tensor *src, int64_t y0, int64_t nrows,
+                            int64_t ow, const taps *tx) {
     const uint8_t *base = dl_tensor_data(src);
     int64_t C = src->shape[0], sc = src->strides[0], sy = src->strides[1], sx = src->strides[2];
     int K = tx->ksize;
@@ -254,6 +262,19 @@ static void hpass_f32(float *tmp, const dl_tensor *src, int64_t y0, int64_t nrow
     }
 }
 
+/* One output row of the vertical pass: out[i] = clip(sum_t rows[t][i] * k[t])
+ * over count consecutive rows of rowlen bytes. */
+DL_HOT static void vpass_u8_row(uint8_t *out, int32_t *a, const uint8_t *rows, size_t rowlen,
+                                const int32_t *k, int64_t count) {
+    for (size_t i = 0; i < rowlen; i++) a[i] = 1 << (PREC_BITS - 1);
+    for (int64_t t = 0; t < count; t++) {
+        const uint8_t *row = rows + (size_t)t * rowlen;
+        int32_t kt = k[t];
+        for (size_t i = 0; i < rowlen; i++) a[i] += row[i] * kt;
+    }
+    for (size_t i = 0; i < rowlen; i++) out[i] = clip8(a[i]);
+}
+
 /* Stores one finished row (ow * C values, interleaved) into dst row y. */
 typedef struct {
     dl_tensor *dst;
@@ -261,7 +282,7 @@ typedef struct {
     const float *lut;
 } sink;
 
-static void store_row_u8(const sink *s, int64_t y, const uint8_t *v, int64_t ow, int64_t C) {
+DL_HOT static void store_row_u8(const sink *s, int64_t y, const uint8_t *v, int64_t ow, int64_t C) {
     dl_tensor *d = s->dst;
     int64_t oh = d->shape[1];
     int64_t Y = s->vflip ? oh - 1 - y : y;
@@ -396,16 +417,9 @@ int dl_tf_resample_into(dl_tensor *dst, const dl_tensor *src, const dl_resample_
     int K = ty.ksize;
     if (src_u8) {
         hpass_u8(tmp, src, y0, nrows, ow, &tx);
-        int32_t *a = acc;
         for (int64_t y = 0; y < oh; y++) {
-            const int32_t *k = ty.wi + y * K;
-            for (size_t i = 0; i < rowlen; i++) a[i] = 1 << (PREC_BITS - 1);
-            for (int64_t t = 0; t < ty.count[y]; t++) {
-                const uint8_t *row = (const uint8_t *)tmp + (size_t)(ty.first[y] - y0 + t) * rowlen;
-                int32_t kt = k[t];
-                for (size_t i = 0; i < rowlen; i++) a[i] += row[i] * kt;
-            }
-            for (size_t i = 0; i < rowlen; i++) out8[i] = clip8(a[i]);
+            const uint8_t *first = (const uint8_t *)tmp + (size_t)(ty.first[y] - y0) * rowlen;
+            vpass_u8_row(out8, acc, first, rowlen, ty.wi + y * K, ty.count[y]);
             store_row_u8(&s, y, out8, ow, C);
         }
     } else {
