@@ -80,5 +80,6 @@ void dlL_open_linalg(lua_State *L);     /* l_linalg.c */
 void dlL_open_index(lua_State *L);      /* l_index.c: joining and indexing */
 void dlL_open_random(lua_State *L);     /* l_random.c */
 void dlL_open_print(lua_State *L);      /* l_print.c: __tostring */
+void dlL_open_nn_conv(lua_State *L);    /* l_nn_conv.c: dl._nn conv/bn/pool kernels */
 
 #endif

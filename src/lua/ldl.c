@@ -169,6 +169,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_index(L);
     dlL_open_random(L);
     dlL_open_print(L);
+    dlL_open_nn_conv(L);
 
     static const luaL_Reg functions[] = {
         {"clock", l_clock},
