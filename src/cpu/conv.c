@@ -24,6 +24,7 @@
 #include "dnnl_util.h"
 #include "gemm.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,8 +320,14 @@ static int backward_f32(const dl_conv2d_shape *s, float *gx, float *gw, float *g
         if (dl_dnnl_execute(e->prim[S_BD], &args) || out_done(e, A_BD_DSRC, gx, &t)) goto done;
     }
     if (gw) {
+        /* gy reordered for backward-data serves backward-weights too when
+         * both want the same layout */
+        const conv_arg *bd = &L->a[A_BD_DDST], *bw = &L->a[A_BW_DDST];
+        bool reuse =
+            t.p[A_BD_DDST] && bw->slot >= 0 && dnnl_memory_desc_equal(&bd->prim, &bw->prim);
         if (bind_in(e, A_BW_SRC, DNNL_ARG_SRC, x, &args, &t) ||
-            bind_in(e, A_BW_DDST, DNNL_ARG_DIFF_DST, gy, &args, &t) ||
+            (reuse ? dl_dnnl_args_add(&args, DNNL_ARG_DIFF_DST, &bw->prim, t.p[A_BD_DDST])
+                   : bind_in(e, A_BW_DDST, DNNL_ARG_DIFF_DST, gy, &args, &t)) ||
             bind_out(e, A_BW_DWEI, DNNL_ARG_DIFF_WEIGHTS, gw, &args, &t) ||
             (gb && dl_dnnl_args_add(&args, DNNL_ARG_DIFF_BIAS, &L->bias, gb))) {
             dl_dnnl_args_free(&args);

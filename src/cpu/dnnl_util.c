@@ -10,9 +10,11 @@
  * entry's primitives are destroyed when it is neither cached nor held. */
 #include "dnnl_util.h"
 #include "core/error.h"
+#include "core/parallel.h"
 
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,9 +97,11 @@ static int evict_one(void) {
     return 1;
 }
 
-dl_dnnl_entry *dl_dnnl_cache_get(const char *key, dl_dnnl_build_fn build, const void *ctx) {
-    if (strlen(key) >= DL_DNNL_KEY_LEN) {
-        dl_error("oneDNN: primitive cache key too long (%s)", key);
+dl_dnnl_entry *dl_dnnl_cache_get(const char *op_key, dl_dnnl_build_fn build, const void *ctx) {
+    /* primitives size their scratch for the threads they were made for */
+    char key[DL_DNNL_KEY_LEN];
+    if (snprintf(key, sizeof key, "%s t%d", op_key, dl_get_num_threads()) >= (int)sizeof key) {
+        dl_error("oneDNN: primitive cache key too long (%s)", op_key);
         return NULL;
     }
     pthread_mutex_lock(&cache_mu);

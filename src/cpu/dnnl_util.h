@@ -55,7 +55,9 @@ typedef struct dl_dnnl_entry {
 typedef int (*dl_dnnl_build_fn)(dl_dnnl_entry *e, const void *ctx);
 
 /* The entry for key, built with build(e, ctx) on a miss; NULL with an error
- * when building fails.  Return it with dl_dnnl_cache_put. */
+ * when building fails.  Return it with dl_dnnl_cache_put.  The current
+ * thread count (dl_get_num_threads) is part of the key: oneDNN sizes a
+ * primitive's work split and scratch for the threads it was created for. */
 dl_dnnl_entry *dl_dnnl_cache_get(const char *key, dl_dnnl_build_fn build, const void *ctx);
 void dl_dnnl_cache_put(dl_dnnl_entry *e);
 /* Drops every entry not in use (tests, memory pressure).  Returns how many

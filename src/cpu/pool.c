@@ -4,10 +4,11 @@
  * constant `f32` flag: each row (or plane) body is always_inline and called
  * from the parallel loops of two small wrappers (float, double), so the flag
  * folds away and each inner loop is specialised.  Values are read into
- * double (exact for float), so maxima compare exactly as PyTorch's float
- * compares; averages accumulate in double and round once.  Forward loops run
- * in parallel over output rows, backward loops over planes (a plane's
- * gradient is written by one thread only).
+ * double (exact for float) and every sum is rounded to the element type as
+ * it goes, so float results are PyTorch's float arithmetic (a double sum or
+ * quotient of two floats rounded to float is the float operation's result).
+ * Forward loops run in parallel over output rows, backward loops over planes
+ * (a plane's gradient is written by one thread only).
  *
  * Window rules, as PyTorch's CPU kernels:
  *  - max: rows h0 + k*dh (h0 = oh*sh - ph) inside [0, H); the maximum starts
@@ -38,6 +39,15 @@ INLINE void st(bool f32, void *p, int64_t i, double v) {
         ((float *)p)[i] = (float)v;
     else
         ((double *)p)[i] = v;
+}
+/* sum + v in the element type: for float, the double sum of two floats
+ * rounded to float is exactly float addition. */
+INLINE double acc(bool f32, double sum, double v) {
+    return f32 ? (double)(float)(sum + v) : sum + v;
+}
+/* a / b in the element type (same argument as acc). */
+INLINE double quot(bool f32, double a, double b) {
+    return f32 ? (double)(float)(a / b) : a / b;
 }
 INLINE void add(bool f32, void *p, int64_t i, double v) {
     if (f32)
@@ -197,8 +207,9 @@ INLINE void avg_fwd_row(bool f32, const dl_pool2d_shape *s, void *y, const void 
                 continue;
             }
             for (int64_t ih = h0; ih < h1; ih++)
-                for (int64_t iw = w0; iw < w1; iw++) sum += ld(f32, xp, ih * s->W + iw);
-            st(f32, y, r * s->OW + ow, sum / div);
+                for (int64_t iw = w0; iw < w1; iw++)
+                    sum = acc(f32, sum, ld(f32, xp, ih * s->W + iw));
+            st(f32, y, r * s->OW + ow, quot(f32, sum, div));
         }
     }
 }
@@ -212,7 +223,7 @@ INLINE void avg_bwd_plane(bool f32, const dl_pool2d_shape *s, void *gx, const vo
             for (int64_t ow = 0; ow < s->OW; ow++) {
                 int64_t h0, h1, w0, w1;
                 double div = avg_window(s, oh, ow, &h0, &h1, &w0, &w1);
-                double v = ld(f32, gy, p * OHW + oh * s->OW + ow) / div;
+                double v = quot(f32, ld(f32, gy, p * OHW + oh * s->OW + ow), div);
                 for (int64_t ih = h0; ih < h1; ih++)
                     for (int64_t iw = w0; iw < w1; iw++) add(f32, g, ih * s->W + iw, v);
             }
@@ -355,8 +366,10 @@ INLINE void adaptive_avg_fwd_row(bool f32, const dl_pool2d_shape *s, void *y, co
             int64_t w0 = adaptive_start(ow, s->OW, W), w1 = adaptive_end(ow, s->OW, W);
             double sum = 0;
             for (int64_t ih = h0; ih < h1; ih++)
-                for (int64_t iw = w0; iw < w1; iw++) sum += ld(f32, xp, ih * W + iw);
-            st(f32, y, r * s->OW + ow, sum / (double)((h1 - h0) * (w1 - w0)));
+                for (int64_t iw = w0; iw < w1; iw++) sum = acc(f32, sum, ld(f32, xp, ih * W + iw));
+            /* PyTorch divides twice: sum / kh / kw */
+            st(f32, y, r * s->OW + ow,
+               quot(f32, quot(f32, sum, (double)(h1 - h0)), (double)(w1 - w0)));
         }
     }
 }
@@ -371,7 +384,9 @@ INLINE void adaptive_avg_bwd_plane(bool f32, const dl_pool2d_shape *s, void *gx,
             int64_t h0 = adaptive_start(oh, s->OH, H), h1 = adaptive_end(oh, s->OH, H);
             for (int64_t ow = 0; ow < s->OW; ow++) {
                 int64_t w0 = adaptive_start(ow, s->OW, W), w1 = adaptive_end(ow, s->OW, W);
-                double v = ld(f32, gy, p * OHW + oh * s->OW + ow) / (double)((h1 - h0) * (w1 - w0));
+                /* PyTorch divides twice: gy / kh / kw */
+                double g1 = quot(f32, ld(f32, gy, p * OHW + oh * s->OW + ow), (double)(h1 - h0));
+                double v = quot(f32, g1, (double)(w1 - w0));
                 for (int64_t ih = h0; ih < h1; ih++)
                     for (int64_t iw = w0; iw < w1; iw++) add(f32, g, ih * W + iw, v);
             }
