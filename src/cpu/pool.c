@@ -3,10 +3,9 @@
  * The loop kernels are written once over an element type chosen by a
  * constant `f32` flag: each row (or plane) body is always_inline and called
  * from the parallel loops of two small wrappers (float, double), so the flag
- * folds away and each inner loop is specialised.  Values are read into
- * double (exact for float) and every sum is rounded to the element type as
- * it goes, so float results are PyTorch's float arithmetic (a double sum or
- * quotient of two floats rounded to float is the float operation's result).
+ * folds away and each inner loop is specialised.  Values pass through
+ * double (exact for float); sums and quotients are computed in the element
+ * type, in PyTorch's order, so float results are PyTorch's.
  * Forward loops run in parallel over output rows, backward loops over planes
  * (a plane's gradient is written by one thread only).
  *
@@ -40,12 +39,26 @@ INLINE void st(bool f32, void *p, int64_t i, double v) {
     else
         ((double *)p)[i] = v;
 }
-/* sum + v in the element type: for float, the double sum of two floats
- * rounded to float is exactly float addition. */
-INLINE double acc(bool f32, double sum, double v) {
-    return f32 ? (double)(float)(sum + v) : sum + v;
+/* The sum of x[ih][iw] over rows [h0, h1) and columns [w0, w1), in the
+ * element type's arithmetic and PyTorch's order (row by row).  x is (H, W). */
+INLINE double window_sum(bool f32, const void *x, int64_t W, int64_t h0, int64_t h1, int64_t w0,
+                         int64_t w1) {
+    if (f32) {
+        const float *p = x;
+        float sum = 0;
+        for (int64_t ih = h0; ih < h1; ih++)
+            for (int64_t iw = w0; iw < w1; iw++) sum += p[ih * W + iw];
+        return sum;
+    }
+    const double *p = x;
+    double sum = 0;
+    for (int64_t ih = h0; ih < h1; ih++)
+        for (int64_t iw = w0; iw < w1; iw++) sum += p[ih * W + iw];
+    return sum;
 }
-/* a / b in the element type (same argument as acc). */
+
+/* a / b in the element type: for float, the double quotient of two floats
+ * rounded to float is exactly the float division. */
 INLINE double quot(bool f32, double a, double b) {
     return f32 ? (double)(float)(a / b) : a / b;
 }
@@ -201,14 +214,12 @@ INLINE void avg_fwd_row(bool f32, const dl_pool2d_shape *s, void *y, const void 
         const char *xp = (const char *)x + p * HW * (f32 ? 4 : 8);
         for (int64_t ow = 0; ow < s->OW; ow++) {
             int64_t h0, h1, w0, w1;
-            double div = avg_window(s, oh, ow, &h0, &h1, &w0, &w1), sum = 0;
+            double div = avg_window(s, oh, ow, &h0, &h1, &w0, &w1);
             if (h0 >= h1 || w0 >= w1) {
                 st(f32, y, r * s->OW + ow, 0);
                 continue;
             }
-            for (int64_t ih = h0; ih < h1; ih++)
-                for (int64_t iw = w0; iw < w1; iw++)
-                    sum = acc(f32, sum, ld(f32, xp, ih * s->W + iw));
+            double sum = window_sum(f32, xp, s->W, h0, h1, w0, w1);
             st(f32, y, r * s->OW + ow, quot(f32, sum, div));
         }
     }
@@ -364,9 +375,7 @@ INLINE void adaptive_avg_fwd_row(bool f32, const dl_pool2d_shape *s, void *y, co
         int64_t h0 = adaptive_start(oh, s->OH, H), h1 = adaptive_end(oh, s->OH, H);
         for (int64_t ow = 0; ow < s->OW; ow++) {
             int64_t w0 = adaptive_start(ow, s->OW, W), w1 = adaptive_end(ow, s->OW, W);
-            double sum = 0;
-            for (int64_t ih = h0; ih < h1; ih++)
-                for (int64_t iw = w0; iw < w1; iw++) sum = acc(f32, sum, ld(f32, xp, ih * W + iw));
+            double sum = window_sum(f32, xp, W, h0, h1, w0, w1);
             /* PyTorch divides twice: sum / kh / kw */
             st(f32, y, r * s->OW + ow,
                quot(f32, quot(f32, sum, (double)(h1 - h0)), (double)(w1 - w0)));

@@ -436,6 +436,9 @@ T.case("bad input: clear errors naming the op", function()
     "adaptive_max_pool2d: input must be a floating-point tensor, got int64")
   T.raises(function() nn.adaptive_avg_pool2d_backward(dl.ones(2, 3, 3), x) end,
     "adaptive_avg_pool2d_backward: grad_output has shape [2, 3, 3], expected the output's")
+  T.raises(function() nn.conv2d_layout("nhwc") end,
+    "conv2d_layout: unknown layout 'nhwc' (expected plain, any or auto)")
+  T.eq(nn.conv2d_layout(), "auto")
   -- the process is healthy after all that
   T.tensor_eq(nn.conv2d_forward(dl.ones(1, 1, 2, 2), dl.ones(1, 1, 2, 2)), {{{{4}}}})
 end)
