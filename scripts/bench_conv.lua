@@ -29,6 +29,8 @@ local LAYERS = {
   {"l2_down1x1s2", 256, 56, 512, 1, 2, 0},
   {"l3_down1x1s2", 512, 28, 1024, 1, 2, 0},
   {"l3_3x3_256", 256, 14, 256, 3, 1, 1},
+  {"l3_1x1_1024", 1024, 14, 256, 1, 1, 0},
+  {"l3_1x1_256", 256, 14, 1024, 1, 1, 0},
   {"l4_3x3_512", 512, 7, 512, 3, 1, 1},
   {"l4_1x1_2048", 512, 7, 2048, 1, 1, 0},
 }
@@ -58,28 +60,36 @@ if with_torch then
   p:close()
 end
 
-print(string.format("conv2d float32, batch %d, %d threads; ms (best of 7)", batch, threads))
-print(string.format("%-14s %9s %9s %9s %9s %9s %9s", "layer", "plain fwd", "plain bwd", "any fwd",
-  "any bwd", "torch fwd", "torch bwd"))
+print(string.format("conv2d float32, batch %d, %d threads; ms (best of 7); auto = the default's pick",
+  batch, threads))
+print(string.format("%-14s %9s %9s %9s %9s %5s %9s %9s", "layer", "plain fwd", "plain bwd", "any fwd",
+  "any bwd", "auto", "torch fwd", "torch bwd"))
 local saved = dl._nn.conv2d_layout()
+local total = {plain = 0, any = 0, auto = 0, torch = 0}
 for _, l in ipairs(LAYERS) do
   local name, C, H, O, k, s, p = table.unpack(l)
   local x = dl.randn(batch, C, H, H)
   local w = dl.randn(O, C, k, k)
-  local o = {stride = s, padding = p}
+  local fo = {stride = s, padding = p}
+  local bo = {stride = s, padding = p, need = {true, true, false}}
   local row = {}
   for _, layout in ipairs({"plain", "any"}) do
     dl._nn.conv2d_layout(layout)
-    local y = dl._nn.conv2d_forward(x, w, nil, o)
+    local y = dl._nn.conv2d_forward(x, w, nil, fo)
     local gy = dl.randn(table.unpack(y.shape))
-    o.need = {true, true, false}
-    row[#row + 1] = best_ms(function() dl._nn.conv2d_forward(x, w, nil, o) end, 7)
-    row[#row + 1] = best_ms(function() dl._nn.conv2d_backward(gy, x, w, o) end, 7)
-    o.need = nil
+    local f = best_ms(function() dl._nn.conv2d_forward(x, w, nil, fo) end, 7)
+    local b = best_ms(function() dl._nn.conv2d_backward(gy, x, w, bo) end, 7)
+    row[#row + 1], row[#row + 2] = f, b
+    total[layout] = total[layout] + f + b
     collectgarbage()
   end
+  local pick = k == 1 and "plain" or "any" -- conv.c's AUTO rule
+  total.auto = total.auto + (pick == "plain" and row[1] + row[2] or row[3] + row[4])
   local t = torch[name] or {0 / 0, 0 / 0}
-  print(string.format("%-14s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f", name, row[1], row[2], row[3],
-    row[4], t[1], t[2]))
+  total.torch = total.torch + t[1] + t[2]
+  print(string.format("%-14s %9.2f %9.2f %9.2f %9.2f %5s %9.2f %9.2f", name, row[1], row[2], row[3],
+    row[4], pick, t[1], t[2]))
 end
 dl._nn.conv2d_layout(saved)
+print(string.format("total fwd+bwd: plain %.1f  any %.1f  auto %.1f  torch %.1f", total.plain,
+  total.any, total.auto, total.torch))
