@@ -34,8 +34,6 @@
 #include "lbind.h"
 #include "ops/nn_conv.h"
 
-#include <math.h>
-
 /* An optional tensor argument: nil -> NULL. */
 static dl_tensor *opttensor(lua_State *L, int idx) {
     return lua_isnoneornil(L, idx) ? NULL : dlL_checktensor(L, idx);

@@ -87,7 +87,20 @@ dl_conv2d_params dl_conv2d_default_params(void) {
     return p;
 }
 
+/* Sizes beyond this are refused, so that no size arithmetic overflows. */
+#define SIZE_LIMIT ((int64_t)1 << 31)
+
+static int check_limit(const char *op, const char *what, const int64_t *v, int n) {
+    for (int i = 0; i < n; i++)
+        if (v[i] >= SIZE_LIMIT || v[i] <= -SIZE_LIMIT)
+            return dl_error("%s: %s %lld is too large", op, what, (long long)v[i]);
+    return 0;
+}
+
 static int check_conv_params(const char *op, const dl_conv2d_params *p) {
+    if (check_limit(op, "stride", p->stride, 2) || check_limit(op, "padding", p->padding, 2) ||
+        check_limit(op, "dilation", p->dilation, 2) || check_limit(op, "groups", &p->groups, 1))
+        return -1;
     for (int i = 0; i < 2; i++) {
         if (p->stride[i] < 1)
             return dl_error("%s: stride must be positive, got (%lld, %lld)", op,
@@ -575,6 +588,10 @@ static int pool_geometry(const char *op, const dl_tensor *x, const dl_pool2d_par
                          dl_pool2d_shape *s) {
     if (pool_input(op, x)) return -1;
     const int64_t *k = p->kernel, *st = p->stride, *pd = p->padding, *dl = p->dilation;
+    if (check_limit(op, "kernel_size", k, 2) || check_limit(op, "stride", st, 2) ||
+        check_limit(op, "padding", pd, 2) || check_limit(op, "dilation", dl, 2) ||
+        check_limit(op, "divisor_override", &p->divisor_override, 1))
+        return -1;
     if (k[0] < 1 || k[1] < 1)
         return dl_error("%s: kernel_size must be positive, got (%lld, %lld)", op, (long long)k[0],
                         (long long)k[1]);
@@ -758,6 +775,8 @@ dl_tensor *dl_avg_pool2d_backward(dl_tensor *gy, dl_tensor *x, const dl_pool2d_p
 static int adaptive_geometry(const char *op, const dl_tensor *x, int64_t oh, int64_t ow,
                              dl_pool2d_shape *s) {
     if (pool_input(op, x)) return -1;
+    int64_t osize[2] = {oh, ow};
+    if (check_limit(op, "output_size", osize, 2)) return -1;
     if (oh < 0 || ow < 0)
         return dl_error("%s: output_size must be non-negative, got (%lld, %lld)", op, (long long)oh,
                         (long long)ow);

@@ -383,6 +383,10 @@ T.case("bad input: clear errors naming the op", function()
   T.raises(function() nn.conv2d_forward(x, w, nil, {stride = 1.5}) end,
     "conv2d: stride must be an integer or a pair of integers")
   T.raises(function() nn.conv2d_forward(x, "w") end, "tensor")
+  T.raises(function() nn.conv2d_forward(x, w, nil, {dilation = 1 << 40}) end,
+    "conv2d: dilation 1099511627776 is too large")
+  T.raises(function() nn.max_pool2d_forward(x, {2, 1 << 62}) end,
+    "max_pool2d: kernel_size 4611686018427387904 is too large")
   T.raises(function() nn.conv2d_backward(dl.randn(2, 4, 4, 4), x, w) end,
     "conv2d_backward: grad_output has shape [2, 4, 4, 4], expected the output's [2, 4, 3, 3]")
   T.raises(function() nn.conv2d_backward(dl.randn(2, 4, 3, 3), x, w, {need = {1, 2}}) end,
