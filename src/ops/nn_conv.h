@@ -73,7 +73,10 @@ dl_batch_norm_params dl_batch_norm_default_params(void);
 /* Training: normalises with the batch's statistics over (N, spatial).
  * Outputs y (like x), save_mean and save_invstd = 1/sqrt(biased var + eps)
  * (x's dtype; float32 for a float16/bfloat16 x).  running_mean/running_var,
- * when given, are updated in place (running_var with the unbiased variance). */
+ * when given, are updated in place (running_var with the unbiased variance).
+ * A single value per channel (N*spatial == 1) is an error, as in PyTorch; an
+ * empty batch passes through (y empty, running stats untouched, save_mean 0
+ * and save_invstd 1/sqrt(eps)). */
 int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
                                 dl_tensor *running_mean, dl_tensor *running_var,
                                 const dl_batch_norm_params *p, dl_tensor **y, dl_tensor **save_mean,
