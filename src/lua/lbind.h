@@ -89,5 +89,6 @@ void dlL_open_data(lua_State *L);       /* l_data.c: dl._data (ImageFolder index
 /* The C transform pipeline at idx (a dl._transforms.pipeline userdata), or
  * NULL when idx holds something else. */
 struct dl_pipeline *dlL_topipeline(lua_State *L, int idx);
+void dlL_open_nn_conv(lua_State *L);    /* l_nn_conv.c: dl._nn conv/bn/pool kernels */
 
 #endif
