@@ -80,8 +80,10 @@ dl_node *dl_node_new(const char *name, dl_backward_fn fn, int n_inputs,
     return n;
 }
 
+/* Always a distinct tensor object: a node may save its own output before
+ * dl_node_set_output gives that output its grad_fn, and holding the same
+ * object would then make a cycle (output -> node -> saved output). */
 dl_tensor *dl_tensor_detached(dl_tensor *t) {
-    if (!t->grad_fn && !t->requires_grad) return dl_tensor_retain(t);
     return dl_tensor_new_view(t->storage, t->offset, t->ndim, t->shape, t->strides, t->dtype);
 }
 

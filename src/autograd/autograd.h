@@ -108,8 +108,8 @@ void dl_node_release(dl_node *n);
  * reference on n (out now holds it).  Returns out. */
 dl_tensor *dl_node_finish(dl_node *n, dl_tensor *out);
 
-/* A NEW reference: t itself when it has no autograd history, else a view of
- * the same storage without it (what saved tensors and detach() use). */
+/* A new tensor object viewing t's storage, without autograd history (what
+ * saved tensors use). */
 dl_tensor *dl_tensor_detached(dl_tensor *t);
 
 /* --- running backward ------------------------------------------------------- */

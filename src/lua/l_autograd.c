@@ -143,18 +143,32 @@ static int t_requires_grad_(lua_State *L) {
     return 1;
 }
 
-/* fn(...) with grad mode set to `on`; restores the mode even on error */
-static int run_with_mode(lua_State *L, int on) {
-    luaL_checktype(L, 1, LUA_TFUNCTION);
-    bool prev = dl_set_grad_enabled(on);
-    int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
-    dl_set_grad_enabled(prev);
-    if (status != LUA_OK) return lua_error(L);
-    return lua_gettop(L);
+/* The mode to restore when the guard below is closed. */
+static int restore_mode(lua_State *L) {
+    dl_set_grad_enabled(lua_toboolean(L, lua_upvalueindex(1)));
+    return 0;
 }
 
-static int l_no_grad(lua_State *L) { return run_with_mode(L, 0); }
-static int l_enable_grad(lua_State *L) { return run_with_mode(L, 1); }
+/* fn(...) with grad mode set to `on`.  A to-be-closed guard restores the
+ * previous mode however fn ends, and fn runs unprotected, so an error keeps
+ * its full traceback. */
+static int run_with_mode(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    int on = lua_toboolean(L, lua_upvalueindex(1));
+    int nargs = lua_gettop(L) - 1;
+    lua_createtable(L, 0, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushboolean(L, dl_grad_enabled());
+    lua_pushcclosure(L, restore_mode, 1);
+    lua_setfield(L, -2, "__close");
+    lua_setmetatable(L, -2);
+    lua_insert(L, 1); /* guard below fn and its arguments */
+    lua_toclose(L, 1);
+    dl_set_grad_enabled(on);
+    lua_call(L, nargs, LUA_MULTRET);
+    return lua_gettop(L) - 1; /* the results; the guard closes on return */
+}
+
 
 static int l_set_grad_enabled(lua_State *L) {
     luaL_checktype(L, 1, LUA_TBOOLEAN);
@@ -297,8 +311,6 @@ void dlL_open_autograd(lua_State *L) {
         {NULL, NULL},
     };
     static const luaL_Reg functions[] = {
-        {"no_grad", l_no_grad},
-        {"enable_grad", l_enable_grad},
         {"set_grad_enabled", l_set_grad_enabled},
         {"is_grad_enabled", l_is_grad_enabled},
         {NULL, NULL},
@@ -312,6 +324,12 @@ void dlL_open_autograd(lua_State *L) {
     };
     dlL_register(L, functions, methods);
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
+    lua_pushboolean(L, 0);
+    lua_pushcclosure(L, run_with_mode, 1);
+    lua_setfield(L, -2, "no_grad");
+    lua_pushboolean(L, 1);
+    lua_pushcclosure(L, run_with_mode, 1);
+    lua_setfield(L, -2, "enable_grad");
     luaL_newlib(L, raw);
     lua_setfield(L, -2, "_autograd");
     lua_pop(L, 1);

@@ -35,8 +35,12 @@ int dlL_fail(lua_State *L) {
 }
 
 /* Collection pacing: a full collection whenever the bytes allocated since the
- * last one exceed the larger of 256 MB and the bytes alive after it. */
-static int64_t gc_mark_total, gc_threshold = 256 << 20;
+ * last one exceed the larger of 64 MB and an eighth of the bytes alive after
+ * it.  Garbage tensors then add at most about 1/8 to the memory in use (a
+ * training loop's RSS stays flat), while a collection, which only walks the
+ * Lua heap, stays rare next to the tensor work it follows. */
+#define GC_MIN_BYTES ((int64_t)64 << 20)
+static int64_t gc_mark_total, gc_threshold = GC_MIN_BYTES;
 
 static void maybe_collect(lua_State *L) {
     int64_t total = dl_mem_total_allocated();
@@ -44,7 +48,7 @@ static void maybe_collect(lua_State *L) {
     lua_gc(L, LUA_GCCOLLECT);
     gc_mark_total = dl_mem_total_allocated();
     int64_t live = dl_mem_live_bytes();
-    gc_threshold = live > (256 << 20) ? live : (256 << 20);
+    gc_threshold = live / 8 > GC_MIN_BYTES ? live / 8 : GC_MIN_BYTES;
 }
 
 int dlL_pushtensor(lua_State *L, dl_tensor *t) {
