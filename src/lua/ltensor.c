@@ -560,7 +560,7 @@ static int t_item(lua_State *L) {
     if (dl_tensor_item(t, &v)) return dlL_fail(L);
     dl_tensor *c = dl_to_device(t, DL_CPU);
     if (!c) return dlL_fail(L);
-    push_element(L, dl_tensor_data(c), c->dtype);
+    push_element(L, dl_tensor_data_ptr(c), c->dtype);
     dl_tensor_release(c);
     return 1;
 }
