@@ -71,6 +71,10 @@ int dlL_optfield(lua_State *L, int idx, const char *key);
  * table.  Either list may be NULL. */
 void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods);
 
+/* Marks L's state as owned by the calling thread: a failed allocation on
+ * this thread collects it (ldl.c).  dl_state_* calls this on entry. */
+void dlL_adopt_state(lua_State *L);
+
 /* Family openers, called by luaopen_dl in this order. */
 void dlL_open_tensor(lua_State *L);     /* ltensor.c: userdata, views, conversion */
 void dlL_open_create(lua_State *L);     /* lcreate.c: creation, dl.tensor, tolist */

@@ -34,17 +34,26 @@ int dlL_fail(lua_State *L) {
     return luaL_error(L, "%s", msg[0] ? msg : "unknown error");
 }
 
-/* Collection pacing: a full collection whenever the bytes allocated since the
- * last one exceed the larger of 256 MB and the bytes alive after it. */
-static int64_t gc_mark_total, gc_threshold = 256 << 20;
+/* Collection pacing: a full collection whenever the bytes allocated (by the
+ * process) since this state's last one exceed the larger of 256 MB and the
+ * bytes alive after it.  The counters live in each state's registry, so
+ * states on different threads never share them. */
+typedef struct {
+    int64_t mark_total, threshold;
+} gc_pacing;
+static const char gc_pacing_key = 'g'; /* its address keys the registry entry */
 
 static void maybe_collect(lua_State *L) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &gc_pacing_key);
+    gc_pacing *p = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (!p) return;
     int64_t total = dl_mem_total_allocated();
-    if (total - gc_mark_total < gc_threshold) return;
+    if (total - p->mark_total < p->threshold) return;
     lua_gc(L, LUA_GCCOLLECT);
-    gc_mark_total = dl_mem_total_allocated();
+    p->mark_total = dl_mem_total_allocated();
     int64_t live = dl_mem_live_bytes();
-    gc_threshold = live > (256 << 20) ? live : (256 << 20);
+    p->threshold = live > (256 << 20) ? live : (256 << 20);
 }
 
 int dlL_pushtensor(lua_State *L, dl_tensor *t) {
@@ -690,6 +699,10 @@ static int dl_is_tensor(lua_State *L) {
 }
 
 void dlL_open_tensor(lua_State *L) {
+    gc_pacing *pacing = lua_newuserdatauv(L, sizeof *pacing, 0);
+    pacing->mark_total = dl_mem_total_allocated();
+    pacing->threshold = 256 << 20;
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &gc_pacing_key);
     static const luaL_Reg meta[] = {
         {"__gc", t_gc},         {"__close", t_gc}, {"__index", t_index},
         {"__newindex", t_newindex}, {"__len", t_len}, {NULL, NULL},
