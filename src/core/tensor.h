@@ -51,7 +51,8 @@ dl_device dl_tensor_device(const dl_tensor *t);
 /* Pointer to the first element (storage data + offset), whatever the layout
  * or device.  (dlua.h's public dl_tensor_data is the checked form for hosts:
  * NULL unless CPU and contiguous.  It is deliberately not declared here, so a
- * library file calling it by mistake fails to compile.) */
+ * library file calling it by mistake fails to compile: the build makes
+ * implicit declarations errors.) */
 void *dl_tensor_data_ptr(const dl_tensor *t);
 size_t dl_tensor_itemsize(const dl_tensor *t);
 /* Normalises dim (negative from the end) against ndim; -1 and an error naming
