@@ -71,6 +71,9 @@ int dlL_optfield(lua_State *L, int idx, const char *key);
  * table.  Either list may be NULL. */
 void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods);
 
+/* Adds functions to the subtable dl.<name> (created when absent). */
+void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions);
+
 /* Marks L's state as owned by the calling thread: a failed allocation on
  * this thread collects it (ldl.c).  dl_state_* calls this on entry. */
 void dlL_adopt_state(lua_State *L);
