@@ -179,7 +179,7 @@ static void print_usage(FILE *f) {
                "  -i        enter interactive mode after executing 'script'\n"
                "  -l mod    require library 'mod' into global 'mod'\n"
                "  -l g=mod  require library 'mod' into global 'g'\n"
-               "  -v        show version information\n"
+               "  -v        show version information and the backends compiled in\n"
                "  -E        ignore environment variables (DLUA_INIT, LUA_PATH, ...)\n"
                "  -W        turn warnings on\n"
                "  -h, --help  show this help\n"
@@ -191,6 +191,13 @@ static void print_usage(FILE *f) {
 
 static void print_version(void) {
     printf("dlua %s (%s) -- deep learning in Lua\n", DL_VERSION, LUA_RELEASE);
+    fflush(stdout);
+}
+
+/* -v's second line: the backends compiled in and the library versions. */
+static void print_build(void) {
+    char info[512];
+    printf("backends: %s\n", dl_backends_info(info, sizeof info));
     fflush(stdout);
 }
 
@@ -889,7 +896,10 @@ static int pmain(lua_State *L) {
     luaL_requiref(L, "dl", luaopen_dl, 1);
     lua_pop(L, 1);
     createargtable(L, argv, argc, script);
-    if (args & ARG_V) print_version();
+    if (args & ARG_V) {
+        print_version();
+        if (!(args & ARG_I)) print_build(); /* -i shows the session's backends instead */
+    }
     if (!(args & ARG_NOENV) && handle_init(L) != LUA_OK) return 0;
     if (!runargs(L, argv, optlim)) return 0;
     if (script > 0 && handle_script(L, argv + script) != LUA_OK) return 0;

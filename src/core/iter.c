@@ -36,7 +36,7 @@ static void plan_build(iter_plan *p, int nargs, dl_tensor *const *args) {
     const dl_tensor *t0 = args[0];
     p->nargs = nargs;
     p->ndim = 0;
-    for (int a = 0; a < nargs; a++) p->base[a] = dl_tensor_data(args[a]);
+    for (int a = 0; a < nargs; a++) p->base[a] = dl_tensor_data_ptr(args[a]);
     for (int d = 0; d < t0->ndim; d++) {
         if (t0->shape[d] == 1) continue;
         int k = p->ndim;

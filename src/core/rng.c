@@ -1,13 +1,24 @@
-/* rng.c - Philox4x32-10 and the process-wide default generator. */
+/* rng.c - Philox4x32-10, the process-wide default generator and the
+ * per-thread override embedded states install. */
 #include "rng.h"
 
-static dl_generator default_gen = {67280421310721ULL, 0};
+static dl_generator default_gen = {DL_DEFAULT_SEED, 0};
+static _Thread_local dl_generator *thread_gen;
 
-dl_generator *dl_default_generator(void) { return &default_gen; }
+dl_generator *dl_default_generator(void) {
+    return thread_gen ? thread_gen : &default_gen;
+}
+
+dl_generator *dl_set_thread_generator(dl_generator *g) {
+    dl_generator *prev = thread_gen;
+    thread_gen = g;
+    return prev;
+}
 
 void dl_manual_seed(uint64_t seed) {
-    default_gen.seed = seed;
-    default_gen.offset = 0;
+    dl_generator *g = dl_default_generator();
+    g->seed = seed;
+    g->offset = 0;
 }
 
 uint64_t dl_generator_reserve(dl_generator *g, uint64_t nblocks) {

@@ -14,8 +14,18 @@ typedef struct {
     uint64_t offset; /* next unused 128-bit counter block */
 } dl_generator;
 
+/* The generator random ops use when given none: the calling thread's
+ * override when one is set, else the process-wide one.  dl_manual_seed seeds
+ * that same generator. */
 dl_generator *dl_default_generator(void);
 void dl_manual_seed(uint64_t seed);
+/* Makes g (NULL: none) this thread's default generator and returns the
+ * previous override.  An embedded Lua state (dl_state_*) sets its own
+ * generator around each call, so states in one process draw independent,
+ * reproducible streams; `dlua` and stock lua5.4 use the process-wide one. */
+dl_generator *dl_set_thread_generator(dl_generator *g);
+/* The seed every fresh generator starts from (PyTorch's default seed). */
+#define DL_DEFAULT_SEED 67280421310721ULL
 /* Reserves n blocks of 4 x uint32 and returns the first block's counter. */
 uint64_t dl_generator_reserve(dl_generator *g, uint64_t nblocks);
 /* One Philox4x32-10 block: 4 random 32-bit words for (key=seed, counter). */

@@ -140,7 +140,7 @@ dl_device dl_tensor_device(const dl_tensor *t) { return t->storage->device; }
 
 size_t dl_tensor_itemsize(const dl_tensor *t) { return dl_dtype_size(t->dtype); }
 
-void *dl_tensor_data(const dl_tensor *t) {
+void *dl_tensor_data_ptr(const dl_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)dl_dtype_size(t->dtype);
 }
 
@@ -614,7 +614,7 @@ static int one_element(const dl_tensor *t, dl_tensor **host) {
 int dl_tensor_item(const dl_tensor *t, double *out) {
     dl_tensor *h = NULL;
     if (one_element(t, &h)) return -1;
-    *out = dl_load_f64(dl_tensor_data(h), h->dtype);
+    *out = dl_load_f64(dl_tensor_data_ptr(h), h->dtype);
     dl_tensor_release(h);
     return 0;
 }
@@ -622,7 +622,7 @@ int dl_tensor_item(const dl_tensor *t, double *out) {
 int dl_tensor_item_i64(const dl_tensor *t, int64_t *out) {
     dl_tensor *h = NULL;
     if (one_element(t, &h)) return -1;
-    *out = dl_load_i64(dl_tensor_data(h), h->dtype);
+    *out = dl_load_i64(dl_tensor_data_ptr(h), h->dtype);
     dl_tensor_release(h);
     return 0;
 }

@@ -48,8 +48,12 @@ void dl_tensor_release(dl_tensor *t);
 int64_t dl_tensor_numel(const dl_tensor *t);
 bool dl_tensor_is_contiguous(const dl_tensor *t);
 dl_device dl_tensor_device(const dl_tensor *t);
-/* Pointer to the first element (storage data + offset). */
-void *dl_tensor_data(const dl_tensor *t);
+/* Pointer to the first element (storage data + offset), whatever the layout
+ * or device.  (dlua.h's public dl_tensor_data is the checked form for hosts:
+ * NULL unless CPU and contiguous.  It is deliberately not declared here, so a
+ * library file calling it by mistake fails to compile: the build makes
+ * implicit declarations errors.) */
+void *dl_tensor_data_ptr(const dl_tensor *t);
 size_t dl_tensor_itemsize(const dl_tensor *t);
 /* Normalises dim (negative from the end) against ndim; -1 and an error naming
  * op when out of range. */

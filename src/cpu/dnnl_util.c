@@ -7,7 +7,8 @@
  * thread holds is evicted; if every entry is held the new one is still added
  * (the array grows past the capacity only in that rare case).
  * Invariants: entries are created and destroyed only under the mutex; an
- * entry's primitives are destroyed when it is neither cached nor held. */
+ * entry's primitives are destroyed when it is neither cached nor held; every
+ * primitive takes its scratchpad from the executing thread (see below). */
 #include "dnnl_util.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -170,11 +171,57 @@ int dl_dnnl_cache_size(void) {
     return n;
 }
 
+/* --- scratchpads ----------------------------------------------------------------
+ * Every primitive is created with a user-managed scratchpad that
+ * dl_dnnl_execute supplies from a buffer of the executing thread.  oneDNN's
+ * default (library-managed) scratchpad is tied to thread-local storage of the
+ * thread that created the primitive, so a cached primitive executed by two
+ * threads at once (two embedded Lua states, data-loader threads) shared or
+ * missed it and crashed. */
+
+static pthread_key_t scratch_key;
+static int scratch_key_ok;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static _Thread_local void *scratch_buf;
+static _Thread_local size_t scratch_size;
+
+static void scratch_key_init(void) {
+    scratch_key_ok = pthread_key_create(&scratch_key, free) == 0;
+}
+
+/* This thread's scratch buffer of at least n bytes (freed when the thread ends). */
+static void *thread_scratch(size_t n) {
+    if (n <= scratch_size) return scratch_buf;
+    pthread_once(&scratch_once, scratch_key_init);
+    void *p = dl_dnnl_alloc(n, "oneDNN scratchpad");
+    if (!p) return NULL;
+    free(scratch_buf);
+    scratch_buf = p;
+    scratch_size = n;
+    if (scratch_key_ok) pthread_setspecific(scratch_key, p); /* else kept until exit */
+    return p;
+}
+
+/* An attribute asking for a user-managed scratchpad; NULL with an error. */
+static dnnl_primitive_attr_t user_scratchpad_attr(void) {
+    dnnl_primitive_attr_t attr;
+    if (DL_DNNL(dnnl_primitive_attr_create(&attr))) return NULL;
+    if (DL_DNNL(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user))) {
+        dnnl_primitive_attr_destroy(attr);
+        return NULL;
+    }
+    return attr;
+}
+
 int dl_dnnl_entry_add(dl_dnnl_entry *e, int i, const_dnnl_op_desc_t desc,
                       const_dnnl_primitive_desc_t hint, int make_prim) {
     dnnl_engine_t eng = dl_dnnl_engine();
     if (!eng) return -1;
-    if (DL_DNNL(dnnl_primitive_desc_create(&e->pd[i], desc, NULL, eng, hint))) {
+    dnnl_primitive_attr_t attr = user_scratchpad_attr();
+    if (!attr) return -1;
+    dnnl_status_t st = dnnl_primitive_desc_create(&e->pd[i], desc, attr, eng, hint);
+    dnnl_primitive_attr_destroy(attr);
+    if (DL_DNNL(st)) {
         e->pd[i] = NULL;
         return -1;
     }
@@ -189,7 +236,11 @@ int dl_dnnl_entry_add_reorder(dl_dnnl_entry *e, int i, const dnnl_memory_desc_t 
                               const dnnl_memory_desc_t *to) {
     dnnl_engine_t eng = dl_dnnl_engine();
     if (!eng) return -1;
-    if (DL_DNNL(dnnl_reorder_primitive_desc_create(&e->pd[i], from, eng, to, eng, NULL))) {
+    dnnl_primitive_attr_t attr = user_scratchpad_attr();
+    if (!attr) return -1;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&e->pd[i], from, eng, to, eng, attr);
+    dnnl_primitive_attr_destroy(attr);
+    if (DL_DNNL(st)) {
         e->pd[i] = NULL;
         return -1;
     }
@@ -219,10 +270,22 @@ void dl_dnnl_args_free(dl_dnnl_args *args) {
     args->n = 0;
 }
 
+/* Adds the primitive's scratchpad (from this thread's buffer) to args. */
+static int add_scratchpad(dnnl_primitive_t prim, dl_dnnl_args *args) {
+    const_dnnl_primitive_desc_t pd;
+    if (DL_DNNL(dnnl_primitive_get_primitive_desc(prim, &pd))) return -1;
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t n = md ? dnnl_memory_desc_get_size(md) : 0;
+    if (n == 0) return 0;
+    void *buf = thread_scratch(n);
+    return buf ? dl_dnnl_args_add(args, DNNL_ARG_SCRATCHPAD, md, buf) : -1;
+}
+
 int dl_dnnl_execute(dnnl_primitive_t prim, dl_dnnl_args *args) {
     dnnl_stream_t s = dl_dnnl_stream();
     int rc = -1;
-    if (s && !DL_DNNL(dnnl_primitive_execute(prim, s, args->n, args->a)))
+    if (s && !add_scratchpad(prim, args) &&
+        !DL_DNNL(dnnl_primitive_execute(prim, s, args->n, args->a)))
         rc = DL_DNNL(dnnl_stream_wait(s));
     dl_dnnl_args_free(args);
     return rc;

@@ -8,7 +8,9 @@
  * dl_last_error() set, never exits.  A cache entry is reference counted:
  * dl_dnnl_cache_get hands out a reference that the caller returns with
  * dl_dnnl_cache_put, so eviction never frees an entry another thread is
- * executing.  Primitives use oneDNN's default (library-managed) scratchpad. */
+ * executing.  Primitives use a user-managed scratchpad that dl_dnnl_execute
+ * takes from a per-thread buffer, so any thread may execute any cached
+ * primitive, concurrently with others. */
 #ifndef DL_CPU_DNNL_UTIL_H
 #define DL_CPU_DNNL_UTIL_H
 

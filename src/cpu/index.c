@@ -58,8 +58,8 @@ void dl_cpu_index_select(dl_tensor *out, const dl_tensor *x, int dim, const int6
     int64_t outer = 1, inner = 1, size = x->ndim ? x->shape[dim] : 1;
     for (int d = 0; d < dim; d++) outer *= x->shape[d];
     for (int d = dim + 1; d < x->ndim; d++) inner *= x->shape[d];
-    const char *src = dl_tensor_data(x); /* x is (outer, size, inner) */
-    char *dst = dl_tensor_data(out);     /* out is (outer, nidx, inner) */
+    const char *src = dl_tensor_data_ptr(x); /* x is (outer, size, inner) */
+    char *dst = dl_tensor_data_ptr(out);     /* out is (outer, nidx, inner) */
     int64_t rows = outer * nidx;
     size_t row_bytes = (size_t)inner * isz;
     int nthr = rows * inner >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
@@ -98,8 +98,8 @@ void dl_cpu_gather(dl_tensor *out, const dl_tensor *x, int dim, const dl_tensor 
     size_t isz = dl_dtype_size(x->dtype);
     const char *src = elem_base(x);
     int64_t xoff = x->offset;
-    char *dst = dl_tensor_data(out);            /* out is index's shape, contiguous */
-    const int64_t *idx = dl_tensor_data(index); /* contiguous int64 */
+    char *dst = dl_tensor_data_ptr(out);            /* out is index's shape, contiguous */
+    const int64_t *idx = dl_tensor_data_ptr(index); /* contiguous int64 */
     int nthr = numel >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
 #pragma omp parallel for num_threads(nthr) if (nthr > 1)
     for (int64_t r = 0; r < rows; r++) {
@@ -175,7 +175,7 @@ void dl_cpu_scatter(dl_tensor *self, int dim, const dl_tensor *index, const dl_t
     char *dst = elem_base(self);
     const char *sp = elem_base(src);
     int64_t doff = self->offset, soff = src->offset, scol = rs[last];
-    const int64_t *idx = dl_tensor_data(index);
+    const int64_t *idx = dl_tensor_data_ptr(index);
     dl_dtype dt = self->dtype;
     /* rows write disjoint parts of self only when dim is the row dim */
     int nthr = dim == last && numel >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
@@ -206,8 +206,8 @@ void dl_cpu_index_add(dl_tensor *out, int dim, const int64_t *idx, int64_t nidx,
     int64_t outer = 1, inner = 1, size = out->ndim ? out->shape[dim] : 1;
     for (int d = 0; d < dim; d++) outer *= out->shape[d];
     for (int d = dim + 1; d < out->ndim; d++) inner *= out->shape[d];
-    char *dst = dl_tensor_data(out);      /* out is (outer, size, inner) */
-    const char *sp = dl_tensor_data(src); /* src is (outer, nidx, inner) */
+    char *dst = dl_tensor_data_ptr(out);      /* out is (outer, size, inner) */
+    const char *sp = dl_tensor_data_ptr(src); /* src is (outer, nidx, inner) */
     int64_t blocks = (inner + BLOCK - 1) / BLOCK, tasks = outer * blocks;
     int nthr = tasks > 1 && outer * nidx * inner >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
 #pragma omp parallel for num_threads(nthr) if (nthr > 1)
@@ -368,9 +368,9 @@ int dl_cpu_sort(const dl_tensor *x, int dim, bool descending, int64_t k, dl_tens
     for (int d = dim + 1; d < x->ndim; d++) inner *= x->shape[d];
     size_t isz = dl_dtype_size(x->dtype);
     int64_t xstride_bytes = x->strides[dim] * (int64_t)isz;
-    const char *xbase = dl_tensor_data(x);
-    char *vbase = values ? dl_tensor_data(values) : NULL;
-    int64_t *ibase = dl_tensor_data(indices);
+    const char *xbase = dl_tensor_data_ptr(x);
+    char *vbase = values ? dl_tensor_data_ptr(values) : NULL;
+    int64_t *ibase = dl_tensor_data_ptr(indices);
     int nthr = slices > 1 && slices * n >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
     if (nthr > slices) nthr = (int)slices;
     int failed = 0;
@@ -411,8 +411,8 @@ int dl_cpu_sort(const dl_tensor *x, int dim, bool descending, int64_t k, dl_tens
 
 void dl_cpu_one_hot(dl_tensor *out, const dl_tensor *labels) {
     int64_t n = dl_tensor_numel(labels), c = out->shape[out->ndim - 1];
-    const int64_t *lab = dl_tensor_data(labels);
-    int64_t *o = dl_tensor_data(out); /* out is (n, c) */
+    const int64_t *lab = dl_tensor_data_ptr(labels);
+    int64_t *o = dl_tensor_data_ptr(out); /* out is (n, c) */
     for (int64_t i = 0; i < n; i++) o[i * c + lab[i]] = 1;
 }
 
@@ -462,7 +462,7 @@ static inline void odo_next(odometer *it) {
 
 int64_t dl_cpu_count_nonzero(const dl_tensor *x) {
     int64_t n = dl_tensor_numel(x), count = 0;
-    const char *p = dl_tensor_data(x);
+    const char *p = dl_tensor_data_ptr(x);
     if (dl_tensor_is_contiguous(x)) {
         size_t isz = dl_dtype_size(x->dtype);
         for (int64_t i = 0; i < n; i++) count += elem_nonzero(p + i * (int64_t)isz, x->dtype);
@@ -476,8 +476,8 @@ int64_t dl_cpu_count_nonzero(const dl_tensor *x) {
 
 void dl_cpu_nonzero(dl_tensor *out, const dl_tensor *x) {
     int64_t n = dl_tensor_numel(x);
-    const char *p = dl_tensor_data(x);
-    int64_t *o = dl_tensor_data(out); /* out is (count, ndim) */
+    const char *p = dl_tensor_data_ptr(x);
+    int64_t *o = dl_tensor_data_ptr(out); /* out is (count, ndim) */
     odometer it;
     odo_init(&it, x, NULL);
     for (int64_t i = 0; i < n; i++, odo_next(&it))
@@ -489,8 +489,8 @@ void dl_cpu_nonzero(dl_tensor *out, const dl_tensor *x) {
 void dl_cpu_masked_select(dl_tensor *out, const dl_tensor *x, const dl_tensor *mask) {
     int64_t n = dl_tensor_numel(x);
     size_t isz = dl_dtype_size(x->dtype);
-    const char *px = dl_tensor_data(x), *pm = dl_tensor_data(mask);
-    char *o = dl_tensor_data(out); /* out is (count) */
+    const char *px = dl_tensor_data_ptr(x), *pm = dl_tensor_data_ptr(mask);
+    char *o = dl_tensor_data_ptr(out); /* out is (count) */
     odometer it;
     odo_init(&it, x, mask);
     for (int64_t i = 0; i < n; i++, odo_next(&it))
@@ -503,9 +503,9 @@ void dl_cpu_masked_select(dl_tensor *out, const dl_tensor *x, const dl_tensor *m
 void dl_cpu_masked_scatter(dl_tensor *out, const dl_tensor *mask, const dl_tensor *src) {
     int64_t n = dl_tensor_numel(out);
     size_t isz = dl_dtype_size(out->dtype);
-    char *po = dl_tensor_data(out);
-    const char *pm = dl_tensor_data(mask);
-    const char *s = dl_tensor_data(src); /* src is (count), contiguous */
+    char *po = dl_tensor_data_ptr(out);
+    const char *pm = dl_tensor_data_ptr(mask);
+    const char *s = dl_tensor_data_ptr(src); /* src is (count), contiguous */
     odometer it;
     odo_init(&it, out, mask);
     for (int64_t i = 0; i < n; i++, odo_next(&it))
@@ -525,7 +525,7 @@ void dl_cpu_tri_(dl_tensor *x, int64_t diagonal, bool upper) {
     int64_t batch = numel / (rows * cols);
     size_t isz = dl_dtype_size(x->dtype);
     int64_t sr = x->strides[nd - 2], sc = x->strides[nd - 1];
-    char *base = dl_tensor_data(x);
+    char *base = dl_tensor_data_ptr(x);
     int nthr = numel >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
 #pragma omp parallel for num_threads(nthr) if (nthr > 1)
     for (int64_t br = 0; br < batch * rows; br++) {

@@ -141,7 +141,7 @@ int dl_idx_write(const char *path, dl_tensor *t, int gz) {
     }
     int ok = gzwrite(f, head, (unsigned)(4 + 4 * t->ndim)) > 0;
     int64_t n = dl_tensor_numel(c);
-    const uint8_t *src = dl_tensor_data(c);
+    const uint8_t *src = dl_tensor_data_ptr(c);
     uint8_t buf[4096];
     size_t k = 0;
     for (int64_t i = 0; i < n && ok; i++) {

@@ -599,7 +599,7 @@ static int write_tensor(const char *path, FILE *f, dl_tensor *t, const char *nam
     dl_tensor_release(h);
     if (!c) return save_fail(path, "tensor '%s': %s", name, dl_last_error());
     size_t nbytes = (size_t)dl_tensor_numel(c) * dl_dtype_size(c->dtype);
-    size_t w = fwrite(dl_tensor_data(c), 1, nbytes, f);
+    size_t w = fwrite(dl_tensor_data_ptr(c), 1, nbytes, f);
     int err = errno;
     dl_tensor_release(c);
     if (w != nbytes) return save_fail(path, "cannot write: %s", strerror(err ? err : EIO));

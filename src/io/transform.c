@@ -206,7 +206,7 @@ static inline uint8_t clip8(int32_t v) {
 /* Horizontal pass, uint8: rows [y0, y0 + nrows) of src -> tmp (nrows, ow, C). */
 DL_HOT static void hpass_u8(uint8_t *tmp, const dl_tensor *src, int64_t y0, int64_t nrows,
                             int64_t ow, const taps *tx) {
-    const uint8_t *base = dl_tensor_data(src);
+    const uint8_t *base = dl_tensor_data_ptr(src);
     int64_t C = src->shape[0], sc = src->strides[0], sy = src->strides[1], sx = src->strides[2];
     int K = tx->ksize;
     for (int64_t r = 0; r < nrows; r++) {
@@ -243,7 +243,7 @@ DL_HOT static void hpass_u8(uint8_t *tmp, const dl_tensor *src, int64_t y0, int6
 
 static void hpass_f32(float *tmp, const dl_tensor *src, int64_t y0, int64_t nrows, int64_t ow,
                       const taps *tx) {
-    const float *base = dl_tensor_data(src);
+    const float *base = dl_tensor_data_ptr(src);
     int64_t C = src->shape[0], sc = src->strides[0], sy = src->strides[1], sx = src->strides[2];
     int K = tx->ksize;
     for (int64_t r = 0; r < nrows; r++) {
@@ -288,7 +288,7 @@ DL_HOT static void store_row_u8(const sink *s, int64_t y, const uint8_t *v, int6
     int64_t Y = s->vflip ? oh - 1 - y : y;
     int64_t dsx = d->strides[2];
     if (d->dtype == DL_DTYPE_U8) {
-        uint8_t *base = (uint8_t *)dl_tensor_data(d) + Y * d->strides[1];
+        uint8_t *base = (uint8_t *)dl_tensor_data_ptr(d) + Y * d->strides[1];
         for (int64_t c = 0; c < C; c++) {
             uint8_t *p = base + c * d->strides[0];
             if (!s->hflip && dsx == 1)
@@ -298,7 +298,7 @@ DL_HOT static void store_row_u8(const sink *s, int64_t y, const uint8_t *v, int6
                     p[(s->hflip ? ow - 1 - x : x) * dsx] = v[x * C + c];
         }
     } else {
-        float *base = (float *)dl_tensor_data(d) + Y * d->strides[1];
+        float *base = (float *)dl_tensor_data_ptr(d) + Y * d->strides[1];
         for (int64_t c = 0; c < C; c++) {
             float *p = base + c * d->strides[0];
             const float *lut = s->lut + c * 256;
@@ -315,7 +315,7 @@ static void store_row_f32(const sink *s, int64_t y, const float *v, int64_t ow, 
     dl_tensor *d = s->dst;
     int64_t oh = d->shape[1];
     int64_t Y = s->vflip ? oh - 1 - y : y;
-    float *base = (float *)dl_tensor_data(d) + Y * d->strides[1];
+    float *base = (float *)dl_tensor_data_ptr(d) + Y * d->strides[1];
     for (int64_t c = 0; c < C; c++) {
         float *p = base + c * d->strides[0];
         for (int64_t x = 0; x < ow; x++)
@@ -335,18 +335,18 @@ static void copy_window(dl_tensor *dst, const dl_tensor *src, const dl_resample_
             int64_t Y = g->vflip ? oh - 1 - y : y;
             int64_t so = c * sc + (g->oy + y) * sy + g->ox * sx, d0 = c * dc + Y * dy + x0 * dx;
             if (src->dtype == DL_DTYPE_U8) {
-                const uint8_t *s8 = (const uint8_t *)dl_tensor_data(src) + so;
+                const uint8_t *s8 = (const uint8_t *)dl_tensor_data_ptr(src) + so;
                 if (dst->dtype == DL_DTYPE_U8) {
-                    uint8_t *d8 = (uint8_t *)dl_tensor_data(dst) + d0;
+                    uint8_t *d8 = (uint8_t *)dl_tensor_data_ptr(dst) + d0;
                     for (int64_t x = 0; x < ow; x++) d8[x * step] = s8[x * sx];
                 } else {
-                    float *df = (float *)dl_tensor_data(dst) + d0;
+                    float *df = (float *)dl_tensor_data_ptr(dst) + d0;
                     const float *l = lut + c * 256;
                     for (int64_t x = 0; x < ow; x++) df[x * step] = l[s8[x * sx]];
                 }
             } else {
-                const float *sf = (const float *)dl_tensor_data(src) + so;
-                float *df = (float *)dl_tensor_data(dst) + d0;
+                const float *sf = (const float *)dl_tensor_data_ptr(src) + so;
+                float *df = (float *)dl_tensor_data_ptr(dst) + d0;
                 for (int64_t x = 0; x < ow; x++) df[x * step] = sf[x * sx];
             }
         }
@@ -497,7 +497,7 @@ dl_tensor *dl_tf_pad(const dl_tensor *img, int64_t left, int64_t top, int64_t ri
         return NULL;
     }
     for (int64_t x = 0; x < OW; x++) xmap[x] = pad_index(x - left, W, mode);
-    const char *src = dl_tensor_data(img);
+    const char *src = dl_tensor_data_ptr(img);
     size_t es = dl_dtype_size(img->dtype);
     for (int64_t c = 0; c < C; c++) {
         double fv = fill ? fill[c] : 0.0;
@@ -564,11 +564,11 @@ int dl_tf_adjust_brightness_(dl_tensor *img, double f) {
     if (check_color(img, "adjust_brightness")) return -1;
     int64_t n = dl_tensor_numel(img);
     if (img->dtype == DL_DTYPE_U8) {
-        uint8_t *p = dl_tensor_data(img);
+        uint8_t *p = dl_tensor_data_ptr(img);
         float a = (float)f;
         for (int64_t i = 0; i < n; i++) p[i] = blend8(0, p[i], a);
     } else {
-        float *p = dl_tensor_data(img), r = (float)f, r1 = (float)(1.0 - f);
+        float *p = dl_tensor_data_ptr(img), r = (float)f, r1 = (float)(1.0 - f);
         for (int64_t i = 0; i < n; i++) p[i] = blendf(0.0f, p[i], r, r1);
     }
     dl_tensor_bump_version(img);
@@ -580,7 +580,7 @@ int dl_tf_adjust_contrast_(dl_tensor *img, double f) {
     int64_t C = img->shape[0], hw = img->shape[1] * img->shape[2], n = C * hw;
     if (hw == 0) return 0;
     if (img->dtype == DL_DTYPE_U8) {
-        uint8_t *p = dl_tensor_data(img);
+        uint8_t *p = dl_tensor_data_ptr(img);
         uint64_t sum = 0;
         if (C == 3)
             for (int64_t i = 0; i < hw; i++) sum += dl_rgb_to_l(p[i], p[hw + i], p[2 * hw + i]);
@@ -590,7 +590,7 @@ int dl_tf_adjust_contrast_(dl_tensor *img, double f) {
         float a = (float)f;
         for (int64_t i = 0; i < n; i++) p[i] = blend8(mean, p[i], a);
     } else {
-        float *p = dl_tensor_data(img);
+        float *p = dl_tensor_data_ptr(img);
         double sum = 0;
         if (C == 3)
             for (int64_t i = 0; i < hw; i++) sum += grayf(p[i], p[hw + i], p[2 * hw + i]);
@@ -608,7 +608,7 @@ int dl_tf_adjust_saturation_(dl_tensor *img, double f) {
     if (img->shape[0] == 1) return 0;
     int64_t hw = img->shape[1] * img->shape[2];
     if (img->dtype == DL_DTYPE_U8) {
-        uint8_t *r = dl_tensor_data(img), *g = r + hw, *b = g + hw;
+        uint8_t *r = dl_tensor_data_ptr(img), *g = r + hw, *b = g + hw;
         float a = (float)f;
         for (int64_t i = 0; i < hw; i++) {
             int l = dl_rgb_to_l(r[i], g[i], b[i]);
@@ -617,7 +617,7 @@ int dl_tf_adjust_saturation_(dl_tensor *img, double f) {
             b[i] = blend8(l, b[i], a);
         }
     } else {
-        float *r = dl_tensor_data(img), *g = r + hw, *b = g + hw;
+        float *r = dl_tensor_data_ptr(img), *g = r + hw, *b = g + hw;
         float k = (float)f, k1 = (float)(1.0 - f);
         for (int64_t i = 0; i < hw; i++) {
             float l = grayf(r[i], g[i], b[i]);
@@ -722,7 +722,7 @@ int dl_tf_adjust_hue_(dl_tensor *img, double hue) {
     if (img->shape[0] == 1) return 0;
     int64_t hw = img->shape[1] * img->shape[2];
     if (img->dtype == DL_DTYPE_U8) {
-        uint8_t *r = dl_tensor_data(img), *g = r + hw, *b = g + hw;
+        uint8_t *r = dl_tensor_data_ptr(img), *g = r + hw, *b = g + hw;
         /* numpy's np.uint8(hue * 255): truncate toward zero, wrap modulo 256 */
         uint8_t shift = (uint8_t)(int)(hue * 255.0);
         for (int64_t i = 0; i < hw; i++) {
@@ -732,7 +732,7 @@ int dl_tf_adjust_hue_(dl_tensor *img, double hue) {
             hsv_to_rgb8(h, s, v, &r[i], &g[i], &b[i]);
         }
     } else {
-        float *r = dl_tensor_data(img), *g = r + hw, *b = g + hw;
+        float *r = dl_tensor_data_ptr(img), *g = r + hw, *b = g + hw;
         for (int64_t i = 0; i < hw; i++) hue_shift_f(&r[i], &g[i], &b[i], (float)hue);
     }
     dl_tensor_bump_version(img);
@@ -758,7 +758,7 @@ dl_tensor *dl_tf_grayscale(const dl_tensor *img, int n_out) {
     if (!out) return NULL;
     int64_t sc = img->strides[0], sy = img->strides[1], sx = img->strides[2], hw = H * W;
     if (img->dtype == DL_DTYPE_U8) {
-        const uint8_t *s = dl_tensor_data(img);
+        const uint8_t *s = dl_tensor_data_ptr(img);
         uint8_t *o = out->storage->data;
         for (int64_t y = 0; y < H; y++)
             for (int64_t x = 0; x < W; x++) {
@@ -767,7 +767,7 @@ dl_tensor *dl_tf_grayscale(const dl_tensor *img, int n_out) {
             }
         for (int c = 1; c < n_out; c++) memcpy(o + c * hw, o, (size_t)hw);
     } else {
-        const float *s = dl_tensor_data(img);
+        const float *s = dl_tensor_data_ptr(img);
         float *o = out->storage->data;
         for (int64_t y = 0; y < H; y++)
             for (int64_t x = 0; x < W; x++) {
@@ -795,7 +795,7 @@ int dl_tf_normalize_(dl_tensor *img, const float *mean, const float *std) {
     if (img->ndim != 3 || img->dtype != DL_DTYPE_F32 || !dl_tensor_is_contiguous(img))
         return dl_error("Normalize: expected a contiguous float32 (C, H, W) image");
     int64_t C = img->shape[0], hw = img->shape[1] * img->shape[2];
-    float *p = dl_tensor_data(img);
+    float *p = dl_tensor_data_ptr(img);
     for (int64_t c = 0; c < C; c++) {
         float m = mean[c], s = std[c];
         for (int64_t i = 0; i < hw; i++) p[c * hw + i] = (p[c * hw + i] - m) / s;

@@ -52,7 +52,7 @@ static dl_tensor *operand(lua_State *L, int idx, const dl_tensor *like) {
          * tensor's dtype, so two 0-dim operands do not promote. */
         if (!like || like->ndim > 0) dt = DL_DTYPE_I64;
         dl_tensor *s = dl_tensor_empty(0, NULL, dt, DL_CPU);
-        if (s) dl_store_i64(dl_tensor_data(s), dt, lua_tointeger(L, idx));
+        if (s) dl_store_i64(dl_tensor_data_ptr(s), dt, lua_tointeger(L, idx));
         return s;
     }
     return dl_tensor_scalar(lua_tonumber(L, idx), dt);

@@ -59,7 +59,7 @@ static int image_from_tensor(lua_State *L, dl_tensor *t, const char *op, dl_imag
     im->c = (int)C, im->h = (int)H, im->w = (int)W;
     im->data = malloc((size_t)(C * H * W));
     if (!im->data) return luaL_error(L, "%s: out of memory", op);
-    const char *base = dl_tensor_data(t);
+    const char *base = dl_tensor_data_ptr(t);
     size_t es = dl_dtype_size(t->dtype);
     int64_t sc = t->ndim == 3 ? t->strides[0] : 0, sy = t->strides[t->ndim - 2],
             sx = t->strides[t->ndim - 1];

@@ -53,9 +53,9 @@ static dl_tensor *check_index(lua_State *L, int idx, const char *op, int allow_i
         luaL_error(L, "%s: index tensors on the GPU are not supported yet", op);
     dl_tensor *c = dl_tensor_empty(t->ndim, t->shape, DL_DTYPE_I64, DL_CPU);
     if (!c) dlL_fail(L);
-    int64_t *p = dl_tensor_data(c), n = dl_tensor_numel(c);
+    int64_t *p = dl_tensor_data_ptr(c), n = dl_tensor_numel(c);
     if (t->dtype == DL_DTYPE_I64 && dl_tensor_is_contiguous(t)) { /* one pass */
-        const int64_t *s = dl_tensor_data(t);
+        const int64_t *s = dl_tensor_data_ptr(t);
         for (int64_t i = 0; i < n; i++) p[i] = s[i];
     } else if (dl_tensor_copy_(c, t)) {
         dl_tensor_release(c);
@@ -80,7 +80,7 @@ static dl_tensor *check_index(lua_State *L, int idx, const char *op, int allow_i
 /* Turns a fresh 0-based int64 result into 1-based, in place. */
 static dl_tensor *one_based(dl_tensor *t) {
     if (!t) return NULL;
-    int64_t *p = dl_tensor_data(t), n = dl_tensor_numel(t);
+    int64_t *p = dl_tensor_data_ptr(t), n = dl_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) p[i] += 1;
     return t;
 }

@@ -103,7 +103,7 @@ static dl_tensor *convert_target(lua_State *L, const char *op, dl_tensor *target
                    dl_dtype_name(target->dtype));
     dl_tensor *t = dl_tensor_clone(target);
     if (!t) dlL_fail(L);
-    int64_t *d = dl_tensor_data(t), n = dl_tensor_numel(t);
+    int64_t *d = dl_tensor_data_ptr(t), n = dl_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) {
         int64_t v = d[i];
         if (C >= 0 && v != (int64_t)ignore && (v < 1 || v > C)) {

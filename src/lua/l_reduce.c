@@ -138,7 +138,7 @@ static int push_indices(lua_State *L, dl_tensor *idx) {
         idx = c;
     }
     if (idx) {
-        int64_t *d = dl_tensor_data(idx), n = dl_tensor_numel(idx);
+        int64_t *d = dl_tensor_data_ptr(idx), n = dl_tensor_numel(idx);
         for (int64_t i = 0; i < n; i++) d[i] += 1;
     }
     return dlL_pushtensor(L, idx);

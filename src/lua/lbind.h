@@ -74,6 +74,10 @@ void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *metho
 /* Adds functions to the subtable dl.<name> (created when absent). */
 void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions);
 
+/* Marks L's state as owned by the calling thread: a failed allocation on
+ * this thread collects it (ldl.c).  dl_state_* calls this on entry. */
+void dlL_adopt_state(lua_State *L);
+
 /* Family openers, called by luaopen_dl in this order. */
 void dlL_open_tensor(lua_State *L);     /* ltensor.c: userdata, views, conversion */
 void dlL_open_create(lua_State *L);     /* lcreate.c: creation, dl.tensor, tolist */

@@ -72,10 +72,84 @@ static int l_memory_allocated(lua_State *L) {
     return 1;
 }
 
-/* Low-memory handler: a full collection, only on the thread that owns L. */
-static pthread_t lua_owner;
+/* Low-memory handler.  Every state with dl open is listed with the thread
+ * that owns it (the one that opened it, or the last one that entered it
+ * through dl_state_*); an allocation that fails collects the states the
+ * failing thread owns - never a state another thread may be running.  A
+ * state leaves the list when it is closed (the __gc of a registry sentinel). */
+typedef struct state_owner {
+    lua_State *L; /* the main thread of the state */
+    pthread_t thread;
+    struct state_owner *next;
+} state_owner;
+static pthread_mutex_t owners_lock = PTHREAD_MUTEX_INITIALIZER;
+static state_owner *owners;
+static const char owner_key = 'o'; /* registry key of the sentinel */
+
 static void low_memory(void *ud) {
-    if (pthread_equal(pthread_self(), lua_owner)) lua_gc((lua_State *)ud, LUA_GCCOLLECT);
+    (void)ud;
+    lua_State *mine[16];
+    int n = 0;
+    pthread_mutex_lock(&owners_lock);
+    for (state_owner *o = owners; o && n < 16; o = o->next)
+        if (pthread_equal(o->thread, pthread_self())) mine[n++] = o->L;
+    pthread_mutex_unlock(&owners_lock);
+    /* only this thread runs these states, so none can close meanwhile */
+    for (int i = 0; i < n; i++) lua_gc(mine[i], LUA_GCCOLLECT);
+}
+
+static lua_State *main_thread(lua_State *L) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_MAINTHREAD);
+    lua_State *m = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    return m;
+}
+
+void dlL_adopt_state(lua_State *L) {
+    L = main_thread(L);
+    pthread_mutex_lock(&owners_lock);
+    for (state_owner *o = owners; o; o = o->next)
+        if (o->L == L) o->thread = pthread_self();
+    pthread_mutex_unlock(&owners_lock);
+}
+
+static int owner_gc(lua_State *L) {
+    lua_State *m = main_thread(L);
+    pthread_mutex_lock(&owners_lock);
+    for (state_owner **p = &owners; *p; p = &(*p)->next)
+        if ((*p)->L == m) {
+            state_owner *dead = *p;
+            *p = dead->next;
+            free(dead);
+            break;
+        }
+    pthread_mutex_unlock(&owners_lock);
+    return 0;
+}
+
+/* Lists L's state as owned by this thread until the state closes. */
+static void set_handler(void) {
+    dl_set_low_memory_handler(low_memory, NULL);
+}
+
+static void register_owner(lua_State *L) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, set_handler);
+    /* the sentinel first (it may raise a memory error): its __gc unlists */
+    lua_newuserdatauv(L, 1, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, owner_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &owner_key);
+    state_owner *o = malloc(sizeof *o);
+    if (!o) return; /* no low-memory collection for this state: not fatal */
+    o->L = main_thread(L);
+    o->thread = pthread_self();
+    pthread_mutex_lock(&owners_lock);
+    o->next = owners;
+    owners = o;
+    pthread_mutex_unlock(&owners_lock);
 }
 
 static int is_dir(const char *p) {
@@ -158,8 +232,7 @@ int luaopen_dl(lua_State *L) {
     lua_setfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     int mod = lua_gettop(L);
 
-    lua_owner = pthread_self();
-    dl_set_low_memory_handler(low_memory, L);
+    register_owner(L);
 
     dlL_open_tensor(L);
     dlL_open_create(L);

@@ -34,21 +34,30 @@ int dlL_fail(lua_State *L) {
     return luaL_error(L, "%s", msg[0] ? msg : "unknown error");
 }
 
-/* Collection pacing: a full collection whenever the bytes allocated since the
- * last one exceed the larger of 64 MB and an eighth of the bytes alive after
- * it.  Garbage tensors then add at most about 1/8 to the memory in use (a
- * training loop's RSS stays flat), while a collection, which only walks the
- * Lua heap, stays rare next to the tensor work it follows. */
+/* Collection pacing: a full collection whenever the bytes allocated (by the
+ * process) since this state's last one exceed the larger of 64 MB and an
+ * eighth of the bytes alive after it.  Garbage tensors then add at most about
+ * 1/8 to the memory in use (a training loop's RSS stays flat), while a
+ * collection, which only walks the Lua heap, stays rare next to the tensor
+ * work it follows.  The counters live in each state's registry, so states on
+ * different threads never share them. */
 #define GC_MIN_BYTES ((int64_t)64 << 20)
-static int64_t gc_mark_total, gc_threshold = GC_MIN_BYTES;
+typedef struct {
+    int64_t mark_total, threshold;
+} gc_pacing;
+static const char gc_pacing_key = 'g'; /* its address keys the registry entry */
 
 static void maybe_collect(lua_State *L) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &gc_pacing_key);
+    gc_pacing *p = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (!p) return;
     int64_t total = dl_mem_total_allocated();
-    if (total - gc_mark_total < gc_threshold) return;
+    if (total - p->mark_total < p->threshold) return;
     lua_gc(L, LUA_GCCOLLECT);
-    gc_mark_total = dl_mem_total_allocated();
+    p->mark_total = dl_mem_total_allocated();
     int64_t live = dl_mem_live_bytes();
-    gc_threshold = live / 8 > GC_MIN_BYTES ? live / 8 : GC_MIN_BYTES;
+    p->threshold = live / 8 > GC_MIN_BYTES ? live / 8 : GC_MIN_BYTES;
 }
 
 int dlL_pushtensor(lua_State *L, dl_tensor *t) {
@@ -576,7 +585,7 @@ static int t_item(lua_State *L) {
     if (dl_tensor_item(t, &v)) return dlL_fail(L);
     dl_tensor *c = dl_to_device(t, DL_CPU);
     if (!c) return dlL_fail(L);
-    push_element(L, dl_tensor_data(c), c->dtype);
+    push_element(L, dl_tensor_data_ptr(c), c->dtype);
     dl_tensor_release(c);
     return 1;
 }
@@ -706,6 +715,10 @@ static int dl_is_tensor(lua_State *L) {
 }
 
 void dlL_open_tensor(lua_State *L) {
+    gc_pacing *pacing = lua_newuserdatauv(L, sizeof *pacing, 0);
+    pacing->mark_total = dl_mem_total_allocated();
+    pacing->threshold = GC_MIN_BYTES;
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &gc_pacing_key);
     static const luaL_Reg meta[] = {
         {"__gc", t_gc},         {"__close", t_gc}, {"__index", t_index},
         {"__newindex", t_newindex}, {"__len", t_len}, {NULL, NULL},

@@ -8,5 +8,9 @@ int dl_cuda_available_devices(void);
 const char *dl_cuda_name(int index, char *buf, int n);
 /* 1 when the CUDA backend was compiled in. */
 int dl_cuda_compiled(void);
+/* One line naming the backends compiled in and the libraries behind them,
+ * for `dlua -v`: "cpu (oneDNN 3.0.0, OpenMP 4.5); cuda: not in this build", or
+ * "...; cuda (CUDA runtime 12.2, driver 12.4, cuBLAS 12.2.5, cuDNN 8.9.7)". */
+const char *dl_backends_info(char *buf, int n);
 
 #endif

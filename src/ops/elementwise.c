@@ -955,9 +955,9 @@ static dl_tensor *open_bound(dl_dtype dtype, bool upper) {
     dl_tensor *t = dl_tensor_empty(0, NULL, dtype, DL_CPU);
     if (!t) return NULL;
     if (dl_dtype_is_floating(dtype))
-        dl_store_f64(dl_tensor_data(t), dtype, upper ? INFINITY : -INFINITY);
+        dl_store_f64(dl_tensor_data_ptr(t), dtype, upper ? INFINITY : -INFINITY);
     else
-        dl_store_i64(dl_tensor_data(t), dtype, upper ? INT64_MAX : INT64_MIN);
+        dl_store_i64(dl_tensor_data_ptr(t), dtype, upper ? INT64_MAX : INT64_MIN);
     return t;
 }
 
@@ -1127,7 +1127,7 @@ static int masked_fill_run(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
     dl_tensor *em = v ? dl_tensor_expand(mask, self->ndim, self->shape) : NULL;
     int rc = -1;
     if (em) {
-        dl_cpu_masked_fill(self, em, dl_tensor_data(v));
+        dl_cpu_masked_fill(self, em, dl_tensor_data_ptr(v));
         dl_tensor_bump_version(self);
         rc = 0;
     }
@@ -1225,7 +1225,7 @@ int dl_masked_fill_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
 /* *out = every byte of the bool tensor t (contiguous, fresh) is true. */
 static bool all_true(const dl_tensor *t) {
     int64_t n = dl_tensor_numel(t);
-    return n == 0 || memchr(dl_tensor_data(t), 0, (size_t)n) == NULL;
+    return n == 0 || memchr(dl_tensor_data_ptr(t), 0, (size_t)n) == NULL;
 }
 
 int dl_equal(dl_tensor *a, dl_tensor *b, bool *out) {

@@ -517,13 +517,13 @@ static dl_tensor *index_select_impl(dl_tensor *x, int dim, dl_tensor *index) {
                  (long long)n);
         goto done;
     }
-    if (check_indices("index_select", dl_tensor_data(idx), n, size, d, false)) goto done;
+    if (check_indices("index_select", dl_tensor_data_ptr(idx), n, size, d, false)) goto done;
     int64_t shape[DL_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     if (x->ndim) shape[d] = n;
     if (!(xc = dl_tensor_contiguous(x))) goto done;
     if (!(out = dl_tensor_empty(x->ndim, shape, x->dtype, DL_CPU))) goto done;
-    if (dl_tensor_numel(out) > 0) dl_cpu_index_select(out, xc, d, dl_tensor_data(idx), n);
+    if (dl_tensor_numel(out) > 0) dl_cpu_index_select(out, xc, d, dl_tensor_data_ptr(idx), n);
 done:
     dl_tensor_release(xc);
     dl_tensor_release(idx);
@@ -547,7 +547,7 @@ static int index_select_backward(dl_node *n, dl_tensor *const *gout, dl_tensor *
     dl_tensor *gc = idx ? dl_tensor_contiguous(g) : NULL;
     dl_tensor *r = gc ? dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device) : NULL;
     if (r && dl_tensor_numel(gc) > 0)
-        dl_cpu_index_add(r, d, dl_tensor_data(idx), dl_tensor_numel(idx), gc);
+        dl_cpu_index_add(r, d, dl_tensor_data_ptr(idx), dl_tensor_numel(idx), gc);
     dl_tensor_release(gc);
     dl_tensor_release(idx);
     gin[0] = r ? dl_tensor_to_dtype(r, m->dtype) : NULL;
@@ -596,8 +596,8 @@ static dl_tensor *gather_impl(dl_tensor *x, int dim, dl_tensor *index) {
     if (!idx) return NULL;
     dl_tensor *out = NULL;
     if (check_index_shape("gather", x, d, idx, NULL, "input")) goto done;
-    if (check_indices("gather", dl_tensor_data(idx), dl_tensor_numel(idx), size_nonempty(x, d), d,
-                      false))
+    if (check_indices("gather", dl_tensor_data_ptr(idx), dl_tensor_numel(idx), size_nonempty(x, d),
+                      d, false))
         goto done;
     if (!(out = dl_tensor_empty(idx->ndim, idx->shape, x->dtype, DL_CPU))) goto done;
     dl_cpu_gather(out, x, d, idx);
@@ -650,7 +650,7 @@ static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *ind
         goto done;
     }
     if (check_index_shape(op, self, d, idx, src, "self")) goto done;
-    if (check_indices(op, dl_tensor_data(idx), dl_tensor_numel(idx), size_nonempty(self, d), d,
+    if (check_indices(op, dl_tensor_data_ptr(idx), dl_tensor_numel(idx), size_nonempty(self, d), d,
                       false))
         goto done;
     if (check_writable(op, self)) goto done;
@@ -818,7 +818,7 @@ static int index_fill_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
     dl_tensor *idx = index_prepare(op, index, false);
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
-    const int64_t *ip = dl_tensor_data(idx);
+    const int64_t *ip = dl_tensor_data_ptr(idx);
     dl_tensor *own = NULL;
     int rc = -1;
     if (check_indices(op, ip, n, size, d, true) || check_writable(op, self)) goto done;
@@ -855,7 +855,7 @@ static int index_copy_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
     dl_tensor *idx = index_prepare(op, index, false);
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
-    const int64_t *ip = dl_tensor_data(idx);
+    const int64_t *ip = dl_tensor_data_ptr(idx);
     dl_tensor *own = NULL;
     int rc = -1;
     char b1[128], b2[128];
@@ -1107,7 +1107,7 @@ dl_tensor *dl_one_hot(dl_tensor *labels, int64_t num_classes) {
     dl_tensor *lab = dl_tensor_contiguous(labels);
     if (!lab) return NULL;
     int64_t n = dl_tensor_numel(lab);
-    const int64_t *lp = dl_tensor_data(lab);
+    const int64_t *lp = dl_tensor_data_ptr(lab);
     dl_tensor *out = NULL;
     if (num_classes < 0) {
         if (n == 0) {

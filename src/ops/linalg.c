@@ -144,10 +144,10 @@ static int gemm_into(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, dl_
     } else {
         batch_offsets(a, nb, obs, offs);
         batch_offsets(b, nb, obs, offs + batch);
-        dl_gemm_matrix A = {dl_tensor_data(a), offs, a->strides[an - 2], a->strides[an - 1]};
-        dl_gemm_matrix B = {dl_tensor_data(b), offs + batch, b->strides[bn - 2],
+        dl_gemm_matrix A = {dl_tensor_data_ptr(a), offs, a->strides[an - 2], a->strides[an - 1]};
+        dl_gemm_matrix B = {dl_tensor_data_ptr(b), offs + batch, b->strides[bn - 2],
                             b->strides[bn - 1]};
-        rc = dl_cpu_gemm(dt, batch, M, N, K, alpha, &A, &B, beta, dl_tensor_data(out));
+        rc = dl_cpu_gemm(dt, batch, M, N, K, alpha, &A, &B, beta, dl_tensor_data_ptr(out));
         if (rc == 0) dl_tensor_bump_version(out);
     }
     free(offs);
@@ -512,8 +512,8 @@ dl_tensor *dl_outer(dl_tensor *a, dl_tensor *b) {
     if (dt == DL_DTYPE_BOOL) { /* a[i] and b[j] */
         dl_tensor *out = dl_tensor_empty(2, shape, dt, DL_CPU);
         if (!out) return NULL;
-        bool *o = dl_tensor_data(out);
-        const char *pa = dl_tensor_data(a), *pb = dl_tensor_data(b);
+        bool *o = dl_tensor_data_ptr(out);
+        const char *pa = dl_tensor_data_ptr(a), *pb = dl_tensor_data_ptr(b);
         for (int64_t i = 0; i < shape[0]; i++)
             for (int64_t j = 0; j < shape[1]; j++)
                 o[i * shape[1] + j] = *(const bool *)(pa + i * a->strides[0]) &&

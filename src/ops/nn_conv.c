@@ -227,8 +227,9 @@ dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_
     else if (s.C == 0 || s.H == 0 || s.W == 0)
         rc = fill_bias(t[3], t[2]);
     else
-        rc = dl_cpu_conv2d_forward(ct, &s, dl_tensor_data(t[3]), dl_tensor_data(t[0]),
-                                   dl_tensor_data(t[1]), t[2] ? dl_tensor_data(t[2]) : NULL);
+        rc =
+            dl_cpu_conv2d_forward(ct, &s, dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[0]),
+                                  dl_tensor_data_ptr(t[1]), t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
     if (rc) goto done;
     y = t[3];
     t[3] = NULL;
@@ -275,14 +276,14 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
         if (rc == 0 && t[5] && dl_tensor_numel(t[0]) > 0) {
             dl_conv2d_shape s1 = s;
             s1.C = s1.groups; /* only gb is computed: no input read */
-            rc = dl_cpu_conv2d_backward(ct, &s1, NULL, NULL, dl_tensor_data(t[5]),
-                                        dl_tensor_data(t[0]), NULL, NULL);
+            rc = dl_cpu_conv2d_backward(ct, &s1, NULL, NULL, dl_tensor_data_ptr(t[5]),
+                                        dl_tensor_data_ptr(t[0]), NULL, NULL);
         }
     } else {
         rc = dl_cpu_conv2d_backward(
-            ct, &s, t[3] ? dl_tensor_data(t[3]) : NULL, t[4] ? dl_tensor_data(t[4]) : NULL,
-            t[5] ? dl_tensor_data(t[5]) : NULL, dl_tensor_data(t[0]),
-            t[1] ? dl_tensor_data(t[1]) : NULL, t[2] ? dl_tensor_data(t[2]) : NULL);
+            ct, &s, t[3] ? dl_tensor_data_ptr(t[3]) : NULL, t[4] ? dl_tensor_data_ptr(t[4]) : NULL,
+            t[5] ? dl_tensor_data_ptr(t[5]) : NULL, dl_tensor_data_ptr(t[0]),
+            t[1] ? dl_tensor_data_ptr(t[1]) : NULL, t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
     }
     if (rc) goto done;
     if (finish(&t[3], dt, x->ndim, x->ndim == 4 ? xshape : xshape + 1) ||
@@ -349,8 +350,8 @@ static int update_running(dl_tensor *running, dl_tensor *stat, double m, double 
     dl_tensor *out = dl_tensor_empty(1, &C, DL_DTYPE_F64, DL_CPU);
     int rc = -1;
     if (r && st && out) {
-        const double *rp = dl_tensor_data(r), *sp = dl_tensor_data(st);
-        double *op = dl_tensor_data(out);
+        const double *rp = dl_tensor_data_ptr(r), *sp = dl_tensor_data_ptr(st);
+        double *op = dl_tensor_data_ptr(out);
         for (int64_t c = 0; c < C; c++) op[c] = (1 - m) * rp[c] + m * sp[c] * factor;
         rc = dl_tensor_copy_(running, out);
         if (rc == 0) dl_tensor_bump_version(running);
@@ -367,13 +368,13 @@ static dl_tensor *var_transform(dl_tensor *v, double eps, bool to_invstd) {
     dl_tensor *r = dl_tensor_empty(1, v->shape, v->dtype, DL_CPU);
     if (!r) return NULL;
     for (int64_t c = 0; c < v->shape[0]; c++) {
-        double a = v->dtype == DL_DTYPE_F32 ? ((const float *)dl_tensor_data(v))[c]
-                                            : ((const double *)dl_tensor_data(v))[c];
+        double a = v->dtype == DL_DTYPE_F32 ? ((const float *)dl_tensor_data_ptr(v))[c]
+                                            : ((const double *)dl_tensor_data_ptr(v))[c];
         double b = to_invstd ? 1.0 / sqrt(a + eps) : 1.0 / (a * a) - eps;
         if (v->dtype == DL_DTYPE_F32)
-            ((float *)dl_tensor_data(r))[c] = (float)b;
+            ((float *)dl_tensor_data_ptr(r))[c] = (float)b;
         else
-            ((double *)dl_tensor_data(r))[c] = b;
+            ((double *)dl_tensor_data_ptr(r))[c] = b;
     }
     return r;
 }
@@ -425,9 +426,9 @@ int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias
         rc = 0;
     } else {
         rc = dl_cpu_batch_norm_forward_train(
-            ct, &s, p->eps, dl_tensor_data(t[3]), dl_tensor_data(t[4]), dl_tensor_data(t[5]),
-            dl_tensor_data(t[0]), t[1] ? dl_tensor_data(t[1]) : NULL,
-            t[2] ? dl_tensor_data(t[2]) : NULL);
+            ct, &s, p->eps, dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[4]),
+            dl_tensor_data_ptr(t[5]), dl_tensor_data_ptr(t[0]),
+            t[1] ? dl_tensor_data_ptr(t[1]) : NULL, t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
         if (rc == 0 && running_mean)
             rc = update_running(running_mean, t[4], m, 1.0) ||
                  update_running(running_var, t[5], m, (double)M / (double)(M - 1));
@@ -469,10 +470,10 @@ dl_tensor *dl_batch_norm_forward_eval(dl_tensor *x, dl_tensor *weight, dl_tensor
     dl_tensor *y = NULL;
     if (!t[0] || (weight && !t[1]) || (bias && !t[2]) || !t[3] || !t[4] || !t[5]) goto done;
     if (s.N * s.C * s.S > 0 &&
-        dl_cpu_batch_norm_forward_eval(ct, &s, eps, dl_tensor_data(t[5]), dl_tensor_data(t[0]),
-                                       dl_tensor_data(t[3]), dl_tensor_data(t[4]),
-                                       t[1] ? dl_tensor_data(t[1]) : NULL,
-                                       t[2] ? dl_tensor_data(t[2]) : NULL))
+        dl_cpu_batch_norm_forward_eval(
+            ct, &s, eps, dl_tensor_data_ptr(t[5]), dl_tensor_data_ptr(t[0]),
+            dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[4]),
+            t[1] ? dl_tensor_data_ptr(t[1]) : NULL, t[2] ? dl_tensor_data_ptr(t[2]) : NULL))
         goto done;
     y = t[5];
     t[5] = NULL;
@@ -529,11 +530,11 @@ int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_te
     if (!(t[5] = training ? var_transform(t[4], eps, false) : dl_tensor_retain(t[4]))) goto done;
     rc = 0;
     if (s.N * s.C * s.S > 0 && (need[0] || need[1] || need[2]))
-        rc = dl_cpu_batch_norm_backward(ct, &s, eps, training, t[6] ? dl_tensor_data(t[6]) : NULL,
-                                        t[7] ? dl_tensor_data(t[7]) : NULL,
-                                        t[8] ? dl_tensor_data(t[8]) : NULL, dl_tensor_data(t[0]),
-                                        dl_tensor_data(t[1]), dl_tensor_data(t[3]),
-                                        dl_tensor_data(t[5]), t[2] ? dl_tensor_data(t[2]) : NULL);
+        rc = dl_cpu_batch_norm_backward(
+            ct, &s, eps, training, t[6] ? dl_tensor_data_ptr(t[6]) : NULL,
+            t[7] ? dl_tensor_data_ptr(t[7]) : NULL, t[8] ? dl_tensor_data_ptr(t[8]) : NULL,
+            dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]), dl_tensor_data_ptr(t[3]),
+            dl_tensor_data_ptr(t[5]), t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
     if (rc) goto done;
     /* gweight/gbias take the weight's dtype (float32 for a half input) */
     dl_dtype pdt = weight ? weight->dtype : dt;
@@ -679,9 +680,9 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x, const dl_p
     if (!t[0] || !t[1] || (with_ind && !t[2])) goto done;
     rc = 0;
     if (dl_tensor_numel(t[1]) > 0) {
-        void *yp = dl_tensor_data(t[1]);
-        const void *xp = dl_tensor_data(t[0]);
-        int64_t *ip = with_ind ? dl_tensor_data(t[2]) : NULL;
+        void *yp = dl_tensor_data_ptr(t[1]);
+        const void *xp = dl_tensor_data_ptr(t[0]);
+        int64_t *ip = with_ind ? dl_tensor_data_ptr(t[2]) : NULL;
         switch (kind) {
         case POOL_MAX: rc = dl_cpu_max_pool2d_forward(ct, s, yp, ip, xp); break;
         case POOL_AVG: rc = dl_cpu_avg_pool2d_forward(ct, s, yp, xp); break;
@@ -718,13 +719,13 @@ static dl_tensor *pool_backward(pool_kind kind, dl_tensor *gy, dl_tensor *x, dl_
     if (!t[0] || (ind && !t[1]) || !t[2]) goto done;
     rc = 0;
     if (dl_tensor_numel(t[2]) > 0) {
-        void *gp = dl_tensor_data(t[2]);
-        const void *yp = dl_tensor_data(t[0]);
+        void *gp = dl_tensor_data_ptr(t[2]);
+        const void *yp = dl_tensor_data_ptr(t[0]);
         switch (kind) {
         case POOL_MAX:
         case POOL_ADAPTIVE_MAX:
             rc = dl_cpu_pool2d_scatter_backward(ct, s->P, s->H * s->W, s->OH * s->OW, gp, yp,
-                                                dl_tensor_data(t[1]));
+                                                dl_tensor_data_ptr(t[1]));
             break;
         case POOL_AVG: rc = dl_cpu_avg_pool2d_backward(ct, s, gp, yp); break;
         case POOL_ADAPTIVE_AVG: rc = dl_cpu_adaptive_avg_pool2d_backward(ct, s, gp, yp); break;

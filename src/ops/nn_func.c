@@ -84,10 +84,10 @@ static void release_all(dl_tensor **ts, int n) {
 
 /* Typed data pointers of a compute-dtype tensor (NULL for a NULL tensor). */
 static float *f32p(const dl_tensor *t) {
-    return t ? (float *)dl_tensor_data(t) : NULL;
+    return t ? (float *)dl_tensor_data_ptr(t) : NULL;
 }
 static double *f64p(const dl_tensor *t) {
-    return t ? (double *)dl_tensor_data(t) : NULL;
+    return t ? (double *)dl_tensor_data_ptr(t) : NULL;
 }
 
 /* The value of a one-element gradient, checked. */
@@ -259,7 +259,7 @@ static dl_tensor *checked_target(const char *op, dl_tensor *target, int64_t C,
                                  int64_t ignore_index) {
     dl_tensor *t = dl_tensor_contiguous(target);
     if (!t) return NULL;
-    const int64_t *d = dl_tensor_data(t);
+    const int64_t *d = dl_tensor_data_ptr(t);
     int64_t n = dl_tensor_numel(t);
     for (int64_t i = 0; i < n; i++)
         if (d[i] != ignore_index && (d[i] < 0 || d[i] >= C)) {
@@ -274,7 +274,7 @@ static dl_tensor *checked_target(const char *op, dl_tensor *target, int64_t C,
 
 static double class_weight_sum(const dl_tensor *t, const dl_tensor *w, dl_dtype cdt,
                                int64_t ignore_index) {
-    const int64_t *td = dl_tensor_data(t);
+    const int64_t *td = dl_tensor_data_ptr(t);
     int64_t n = dl_tensor_numel(t);
     return cdt == DL_DTYPE_F64 ? dl_cpu_class_weight_sum_f64(td, f64p(w), n, ignore_index)
                                : dl_cpu_class_weight_sum_f32(td, f32p(w), n, ignore_index);
@@ -323,7 +323,7 @@ dl_tensor *dl_nll_loss_forward(dl_tensor *logp, dl_tensor *target, dl_tensor *we
         release_all(h, 4);
         return NULL;
     }
-    const int64_t *td = dl_tensor_data(h[0]);
+    const int64_t *td = dl_tensor_data_ptr(h[0]);
     if (cdt == DL_DTYPE_F64)
         dl_cpu_nll_loss_f64(f64p(h[3]), f64p(h[1]), td, f64p(h[2]), L.N, L.C, L.S, ignore_index);
     else
@@ -356,7 +356,7 @@ dl_tensor *dl_nll_loss_backward(dl_tensor *gloss, dl_tensor *logp, dl_tensor *ta
         release_all(h, 4);
         return NULL;
     }
-    const int64_t *td = dl_tensor_data(h[0]);
+    const int64_t *td = dl_tensor_data_ptr(h[0]);
     if (cdt == DL_DTYPE_F64)
         dl_cpu_nll_loss_backward_f64(f64p(h[3]), f64p(h[2]), g0, td, f64p(h[1]), L.N, L.C, L.S,
                                      ignore_index);
@@ -411,7 +411,7 @@ dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *
             dl_cpu_cross_entropy_prob_f32(f32p(h[3]), f32p(h[1]), f32p(h[0]), f32p(h[2]), L.N, L.C,
                                           L.S, eps);
     } else {
-        const int64_t *td = dl_tensor_data(h[0]);
+        const int64_t *td = dl_tensor_data_ptr(h[0]);
         if (cdt == DL_DTYPE_F64)
             dl_cpu_cross_entropy_f64(f64p(h[3]), f64p(h[1]), td, f64p(h[2]), L.N, L.C, L.S,
                                      ignore_index, eps);
@@ -464,7 +464,7 @@ int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target,
                                                    f32p(h[1]), f32p(h[0]), f32p(h[2]), L.N, L.C,
                                                    L.S, eps);
     } else {
-        const int64_t *td = dl_tensor_data(h[0]);
+        const int64_t *td = dl_tensor_data_ptr(h[0]);
         if (cdt == DL_DTYPE_F64)
             dl_cpu_cross_entropy_backward_f64(f64p(h[4]), f64p(h[3]), g0, f64p(h[1]), td,
                                               f64p(h[2]), L.N, L.C, L.S, ignore_index, eps);
@@ -896,8 +896,8 @@ dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_m
     dl_tensor *xc = dl_tensor_contiguous(x);
     dl_tensor *out = xc ? dl_tensor_empty(x->ndim, oshape, x->dtype, DL_CPU) : NULL;
     if (out)
-        dl_cpu_pad_gather(dl_tensor_data(out), dl_tensor_data(xc), dl_dtype_size(x->dtype), p.outer,
-                          p.osz, p.isz, p.map);
+        dl_cpu_pad_gather(dl_tensor_data_ptr(out), dl_tensor_data_ptr(xc), dl_dtype_size(x->dtype),
+                          p.outer, p.osz, p.isz, p.map);
     free(p.buf);
     dl_tensor_release(xc);
     return out;

@@ -201,7 +201,7 @@ static void formatter_init(formatter *f, const dl_tensor *t) {
     f->int_mode = 1;
     f->sci_mode = 0;
     f->width = 1;
-    const char *base = dl_tensor_data(t);
+    const char *base = dl_tensor_data_ptr(t);
     if (!f->floating) {
         int mode = 0;
         visit(f, 0, base, collect_width, &mode);
@@ -316,7 +316,7 @@ static void body_into(strbuf *b, const dl_tensor *t, int indent) {
     }
     formatter f;
     formatter_init(&f, t);
-    render(&f, b, 0, dl_tensor_data(t), indent);
+    render(&f, b, 0, dl_tensor_data_ptr(t), indent);
 }
 
 static char *finish(strbuf *b) {

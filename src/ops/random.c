@@ -58,11 +58,11 @@ static int random_fill(dl_tensor *t, const dl_random_params *p, dl_generator *g)
     uint64_t base = dl_generator_reserve(g, dl_cpu_random_blocks(p, t->dtype, n));
     int rc;
     if (dl_tensor_device(t).type == DL_DEVICE_CPU && dl_tensor_is_contiguous(t)) {
-        rc = dl_cpu_random_fill(dl_tensor_data(t), t->dtype, n, p, seed, base);
+        rc = dl_cpu_random_fill(dl_tensor_data_ptr(t), t->dtype, n, p, seed, base);
     } else {
         dl_tensor *tmp = dl_tensor_empty(t->ndim, t->shape, t->dtype, DL_CPU);
         if (!tmp) return -1;
-        rc = dl_cpu_random_fill(dl_tensor_data(tmp), t->dtype, n, p, seed, base);
+        rc = dl_cpu_random_fill(dl_tensor_data_ptr(tmp), t->dtype, n, p, seed, base);
         if (rc == 0) rc = dl_tensor_copy_(t, tmp);
         dl_tensor_release(tmp);
     }
@@ -141,7 +141,7 @@ static int bernoulli_tensor(const char *op, dl_tensor *t, dl_tensor *p, dl_gener
         dl_tensor_release(pd);
         return -1;
     }
-    const double *probs = dl_tensor_data(pd);
+    const double *probs = dl_tensor_data_ptr(pd);
     int64_t n = dl_tensor_numel(pd);
     for (int64_t i = 0; i < n; i++)
         if (!(probs[i] >= 0 && probs[i] <= 1)) {

@@ -408,7 +408,7 @@ static int sink_open(sink *s, dl_tensor *out, dl_dtype kt, const dl_tensor *x, c
         s->view = NULL;
         return -1;
     }
-    *data = dl_tensor_data(s->tmp ? s->tmp : s->view);
+    *data = dl_tensor_data_ptr(s->tmp ? s->tmp : s->view);
     return 0;
 }
 
@@ -428,7 +428,7 @@ typedef enum { F_SUM, F_MEAN, F_PROD, F_AMAX, F_AMIN, F_VAR, F_STD, F_NORM, F_LS
 /* Runs the kernels of f over plan p into a[O*I]. */
 static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, double *a) {
     int64_t n = p->s.O * p->s.I;
-    const void *x = p->src ? dl_tensor_data(p->src) : NULL;
+    const void *x = p->src ? dl_tensor_data_ptr(p->src) : NULL;
     double R = (double)p->nred, *shift = NULL;
     int rc = 0;
     switch (f) {
@@ -522,8 +522,8 @@ static dl_tensor *int_reduce(bool prod, dl_tensor *xc, const bool *mask, bool ke
     void *a = NULL;
     int rc = out ? sink_open(&s, out, DL_DTYPE_I64, xc, mask, keepdim, &p, &a) : -1;
     if (!rc)
-        rc = sink_close(&s,
-                        dl_cpu_reduce_acc_i64(prod, p.src ? dl_tensor_data(p.src) : NULL, &p.s, a));
+        rc = sink_close(
+            &s, dl_cpu_reduce_acc_i64(prod, p.src ? dl_tensor_data_ptr(p.src) : NULL, &p.s, a));
     dl_tensor_release(p.src);
     if (rc) {
         dl_tensor_release(out);
@@ -890,7 +890,8 @@ static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool 
     }
     if (!rc && !vals && !(va = own = malloc(8 * (size_t)(p.s.O * p.s.I + 1))))
         rc = dl_error("%s: out of memory", op);
-    if (!rc) rc = dl_cpu_reduce_minmax(mx, p.src ? dl_tensor_data(p.src) : NULL, ct, &p.s, va, ia);
+    if (!rc)
+        rc = dl_cpu_reduce_minmax(mx, p.src ? dl_tensor_data_ptr(p.src) : NULL, ct, &p.s, va, ia);
     free(own);
     if (vopen) rc = sink_close(&sv, rc);
     if (iopen) rc = sink_close(&si, rc);
@@ -1025,7 +1026,7 @@ static dl_tensor *all_any(const char *op, bool all, dl_tensor *x, int ndims, con
         rc = out ? sink_open(&s, out, DL_DTYPE_BOOL, xc, mask, keepdim, &p, &a) : -1;
         if (!rc)
             rc = sink_close(
-                &s, dl_cpu_reduce_allany(all, p.src ? dl_tensor_data(p.src) : NULL, &p.s, a));
+                &s, dl_cpu_reduce_allany(all, p.src ? dl_tensor_data_ptr(p.src) : NULL, &p.s, a));
         dl_tensor_release(p.src);
     }
     dl_tensor_release(xc);
@@ -1076,7 +1077,8 @@ static int median(dl_tensor *x, const bool *mask, bool keepdim, dl_tensor **vals
             *(double *)va = NAN; /* median of an empty tensor: nan, as PyTorch */
     } else if (!rc) {
         /* one reduced dim (or all of them): RO is 1 */
-        rc = dl_cpu_median(p.src ? dl_tensor_data(p.src) : NULL, ct, p.s.O, p.s.R, p.s.I, va, ia);
+        rc = dl_cpu_median(p.src ? dl_tensor_data_ptr(p.src) : NULL, ct, p.s.O, p.s.R, p.s.I, va,
+                           ia);
     }
     if (iopen) rc = sink_close(&si, rc);
     if (vopen) rc = sink_close(&sv, rc);
@@ -1143,7 +1145,8 @@ static dl_tensor *scan(const char *op, bool prod, dl_tensor *x, int dim, dl_dtyp
     dl_tensor *tmp = out && odt != ct ? dl_tensor_empty(x->ndim, x->shape, ct, DL_CPU) : NULL;
     int rc = -1;
     if (out && (odt == ct || tmp)) {
-        rc = dl_cpu_scan(prod, dl_tensor_data(xc), ct, O, R, I, dl_tensor_data(tmp ? tmp : out));
+        rc = dl_cpu_scan(prod, dl_tensor_data_ptr(xc), ct, O, R, I,
+                         dl_tensor_data_ptr(tmp ? tmp : out));
         if (!rc && tmp) rc = dl_tensor_copy_(out, tmp);
     }
     dl_tensor_release(tmp);
