@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh "$@"
 cd build
-ctest --output-on-failure -j"$(nproc)"
+# One test at a time: each test's kernels already use every core (OpenMP),
+# and two at once would oversubscribe them.
+ctest --output-on-failure
