@@ -139,7 +139,7 @@ static int l_conv2d_forward(lua_State *L) {
     dl_tensor *w = dlL_checktensor(L, 2);
     dl_tensor *b = opttensor(L, 3);
     dl_conv2d_params p = conv_opts(L, 4, "conv2d", false);
-    return dlL_pushtensor(L, dl_conv2d_forward(x, w, b, &p));
+    return dlL_pushtensor(L, dl_conv2d(x, w, b, &p));
 }
 
 static int l_conv2d_backward(lua_State *L) {
@@ -250,7 +250,7 @@ static int l_max_pool2d_backward(lua_State *L) {
 static int l_avg_pool2d_forward(lua_State *L) {
     dl_tensor *x = dlL_checktensor(L, 1);
     dl_pool2d_params p = pool_opts(L, 2, 3, "avg_pool2d", true);
-    return dlL_pushtensor(L, dl_avg_pool2d_forward(x, &p));
+    return dlL_pushtensor(L, dl_avg_pool2d(x, &p));
 }
 
 /* avg_pool2d_backward(gy, x, kernel_size, {same options}) -> gx */
@@ -267,7 +267,7 @@ static int l_adaptive_avg_pool2d_forward(lua_State *L) {
     int64_t o[2];
     luaL_checkany(L, 2);
     arg_pair(L, 2, "adaptive_avg_pool2d", "output_size", o);
-    return dlL_pushtensor(L, dl_adaptive_avg_pool2d_forward(x, o[0], o[1]));
+    return dlL_pushtensor(L, dl_adaptive_avg_pool2d(x, o[0], o[1]));
 }
 
 /* adaptive_avg_pool2d_backward(gy, x) -> gx */
@@ -316,14 +316,6 @@ static int l_primitive_cache(lua_State *L) {
 
 /* --- dl._F: the functional entry points (record autograd) ---------------------------- */
 
-/* F.conv2d(x, w, b_or_nil, {stride=, padding=, dilation=, groups=}) */
-static int F_conv2d(lua_State *L) {
-    dl_tensor *x = dlL_checktensor(L, 1);
-    dl_tensor *w = dlL_checktensor(L, 2);
-    dl_tensor *b = opttensor(L, 3);
-    dl_conv2d_params p = conv_opts(L, 4, "conv2d", false);
-    return dlL_pushtensor(L, dl_conv2d(x, w, b, &p));
-}
 
 /* F.batch_norm(x, running_mean, running_var, weight, bias, training=false,
  *              momentum=0.1, eps=1e-5)  (PyTorch's argument order) */
@@ -348,21 +340,7 @@ static int F_max_pool2d(lua_State *L) {
     return dlL_pushtensor(L, dl_max_pool2d(x, &p, NULL));
 }
 
-/* F.avg_pool2d(x, kernel_size, {stride=, padding=, ceil_mode=, count_include_pad=,
- *              divisor_override=}) */
-static int F_avg_pool2d(lua_State *L) {
-    dl_tensor *x = dlL_checktensor(L, 1);
-    dl_pool2d_params p = pool_opts(L, 2, 3, "avg_pool2d", true);
-    return dlL_pushtensor(L, dl_avg_pool2d(x, &p));
-}
 
-static int F_adaptive_avg_pool2d(lua_State *L) {
-    dl_tensor *x = dlL_checktensor(L, 1);
-    int64_t o[2];
-    luaL_checkany(L, 2);
-    arg_pair(L, 2, "adaptive_avg_pool2d", "output_size", o);
-    return dlL_pushtensor(L, dl_adaptive_avg_pool2d(x, o[0], o[1]));
-}
 
 static int F_adaptive_max_pool2d(lua_State *L) {
     dl_tensor *x = dlL_checktensor(L, 1);
@@ -392,11 +370,11 @@ void dlL_open_nn_conv(lua_State *L) {
     };
     dlL_register_in(L, "_nn", fns); /* shared with other families */
     static const luaL_Reg F[] = {
-        {"conv2d", F_conv2d},
+        {"conv2d", l_conv2d_forward},
         {"batch_norm", F_batch_norm},
         {"max_pool2d", F_max_pool2d},
-        {"avg_pool2d", F_avg_pool2d},
-        {"adaptive_avg_pool2d", F_adaptive_avg_pool2d},
+        {"avg_pool2d", l_avg_pool2d_forward},
+        {"adaptive_avg_pool2d", l_adaptive_avg_pool2d_forward},
         {"adaptive_max_pool2d", F_adaptive_max_pool2d},
         {NULL, NULL},
     };
