@@ -205,8 +205,10 @@ static void print_build(void) {
 static void print_backends(void) {
     char name[256];
     printf("cpu: %d threads", dl_get_num_threads());
-    if (!dl_cuda_compiled()) printf("; cuda: not in this build\n");
-    else if (dl_cuda_available_devices() == 0) printf("; cuda: no GPU found, running on the CPU\n");
+    if (!dl_cuda_compiled())
+        printf("; cuda: not in this build\n");
+    else if (dl_cuda_available_devices() == 0)
+        printf("; cuda: no GPU found, running on the CPU\n");
     else
         printf("; cuda: %d device(s), %s\n", dl_cuda_available_devices(),
                dl_cuda_name(0, name, sizeof name) ? name : "?");

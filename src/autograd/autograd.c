@@ -9,7 +9,9 @@
 
 static _Thread_local bool grad_disabled;
 
-bool dl_grad_enabled(void) { return !grad_disabled; }
+bool dl_grad_enabled(void) {
+    return !grad_disabled;
+}
 
 bool dl_set_grad_enabled(bool on) {
     bool prev = !grad_disabled;
@@ -41,8 +43,8 @@ static void fill_meta(dl_tensor_meta *m, const dl_tensor *t) {
     m->device = t->storage->device;
 }
 
-dl_node *dl_node_new(const char *name, dl_backward_fn fn, int n_inputs,
-                     dl_tensor *const *inputs, int n_outputs, size_t ctx_size) {
+dl_node *dl_node_new(const char *name, dl_backward_fn fn, int n_inputs, dl_tensor *const *inputs,
+                     int n_outputs, size_t ctx_size) {
     dl_tensor_release_autograd = release_tensor_graph;
     dl_node *n = calloc(1, sizeof *n);
     if (!n) {
@@ -140,7 +142,9 @@ bool dl_node_needs_grad(const dl_node *n, int i) {
     return n->inputs[i].node != NULL || n->inputs[i].leaf != NULL;
 }
 
-void dl_node_retain(dl_node *n) { n->refcount++; }
+void dl_node_retain(dl_node *n) {
+    n->refcount++;
+}
 
 static void free_saved(dl_node *n) {
     for (int i = 0; i < n->n_saved; i++) {
@@ -190,7 +194,9 @@ void dl_node_release(dl_node *n) {
 
 static dl_grad_add_fn grad_add;
 
-void dl_autograd_set_add(dl_grad_add_fn add) { grad_add = add; }
+void dl_autograd_set_add(dl_grad_add_fn add) {
+    grad_add = add;
+}
 
 /* dst = dst + g (dst may be NULL: takes a reference to g). */
 static int accumulate(dl_tensor **dst, dl_tensor *g) {
@@ -210,8 +216,8 @@ static int accumulate(dl_tensor **dst, dl_tensor *g) {
  * or the user may still hold. */
 static int accumulate_leaf(dl_tensor *leaf, dl_tensor *g) {
     if (leaf->grad) return accumulate(&leaf->grad, g);
-    dl_tensor *c = g->refcount == 1 && dl_tensor_is_contiguous(g) ? dl_tensor_retain(g)
-                                                                    : dl_tensor_clone(g);
+    dl_tensor *c =
+        g->refcount == 1 && dl_tensor_is_contiguous(g) ? dl_tensor_retain(g) : dl_tensor_clone(g);
     if (!c) return -1;
     leaf->grad = c;
     return 0;
@@ -386,8 +392,8 @@ static int run_engine(int n, dl_tensor *const *roots, dl_tensor *const *grads, b
                 }
             }
         dl_tensor *gin_small[8] = {0};
-        dl_tensor **gin = node->n_inputs <= 8 ? gin_small
-                                              : calloc((size_t)node->n_inputs, sizeof *gin);
+        dl_tensor **gin =
+            node->n_inputs <= 8 ? gin_small : calloc((size_t)node->n_inputs, sizeof *gin);
         if (!gin) {
             rc = dl_error("backward: out of memory");
             goto done;
@@ -403,8 +409,8 @@ static int run_engine(int n, dl_tensor *const *roots, dl_tensor *const *grads, b
                 rc = dl_error("%s: gradient of shape %s computed for input %d of shape %s "
                               "(internal)",
                               node->name, dl_shape_str(g->ndim, g->shape, b1, sizeof b1), i + 1,
-                              dl_shape_str(node->input_meta[i].ndim, node->input_meta[i].shape,
-                                           b2, sizeof b2));
+                              dl_shape_str(node->input_meta[i].ndim, node->input_meta[i].shape, b2,
+                                           sizeof b2));
                 break;
             }
             if (e->leaf && g) {

@@ -81,7 +81,9 @@ bool dl_set_grad_enabled(bool on);
 
 /* True when grad mode is on and some input requires grad: record a node. */
 bool dl_autograd_needed(int n, dl_tensor *const *inputs);
-static inline bool dl_needs_grad1(dl_tensor *a) { return dl_autograd_needed(1, &a); }
+static inline bool dl_needs_grad1(dl_tensor *a) {
+    return dl_autograd_needed(1, &a);
+}
 static inline bool dl_needs_grad2(dl_tensor *a, dl_tensor *b) {
     dl_tensor *v[2] = {a, b};
     return dl_autograd_needed(2, v);
@@ -90,8 +92,8 @@ static inline bool dl_needs_grad2(dl_tensor *a, dl_tensor *b) {
 /* --- building graphs -------------------------------------------------------- */
 /* A node with edges to inputs (entries may be NULL: no gradient) and room for
  * n_outputs outputs.  ctx_size bytes of zeroed parameter space at n->ctx. */
-dl_node *dl_node_new(const char *name, dl_backward_fn fn, int n_inputs,
-                     dl_tensor *const *inputs, int n_outputs, size_t ctx_size);
+dl_node *dl_node_new(const char *name, dl_backward_fn fn, int n_inputs, dl_tensor *const *inputs,
+                     int n_outputs, size_t ctx_size);
 /* Saves a detached view of t (NULL allowed); returns its slot or -1. */
 int dl_node_save(dl_node *n, dl_tensor *t);
 /* The saved tensor in slot i (borrowed), or NULL with an error when the graph

@@ -10,29 +10,39 @@ static const struct {
     size_t size;
     dl_kind kind;
 } dtype_info[DL_DTYPE_COUNT] = {
-    [DL_DTYPE_F32] = {"float32", 4, DL_KIND_FLOAT}, [DL_DTYPE_F64] = {"float64", 8, DL_KIND_FLOAT},
-    [DL_DTYPE_F16] = {"float16", 2, DL_KIND_FLOAT}, [DL_DTYPE_BF16] = {"bfloat16", 2, DL_KIND_FLOAT},
-    [DL_DTYPE_I64] = {"int64", 8, DL_KIND_INT},     [DL_DTYPE_I32] = {"int32", 4, DL_KIND_INT},
-    [DL_DTYPE_U8] = {"uint8", 1, DL_KIND_INT},      [DL_DTYPE_BOOL] = {"bool", 1, DL_KIND_BOOL},
+    [DL_DTYPE_F32] = {"float32", 4, DL_KIND_FLOAT},
+    [DL_DTYPE_F64] = {"float64", 8, DL_KIND_FLOAT},
+    [DL_DTYPE_F16] = {"float16", 2, DL_KIND_FLOAT},
+    [DL_DTYPE_BF16] = {"bfloat16", 2, DL_KIND_FLOAT},
+    [DL_DTYPE_I64] = {"int64", 8, DL_KIND_INT},
+    [DL_DTYPE_I32] = {"int32", 4, DL_KIND_INT},
+    [DL_DTYPE_U8] = {"uint8", 1, DL_KIND_INT},
+    [DL_DTYPE_BOOL] = {"bool", 1, DL_KIND_BOOL},
 };
 
-size_t dl_dtype_size(dl_dtype t) { return dtype_info[t].size; }
+size_t dl_dtype_size(dl_dtype t) {
+    return dtype_info[t].size;
+}
 const char *dl_dtype_name(dl_dtype t) {
     return (unsigned)t < DL_DTYPE_COUNT ? dtype_info[t].name : "?";
 }
-bool dl_dtype_is_floating(dl_dtype t) { return dtype_info[t].kind == DL_KIND_FLOAT; }
-dl_kind dl_dtype_kind(dl_dtype t) { return dtype_info[t].kind; }
+bool dl_dtype_is_floating(dl_dtype t) {
+    return dtype_info[t].kind == DL_KIND_FLOAT;
+}
+dl_kind dl_dtype_kind(dl_dtype t) {
+    return dtype_info[t].kind;
+}
 
 int dl_dtype_parse(const char *name, dl_dtype *out) {
     static const struct {
         const char *alias;
         dl_dtype t;
     } aliases[] = {
-        {"float32", DL_DTYPE_F32}, {"float", DL_DTYPE_F32},    {"float64", DL_DTYPE_F64},
-        {"double", DL_DTYPE_F64},  {"float16", DL_DTYPE_F16},  {"half", DL_DTYPE_F16},
-        {"bfloat16", DL_DTYPE_BF16}, {"int64", DL_DTYPE_I64},  {"long", DL_DTYPE_I64},
-        {"int32", DL_DTYPE_I32},   {"int", DL_DTYPE_I32},      {"uint8", DL_DTYPE_U8},
-        {"byte", DL_DTYPE_U8},     {"bool", DL_DTYPE_BOOL},
+        {"float32", DL_DTYPE_F32},   {"float", DL_DTYPE_F32},   {"float64", DL_DTYPE_F64},
+        {"double", DL_DTYPE_F64},    {"float16", DL_DTYPE_F16}, {"half", DL_DTYPE_F16},
+        {"bfloat16", DL_DTYPE_BF16}, {"int64", DL_DTYPE_I64},   {"long", DL_DTYPE_I64},
+        {"int32", DL_DTYPE_I32},     {"int", DL_DTYPE_I32},     {"uint8", DL_DTYPE_U8},
+        {"byte", DL_DTYPE_U8},       {"bool", DL_DTYPE_BOOL},
     };
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
         if (strcmp(name, aliases[i].alias) == 0) {
@@ -96,7 +106,7 @@ uint16_t dl_float_to_half(float f) {
     if (absx >= 0x7f800000u) /* inf or nan */
         return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
     if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to >= 65520: inf */
-    if (absx < 0x38800000u) {                                   /* below half's normal range */
+    if (absx < 0x38800000u) {                                  /* below half's normal range */
         /* value * 2^24 rounded to nearest even gives the subnormal mantissa */
         float a;
         memcpy(&a, &absx, 4);
@@ -167,10 +177,14 @@ void dl_store_f64(void *p, dl_dtype t, double v) {
     case DL_DTYPE_BOOL: *(uint8_t *)p = v != 0; break;
     default: {
         int64_t i;
-        if (v != v) i = INT64_MIN;
-        else if (v >= 9.2233720368547758e18) i = INT64_MAX;
-        else if (v <= -9.2233720368547758e18) i = INT64_MIN;
-        else i = (int64_t)v;
+        if (v != v)
+            i = INT64_MIN;
+        else if (v >= 9.2233720368547758e18)
+            i = INT64_MAX;
+        else if (v <= -9.2233720368547758e18)
+            i = INT64_MIN;
+        else
+            i = (int64_t)v;
         dl_store_i64(p, t, i);
     }
     }

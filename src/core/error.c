@@ -14,6 +14,10 @@ int dl_error(const char *fmt, ...) {
     return -1;
 }
 
-const char *dl_last_error(void) { return dl_errbuf; }
+const char *dl_last_error(void) {
+    return dl_errbuf;
+}
 
-void dl_clear_error(void) { dl_errbuf[0] = '\0'; }
+void dl_clear_error(void) {
+    dl_errbuf[0] = '\0';
+}

@@ -26,8 +26,8 @@ int dl_broadcast_shapes(const char *op, int na, const int64_t *sa, int nb, const
 }
 
 typedef struct {
-    int nargs, ndim;                       /* collapsed dims; last one is the row */
-    int64_t shape[DL_MAX_DIMS];            /* collapsed shape */
+    int nargs, ndim;                                /* collapsed dims; last one is the row */
+    int64_t shape[DL_MAX_DIMS];                     /* collapsed shape */
     int64_t strides[DL_ITER_MAX_ARGS][DL_MAX_DIMS]; /* bytes */
     char *base[DL_ITER_MAX_ARGS];
 } iter_plan;
@@ -49,7 +49,8 @@ static void plan_build(iter_plan *p, int nargs, dl_tensor *const *args) {
             if (ok) {
                 p->shape[k - 1] *= t0->shape[d];
                 for (int a = 0; a < nargs; a++)
-                    p->strides[a][k - 1] = args[a]->strides[d] * (int64_t)dl_dtype_size(args[a]->dtype);
+                    p->strides[a][k - 1] =
+                        args[a]->strides[d] * (int64_t)dl_dtype_size(args[a]->dtype);
                 continue;
             }
         }
@@ -66,8 +67,8 @@ static void plan_build(iter_plan *p, int nargs, dl_tensor *const *args) {
 }
 
 /* Runs rows [row_lo, row_hi) x columns [col_lo, col_hi) of the plan. */
-static void plan_run(const iter_plan *p, int64_t row, int64_t col_lo, int64_t col_hi,
-                     dl_loop_fn fn, void *ctx) {
+static void plan_run(const iter_plan *p, int64_t row, int64_t col_lo, int64_t col_hi, dl_loop_fn fn,
+                     void *ctx) {
     char *data[DL_ITER_MAX_ARGS];
     int64_t inner[DL_ITER_MAX_ARGS];
     int last = p->ndim - 1;

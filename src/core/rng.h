@@ -31,7 +31,9 @@ uint64_t dl_generator_reserve(dl_generator *g, uint64_t nblocks);
 /* One Philox4x32-10 block: 4 random 32-bit words for (key=seed, counter). */
 void dl_philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]);
 /* uint32 -> uniform float in [0, 1) with 24 bits, and double in [0, 1) from two words. */
-static inline float dl_u32_to_unit_float(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+static inline float dl_u32_to_unit_float(uint32_t x) {
+    return (float)(x >> 8) * (1.0f / 16777216.0f);
+}
 static inline double dl_u64_to_unit_double(uint32_t hi, uint32_t lo) {
     return (double)((((uint64_t)hi << 32) | lo) >> 11) * (1.0 / 9007199254740992.0);
 }

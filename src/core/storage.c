@@ -16,7 +16,9 @@ void dl_set_low_memory_handler(dl_low_memory_fn fn, void *ud) {
     low_memory_ud = ud;
 }
 
-void dl_register_allocator(dl_device_type type, const dl_allocator *a) { allocators[type] = a; }
+void dl_register_allocator(dl_device_type type, const dl_allocator *a) {
+    allocators[type] = a;
+}
 
 static void *raw_alloc(size_t nbytes, dl_device dev) {
     if (dev.type == DL_DEVICE_CPU) {
@@ -28,8 +30,10 @@ static void *raw_alloc(size_t nbytes, dl_device dev) {
 }
 
 static void raw_free(void *p, dl_device dev) {
-    if (dev.type == DL_DEVICE_CPU) free(p);
-    else if (allocators[dev.type]) allocators[dev.type]->free(p, dev.index);
+    if (dev.type == DL_DEVICE_CPU)
+        free(p);
+    else if (allocators[dev.type])
+        allocators[dev.type]->free(p, dev.index);
 }
 
 dl_storage *dl_storage_new(size_t nbytes, dl_device dev) {
@@ -79,7 +83,9 @@ dl_storage *dl_storage_wrap(void *data, size_t nbytes, dl_device dev,
     return s;
 }
 
-void dl_storage_retain(dl_storage *s) { __atomic_add_fetch(&s->refcount, 1, __ATOMIC_RELAXED); }
+void dl_storage_retain(dl_storage *s) {
+    __atomic_add_fetch(&s->refcount, 1, __ATOMIC_RELAXED);
+}
 
 void dl_storage_release(dl_storage *s) {
     if (!s || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
@@ -92,12 +98,18 @@ void dl_storage_release(dl_storage *s) {
     free(s);
 }
 
-int64_t dl_mem_live_bytes(void) { return __atomic_load_n(&live_bytes, __ATOMIC_RELAXED); }
-int64_t dl_mem_total_allocated(void) { return __atomic_load_n(&total_bytes, __ATOMIC_RELAXED); }
+int64_t dl_mem_live_bytes(void) {
+    return __atomic_load_n(&live_bytes, __ATOMIC_RELAXED);
+}
+int64_t dl_mem_total_allocated(void) {
+    return __atomic_load_n(&total_bytes, __ATOMIC_RELAXED);
+}
 
 const char *dl_device_name(dl_device d, char *buf, size_t n) {
-    if (d.type == DL_DEVICE_CPU) snprintf(buf, n, "cpu");
-    else snprintf(buf, n, "cuda:%d", d.index);
+    if (d.type == DL_DEVICE_CPU)
+        snprintf(buf, n, "cpu");
+    else
+        snprintf(buf, n, "cuda:%d", d.index);
     return buf;
 }
 
@@ -123,4 +135,6 @@ int dl_device_parse(const char *s, dl_device *out) {
     return dl_error("invalid device '%s' (expected 'cpu', 'cuda' or 'cuda:N')", s);
 }
 
-int dl_device_equal(dl_device a, dl_device b) { return a.type == b.type && a.index == b.index; }
+int dl_device_equal(dl_device a, dl_device b) {
+    return a.type == b.type && a.index == b.index;
+}

@@ -26,8 +26,8 @@ typedef struct dl_storage {
     void *data;
     size_t nbytes;
     dl_device device;
-    int refcount;          /* atomic */
-    uint64_t version;      /* bumped by in-place writes; shared by all views */
+    int refcount;                           /* atomic */
+    uint64_t version;                       /* bumped by in-place writes; shared by all views */
     void (*deleter)(void *data, void *ctx); /* external memory (mmap, host buffers) */
     void *deleter_ctx;
 } dl_storage;
@@ -52,7 +52,7 @@ int64_t dl_mem_live_bytes(void);
 int64_t dl_mem_total_allocated(void);
 
 const char *dl_device_name(dl_device d, char *buf, size_t n); /* "cpu", "cuda:0" */
-int dl_device_parse(const char *s, dl_device *out);            /* "cpu", "cuda", "cuda:1" */
+int dl_device_parse(const char *s, dl_device *out);           /* "cpu", "cuda", "cuda:1" */
 int dl_device_equal(dl_device a, dl_device b);
 
 #endif

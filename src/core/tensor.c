@@ -19,8 +19,7 @@ static int check_shape(const char *op, int ndim, const int64_t *shape, int64_t *
         if (shape[i] < 0)
             return dl_error("%s: negative size %lld in dimension %d", op, (long long)shape[i],
                             i + 1);
-        if (shape[i] && n > INT64_MAX / 16 / shape[i])
-            return dl_error("%s: shape too large", op);
+        if (shape[i] && n > INT64_MAX / 16 / shape[i]) return dl_error("%s: shape too large", op);
         n *= shape[i];
     }
     *numel = n;
@@ -29,8 +28,10 @@ static int check_shape(const char *op, int ndim, const int64_t *shape, int64_t *
 
 static dl_tensor *tensor_alloc(void) {
     dl_tensor *t = calloc(1, sizeof *t);
-    if (!t) dl_error("out of memory");
-    else t->refcount = 1;
+    if (!t)
+        dl_error("out of memory");
+    else
+        t->refcount = 1;
     return t;
 }
 
@@ -72,7 +73,8 @@ dl_tensor *dl_tensor_full(int ndim, const int64_t *shape, double value, dl_dtype
 
 dl_tensor *dl_tensor_zeros(int ndim, const int64_t *shape, dl_dtype dtype, dl_device dev) {
     dl_tensor *t = dl_tensor_empty(ndim, shape, dtype, dev);
-    if (t && dev.type == DL_DEVICE_CPU) memset(t->storage->data, 0, t->storage->nbytes);
+    if (t && dev.type == DL_DEVICE_CPU)
+        memset(t->storage->data, 0, t->storage->nbytes);
     else if (t && dl_tensor_fill_(t, 0)) {
         dl_tensor_release(t);
         return NULL;
@@ -136,9 +138,13 @@ bool dl_tensor_is_contiguous(const dl_tensor *t) {
     return true;
 }
 
-dl_device dl_tensor_device(const dl_tensor *t) { return t->storage->device; }
+dl_device dl_tensor_device(const dl_tensor *t) {
+    return t->storage->device;
+}
 
-size_t dl_tensor_itemsize(const dl_tensor *t) { return dl_dtype_size(t->dtype); }
+size_t dl_tensor_itemsize(const dl_tensor *t) {
+    return dl_dtype_size(t->dtype);
+}
 
 void *dl_tensor_data_ptr(const dl_tensor *t) {
     return (char *)t->storage->data + t->offset * (int64_t)dl_dtype_size(t->dtype);
@@ -241,8 +247,8 @@ static bool view_strides(const dl_tensor *t, int ndim, const int64_t *newshape, 
     int64_t tensor_numel = 1, view_numel = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         tensor_numel *= t->shape[d];
-        if (d == 0 || (t->shape[d - 1] != 1 &&
-                       t->strides[d - 1] != tensor_numel * chunk_base_stride)) {
+        if (d == 0 ||
+            (t->shape[d - 1] != 1 && t->strides[d - 1] != tensor_numel * chunk_base_stride)) {
             while (view_d >= 0 && (view_numel < tensor_numel || newshape[view_d] == 1)) {
                 out[view_d] = view_numel * chunk_base_stride;
                 view_numel *= newshape[view_d];
@@ -497,7 +503,9 @@ static void copy_loop(char **data, const int64_t *strides, int64_t n, void *vctx
             return;
         }
         switch (sz) {
-        case 1: for (int64_t i = 0; i < n; i++) d[i * sd] = s[i * ss]; break;
+        case 1:
+            for (int64_t i = 0; i < n; i++) d[i * sd] = s[i * ss];
+            break;
         case 2:
             for (int64_t i = 0; i < n; i++) *(uint16_t *)(d + i * sd) = *(uint16_t *)(s + i * ss);
             break;
@@ -524,8 +532,10 @@ static void copy_loop(char **data, const int64_t *strides, int64_t n, void *vctx
     }
     bool as_float = dl_dtype_is_floating(c->src);
     for (int64_t i = 0; i < n; i++) {
-        if (as_float) dl_store_f64(d + i * sd, c->dst, dl_load_f64(s + i * ss, c->src));
-        else dl_store_i64(d + i * sd, c->dst, dl_load_i64(s + i * ss, c->src));
+        if (as_float)
+            dl_store_f64(d + i * sd, c->dst, dl_load_f64(s + i * ss, c->src));
+        else
+            dl_store_i64(d + i * sd, c->dst, dl_load_i64(s + i * ss, c->src));
     }
 }
 

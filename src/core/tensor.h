@@ -75,7 +75,7 @@ dl_tensor *dl_tensor_view(dl_tensor *t, int ndim, const int64_t *shape);
 dl_tensor *dl_tensor_reshape(dl_tensor *t, int ndim, const int64_t *shape);
 dl_tensor *dl_tensor_transpose(dl_tensor *t, int d0, int d1);
 dl_tensor *dl_tensor_permute(dl_tensor *t, const int *dims); /* t->ndim entries */
-dl_tensor *dl_tensor_squeeze(dl_tensor *t, int dim);          /* dim < -ndim..: see below */
+dl_tensor *dl_tensor_squeeze(dl_tensor *t, int dim);         /* dim < -ndim..: see below */
 dl_tensor *dl_tensor_squeeze_all(dl_tensor *t);
 dl_tensor *dl_tensor_unsqueeze(dl_tensor *t, int dim); /* dim in [-ndim-1, ndim] */
 dl_tensor *dl_tensor_flatten(dl_tensor *t, int start, int end);

@@ -132,8 +132,9 @@ static int t_requires_grad_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     int on = lua_isnone(L, 2) ? 1 : lua_toboolean(L, 2);
     if (on && !dl_dtype_is_floating(t->dtype))
-        return luaL_error(L, "requires_grad_: only floating-point tensors can require gradients "
-                             "(dtype %s)",
+        return luaL_error(L,
+                          "requires_grad_: only floating-point tensors can require gradients "
+                          "(dtype %s)",
                           dl_dtype_name(t->dtype));
     if (!on && t->grad_fn)
         return luaL_error(L, "requires_grad_: a tensor computed from others (a non-leaf) always "
@@ -168,7 +169,6 @@ static int run_with_mode(lua_State *L) {
     lua_call(L, nargs, LUA_MULTRET);
     return lua_gettop(L) - 1; /* the results; the guard closes on return */
 }
-
 
 static int l_set_grad_enabled(lua_State *L) {
     luaL_checktype(L, 1, LUA_TBOOLEAN);
@@ -223,7 +223,8 @@ static int lua_fn_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) 
     for (int i = 0; i < n->n_inputs; i++) {
         int idx = top + 1 + i;
         dl_tensor *g = dlL_totensor(L, idx);
-        if (g && dl_node_needs_grad(n, i)) gin[i] = dl_tensor_retain(g);
+        if (g && dl_node_needs_grad(n, i))
+            gin[i] = dl_tensor_retain(g);
         else if (!g && !lua_isnil(L, idx)) {
             lua_settop(L, top);
             for (int k = 0; k < i; k++) {
@@ -257,8 +258,8 @@ static int l_record_function(lua_State *L) {
     if (!dl_autograd_needed(nin, ins)) return nout;
     for (int o = 0; o < nout; o++)
         if (!dlL_totensor(L, 5 + o))
-            return luaL_error(L, "%s: forward must return tensors (output %d is a %s)", name,
-                              o + 1, luaL_typename(L, 5 + o));
+            return luaL_error(L, "%s: forward must return tensors (output %d is a %s)", name, o + 1,
+                              luaL_typename(L, 5 + o));
     /* names must outlive the node: keep a copy in the registry-anchored ctx */
     lua_pushstring(L, name);
     lua_setfield(L, 2, "__name");
@@ -281,8 +282,8 @@ static int l_record_function(lua_State *L) {
         bool is_input = false;
         for (int i = 0; i < nin; i++) is_input |= ins[i] == t;
         if (is_input || t->grad_fn) { /* returned an input: give it a fresh identity */
-            dl_tensor *v = dl_tensor_new_view(t->storage, t->offset, t->ndim, t->shape,
-                                              t->strides, t->dtype);
+            dl_tensor *v =
+                dl_tensor_new_view(t->storage, t->offset, t->ndim, t->shape, t->strides, t->dtype);
             if (!v) {
                 dl_node_release(n);
                 return dlL_fail(L);
@@ -299,8 +300,10 @@ static int l_record_function(lua_State *L) {
 
 static int t_grad_fn_name(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
-    if (t->grad_fn) lua_pushstring(L, t->grad_fn->name);
-    else lua_pushnil(L);
+    if (t->grad_fn)
+        lua_pushstring(L, t->grad_fn->name);
+    else
+        lua_pushnil(L);
     return 1;
 }
 
@@ -316,11 +319,8 @@ void dlL_open_autograd(lua_State *L) {
         {NULL, NULL},
     };
     static const luaL_Reg raw[] = {
-        {"backward", l_backward},
-        {"grad", l_grad},
-        {"record_function", l_record_function},
-        {"grad_fn_name", t_grad_fn_name},
-        {NULL, NULL},
+        {"backward", l_backward},         {"grad", l_grad}, {"record_function", l_record_function},
+        {"grad_fn_name", t_grad_fn_name}, {NULL, NULL},
     };
     dlL_register(L, functions, methods);
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);

@@ -1,7 +1,9 @@
 /* l_nn_conv.c - test bindings of the convolution, batch-norm and pooling
  * kernels (src/ops/nn_conv.h), in the table dl._nn (shared with other
- * families: created when absent, never replaced).  These are the raw
- * forward/backward pairs autograd is built on, not the user API (dl.nn):
+ * families: created when absent, never replaced).  These are the
+ * forward/backward pairs autograd is built on (the forwards record a node
+ * when an input requires grad); dl._F, below, is what dl.nn.functional
+ * exposes:
  *
  *   dl._nn.conv2d_forward(x, w, b_or_nil, {stride=, padding=, dilation=, groups=})
  *   dl._nn.conv2d_backward(gy, x, w, {..., need={gx, gw, gb}}) -> gx, gw, gb
@@ -316,7 +318,6 @@ static int l_primitive_cache(lua_State *L) {
 
 /* --- dl._F: the functional entry points (record autograd) ---------------------------- */
 
-
 /* F.batch_norm(x, running_mean, running_var, weight, bias, training=false,
  *              momentum=0.1, eps=1e-5)  (PyTorch's argument order) */
 static int F_batch_norm(lua_State *L) {
@@ -339,8 +340,6 @@ static int F_max_pool2d(lua_State *L) {
     dl_pool2d_params p = pool_opts(L, 2, 3, "max_pool2d", false);
     return dlL_pushtensor(L, dl_max_pool2d(x, &p, NULL));
 }
-
-
 
 static int F_adaptive_max_pool2d(lua_State *L) {
     dl_tensor *x = dlL_checktensor(L, 1);

@@ -193,8 +193,8 @@ static int l_cross_entropy_forward(lua_State *L) {
     dl_tensor *x = dlL_checktensor(L, 1), *target = dlL_checktensor(L, 2);
     loss_opts o = read_loss_opts(L, 3, op, keys_ce);
     dl_tensor *t = ce_target(L, op, x, target, &o);
-    dl_tensor *r = dl_cross_entropy(x, t, o.weight, c_ignore(o.ignore_index), o.reduction,
-                                    o.label_smoothing);
+    dl_tensor *r =
+        dl_cross_entropy(x, t, o.weight, c_ignore(o.ignore_index), o.reduction, o.label_smoothing);
     dl_tensor_release(t);
     return dlL_pushtensor(L, r);
 }

@@ -79,23 +79,23 @@ void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions);
 void dlL_adopt_state(lua_State *L);
 
 /* Family openers, called by luaopen_dl in this order. */
-void dlL_open_tensor(lua_State *L);     /* ltensor.c: userdata, views, conversion */
-void dlL_open_create(lua_State *L);     /* lcreate.c: creation, dl.tensor, tolist */
+void dlL_open_tensor(lua_State *L);      /* ltensor.c: userdata, views, conversion */
+void dlL_open_create(lua_State *L);      /* lcreate.c: creation, dl.tensor, tolist */
 void dlL_open_elementwise(lua_State *L); /* l_elementwise.c */
-void dlL_open_reduce(lua_State *L);     /* l_reduce.c */
-void dlL_open_linalg(lua_State *L);     /* l_linalg.c */
-void dlL_open_index(lua_State *L);      /* l_index.c: joining and indexing */
-void dlL_open_random(lua_State *L);     /* l_random.c */
-void dlL_open_print(lua_State *L);      /* l_print.c: __tostring */
-void dlL_open_autograd(lua_State *L);   /* l_autograd.c: backward, no_grad, ... */
-void dlL_open_io(lua_State *L);         /* l_io.c: dl.save / dl.load (safetensors) */
-void dlL_open_nn_func(lua_State *L);    /* l_nn_func.c: dl._nn softmax, losses, dropout, pad */
-void dlL_open_image(lua_State *L);      /* l_image.c: dl.image, dl._transforms (pipelines) */
-void dlL_open_data(lua_State *L);       /* l_data.c: dl._data (ImageFolder index, loader, IDX) */
+void dlL_open_reduce(lua_State *L);      /* l_reduce.c */
+void dlL_open_linalg(lua_State *L);      /* l_linalg.c */
+void dlL_open_index(lua_State *L);       /* l_index.c: joining and indexing */
+void dlL_open_random(lua_State *L);      /* l_random.c */
+void dlL_open_print(lua_State *L);       /* l_print.c: __tostring */
+void dlL_open_autograd(lua_State *L);    /* l_autograd.c: backward, no_grad, ... */
+void dlL_open_io(lua_State *L);          /* l_io.c: dl.save / dl.load (safetensors) */
+void dlL_open_nn_func(lua_State *L);     /* l_nn_func.c: dl._nn softmax, losses, dropout, pad */
+void dlL_open_image(lua_State *L);       /* l_image.c: dl.image, dl._transforms (pipelines) */
+void dlL_open_data(lua_State *L);        /* l_data.c: dl._data (ImageFolder index, loader, IDX) */
 
 /* The C transform pipeline at idx (a dl._transforms.pipeline userdata), or
  * NULL when idx holds something else. */
 struct dl_pipeline *dlL_topipeline(lua_State *L, int idx);
-void dlL_open_nn_conv(lua_State *L);    /* l_nn_conv.c: dl._nn conv/bn/pool kernels */
+void dlL_open_nn_conv(lua_State *L); /* l_nn_conv.c: dl._nn conv/bn/pool kernels */
 
 #endif

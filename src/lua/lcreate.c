@@ -32,8 +32,9 @@ static int finish(lua_State *L, dl_tensor *t, const create_opts *o) {
     if (t && o->requires_grad) {
         if (!dl_dtype_is_floating(t->dtype)) {
             dl_tensor_release(t);
-            return luaL_error(L, "requires_grad: only floating-point tensors can require "
-                                 "gradients (dtype %s)",
+            return luaL_error(L,
+                              "requires_grad: only floating-point tensors can require "
+                              "gradients (dtype %s)",
                               dl_dtype_name(o->dtype));
         }
         t->requires_grad = true;
@@ -51,8 +52,8 @@ static int create_filled(lua_State *L, const char *op, int has_value) {
         value_idx = next++;
         if (!dlL_isscalar(L, value_idx))
             return luaL_argerror(L, value_idx, "fill value (number) expected");
-        value = lua_isboolean(L, value_idx) ? lua_toboolean(L, value_idx)
-                                            : lua_tonumber(L, value_idx);
+        value =
+            lua_isboolean(L, value_idx) ? lua_toboolean(L, value_idx) : lua_tonumber(L, value_idx);
     }
     dl_dtype def = DL_DTYPE_F32;
     if (has_value == 1 && lua_isinteger(L, value_idx)) def = DL_DTYPE_I64;
@@ -60,8 +61,10 @@ static int create_filled(lua_State *L, const char *op, int has_value) {
     create_opts o = read_opts(L, next, op, def, DL_CPU);
     if (!lua_isnone(L, next + 1)) return luaL_argerror(L, next + 1, "unexpected argument");
     dl_tensor *t;
-    if (has_value == -1) t = dl_tensor_empty(n, shape, o.dtype, o.device);
-    else if (value == 0) t = dl_tensor_zeros(n, shape, o.dtype, o.device);
+    if (has_value == -1)
+        t = dl_tensor_empty(n, shape, o.dtype, o.device);
+    else if (value == 0)
+        t = dl_tensor_zeros(n, shape, o.dtype, o.device);
     else if (has_value == 1 && lua_isinteger(L, value_idx) && !dl_dtype_is_floating(o.dtype)) {
         t = dl_tensor_empty(n, shape, o.dtype, o.device);
         dl_tensor *s = t ? dl_tensor_empty(0, NULL, o.dtype, DL_CPU) : NULL;
@@ -82,9 +85,15 @@ static int create_filled(lua_State *L, const char *op, int has_value) {
     return finish(L, t, &o);
 }
 
-static int l_empty(lua_State *L) { return create_filled(L, "empty", -1); }
-static int l_zeros(lua_State *L) { return create_filled(L, "zeros", 0); }
-static int l_full(lua_State *L) { return create_filled(L, "full", 1); }
+static int l_empty(lua_State *L) {
+    return create_filled(L, "empty", -1);
+}
+static int l_zeros(lua_State *L) {
+    return create_filled(L, "zeros", 0);
+}
+static int l_full(lua_State *L) {
+    return create_filled(L, "full", 1);
+}
 
 static int l_ones(lua_State *L) {
     int64_t shape[DL_MAX_DIMS];
@@ -109,10 +118,18 @@ static int create_like(lua_State *L, const char *op, int kind) {
     return finish(L, r, &o);
 }
 
-static int l_empty_like(lua_State *L) { return create_like(L, "empty_like", -1); }
-static int l_zeros_like(lua_State *L) { return create_like(L, "zeros_like", 0); }
-static int l_ones_like(lua_State *L) { return create_like(L, "ones_like", 1); }
-static int l_full_like(lua_State *L) { return create_like(L, "full_like", 2); }
+static int l_empty_like(lua_State *L) {
+    return create_like(L, "empty_like", -1);
+}
+static int l_zeros_like(lua_State *L) {
+    return create_like(L, "zeros_like", 0);
+}
+static int l_ones_like(lua_State *L) {
+    return create_like(L, "ones_like", 1);
+}
+static int l_full_like(lua_State *L) {
+    return create_like(L, "full_like", 2);
+}
 
 /* arange(end) | arange(start, end [, step]) [, opts]; end exclusive as in PyTorch */
 static int l_arange(lua_State *L) {
@@ -122,14 +139,14 @@ static int l_arange(lua_State *L) {
     int allint = 1;
     for (int i = 1; i <= nnum; i++) allint &= lua_isinteger(L, i);
     double start = 0, end, step = 1;
-    if (nnum == 1) end = lua_tonumber(L, 1);
+    if (nnum == 1)
+        end = lua_tonumber(L, 1);
     else {
         start = lua_tonumber(L, 1);
         end = lua_tonumber(L, 2);
         if (nnum == 3) step = lua_tonumber(L, 3);
     }
-    create_opts o = read_opts(L, nnum + 1, "arange", allint ? DL_DTYPE_I64 : DL_DTYPE_F32,
-                              DL_CPU);
+    create_opts o = read_opts(L, nnum + 1, "arange", allint ? DL_DTYPE_I64 : DL_DTYPE_F32, DL_CPU);
     if (step == 0) return luaL_error(L, "arange: step must be nonzero");
     if (!isfinite(start) || !isfinite(end) || !isfinite(step))
         return luaL_error(L, "arange: start, end and step must be finite");
@@ -143,10 +160,12 @@ static int l_arange(lua_State *L) {
     size_t isz = dl_dtype_size(o.dtype);
     char *p = t->storage->data;
     if (allint && !dl_dtype_is_floating(o.dtype)) {
-        lua_Integer s0 = nnum == 1 ? 0 : lua_tointeger(L, 1), st = nnum == 3 ? lua_tointeger(L, 3) : 1;
+        lua_Integer s0 = nnum == 1 ? 0 : lua_tointeger(L, 1),
+                    st = nnum == 3 ? lua_tointeger(L, 3) : 1;
         for (int64_t i = 0; i < n; i++) dl_store_i64(p + i * isz, o.dtype, s0 + i * st);
     } else {
-        for (int64_t i = 0; i < n; i++) dl_store_f64(p + i * isz, o.dtype, start + (double)i * step);
+        for (int64_t i = 0; i < n; i++)
+            dl_store_f64(p + i * isz, o.dtype, start + (double)i * step);
     }
     if (o.device.type != DL_DEVICE_CPU) {
         dl_tensor *d = dl_tensor_to_device(t, o.device);
@@ -220,7 +239,8 @@ static void nest_shape(lua_State *L, int idx, nest_info *ni) {
     ni->ndim = 0;
     lua_pushvalue(L, idx);
     while (lua_istable(L, -1)) {
-        if (ni->ndim == DL_MAX_DIMS) luaL_error(L, "tensor: more than %d nesting levels", DL_MAX_DIMS);
+        if (ni->ndim == DL_MAX_DIMS)
+            luaL_error(L, "tensor: more than %d nesting levels", DL_MAX_DIMS);
         lua_Integer len = luaL_len(L, -1);
         ni->shape[ni->ndim++] = len;
         if (len == 0) break;
@@ -235,13 +255,16 @@ static void nest_check(lua_State *L, int idx, nest_info *ni, int depth, char *pa
     if (depth == ni->ndim) {
         int ty = lua_type(L, idx);
         if (ty == LUA_TNUMBER) {
-            if (lua_isinteger(L, idx)) ni->has_int = 1;
-            else ni->has_float = 1;
+            if (lua_isinteger(L, idx))
+                ni->has_int = 1;
+            else
+                ni->has_float = 1;
         } else if (ty == LUA_TBOOLEAN) {
             ni->has_bool = 1;
         } else if (ty == LUA_TTABLE) {
-            luaL_error(L, "tensor: ragged nested table: element %s is a table where a number "
-                          "was expected",
+            luaL_error(L,
+                       "tensor: ragged nested table: element %s is a table where a number "
+                       "was expected",
                        path[0] ? path : "[]");
         } else {
             luaL_error(L, "tensor: element %s is a %s, expected a number or boolean",
@@ -250,8 +273,9 @@ static void nest_check(lua_State *L, int idx, nest_info *ni, int depth, char *pa
         return;
     }
     if (!lua_istable(L, idx))
-        luaL_error(L, "tensor: ragged nested table: element %s is a %s where a table of %I "
-                      "was expected",
+        luaL_error(L,
+                   "tensor: ragged nested table: element %s is a %s where a table of %I "
+                   "was expected",
                    path[0] ? path : "[]", luaL_typename(L, idx), (lua_Integer)ni->shape[depth]);
     lua_Integer len = luaL_len(L, idx);
     if (len != ni->shape[depth])
@@ -271,10 +295,12 @@ static void nest_fill(lua_State *L, int idx, const nest_info *ni, int depth, cha
                       dl_dtype dt) {
     if (depth == ni->ndim) {
         size_t isz = dl_dtype_size(dt);
-        if (lua_isboolean(L, idx)) dl_store_i64(*p, dt, lua_toboolean(L, idx));
+        if (lua_isboolean(L, idx))
+            dl_store_i64(*p, dt, lua_toboolean(L, idx));
         else if (lua_isinteger(L, idx) && !dl_dtype_is_floating(dt))
             dl_store_i64(*p, dt, lua_tointeger(L, idx));
-        else dl_store_f64(*p, dt, lua_tonumber(L, idx));
+        else
+            dl_store_f64(*p, dt, lua_tonumber(L, idx));
         *p += isz;
         return;
     }
@@ -298,15 +324,19 @@ static int l_tensor(lua_State *L) {
     }
     int ty = lua_type(L, 1);
     if (ty != LUA_TTABLE && ty != LUA_TNUMBER && ty != LUA_TBOOLEAN)
-        return luaL_argerror(L, 1, lua_pushfstring(L, "tensor: table, number or tensor expected, "
-                                                      "got %s",
-                                                   luaL_typename(L, 1)));
+        return luaL_argerror(L, 1,
+                             lua_pushfstring(L,
+                                             "tensor: table, number or tensor expected, "
+                                             "got %s",
+                                             luaL_typename(L, 1)));
     nest_info ni = {0};
     nest_shape(L, 1, &ni);
     char path[256] = "";
     nest_check(L, 1, &ni, 0, path, sizeof path);
-    dl_dtype def = ni.has_float ? DL_DTYPE_F32 : ni.has_int ? DL_DTYPE_I64
-                                             : ni.has_bool ? DL_DTYPE_BOOL : DL_DTYPE_F32;
+    dl_dtype def = ni.has_float  ? DL_DTYPE_F32
+                   : ni.has_int  ? DL_DTYPE_I64
+                   : ni.has_bool ? DL_DTYPE_BOOL
+                                 : DL_DTYPE_F32;
     create_opts o = read_opts(L, 2, "tensor", def, DL_CPU);
     dl_tensor *t = dl_tensor_empty(ni.ndim, ni.shape, o.dtype, DL_CPU);
     if (!t) return dlL_fail(L);

@@ -62,7 +62,8 @@ static int l_cuda_device_count(lua_State *L) {
 static int l_cuda_get_device_name(lua_State *L) {
     char buf[256];
     lua_Integer i = luaL_optinteger(L, 1, 1);
-    if (!dl_cuda_name((int)i - 1, buf, sizeof buf)) return luaL_error(L, "cuda: no device %d", (int)i);
+    if (!dl_cuda_name((int)i - 1, buf, sizeof buf))
+        return luaL_error(L, "cuda: no device %d", (int)i);
     lua_pushstring(L, buf);
     return 1;
 }
@@ -184,11 +185,11 @@ static void push_lua_root(lua_State *L) {
     char *slash = strrchr(real, '/');
     if (slash) *slash = '\0';
     static const char *const candidates[] = {
-        "/../lua",                /* build/dl.so, build/dlua -> source tree */
-        "/lua",                   /* beside the binary */
-        "/../share/dlua/lua",     /* bin/dlua, lib/libdlua.so */
-        "/../../../share/dlua/lua", /* lib/lua/5.4/dl.so */
-        "/../../share/dlua/lua",  /* lib/x86_64-linux-gnu/libdlua.so */
+        "/../lua",                     /* build/dl.so, build/dlua -> source tree */
+        "/lua",                        /* beside the binary */
+        "/../share/dlua/lua",          /* bin/dlua, lib/libdlua.so */
+        "/../../../share/dlua/lua",    /* lib/lua/5.4/dl.so */
+        "/../../share/dlua/lua",       /* lib/x86_64-linux-gnu/libdlua.so */
         "/../../../../share/dlua/lua", /* lib/x86_64-linux-gnu/lua/5.4/dl.so */
     };
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
@@ -208,7 +209,7 @@ static void push_lua_root(lua_State *L) {
 static int module_index(lua_State *L) {
     const char *k = lua_tostring(L, 2);
     if (!k) return 0;
-    static const char *const lazy[] = {"nn", "optim", "data", "transforms", "models",
+    static const char *const lazy[] = {"nn",   "optim", "data",     "transforms", "models",
                                        "util", "image", "autograd", NULL};
     for (int i = 0; lazy[i]; i++)
         if (strcmp(k, lazy[i]) == 0) {

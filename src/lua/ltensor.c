@@ -103,8 +103,8 @@ dl_tensor *dlL_checktensorish(lua_State *L, int idx, const dl_tensor *like) {
             s = dl_tensor_scalar(lua_tonumber(L, idx), dt);
         }
     } else {
-        luaL_argerror(L, idx, lua_pushfstring(L, "tensor or number expected, got %s",
-                                              luaL_typename(L, idx)));
+        luaL_argerror(
+            L, idx, lua_pushfstring(L, "tensor or number expected, got %s", luaL_typename(L, idx)));
     }
     if (!s) dlL_fail(L);
     return s;
@@ -120,17 +120,19 @@ int dlL_dimvalue(lua_State *L, lua_Integer d, int argidx) {
 
 int dlL_checkdim(lua_State *L, int idx) {
     if (!lua_isinteger(L, idx))
-        luaL_argerror(L, idx, lua_pushfstring(L, "dimension (integer) expected, got %s",
-                                              lua_isnumber(L, idx) ? "non-integer number"
-                                                                   : luaL_typename(L, idx)));
+        luaL_argerror(
+            L, idx,
+            lua_pushfstring(L, "dimension (integer) expected, got %s",
+                            lua_isnumber(L, idx) ? "non-integer number" : luaL_typename(L, idx)));
     return dlL_dimvalue(L, lua_tointeger(L, idx), idx);
 }
 
 int64_t dlL_checkindex(lua_State *L, int idx) {
     if (!lua_isinteger(L, idx))
-        luaL_argerror(L, idx, lua_pushfstring(L, "index (integer) expected, got %s",
-                                              lua_isnumber(L, idx) ? "non-integer number"
-                                                                   : luaL_typename(L, idx)));
+        luaL_argerror(
+            L, idx,
+            lua_pushfstring(L, "index (integer) expected, got %s",
+                            lua_isnumber(L, idx) ? "non-integer number" : luaL_typename(L, idx)));
     lua_Integer i = lua_tointeger(L, idx);
     if (i == 0) luaL_argerror(L, idx, "index 0 is invalid (indices are 1-based; -1 is the last)");
     return i > 0 ? i - 1 : i;
@@ -164,8 +166,9 @@ dl_dtype dlL_checkdtype(lua_State *L, int idx) {
             if (rc == 0) return out;
         }
     }
-    luaL_argerror(L, idx, lua_pushfstring(L, "dtype expected (dl.float32 or a name), got %s",
-                                          luaL_typename(L, idx)));
+    luaL_argerror(
+        L, idx,
+        lua_pushfstring(L, "dtype expected (dl.float32 or a name), got %s", luaL_typename(L, idx)));
     return DL_DTYPE_F32;
 }
 
@@ -192,8 +195,8 @@ int dlL_checkshape(lua_State *L, int idx, int64_t *shape, int *next) {
         for (lua_Integer i = 1; i <= len; i++) {
             lua_geti(L, idx, i);
             if (!lua_isinteger(L, -1))
-                luaL_argerror(L, idx, lua_pushfstring(L, "size %d of the shape is not an integer",
-                                                      (int)i));
+                luaL_argerror(L, idx,
+                              lua_pushfstring(L, "size %d of the shape is not an integer", (int)i));
             shape[n++] = lua_tointeger(L, -1);
             lua_pop(L, 1);
         }
@@ -202,8 +205,7 @@ int dlL_checkshape(lua_State *L, int idx, int64_t *shape, int *next) {
     }
     int top = lua_gettop(L), i = idx;
     for (; i <= top && lua_type(L, i) == LUA_TNUMBER; i++) {
-        if (!lua_isinteger(L, i))
-            luaL_argerror(L, i, "size must be an integer");
+        if (!lua_isinteger(L, i)) luaL_argerror(L, i, "size must be an integer");
         if (n == DL_MAX_DIMS)
             luaL_argerror(L, i, lua_pushfstring(L, "at most %d dimensions", DL_MAX_DIMS));
         shape[n++] = lua_tointeger(L, i);
@@ -215,8 +217,9 @@ int dlL_checkshape(lua_State *L, int idx, int64_t *shape, int *next) {
 void dlL_checkoptions(lua_State *L, int idx, const char *op, const char *const *allowed) {
     if (lua_isnoneornil(L, idx)) return;
     if (!lua_istable(L, idx))
-        luaL_argerror(L, idx, lua_pushfstring(L, "%s: options table expected, got %s", op,
-                                              luaL_typename(L, idx)));
+        luaL_argerror(
+            L, idx,
+            lua_pushfstring(L, "%s: options table expected, got %s", op, luaL_typename(L, idx)));
     idx = lua_absindex(L, idx);
     lua_pushnil(L);
     while (lua_next(L, idx)) {
@@ -253,8 +256,10 @@ int dlL_optfield(lua_State *L, int idx, const char *key) {
 lua_Number dlL_optnumber(lua_State *L, int idx, const char *key, lua_Number def) {
     int ty = dlL_optfield(L, idx, key);
     lua_Number v = def;
-    if (ty == LUA_TNUMBER) v = lua_tonumber(L, -1);
-    else if (ty != LUA_TNIL) luaL_error(L, "option '%s' must be a number, got %s", key, lua_typename(L, ty));
+    if (ty == LUA_TNUMBER)
+        v = lua_tonumber(L, -1);
+    else if (ty != LUA_TNIL)
+        luaL_error(L, "option '%s' must be a number, got %s", key, lua_typename(L, ty));
     lua_pop(L, 1);
     return v;
 }
@@ -262,8 +267,10 @@ lua_Number dlL_optnumber(lua_State *L, int idx, const char *key, lua_Number def)
 lua_Integer dlL_optinteger(lua_State *L, int idx, const char *key, lua_Integer def) {
     int ty = dlL_optfield(L, idx, key);
     lua_Integer v = def;
-    if (ty == LUA_TNUMBER && lua_isinteger(L, -1)) v = lua_tointeger(L, -1);
-    else if (ty != LUA_TNIL) luaL_error(L, "option '%s' must be an integer", key);
+    if (ty == LUA_TNUMBER && lua_isinteger(L, -1))
+        v = lua_tointeger(L, -1);
+    else if (ty != LUA_TNIL)
+        luaL_error(L, "option '%s' must be an integer", key);
     lua_pop(L, 1);
     return v;
 }
@@ -271,8 +278,10 @@ lua_Integer dlL_optinteger(lua_State *L, int idx, const char *key, lua_Integer d
 int dlL_optboolean(lua_State *L, int idx, const char *key, int def) {
     int ty = dlL_optfield(L, idx, key);
     int v = def;
-    if (ty == LUA_TBOOLEAN) v = lua_toboolean(L, -1);
-    else if (ty != LUA_TNIL) luaL_error(L, "option '%s' must be a boolean, got %s", key, lua_typename(L, ty));
+    if (ty == LUA_TBOOLEAN)
+        v = lua_toboolean(L, -1);
+    else if (ty != LUA_TNIL)
+        luaL_error(L, "option '%s' must be a boolean, got %s", key, lua_typename(L, ty));
     lua_pop(L, 1);
     return v;
 }
@@ -340,13 +349,17 @@ static int t_index(lua_State *L) {
     } else if (strcmp(k, "requires_grad") == 0) {
         lua_pushboolean(L, t->requires_grad);
     } else if (strcmp(k, "grad") == 0) {
-        if (t->grad) dlL_pushtensor(L, dl_tensor_retain(t->grad));
-        else lua_pushnil(L);
+        if (t->grad)
+            dlL_pushtensor(L, dl_tensor_retain(t->grad));
+        else
+            lua_pushnil(L);
     } else if (strcmp(k, "is_leaf") == 0) {
         lua_pushboolean(L, t->grad_fn == NULL);
     } else if (strcmp(k, "grad_fn") == 0) {
-        if (t->grad_fn) lua_pushstring(L, t->grad_fn->name);
-        else lua_pushnil(L);
+        if (t->grad_fn)
+            lua_pushstring(L, t->grad_fn->name);
+        else
+            lua_pushnil(L);
     } else {
         lua_pushnil(L);
     }
@@ -430,8 +443,9 @@ static int t_transpose(lua_State *L) {
 static int t_t(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     if (t->ndim > 2)
-        return luaL_error(L, "t: expects a tensor with at most 2 dimensions, got %d (use "
-                             "transpose)",
+        return luaL_error(L,
+                          "t: expects a tensor with at most 2 dimensions, got %d (use "
+                          "transpose)",
                           t->ndim);
     if (t->ndim < 2) return dlL_pushtensor(L, dl_tensor_retain(t));
     return dlL_pushtensor(L, dl_transpose(t, 0, 1));
@@ -503,7 +517,9 @@ static int t_contiguous(lua_State *L) {
     return dlL_pushtensor(L, dl_contiguous(dlL_checktensor(L, 1)));
 }
 
-static int t_clone(lua_State *L) { return dlL_pushtensor(L, dl_clone(dlL_checktensor(L, 1))); }
+static int t_clone(lua_State *L) {
+    return dlL_pushtensor(L, dl_clone(dlL_checktensor(L, 1)));
+}
 
 static int t_detach(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
@@ -526,8 +542,10 @@ static int t_to(lua_State *L) {
         if (lua_isnil(L, i)) continue;
         if (lua_type(L, i) == LUA_TSTRING) {
             dl_device d;
-            if (dl_device_parse(lua_tostring(L, i), &d) == 0) dev = d;
-            else dt = dlL_checkdtype(L, i);
+            if (dl_device_parse(lua_tostring(L, i), &d) == 0)
+                dev = d;
+            else
+                dt = dlL_checkdtype(L, i);
         } else if (lua_istable(L, i) && luaL_getmetafield(L, i, "__name") == LUA_TSTRING) {
             lua_pop(L, 1);
             dt = dlL_checkdtype(L, i);
@@ -556,27 +574,45 @@ static int t_to(lua_State *L) {
 static int convert_to(lua_State *L, dl_dtype dt) {
     return dlL_pushtensor(L, dl_to_dtype(dlL_checktensor(L, 1), dt));
 }
-static int t_float(lua_State *L) { return convert_to(L, DL_DTYPE_F32); }
-static int t_double(lua_State *L) { return convert_to(L, DL_DTYPE_F64); }
-static int t_half(lua_State *L) { return convert_to(L, DL_DTYPE_F16); }
-static int t_bfloat16(lua_State *L) { return convert_to(L, DL_DTYPE_BF16); }
-static int t_long(lua_State *L) { return convert_to(L, DL_DTYPE_I64); }
-static int t_int(lua_State *L) { return convert_to(L, DL_DTYPE_I32); }
-static int t_byte(lua_State *L) { return convert_to(L, DL_DTYPE_U8); }
-static int t_bool(lua_State *L) { return convert_to(L, DL_DTYPE_BOOL); }
+static int t_float(lua_State *L) {
+    return convert_to(L, DL_DTYPE_F32);
+}
+static int t_double(lua_State *L) {
+    return convert_to(L, DL_DTYPE_F64);
+}
+static int t_half(lua_State *L) {
+    return convert_to(L, DL_DTYPE_F16);
+}
+static int t_bfloat16(lua_State *L) {
+    return convert_to(L, DL_DTYPE_BF16);
+}
+static int t_long(lua_State *L) {
+    return convert_to(L, DL_DTYPE_I64);
+}
+static int t_int(lua_State *L) {
+    return convert_to(L, DL_DTYPE_I32);
+}
+static int t_byte(lua_State *L) {
+    return convert_to(L, DL_DTYPE_U8);
+}
+static int t_bool(lua_State *L) {
+    return convert_to(L, DL_DTYPE_BOOL);
+}
 static int t_cpu(lua_State *L) {
     return dlL_pushtensor(L, dl_to_device(dlL_checktensor(L, 1), DL_CPU));
 }
 static int t_cuda(lua_State *L) {
-    return dlL_pushtensor(L, dl_to_device(dlL_checktensor(L, 1),
-                                                 (dl_device){DL_DEVICE_CUDA, 0}));
+    return dlL_pushtensor(L, dl_to_device(dlL_checktensor(L, 1), (dl_device){DL_DEVICE_CUDA, 0}));
 }
 
 /* Pushes one element as a Lua value of the natural type. */
 static void push_element(lua_State *L, const void *p, dl_dtype dt) {
-    if (dt == DL_DTYPE_BOOL) lua_pushboolean(L, *(const uint8_t *)p != 0);
-    else if (dl_dtype_is_floating(dt)) lua_pushnumber(L, dl_load_f64(p, dt));
-    else lua_pushinteger(L, dl_load_i64(p, dt));
+    if (dt == DL_DTYPE_BOOL)
+        lua_pushboolean(L, *(const uint8_t *)p != 0);
+    else if (dl_dtype_is_floating(dt))
+        lua_pushnumber(L, dl_load_f64(p, dt));
+    else
+        lua_pushinteger(L, dl_load_i64(p, dt));
 }
 
 static int t_item(lua_State *L) {
@@ -720,8 +756,8 @@ void dlL_open_tensor(lua_State *L) {
     pacing->threshold = GC_MIN_BYTES;
     lua_rawsetp(L, LUA_REGISTRYINDEX, &gc_pacing_key);
     static const luaL_Reg meta[] = {
-        {"__gc", t_gc},         {"__close", t_gc}, {"__index", t_index},
-        {"__newindex", t_newindex}, {"__len", t_len}, {NULL, NULL},
+        {"__gc", t_gc},   {"__close", t_gc}, {"__index", t_index}, {"__newindex", t_newindex},
+        {"__len", t_len}, {NULL, NULL},
     };
     static const luaL_Reg methods[] = {
         {"view", t_view},

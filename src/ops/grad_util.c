@@ -4,9 +4,13 @@
 #include "elementwise.h"
 #include "reduce.h"
 
-static dl_tensor *grad_add(dl_tensor *a, dl_tensor *b) { return dl_add(a, b, 1.0); }
+static dl_tensor *grad_add(dl_tensor *a, dl_tensor *b) {
+    return dl_add(a, b, 1.0);
+}
 
-__attribute__((constructor)) static void register_grad_add(void) { dl_autograd_set_add(grad_add); }
+__attribute__((constructor)) static void register_grad_add(void) {
+    dl_autograd_set_add(grad_add);
+}
 
 dl_tensor *dl_sum_to_shape(dl_tensor *g, int ndim, const int64_t *shape) {
     int lead = g->ndim - ndim;
@@ -16,8 +20,10 @@ dl_tensor *dl_sum_to_shape(dl_tensor *g, int ndim, const int64_t *shape) {
     }
     int dims[DL_MAX_DIMS], nd = 0;
     for (int i = 0; i < g->ndim; i++) {
-        if (i < lead) dims[nd++] = i;
-        else if (shape[i - lead] == 1 && g->shape[i] != 1) dims[nd++] = i;
+        if (i < lead)
+            dims[nd++] = i;
+        else if (shape[i - lead] == 1 && g->shape[i] != 1)
+            dims[nd++] = i;
     }
     if (nd == 0) return dl_tensor_retain(g);
     dl_tensor *s = dl_sum(g, nd, dims, true, g->dtype);

@@ -933,8 +933,10 @@ static dl_tensor *record_maxpool(const char *name, dl_tensor *x, dl_tensor *y, d
         if (p) ((nnc_ctx *)n->ctx)->pool = *p;
         y = dl_node_finish(n, y);
     }
-    if (indices) *indices = ind;
-    else dl_tensor_release(ind);
+    if (indices)
+        *indices = ind;
+    else
+        dl_tensor_release(ind);
     return y;
 }
 

@@ -1003,8 +1003,12 @@ static dl_tensor *softmax_common(dl_tensor *x, int dim, bool log) {
     return dl_node_finish(n, y);
 }
 
-dl_tensor *dl_softmax(dl_tensor *x, int dim) { return softmax_common(x, dim, false); }
-dl_tensor *dl_log_softmax(dl_tensor *x, int dim) { return softmax_common(x, dim, true); }
+dl_tensor *dl_softmax(dl_tensor *x, int dim) {
+    return softmax_common(x, dim, false);
+}
+dl_tensor *dl_log_softmax(dl_tensor *x, int dim) {
+    return softmax_common(x, dim, true);
+}
 
 /* inputs: 0 = x/logp, 1 = target, 2 = weight; saved: x, target, weight */
 static int nll_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
@@ -1052,8 +1056,7 @@ dl_tensor *dl_cross_entropy(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
     dl_tensor *in[2] = {x, target_grad ? target : NULL};
     if (!out || !dl_autograd_needed(2, in)) return out;
     dl_node *n = nnf_node("CrossEntropyBackward", ce_bw, 2, in);
-    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, target) < 0 ||
-        dl_node_save(n, weight) < 0)
+    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, target) < 0 || dl_node_save(n, weight) < 0)
         return nnf_abort(n, out);
     nnf_ctx *c = n->ctx;
     c->ignore_index = ignore_index;
@@ -1096,8 +1099,7 @@ dl_tensor *dl_mse_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
 }
 
 dl_tensor *dl_l1_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
-    return pair_loss("L1LossBackward", l1_bw, dl_l1_loss_forward(x, y, reduction), x, y,
-                     reduction);
+    return pair_loss("L1LossBackward", l1_bw, dl_l1_loss_forward(x, y, reduction), x, y, reduction);
 }
 
 static int bce_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
@@ -1111,7 +1113,8 @@ static int bce_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
 
 dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_tensor *weight,
                                                dl_tensor *pos_weight, dl_reduction reduction) {
-    dl_tensor *out = dl_binary_cross_entropy_with_logits_forward(x, y, weight, pos_weight, reduction);
+    dl_tensor *out =
+        dl_binary_cross_entropy_with_logits_forward(x, y, weight, pos_weight, reduction);
     if (!out || !dl_needs_grad2(x, y)) return out;
     dl_tensor *in[2] = {x, y};
     dl_node *n = nnf_node("BinaryCrossEntropyWithLogitsBackward", bce_bw, 2, in);
@@ -1144,8 +1147,10 @@ int dl_dropout(dl_tensor *x, double p, bool training, dl_tensor **out, dl_tensor
         ((nnf_ctx *)n->ctx)->p = p;
         dl_node_finish(n, *out);
     }
-    if (mask) *mask = m;
-    else dl_tensor_release(m);
+    if (mask)
+        *mask = m;
+    else
+        dl_tensor_release(m);
     return 0;
 }
 

@@ -136,7 +136,6 @@ dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_m
 dl_tensor *dl_pad_backward(dl_tensor *gy, int ndim, const int64_t *shape, int npads,
                            const int64_t *pads, dl_pad_mode mode);
 
-
 /* --- with autograd ----------------------------------------------------------------------------
  * The same ops recording a node when an input requires grad (the nn.functional
  * entry points).  Targets are 0-based here as above; the backward is the

@@ -21,7 +21,7 @@ typedef enum {
 
 typedef struct {
     view_kind kind;
-    int d0, d1;          /* transpose dims; narrow/select dim in d0 */
+    int d0, d1; /* transpose dims; narrow/select dim in d0 */
     int perm[DL_MAX_DIMS];
     int64_t start, len; /* narrow start/length, select index in start */
 } view_ctx;
@@ -43,7 +43,7 @@ static int view_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     case VIEW_NARROW:
     case VIEW_SELECT: {
         r = dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device);
-        dl_tensor *slot = !r ? NULL
+        dl_tensor *slot = !r                       ? NULL
                           : c->kind == VIEW_NARROW ? dl_tensor_narrow(r, c->d0, c->start, c->len)
                                                    : dl_tensor_select(r, c->d0, c->start);
         if (!slot || dl_tensor_copy_(slot, g)) {
@@ -66,10 +66,10 @@ static int view_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
 }
 
 static const char *const view_names[] = {
-    [VIEW_RESHAPE] = "ViewBackward",     [VIEW_TRANSPOSE] = "TransposeBackward",
-    [VIEW_PERMUTE] = "PermuteBackward",  [VIEW_EXPAND] = "ExpandBackward",
-    [VIEW_NARROW] = "NarrowBackward",    [VIEW_SELECT] = "SelectBackward",
-    [VIEW_IDENTITY] = "CloneBackward",   [VIEW_TO] = "ToCopyBackward",
+    [VIEW_RESHAPE] = "ViewBackward",    [VIEW_TRANSPOSE] = "TransposeBackward",
+    [VIEW_PERMUTE] = "PermuteBackward", [VIEW_EXPAND] = "ExpandBackward",
+    [VIEW_NARROW] = "NarrowBackward",   [VIEW_SELECT] = "SelectBackward",
+    [VIEW_IDENTITY] = "CloneBackward",  [VIEW_TO] = "ToCopyBackward",
 };
 
 /* Records out = kind(t) when t requires grad; consumes nothing, returns out
