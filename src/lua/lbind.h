@@ -83,5 +83,6 @@ void dlL_open_print(lua_State *L);      /* l_print.c: __tostring */
 void dlL_open_autograd(lua_State *L);   /* l_autograd.c: backward, no_grad, ... */
 void dlL_open_io(lua_State *L);         /* l_io.c: dl.save / dl.load (safetensors) */
 void dlL_open_nn_func(lua_State *L);    /* l_nn_func.c: dl._nn softmax, losses, dropout, pad */
+void dlL_open_train(lua_State *L);      /* l_train.c: RNG state, dl._train (SIGINT, tty, JSON, plot) */
 
 #endif
