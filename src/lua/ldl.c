@@ -172,6 +172,8 @@ int luaopen_dl(lua_State *L) {
     dlL_open_autograd(L);
     dlL_open_io(L);
     dlL_open_nn_func(L);
+    dlL_open_image(L);
+    dlL_open_data(L);
     dlL_open_train(L);
 
     static const luaL_Reg functions[] = {
