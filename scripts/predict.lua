@@ -61,7 +61,7 @@ local function main(argv)
     local ok, img = pcall(dl.image.load, path, {mode = "RGB"})
     if not ok then error(tostring(img):gsub("\n.*", ""), 0) end
     local x = tf(img):unsqueeze(1)
-    local probs = dl.no_grad(function() return model(x):softmax(2)[1] end)
+    local probs = dl.no_grad(function() return dl.nn.functional.softmax(model(x), 2)[1] end)
     local p, idx = probs:topk(k)
     p, idx = p:tolist(), idx:tolist()
     print(path)

@@ -179,7 +179,7 @@ local function main(argv)
   -- data
   local tf = checked("--image-size", tdata.transform, {image_size = o.image_size, resize = o.resize, augment = o.augment})
   local eval_tf = checked("--image-size", tdata.transform, {image_size = o.image_size, resize = o.resize})
-  local train_folder = tdata.folder("--data", o.data, tf)
+  local train_folder = checked(nil, tdata.folder, "--data", o.data, tf)
   local classes = train_folder.classes
   local train_set = train_folder
   if o.train_subset > 0 and o.train_subset < #train_folder then
@@ -187,7 +187,7 @@ local function main(argv)
   end
   local val_set
   if o.val then
-    local vf = tdata.folder("--val", o.val, eval_tf)
+    local vf = checked(nil, tdata.folder, "--val", o.val, eval_tf)
     local same = #vf.classes == #classes
     for i = 1, #classes do same = same and vf.classes[i] == classes[i] end
     if not same then
@@ -366,8 +366,8 @@ local function main(argv)
   print("Finished Training")
   if #val_hist > 0 then
     local v = val_hist[#val_hist]
-    print(string.format("final val top-1: %.2f%% (top-5 %.2f%%, loss %.4f) after %d epochs", 100 * v.top1,
-      100 * v.top5, v.loss, v.epoch))
+    print(string.format("final val top-1: %.2f%% (top-%d %.2f%%, loss %.4f) after %d epochs", 100 * v.top1,
+      math.min(5, num_classes), 100 * v.top5, v.loss, v.epoch))
     print(string.format("best val top-1: %.2f%% at epoch %d -> %s", 100 * best_top1, best_epoch, best_path))
   end
   print("checkpoint: " .. last_path)

@@ -221,7 +221,9 @@ function plot.render_training_curves(d)
   if not alo then alo, ahi = 0, 100 end
   local emax = 1
   for _, e in ipairs(ep) do emax = math.max(emax, e) end
-  local vx, vy = panel(img, vbox, {0, math.max(emax, 1)}, {math.max(0, alo - 2), math.min(100, ahi + 1), clamp_hi = 100},
+  -- room below the curves for the legend (accuracies rise, so the bottom right is free)
+  local below = math.max(0, alo - math.max(2, 0.6 * (ahi - alo)))
+  local vx, vy = panel(img, vbox, {0, math.max(emax, 1)}, {below, math.min(100, ahi + 1), clamp_hi = 100},
     {x = "epoch", y = "accuracy (%)", title = "Validation accuracy"})
   polyline(img, ep, t5, vx, vy, TOP5, 2.5, vbox)
   polyline(img, ep, t1, vx, vy, TOP1, 2.5, vbox)
