@@ -90,5 +90,6 @@ void dlL_open_train(lua_State *L);      /* l_train.c: RNG state, dl._train (SIGI
 /* The C transform pipeline at idx (a dl._transforms.pipeline userdata), or
  * NULL when idx holds something else. */
 struct dl_pipeline *dlL_topipeline(lua_State *L, int idx);
+void dlL_open_nn_conv(lua_State *L);    /* l_nn_conv.c: dl._nn conv/bn/pool kernels */
 
 #endif

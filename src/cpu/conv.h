@@ -1,0 +1,52 @@
+/* conv.h - CPU 2-D convolution kernels, forward and backward.
+ *
+ * float32 runs on oneDNN convolution primitives (cached per shape, see
+ * dnnl_util.h); float64 runs on im2col + our GEMM (src/cpu/gemm.h) and exists
+ * for gradient checks.  All buffers are contiguous, row-major, of one dtype;
+ * shapes are described by dl_conv2d_shape and were validated by the op layer
+ * (src/ops/nn_conv.c): every size is positive, OH/OW follow PyTorch's formula
+ * floor((H + 2*ph - dh*(KH-1) - 1) / sh) + 1.  No Lua, no allocation of
+ * results: outputs are written in full (never accumulated into). */
+#ifndef DL_CPU_CONV_H
+#define DL_CPU_CONV_H
+
+#include "core/dtype.h"
+
+#include <stdint.h>
+
+typedef struct dl_conv2d_shape {
+    int64_t N, C, H, W; /* input (N,C,H,W) */
+    int64_t O, KH, KW;  /* weight (O, C/groups, KH, KW) */
+    int64_t OH, OW;     /* output (N,O,OH,OW) */
+    int64_t sh, sw;     /* stride */
+    int64_t ph, pw;     /* zero padding, both sides */
+    int64_t dh, dw;     /* dilation (1 = dense) */
+    int64_t groups;     /* C and O are multiples of it */
+} dl_conv2d_shape;
+
+/* y = conv(x, w) + b.  dt is F32 or F64.
+ * y is (N,O,OH,OW), x is (N,C,H,W), w is (O,C/groups,KH,KW), b is (O) or NULL.
+ * Returns 0, or -1 with dl_last_error set. */
+int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, void *y, const void *x,
+                          const void *w, const void *b);
+
+/* Gradients of conv2d given gy = dL/dy.  Each output may be NULL (not wanted).
+ * gx is (N,C,H,W), gw is (O,C/groups,KH,KW), gb is (O); gy is (N,O,OH,OW),
+ * x is (N,C,H,W) (read only when gw is wanted), w is (O,C/groups,KH,KW) (read
+ * only when gx is wanted). */
+int dl_cpu_conv2d_backward(dl_dtype dt, const dl_conv2d_shape *s, void *gx, void *gw, void *gb,
+                           const void *gy, const void *x, const void *w);
+
+/* How float32 convolutions hand tensors to oneDNN: PLAIN binds our NCHW/OIHW
+ * buffers directly; ANY lets oneDNN pick blocked layouts and reorders to and
+ * from them on every call; AUTO (the default) picks per shape what measured
+ * faster on ResNet-50 layers (see conv.c).  The setter exists for benchmarks. */
+typedef enum {
+    DL_CONV_LAYOUT_PLAIN = 0,
+    DL_CONV_LAYOUT_ANY = 1,
+    DL_CONV_LAYOUT_AUTO = 2
+} dl_conv_layout;
+void dl_cpu_conv_set_layout(dl_conv_layout l);
+dl_conv_layout dl_cpu_conv_get_layout(void);
+
+#endif

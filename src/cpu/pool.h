@@ -1,0 +1,56 @@
+/* pool.h - CPU 2-D pooling kernels: max, average and adaptive average/max,
+ * forward and backward.
+ *
+ * Max pooling (and adaptive max) runs on our own loops for every dtype, so
+ * the indices and tie-breaking are exactly PyTorch's: the first maximum in
+ * window order wins, NaN counts as a maximum, and an index is the flat
+ * position ih*W + iw within the (H,W) plane.  Average pooling in float32 runs
+ * on oneDNN's pooling_v2 primitives when oneDNN's divisor is PyTorch's (no
+ * divisor_override, and no ceil-mode overhang past the padding when padding
+ * counts); otherwise, and in float64, on loops.  Adaptive average pooling
+ * runs on loops.
+ *
+ * All buffers are contiguous, of one dtype (F32 or F64): x and gx are
+ * (P,H,W) and y and gy are (P,OH,OW), P = N*C planes; indices are int64
+ * (P,OH,OW).  Sizes were validated by the op layer (src/ops/nn_conv.c): every
+ * window holds at least one input element. */
+#ifndef DL_CPU_POOL_H
+#define DL_CPU_POOL_H
+
+#include "core/dtype.h"
+
+#include <stdint.h>
+
+typedef struct dl_pool2d_shape {
+    int64_t P, H, W, OH, OW;
+    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
+    int count_include_pad;    /* avg */
+    int64_t divisor_override; /* avg; 0 = none */
+} dl_pool2d_shape;
+
+/* y and ind (P,OH,OW) from x (P,H,W). */
+int dl_cpu_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,
+                              const void *x);
+
+/* gx (P,HW) = 0, then gx[p][ind[p][j]] += gy[p][j] for j < OHW.  Used by max
+ * and adaptive max pooling.  An index outside [0, HW) is an error (indices
+ * come from the caller). */
+int dl_cpu_pool2d_scatter_backward(dl_dtype dt, int64_t P, int64_t HW, int64_t OHW, void *gx,
+                                   const void *gy, const int64_t *ind);
+
+/* y (P,OH,OW) = window averages of x (P,H,W). */
+int dl_cpu_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, const void *x);
+/* gx (P,H,W) from gy (P,OH,OW). */
+int dl_cpu_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx, const void *gy);
+
+/* Adaptive pooling: s->OH/OW are the output size; kernel fields are unused.
+ * Cell (i,j) covers rows [floor(i*H/OH), ceil((i+1)*H/OH)) and the matching
+ * columns. */
+int dl_cpu_adaptive_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y,
+                                       const void *x);
+int dl_cpu_adaptive_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx,
+                                        const void *gy);
+int dl_cpu_adaptive_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,
+                                       const void *x);
+
+#endif

@@ -1,0 +1,830 @@
+/* nn_conv.c - the convolution, batch-norm and pooling op family (see
+ * nn_conv.h): argument checks, shape inference, allocation and dispatch to
+ * the CPU kernels (cpu/conv.c, cpu/batchnorm.c, cpu/pool.c).
+ *
+ * Every op follows one pattern: check everything first; bring the operands
+ * to the compute dtype (float32 for float16/bfloat16) and to contiguous
+ * memory (`prep`); allocate results in the compute dtype; run the kernel;
+ * round results back to the caller's dtype.  An unbatched (C,H,W) operand is
+ * viewed as (1,C,H,W) and results are viewed back.
+ * Invariants: operands are never modified (batch norm's running stats
+ * excepted); every temporary is released on every path; kernels only see
+ * validated sizes, so they never read or write out of bounds. */
+#include "ops/nn_conv.h"
+#include "core/error.h"
+#include "cpu/batchnorm.h"
+#include "cpu/conv.h"
+#include "cpu/dnnl_util.h"
+#include "cpu/pool.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- shared helpers -------------------------------------------------------------- */
+
+static int check_cpu(const char *op, const dl_tensor *t) {
+    if (t->storage->device.type == DL_DEVICE_CPU) return 0;
+    return dl_error("%s: only CPU tensors are supported for now", op);
+}
+
+/* The dtype kernels compute in: float32 for the half types. */
+static dl_dtype compute_dtype(dl_dtype dt) {
+    return (dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16) ? DL_DTYPE_F32 : dt;
+}
+
+static int check_float(const char *op, const char *what, const dl_tensor *t) {
+    if (check_cpu(op, t)) return -1;
+    if (!dl_dtype_is_floating(t->dtype))
+        return dl_error("%s: %s must be a floating-point tensor, got %s", op, what,
+                        dl_dtype_name(t->dtype));
+    return 0;
+}
+
+/* t in dtype dt, contiguous: a new reference (t itself when it already is). */
+static dl_tensor *prep(dl_tensor *t, dl_dtype dt) {
+    if (!t) return NULL;
+    dl_tensor *a = dl_tensor_to_dtype(t, dt);
+    if (!a) return NULL;
+    dl_tensor *c = dl_tensor_contiguous(a);
+    dl_tensor_release(a);
+    return c;
+}
+
+/* Converts *t (a result in the compute dtype) to dt in place of the pointer,
+ * and views it with shape (ndim, shape) (unbatched results).  Returns 0/-1;
+ * on failure *t is released and NULL. */
+static int finish(dl_tensor **t, dl_dtype dt, int ndim, const int64_t *shape) {
+    if (!*t) return 0;
+    dl_tensor *r = dl_tensor_to_dtype(*t, dt);
+    dl_tensor_release(*t);
+    *t = NULL;
+    if (!r) return -1;
+    dl_tensor *v = dl_tensor_view(r, ndim, shape);
+    dl_tensor_release(r);
+    if (!v) return -1;
+    *t = v;
+    return 0;
+}
+
+static void release_all(dl_tensor **ts, int n) {
+    for (int i = 0; i < n; i++) {
+        dl_tensor_release(ts[i]);
+        ts[i] = NULL;
+    }
+}
+
+/* "[2, 3, 4]" of t */
+static const char *shape_of(const dl_tensor *t, char *buf, size_t n) {
+    return dl_shape_str(t->ndim, t->shape, buf, n);
+}
+
+/* --- conv2d ---------------------------------------------------------------------- */
+
+dl_conv2d_params dl_conv2d_default_params(void) {
+    dl_conv2d_params p = {{1, 1}, {0, 0}, {1, 1}, 1};
+    return p;
+}
+
+/* Sizes beyond this are refused, so that no size arithmetic overflows. */
+#define SIZE_LIMIT ((int64_t)1 << 31)
+
+static int check_limit(const char *op, const char *what, const int64_t *v, int n) {
+    for (int i = 0; i < n; i++)
+        if (v[i] >= SIZE_LIMIT || v[i] <= -SIZE_LIMIT)
+            return dl_error("%s: %s %lld is too large", op, what, (long long)v[i]);
+    return 0;
+}
+
+static int check_conv_params(const char *op, const dl_conv2d_params *p) {
+    if (check_limit(op, "stride", p->stride, 2) || check_limit(op, "padding", p->padding, 2) ||
+        check_limit(op, "dilation", p->dilation, 2) || check_limit(op, "groups", &p->groups, 1))
+        return -1;
+    for (int i = 0; i < 2; i++) {
+        if (p->stride[i] < 1)
+            return dl_error("%s: stride must be positive, got (%lld, %lld)", op,
+                            (long long)p->stride[0], (long long)p->stride[1]);
+        if (p->padding[i] < 0)
+            return dl_error("%s: padding must be non-negative, got (%lld, %lld)", op,
+                            (long long)p->padding[0], (long long)p->padding[1]);
+        if (p->dilation[i] < 1)
+            return dl_error("%s: dilation must be positive, got (%lld, %lld)", op,
+                            (long long)p->dilation[0], (long long)p->dilation[1]);
+    }
+    if (p->groups < 1)
+        return dl_error("%s: groups must be positive, got %lld", op, (long long)p->groups);
+    return 0;
+}
+
+/* Checks x (N,C,H,W)/(C,H,W), w (O,C/g,KH,KW), b (O) and the params; fills s. */
+static int conv_geometry(const char *op, const dl_tensor *x, const dl_tensor *w, const dl_tensor *b,
+                         const dl_conv2d_params *p, dl_conv2d_shape *s) {
+    char sx[96], sw[96];
+    if (check_float(op, "input", x) || check_float(op, "weight", w)) return -1;
+    if (check_conv_params(op, p)) return -1;
+    if (x->ndim != 3 && x->ndim != 4)
+        return dl_error("%s: expected a 3-D (C,H,W) or 4-D (N,C,H,W) input, got %d-D %s", op,
+                        x->ndim, shape_of(x, sx, sizeof sx));
+    if (w->ndim != 4)
+        return dl_error("%s: expected a 4-D (out_channels, in_channels/groups, kH, kW) weight, "
+                        "got %d-D %s",
+                        op, w->ndim, shape_of(w, sw, sizeof sw));
+    if (x->dtype != w->dtype)
+        return dl_error("%s: input (%s) and weight (%s) must have the same dtype", op,
+                        dl_dtype_name(x->dtype), dl_dtype_name(w->dtype));
+    int o = x->ndim - 3;
+    s->N = o ? x->shape[0] : 1;
+    s->C = x->shape[o];
+    s->H = x->shape[o + 1];
+    s->W = x->shape[o + 2];
+    s->O = w->shape[0];
+    s->KH = w->shape[2];
+    s->KW = w->shape[3];
+    s->groups = p->groups;
+    if (s->C != w->shape[1] * p->groups)
+        return dl_error("%s: input has %lld channels, weight %s expects %lld (groups=%lld)", op,
+                        (long long)s->C, shape_of(w, sw, sizeof sw),
+                        (long long)(w->shape[1] * p->groups), (long long)p->groups);
+    if (s->O % p->groups != 0)
+        return dl_error("%s: out_channels (%lld) must be divisible by groups (%lld)", op,
+                        (long long)s->O, (long long)p->groups);
+    if (b) {
+        if (check_float(op, "bias", b)) return -1;
+        if (b->dtype != x->dtype)
+            return dl_error("%s: bias (%s) must have the input's dtype (%s)", op,
+                            dl_dtype_name(b->dtype), dl_dtype_name(x->dtype));
+        if (b->ndim != 1 || b->shape[0] != s->O)
+            return dl_error("%s: expected a bias of shape [%lld], got %s", op, (long long)s->O,
+                            shape_of(b, sx, sizeof sx));
+    }
+    s->sh = p->stride[0];
+    s->sw = p->stride[1];
+    s->ph = p->padding[0];
+    s->pw = p->padding[1];
+    s->dh = p->dilation[0];
+    s->dw = p->dilation[1];
+    int64_t eh = s->dh * (s->KH - 1) + 1, ew = s->dw * (s->KW - 1) + 1;
+    int64_t hp = s->H + 2 * s->ph, wp = s->W + 2 * s->pw;
+    if (eh > hp || ew > wp)
+        return dl_error("%s: kernel size %lldx%lld (dilated %lldx%lld) is larger than the padded "
+                        "input %lldx%lld",
+                        op, (long long)s->KH, (long long)s->KW, (long long)eh, (long long)ew,
+                        (long long)hp, (long long)wp);
+    s->OH = (hp - eh) / s->sh + 1;
+    s->OW = (wp - ew) / s->sw + 1;
+    return 0;
+}
+
+/* y = bias (or 0) everywhere: the result when nothing is summed (C == 0 or
+ * an empty input plane). y is (N,O,S) contiguous in the compute dtype. */
+static int fill_bias(dl_tensor *y, dl_tensor *b) {
+    if (!b) return dl_tensor_fill_(y, 0);
+    int64_t shape[3] = {1, b->shape[0], 1};
+    dl_tensor *bv = dl_tensor_view(b, 3, shape);
+    int64_t ys[3] = {y->shape[0], y->shape[1], y->shape[2] * y->shape[3]};
+    dl_tensor *yv = bv ? dl_tensor_view(y, 3, ys) : NULL;
+    int rc = yv ? dl_tensor_copy_(yv, bv) : -1;
+    dl_tensor_release(yv);
+    dl_tensor_release(bv);
+    return rc;
+}
+
+const char *dl_conv2d_layout(const char *name) {
+    static const char *const names[] = {"plain", "any", "auto"};
+    const char *old = names[dl_cpu_conv_get_layout()];
+    if (!name) return old;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, names[i]) == 0) {
+            dl_cpu_conv_set_layout((dl_conv_layout)i);
+            return old;
+        }
+    dl_error("conv2d_layout: unknown layout '%s' (expected plain, any or auto)", name);
+    return NULL;
+}
+
+int dl_nn_conv_cache_size(void) {
+    return dl_dnnl_cache_size();
+}
+
+int dl_nn_conv_cache_capacity(void) {
+    return DL_DNNL_CACHE_CAPACITY;
+}
+
+dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_params *p) {
+    const char *op = "conv2d";
+    dl_conv2d_shape s;
+    if (conv_geometry(op, x, w, b, p, &s)) return NULL;
+    dl_dtype dt = x->dtype, ct = compute_dtype(dt);
+    int64_t yshape[4] = {s.N, s.O, s.OH, s.OW};
+    dl_tensor *t[4] = {prep(x, ct), prep(w, ct), b ? prep(b, ct) : NULL,
+                       dl_tensor_empty(4, yshape, ct, DL_CPU)};
+    dl_tensor *y = NULL;
+    if (!t[0] || !t[1] || (b && !t[2]) || !t[3]) goto done;
+    int rc;
+    if (s.N == 0 || s.O == 0)
+        rc = 0;
+    else if (s.C == 0 || s.H == 0 || s.W == 0)
+        rc = fill_bias(t[3], t[2]);
+    else
+        rc = dl_cpu_conv2d_forward(ct, &s, dl_tensor_data(t[3]), dl_tensor_data(t[0]),
+                                   dl_tensor_data(t[1]), t[2] ? dl_tensor_data(t[2]) : NULL);
+    if (rc) goto done;
+    y = t[3];
+    t[3] = NULL;
+    if (finish(&y, dt, x->ndim, x->ndim == 4 ? yshape : yshape + 1)) y = NULL;
+done:
+    release_all(t, 4);
+    return y;
+}
+
+int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2d_params *p,
+                       const bool need[3], dl_tensor **gx, dl_tensor **gw, dl_tensor **gb) {
+    const char *op = "conv2d_backward";
+    dl_conv2d_shape s;
+    *gx = *gw = *gb = NULL;
+    if (conv_geometry(op, x, w, NULL, p, &s) || check_float(op, "grad_output", gy)) return -1;
+    int64_t yshape[4] = {s.N, s.O, s.OH, s.OW};
+    const int64_t *ys = x->ndim == 4 ? yshape : yshape + 1;
+    if (gy->ndim != x->ndim || memcmp(gy->shape, ys, sizeof(int64_t) * (size_t)x->ndim) != 0) {
+        char a[96], e[96];
+        return dl_error("%s: grad_output has shape %s, expected the output's %s", op,
+                        shape_of(gy, a, sizeof a), dl_shape_str(x->ndim, ys, e, sizeof e));
+    }
+    if (gy->dtype != x->dtype)
+        return dl_error("%s: grad_output (%s) must have the input's dtype (%s)", op,
+                        dl_dtype_name(gy->dtype), dl_dtype_name(x->dtype));
+    dl_dtype dt = x->dtype, ct = compute_dtype(dt);
+    int64_t xshape[4] = {s.N, s.C, s.H, s.W};
+    /* in: gy x w; out: gx gw gb */
+    dl_tensor *t[6] = {prep(gy, ct),
+                       need[1] ? prep(x, ct) : NULL,
+                       need[0] ? prep(w, ct) : NULL,
+                       need[0] ? dl_tensor_empty(4, xshape, ct, DL_CPU) : NULL,
+                       need[1] ? dl_tensor_empty(4, w->shape, ct, DL_CPU) : NULL,
+                       need[2] ? dl_tensor_empty(1, &s.O, ct, DL_CPU) : NULL};
+    int rc = -1;
+    if (!t[0] || (need[1] && (!t[1] || !t[4])) || (need[0] && (!t[2] || !t[3])) ||
+        (need[2] && !t[5]))
+        goto done;
+    if (dl_tensor_numel(t[0]) == 0 || s.C == 0 || s.H == 0 || s.W == 0) {
+        /* nothing flows: zero gradients, gb the (possibly empty) sum */
+        rc = 0;
+        for (int i = 3; i < 6 && rc == 0; i++)
+            if (t[i]) rc = dl_tensor_fill_(t[i], 0);
+        if (rc == 0 && t[5] && dl_tensor_numel(t[0]) > 0) {
+            dl_conv2d_shape s1 = s;
+            s1.C = s1.groups; /* only gb is computed: no input read */
+            rc = dl_cpu_conv2d_backward(ct, &s1, NULL, NULL, dl_tensor_data(t[5]),
+                                        dl_tensor_data(t[0]), NULL, NULL);
+        }
+    } else {
+        rc = dl_cpu_conv2d_backward(
+            ct, &s, t[3] ? dl_tensor_data(t[3]) : NULL, t[4] ? dl_tensor_data(t[4]) : NULL,
+            t[5] ? dl_tensor_data(t[5]) : NULL, dl_tensor_data(t[0]),
+            t[1] ? dl_tensor_data(t[1]) : NULL, t[2] ? dl_tensor_data(t[2]) : NULL);
+    }
+    if (rc) goto done;
+    if (finish(&t[3], dt, x->ndim, x->ndim == 4 ? xshape : xshape + 1) ||
+        finish(&t[4], dt, 4, w->shape) || finish(&t[5], dt, 1, &s.O)) {
+        rc = -1;
+        goto done;
+    }
+    *gx = t[3];
+    *gw = t[4];
+    *gb = t[5];
+    t[3] = t[4] = t[5] = NULL;
+done:
+    release_all(t, 6);
+    return rc;
+}
+
+/* --- batch_norm -------------------------------------------------------------------- */
+
+dl_batch_norm_params dl_batch_norm_default_params(void) {
+    dl_batch_norm_params p = {0.1, false, 0, 1e-5};
+    return p;
+}
+
+/* Checks x and the per-channel tensors (each may be NULL); fills s. */
+static int bn_check(const char *op, const dl_tensor *x, dl_tensor *const *vecs,
+                    const char *const *names, int nvec, dl_bn_shape *s) {
+    char sb[96];
+    if (check_float(op, "input", x)) return -1;
+    if (x->ndim < 2 || x->ndim > 4)
+        return dl_error("%s: expected a 2-D (N,C), 3-D (N,C,L) or 4-D (N,C,H,W) input, got "
+                        "%d-D %s",
+                        op, x->ndim, shape_of(x, sb, sizeof sb));
+    s->N = x->shape[0];
+    s->C = x->shape[1];
+    s->S = 1;
+    for (int d = 2; d < x->ndim; d++) s->S *= x->shape[d];
+    bool half = compute_dtype(x->dtype) != x->dtype;
+    for (int i = 0; i < nvec; i++) {
+        const dl_tensor *v = vecs[i];
+        if (!v) continue;
+        if (check_float(op, names[i], v)) return -1;
+        if (v->dtype != x->dtype && !(half && v->dtype == DL_DTYPE_F32))
+            return dl_error("%s: %s (%s) must have the input's dtype (%s)%s", op, names[i],
+                            dl_dtype_name(v->dtype), dl_dtype_name(x->dtype),
+                            half ? " or float32" : "");
+        if (v->ndim != 1 || v->shape[0] != s->C)
+            return dl_error("%s: %s must have shape [%lld] (one value per channel), got %s", op,
+                            names[i], (long long)s->C, shape_of(v, sb, sizeof sb));
+    }
+    return 0;
+}
+
+static int check_writable(const char *op, const char *what, const dl_tensor *t) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->strides[d] == 0 && t->shape[d] > 1)
+            return dl_error("%s: %s is an expanded view and cannot be updated in place", op, what);
+    return 0;
+}
+
+/* running = (1 - m) * running + m * stat * factor, in place (any dtype/layout). */
+static int update_running(dl_tensor *running, dl_tensor *stat, double m, double factor) {
+    dl_tensor *r = prep(running, DL_DTYPE_F64), *st = prep(stat, DL_DTYPE_F64);
+    int64_t C = running->shape[0];
+    dl_tensor *out = dl_tensor_empty(1, &C, DL_DTYPE_F64, DL_CPU);
+    int rc = -1;
+    if (r && st && out) {
+        const double *rp = dl_tensor_data(r), *sp = dl_tensor_data(st);
+        double *op = dl_tensor_data(out);
+        for (int64_t c = 0; c < C; c++) op[c] = (1 - m) * rp[c] + m * sp[c] * factor;
+        rc = dl_tensor_copy_(running, out);
+        if (rc == 0) dl_tensor_bump_version(running);
+    }
+    dl_tensor_release(r);
+    dl_tensor_release(st);
+    dl_tensor_release(out);
+    return rc;
+}
+
+/* invstd = 1 / sqrt(var + eps) (to_invstd) or var = 1 / invstd^2 - eps, a
+ * new (C) tensor of v's dtype. */
+static dl_tensor *var_transform(dl_tensor *v, double eps, bool to_invstd) {
+    dl_tensor *r = dl_tensor_empty(1, v->shape, v->dtype, DL_CPU);
+    if (!r) return NULL;
+    for (int64_t c = 0; c < v->shape[0]; c++) {
+        double a = v->dtype == DL_DTYPE_F32 ? ((const float *)dl_tensor_data(v))[c]
+                                            : ((const double *)dl_tensor_data(v))[c];
+        double b = to_invstd ? 1.0 / sqrt(a + eps) : 1.0 / (a * a) - eps;
+        if (v->dtype == DL_DTYPE_F32)
+            ((float *)dl_tensor_data(r))[c] = (float)b;
+        else
+            ((double *)dl_tensor_data(r))[c] = b;
+    }
+    return r;
+}
+
+int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
+                                dl_tensor *running_mean, dl_tensor *running_var,
+                                const dl_batch_norm_params *p, dl_tensor **y, dl_tensor **save_mean,
+                                dl_tensor **save_invstd) {
+    const char *op = "batch_norm";
+    static const char *const names[] = {"weight", "bias", "running_mean", "running_var"};
+    dl_tensor *vecs[4] = {weight, bias, running_mean, running_var};
+    dl_bn_shape s;
+    *y = *save_mean = *save_invstd = NULL;
+    if (bn_check(op, x, vecs, names, 4, &s)) return -1;
+    if (!(p->eps >= 0)) return dl_error("%s: eps must be non-negative, got %g", op, p->eps);
+    if ((running_mean == NULL) != (running_var == NULL))
+        return dl_error("%s: running_mean and running_var must be given together", op);
+    if (running_mean && (check_writable(op, "running_mean", running_mean) ||
+                         check_writable(op, "running_var", running_var)))
+        return -1;
+    double m = p->momentum;
+    if (p->cumulative) {
+        if (p->num_batches_tracked < 1)
+            return dl_error("%s: a cumulative average needs num_batches_tracked >= 1, got %lld", op,
+                            (long long)p->num_batches_tracked);
+        m = 1.0 / (double)p->num_batches_tracked;
+    }
+    int64_t M = s.N * s.S;
+    if (M == 1) {
+        char sb[96];
+        return dl_error("%s: expected more than 1 value per channel when training, got input "
+                        "size %s",
+                        op, shape_of(x, sb, sizeof sb));
+    }
+    dl_dtype dt = x->dtype, ct = compute_dtype(dt);
+    int64_t shape3[3] = {s.N, s.C, s.S};
+    /* in: x w b; out: y mean var invstd */
+    dl_tensor *t[7] = {prep(x, ct),
+                       prep(weight, ct),
+                       prep(bias, ct),
+                       dl_tensor_empty(3, shape3, ct, DL_CPU),
+                       dl_tensor_zeros(1, &s.C, ct, DL_CPU),
+                       dl_tensor_zeros(1, &s.C, ct, DL_CPU),
+                       NULL};
+    int rc = -1;
+    if (!t[0] || (weight && !t[1]) || (bias && !t[2]) || !t[3] || !t[4] || !t[5]) goto done;
+    if (M == 0 || s.C == 0) {
+        /* PyTorch: an empty batch passes through, statistics untouched */
+        rc = 0;
+    } else {
+        rc = dl_cpu_batch_norm_forward_train(
+            ct, &s, p->eps, dl_tensor_data(t[3]), dl_tensor_data(t[4]), dl_tensor_data(t[5]),
+            dl_tensor_data(t[0]), t[1] ? dl_tensor_data(t[1]) : NULL,
+            t[2] ? dl_tensor_data(t[2]) : NULL);
+        if (rc == 0 && running_mean)
+            rc = update_running(running_mean, t[4], m, 1.0) ||
+                 update_running(running_var, t[5], m, (double)M / (double)(M - 1));
+    }
+    if (rc) goto done;
+    if (!(t[6] = var_transform(t[5], p->eps, true)) || finish(&t[3], dt, x->ndim, x->shape)) {
+        rc = -1;
+        goto done;
+    }
+    *y = t[3];
+    *save_mean = t[4];
+    *save_invstd = t[6];
+    t[3] = t[4] = t[6] = NULL;
+done:
+    release_all(t, 7);
+    return rc;
+}
+
+dl_tensor *dl_batch_norm_forward_eval(dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
+                                      dl_tensor *running_mean, dl_tensor *running_var, double eps) {
+    const char *op = "batch_norm";
+    static const char *const names[] = {"weight", "bias", "running_mean", "running_var"};
+    dl_tensor *vecs[4] = {weight, bias, running_mean, running_var};
+    dl_bn_shape s;
+    if (bn_check(op, x, vecs, names, 4, &s)) return NULL;
+    if (!running_mean || !running_var) {
+        dl_error("%s: running_mean and running_var are required in evaluation mode", op);
+        return NULL;
+    }
+    if (!(eps >= 0)) {
+        dl_error("%s: eps must be non-negative, got %g", op, eps);
+        return NULL;
+    }
+    dl_dtype dt = x->dtype, ct = compute_dtype(dt);
+    int64_t shape3[3] = {s.N, s.C, s.S};
+    dl_tensor *t[6] = {prep(x, ct),           prep(weight, ct),
+                       prep(bias, ct),        prep(running_mean, ct),
+                       prep(running_var, ct), dl_tensor_empty(3, shape3, ct, DL_CPU)};
+    dl_tensor *y = NULL;
+    if (!t[0] || (weight && !t[1]) || (bias && !t[2]) || !t[3] || !t[4] || !t[5]) goto done;
+    if (s.N * s.C * s.S > 0 &&
+        dl_cpu_batch_norm_forward_eval(ct, &s, eps, dl_tensor_data(t[5]), dl_tensor_data(t[0]),
+                                       dl_tensor_data(t[3]), dl_tensor_data(t[4]),
+                                       t[1] ? dl_tensor_data(t[1]) : NULL,
+                                       t[2] ? dl_tensor_data(t[2]) : NULL))
+        goto done;
+    y = t[5];
+    t[5] = NULL;
+    if (finish(&y, dt, x->ndim, x->shape)) y = NULL;
+done:
+    release_all(t, 6);
+    return y;
+}
+
+int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_tensor *running_mean,
+                           dl_tensor *running_var, dl_tensor *save_mean, dl_tensor *save_invstd,
+                           bool training, double eps, const bool need[3], dl_tensor **gx,
+                           dl_tensor **gweight, dl_tensor **gbias) {
+    const char *op = "batch_norm_backward";
+    static const char *const names[] = {"weight", "running_mean", "running_var", "save_mean",
+                                        "save_invstd"};
+    dl_tensor *vecs[5] = {weight, running_mean, running_var, save_mean, save_invstd};
+    dl_bn_shape s;
+    *gx = *gweight = *gbias = NULL;
+    if (bn_check(op, x, vecs, names, 5, &s) || check_float(op, "grad_output", gy)) return -1;
+    if (!dl_shape_equal(gy, x)) {
+        char a[96], b[96];
+        return dl_error("%s: grad_output has shape %s, expected the input's %s", op,
+                        shape_of(gy, a, sizeof a), shape_of(x, b, sizeof b));
+    }
+    if (gy->dtype != x->dtype)
+        return dl_error("%s: grad_output (%s) must have the input's dtype (%s)", op,
+                        dl_dtype_name(gy->dtype), dl_dtype_name(x->dtype));
+    dl_tensor *mean = training ? save_mean : running_mean;
+    dl_tensor *stat = training ? save_invstd : running_var;
+    if (!mean || !stat)
+        return dl_error("%s: %s", op,
+                        training ? "save_mean and save_invstd are required in training mode"
+                                 : "running_mean and running_var are required in evaluation "
+                                   "mode");
+    if (!(eps >= 0)) return dl_error("%s: eps must be non-negative, got %g", op, eps);
+    dl_dtype dt = x->dtype, ct = compute_dtype(dt);
+    int64_t shape3[3] = {s.N, s.C, s.S};
+    /* in: gy x w mean stat var; out: gx gw gb */
+    dl_tensor *t[9] = {prep(gy, ct),
+                       prep(x, ct),
+                       prep(weight, ct),
+                       prep(mean, ct),
+                       prep(stat, ct),
+                       NULL,
+                       need[0] ? dl_tensor_empty(3, shape3, ct, DL_CPU) : NULL,
+                       need[1] ? dl_tensor_zeros(1, &s.C, ct, DL_CPU) : NULL,
+                       need[2] ? dl_tensor_zeros(1, &s.C, ct, DL_CPU) : NULL};
+    int rc = -1;
+    if (!t[0] || !t[1] || (weight && !t[2]) || !t[3] || !t[4] || (need[0] && !t[6]) ||
+        (need[1] && !t[7]) || (need[2] && !t[8]))
+        goto done;
+    /* the kernels take the variance; training passes invstd */
+    if (!(t[5] = training ? var_transform(t[4], eps, false) : dl_tensor_retain(t[4]))) goto done;
+    rc = 0;
+    if (s.N * s.C * s.S > 0 && (need[0] || need[1] || need[2]))
+        rc = dl_cpu_batch_norm_backward(ct, &s, eps, training, t[6] ? dl_tensor_data(t[6]) : NULL,
+                                        t[7] ? dl_tensor_data(t[7]) : NULL,
+                                        t[8] ? dl_tensor_data(t[8]) : NULL, dl_tensor_data(t[0]),
+                                        dl_tensor_data(t[1]), dl_tensor_data(t[3]),
+                                        dl_tensor_data(t[5]), t[2] ? dl_tensor_data(t[2]) : NULL);
+    if (rc) goto done;
+    /* gweight/gbias take the weight's dtype (float32 for a half input) */
+    dl_dtype pdt = weight ? weight->dtype : dt;
+    if (finish(&t[6], dt, x->ndim, x->shape) || finish(&t[7], pdt, 1, &s.C) ||
+        finish(&t[8], pdt, 1, &s.C)) {
+        rc = -1;
+        goto done;
+    }
+    *gx = t[6];
+    *gweight = t[7];
+    *gbias = t[8];
+    t[6] = t[7] = t[8] = NULL;
+done:
+    release_all(t, 9);
+    return rc;
+}
+
+/* --- pooling ------------------------------------------------------------------------ */
+
+dl_pool2d_params dl_pool2d_default_params(int64_t kh, int64_t kw) {
+    dl_pool2d_params p = {{kh, kw}, {kh, kw}, {0, 0}, {1, 1}, false, true, 0};
+    return p;
+}
+
+int64_t dl_pool_output_size(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dilation,
+                            bool ceil_mode) {
+    int64_t num = in + 2 * pad - dilation * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+    /* floor division (num may be negative) */
+    int64_t q = num >= 0 ? num / stride : -((-num + stride - 1) / stride);
+    int64_t out = q + 1;
+    /* the last window must start inside the input or the left padding */
+    if (ceil_mode && (out - 1) * stride >= in + pad) out--;
+    return out;
+}
+
+/* Checks x (N,C,H,W)/(C,H,W) for a pooling op: floating, non-empty planes
+ * (an empty batch is fine). */
+static int pool_input(const char *op, const dl_tensor *x) {
+    char sb[96];
+    if (check_float(op, "input", x)) return -1;
+    if (x->ndim != 3 && x->ndim != 4)
+        return dl_error("%s: expected a 3-D (C,H,W) or 4-D (N,C,H,W) input, got %d-D %s", op,
+                        x->ndim, shape_of(x, sb, sizeof sb));
+    for (int d = x->ndim - 3; d < x->ndim; d++)
+        if (x->shape[d] == 0)
+            return dl_error("%s: expected non-zero channel and spatial sizes, got input %s", op,
+                            shape_of(x, sb, sizeof sb));
+    return 0;
+}
+
+static int pool_geometry(const char *op, const dl_tensor *x, const dl_pool2d_params *p, bool avg,
+                         dl_pool2d_shape *s) {
+    if (pool_input(op, x)) return -1;
+    const int64_t *k = p->kernel, *st = p->stride, *pd = p->padding, *dl = p->dilation;
+    if (check_limit(op, "kernel_size", k, 2) || check_limit(op, "stride", st, 2) ||
+        check_limit(op, "padding", pd, 2) || check_limit(op, "dilation", dl, 2) ||
+        check_limit(op, "divisor_override", &p->divisor_override, 1))
+        return -1;
+    if (k[0] < 1 || k[1] < 1)
+        return dl_error("%s: kernel_size must be positive, got (%lld, %lld)", op, (long long)k[0],
+                        (long long)k[1]);
+    if (st[0] < 1 || st[1] < 1)
+        return dl_error("%s: stride must be positive, got (%lld, %lld)", op, (long long)st[0],
+                        (long long)st[1]);
+    if (dl[0] < 1 || dl[1] < 1)
+        return dl_error("%s: dilation must be positive, got (%lld, %lld)", op, (long long)dl[0],
+                        (long long)dl[1]);
+    if (avg && (dl[0] != 1 || dl[1] != 1))
+        return dl_error("%s: dilation is not supported for average pooling", op);
+    if (pd[0] < 0 || pd[1] < 0 || pd[0] > k[0] / 2 || pd[1] > k[1] / 2)
+        return dl_error("%s: padding must be between 0 and half the kernel size, got padding "
+                        "(%lld, %lld) for kernel (%lld, %lld)",
+                        op, (long long)pd[0], (long long)pd[1], (long long)k[0], (long long)k[1]);
+    int o = x->ndim - 3;
+    s->P = (o ? x->shape[0] : 1) * x->shape[o];
+    s->H = x->shape[o + 1];
+    s->W = x->shape[o + 2];
+    s->kh = k[0];
+    s->kw = k[1];
+    s->sh = st[0];
+    s->sw = st[1];
+    s->ph = pd[0];
+    s->pw = pd[1];
+    s->dh = dl[0];
+    s->dw = dl[1];
+    s->count_include_pad = p->count_include_pad;
+    s->divisor_override = p->divisor_override;
+    s->OH = dl_pool_output_size(s->H, k[0], pd[0], st[0], dl[0], p->ceil_mode);
+    s->OW = dl_pool_output_size(s->W, k[1], pd[1], st[1], dl[1], p->ceil_mode);
+    if (s->OH < 1 || s->OW < 1)
+        return dl_error("%s: input plane %lldx%lld is too small for kernel (%lld, %lld) with "
+                        "dilation (%lld, %lld) and padding (%lld, %lld): output %lldx%lld",
+                        op, (long long)s->H, (long long)s->W, (long long)k[0], (long long)k[1],
+                        (long long)dl[0], (long long)dl[1], (long long)pd[0], (long long)pd[1],
+                        (long long)s->OH, (long long)s->OW);
+    return 0;
+}
+
+/* x's shape with the spatial sizes replaced by (oh, ow). */
+static void pooled_shape(const dl_tensor *x, int64_t oh, int64_t ow, int64_t *shape) {
+    memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+    shape[x->ndim - 2] = oh;
+    shape[x->ndim - 1] = ow;
+}
+
+/* gy (and indices, when given) must have shape (x's leading dims, oh, ow). */
+static int check_grad(const char *op, const dl_tensor *gy, const dl_tensor *x, const dl_tensor *ind,
+                      int64_t oh, int64_t ow) {
+    int64_t shape[4];
+    char a[96], b[96];
+    pooled_shape(x, oh, ow, shape);
+    if (check_float(op, "grad_output", gy)) return -1;
+    if (gy->ndim != x->ndim || memcmp(gy->shape, shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
+        return dl_error("%s: grad_output has shape %s, expected the output's %s", op,
+                        shape_of(gy, a, sizeof a), dl_shape_str(x->ndim, shape, b, sizeof b));
+    if (gy->dtype != x->dtype)
+        return dl_error("%s: grad_output (%s) must have the input's dtype (%s)", op,
+                        dl_dtype_name(gy->dtype), dl_dtype_name(x->dtype));
+    if (ind) {
+        if (check_cpu(op, ind)) return -1;
+        if (ind->dtype != DL_DTYPE_I64)
+            return dl_error("%s: indices must be an int64 tensor, got %s", op,
+                            dl_dtype_name(ind->dtype));
+        if (!dl_shape_equal(ind, gy))
+            return dl_error("%s: indices have shape %s, expected %s", op,
+                            shape_of(ind, a, sizeof a), shape_of(gy, b, sizeof b));
+    }
+    return 0;
+}
+
+typedef enum { POOL_MAX, POOL_AVG, POOL_ADAPTIVE_AVG, POOL_ADAPTIVE_MAX } pool_kind;
+
+/* The forward of every pooling op: y (and indices for max kinds). */
+static int pool_forward(const char *op, pool_kind kind, dl_tensor *x, const dl_pool2d_shape *s,
+                        dl_tensor **y, dl_tensor **ind) {
+    dl_dtype dt = x->dtype, ct = compute_dtype(dt);
+    int64_t shape[4];
+    pooled_shape(x, s->OH, s->OW, shape);
+    bool with_ind = kind == POOL_MAX || kind == POOL_ADAPTIVE_MAX;
+    dl_tensor *t[3] = {prep(x, ct), dl_tensor_empty(x->ndim, shape, ct, DL_CPU),
+                       with_ind ? dl_tensor_empty(x->ndim, shape, DL_DTYPE_I64, DL_CPU) : NULL};
+    int rc = -1;
+    if (!t[0] || !t[1] || (with_ind && !t[2])) goto done;
+    rc = 0;
+    if (dl_tensor_numel(t[1]) > 0) {
+        void *yp = dl_tensor_data(t[1]);
+        const void *xp = dl_tensor_data(t[0]);
+        int64_t *ip = with_ind ? dl_tensor_data(t[2]) : NULL;
+        switch (kind) {
+        case POOL_MAX: rc = dl_cpu_max_pool2d_forward(ct, s, yp, ip, xp); break;
+        case POOL_AVG: rc = dl_cpu_avg_pool2d_forward(ct, s, yp, xp); break;
+        case POOL_ADAPTIVE_AVG: rc = dl_cpu_adaptive_avg_pool2d_forward(ct, s, yp, xp); break;
+        case POOL_ADAPTIVE_MAX: rc = dl_cpu_adaptive_max_pool2d_forward(ct, s, yp, ip, xp); break;
+        }
+    }
+    if (rc || finish(&t[1], dt, x->ndim, shape)) {
+        rc = -1;
+        goto done;
+    }
+    *y = t[1];
+    t[1] = NULL;
+    if (ind) {
+        *ind = t[2];
+        t[2] = NULL;
+    }
+done:
+    release_all(t, 3);
+    (void)op;
+    return rc;
+}
+
+/* The backward of every pooling op: gx (like x). */
+static dl_tensor *pool_backward(pool_kind kind, dl_tensor *gy, dl_tensor *x, dl_tensor *ind,
+                                const dl_pool2d_shape *s) {
+    dl_dtype dt = x->dtype, ct = compute_dtype(dt);
+    int64_t xshape[4];
+    pooled_shape(x, s->H, s->W, xshape);
+    dl_tensor *t[3] = {prep(gy, ct), ind ? prep(ind, DL_DTYPE_I64) : NULL,
+                       dl_tensor_empty(x->ndim, xshape, ct, DL_CPU)};
+    dl_tensor *gx = NULL;
+    int rc = -1;
+    if (!t[0] || (ind && !t[1]) || !t[2]) goto done;
+    rc = 0;
+    if (dl_tensor_numel(t[2]) > 0) {
+        void *gp = dl_tensor_data(t[2]);
+        const void *yp = dl_tensor_data(t[0]);
+        switch (kind) {
+        case POOL_MAX:
+        case POOL_ADAPTIVE_MAX:
+            rc = dl_cpu_pool2d_scatter_backward(ct, s->P, s->H * s->W, s->OH * s->OW, gp, yp,
+                                                dl_tensor_data(t[1]));
+            break;
+        case POOL_AVG: rc = dl_cpu_avg_pool2d_backward(ct, s, gp, yp); break;
+        case POOL_ADAPTIVE_AVG: rc = dl_cpu_adaptive_avg_pool2d_backward(ct, s, gp, yp); break;
+        }
+    }
+    if (rc) goto done;
+    gx = t[2];
+    t[2] = NULL;
+    if (finish(&gx, dt, x->ndim, xshape)) gx = NULL;
+done:
+    release_all(t, 3);
+    return gx;
+}
+
+int dl_max_pool2d_forward(dl_tensor *x, const dl_pool2d_params *p, dl_tensor **y,
+                          dl_tensor **indices) {
+    dl_pool2d_shape s;
+    *y = *indices = NULL;
+    if (pool_geometry("max_pool2d", x, p, false, &s)) return -1;
+    return pool_forward("max_pool2d", POOL_MAX, x, &s, y, indices);
+}
+
+dl_tensor *dl_max_pool2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *indices,
+                                  const dl_pool2d_params *p) {
+    const char *op = "max_pool2d_backward";
+    dl_pool2d_shape s;
+    if (pool_geometry(op, x, p, false, &s) || check_grad(op, gy, x, indices, s.OH, s.OW))
+        return NULL;
+    return pool_backward(POOL_MAX, gy, x, indices, &s);
+}
+
+dl_tensor *dl_avg_pool2d_forward(dl_tensor *x, const dl_pool2d_params *p) {
+    dl_pool2d_shape s;
+    dl_tensor *y = NULL;
+    if (pool_geometry("avg_pool2d", x, p, true, &s)) return NULL;
+    pool_forward("avg_pool2d", POOL_AVG, x, &s, &y, NULL);
+    return y;
+}
+
+dl_tensor *dl_avg_pool2d_backward(dl_tensor *gy, dl_tensor *x, const dl_pool2d_params *p) {
+    const char *op = "avg_pool2d_backward";
+    dl_pool2d_shape s;
+    if (pool_geometry(op, x, p, true, &s) || check_grad(op, gy, x, NULL, s.OH, s.OW)) return NULL;
+    return pool_backward(POOL_AVG, gy, x, NULL, &s);
+}
+
+/* The geometry of adaptive pooling of x to (oh, ow). */
+static int adaptive_geometry(const char *op, const dl_tensor *x, int64_t oh, int64_t ow,
+                             dl_pool2d_shape *s) {
+    if (pool_input(op, x)) return -1;
+    int64_t osize[2] = {oh, ow};
+    if (check_limit(op, "output_size", osize, 2)) return -1;
+    if (oh < 0 || ow < 0)
+        return dl_error("%s: output_size must be non-negative, got (%lld, %lld)", op, (long long)oh,
+                        (long long)ow);
+    memset(s, 0, sizeof *s);
+    int o = x->ndim - 3;
+    s->P = (o ? x->shape[0] : 1) * x->shape[o];
+    s->H = x->shape[o + 1];
+    s->W = x->shape[o + 2];
+    s->OH = oh;
+    s->OW = ow;
+    return 0;
+}
+
+dl_tensor *dl_adaptive_avg_pool2d_forward(dl_tensor *x, int64_t oh, int64_t ow) {
+    dl_pool2d_shape s;
+    dl_tensor *y = NULL;
+    if (adaptive_geometry("adaptive_avg_pool2d", x, oh, ow, &s)) return NULL;
+    pool_forward("adaptive_avg_pool2d", POOL_ADAPTIVE_AVG, x, &s, &y, NULL);
+    return y;
+}
+
+/* gy's spatial sizes are the output size; check_grad checks the rest. */
+static int adaptive_backward_geometry(const char *op, const dl_tensor *gy, const dl_tensor *x,
+                                      const dl_tensor *ind, dl_pool2d_shape *s) {
+    char a[96];
+    if (gy->ndim < 2)
+        return dl_error("%s: grad_output must be 3-D or 4-D, got %s", op,
+                        shape_of(gy, a, sizeof a));
+    int64_t oh = gy->shape[gy->ndim - 2], ow = gy->shape[gy->ndim - 1];
+    return adaptive_geometry(op, x, oh, ow, s) || check_grad(op, gy, x, ind, oh, ow);
+}
+
+dl_tensor *dl_adaptive_avg_pool2d_backward(dl_tensor *gy, dl_tensor *x) {
+    dl_pool2d_shape s;
+    if (adaptive_backward_geometry("adaptive_avg_pool2d_backward", gy, x, NULL, &s)) return NULL;
+    return pool_backward(POOL_ADAPTIVE_AVG, gy, x, NULL, &s);
+}
+
+int dl_adaptive_max_pool2d_forward(dl_tensor *x, int64_t oh, int64_t ow, dl_tensor **y,
+                                   dl_tensor **indices) {
+    dl_pool2d_shape s;
+    *y = *indices = NULL;
+    if (adaptive_geometry("adaptive_max_pool2d", x, oh, ow, &s)) return -1;
+    return pool_forward("adaptive_max_pool2d", POOL_ADAPTIVE_MAX, x, &s, y, indices);
+}
+
+dl_tensor *dl_adaptive_max_pool2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *indices) {
+    dl_pool2d_shape s;
+    if (adaptive_backward_geometry("adaptive_max_pool2d_backward", gy, x, indices, &s)) return NULL;
+    return pool_backward(POOL_ADAPTIVE_MAX, gy, x, indices, &s);
+}
