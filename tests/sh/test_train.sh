@@ -110,6 +110,17 @@ check "checkpoint metadata" '[ "$out" == "dlua-train-checkpoint-1 27 4 0 tinycnn
 run "$DLUA" -e 'local img = dl.image.load("A/curves.png"); print(img.shape[1], img.shape[2], img.shape[3])'
 check "the plot is a PNG" '[ "$out" == "3	560	1280" ]'
 
+# --- fine-tuning from a weights file ----------------------------------------------------------------
+run "$DLUA" -e 'local sd = dl.load("A/best.safetensors"); local m = {}
+  for k, v in pairs(sd) do if k:match("^model%.") then m[k:sub(7)] = v end end
+  dl.save("weights.safetensors", m)'
+run "$DLUA" "$TRAIN" "${COMMON[@]}" --epochs 1 --max-steps 2 --weights weights.safetensors --save-dir W1
+check "--weights loads a state dict" '[ "$rc" -eq 0 ] && [[ "$out" == *"weights: weights.safetensors loaded"* ]]'
+run "$DLUA" "$TRAIN" "${COMMON[@]}" --epochs 1 --max-steps 2 --weights weights.safetensors --num-classes 5 --save-dir W2
+check "--weights with another class count replaces the classifier" '[ "$rc" -eq 0 ] && [[ "$out" == *"new 5-class classifier (the file'"'"'s has 3)"* ]]'
+run "$DLUA" -e 'local t = dl.load("W2/last.safetensors"); io.write(t["model.fc.weight"].shape[1])'
+check "the new classifier is saved" '[ "$out" == "5" ]'
+
 # --- --max-steps, then --resume (mid-epoch and at an epoch boundary) ----------------------------------
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --epochs 3 --save-dir B --max-steps 5
 check "--max-steps stops with a checkpoint" '[ "$rc" -eq 0 ] && [[ "$out" == *"stopped after 5 steps"* ]] && [[ "$out" == *"resume with: "*"--resume B/last.safetensors"* ]] && [ -s B/last.safetensors ]'
@@ -175,6 +186,11 @@ if "$DLUA" -e 'os.exit(dl.cuda.is_available() and 0 or 1)'; then ok; else expect
 run "$DLUA" "$ROOT/scripts/predict.lua" --weights A/best.safetensors tiny/val/green/01.png tiny/val/red/02.png tiny/val/blue/03.png
 first=$(printf '%s\n' "$out" | awk '/^  1\./{print $2}' | tr '\n' ' ')
 check "predict names the true class first ($first)" '[ "$rc" -eq 0 ] && [ "$first" == "green red blue " ] && [[ "$out" == *"%"* ]]'
+printf 'bleu\nvert\nrouge\n' > names.txt
+run "$DLUA" "$ROOT/scripts/predict.lua" --weights weights.safetensors --arch tinycnn --image-size 8 --resize 8 --classes names.txt --top 2 tiny/val/blue/01.png
+check "predict with a plain state dict and --classes" '[ "$rc" -eq 0 ] && [ "$(printf "%s\n" "$out" | sed -n 2p | awk "{print \$2}")" == "bleu" ] && [ "$(printf "%s\n" "$out" | wc -l)" -eq 3 ]'
+run "$DLUA" "$ROOT/scripts/predict.lua" --weights weights.safetensors tiny/val/blue/01.png
+expect_bad "predict with a plain state dict needs --arch" "say which model it is with --arch"
 run "$DLUA" "$ROOT/scripts/predict.lua" --weights A/best.safetensors
 expect_bad "predict without images" "no images given"
 run "$DLUA" "$ROOT/scripts/predict.lua" --weights A/best.safetensors nope.png
