@@ -202,6 +202,10 @@ function plot.render_training_curves(d)
   local smooth = plot.smooth(losses, math.max(3, #losses // 25))
   local lo, hi = finite_range(losses)
   if not lo then lo, hi = 0, 1 end
+  -- a few spikes must not flatten the curve: the axis ends a bit above the
+  -- smoothed curve's maximum and raw spikes are cut at the top
+  local _, shi = finite_range(smooth)
+  if shi and shi * 1.15 < hi then hi = shi * 1.15 end
   local px, py = panel(img, box, {1, math.max(2, #losses)}, {math.min(0, lo), hi},
     {x = "step", y = "loss", title = "Training loss"})
   polyline(img, xs, losses, px, py, RAW, 1, box)
