@@ -314,6 +314,64 @@ static int l_primitive_cache(lua_State *L) {
     return 2;
 }
 
+/* --- dl._F: the functional entry points (record autograd) ---------------------------- */
+
+/* F.conv2d(x, w, b_or_nil, {stride=, padding=, dilation=, groups=}) */
+static int F_conv2d(lua_State *L) {
+    dl_tensor *x = dlL_checktensor(L, 1);
+    dl_tensor *w = dlL_checktensor(L, 2);
+    dl_tensor *b = opttensor(L, 3);
+    dl_conv2d_params p = conv_opts(L, 4, "conv2d", false);
+    return dlL_pushtensor(L, dl_conv2d(x, w, b, &p));
+}
+
+/* F.batch_norm(x, running_mean, running_var, weight, bias, training=false,
+ *              momentum=0.1, eps=1e-5)  (PyTorch's argument order) */
+static int F_batch_norm(lua_State *L) {
+    dl_tensor *x = dlL_checktensor(L, 1);
+    dl_tensor *rm = opttensor(L, 2), *rv = opttensor(L, 3);
+    dl_tensor *w = opttensor(L, 4), *b = opttensor(L, 5);
+    bool training = lua_toboolean(L, 6);
+    dl_batch_norm_params p = dl_batch_norm_default_params();
+    p.momentum = luaL_optnumber(L, 7, p.momentum);
+    p.eps = luaL_optnumber(L, 8, p.eps);
+    if (!training && (!rm || !rv))
+        return luaL_error(L, "batch_norm: running_mean and running_var are required when not "
+                             "training");
+    return dlL_pushtensor(L, dl_batch_norm(x, w, b, rm, rv, training, &p));
+}
+
+/* F.max_pool2d(x, kernel_size, {stride=, padding=, dilation=, ceil_mode=}) */
+static int F_max_pool2d(lua_State *L) {
+    dl_tensor *x = dlL_checktensor(L, 1);
+    dl_pool2d_params p = pool_opts(L, 2, 3, "max_pool2d", false);
+    return dlL_pushtensor(L, dl_max_pool2d(x, &p, NULL));
+}
+
+/* F.avg_pool2d(x, kernel_size, {stride=, padding=, ceil_mode=, count_include_pad=,
+ *              divisor_override=}) */
+static int F_avg_pool2d(lua_State *L) {
+    dl_tensor *x = dlL_checktensor(L, 1);
+    dl_pool2d_params p = pool_opts(L, 2, 3, "avg_pool2d", true);
+    return dlL_pushtensor(L, dl_avg_pool2d(x, &p));
+}
+
+static int F_adaptive_avg_pool2d(lua_State *L) {
+    dl_tensor *x = dlL_checktensor(L, 1);
+    int64_t o[2];
+    luaL_checkany(L, 2);
+    arg_pair(L, 2, "adaptive_avg_pool2d", "output_size", o);
+    return dlL_pushtensor(L, dl_adaptive_avg_pool2d(x, o[0], o[1]));
+}
+
+static int F_adaptive_max_pool2d(lua_State *L) {
+    dl_tensor *x = dlL_checktensor(L, 1);
+    int64_t o[2];
+    luaL_checkany(L, 2);
+    arg_pair(L, 2, "adaptive_max_pool2d", "output_size", o);
+    return dlL_pushtensor(L, dl_adaptive_max_pool2d(x, o[0], o[1], NULL));
+}
+
 void dlL_open_nn_conv(lua_State *L) {
     static const luaL_Reg fns[] = {
         {"conv2d_forward", l_conv2d_forward},
@@ -332,14 +390,15 @@ void dlL_open_nn_conv(lua_State *L) {
         {"conv2d_backward", l_conv2d_backward},
         {NULL, NULL},
     };
-    /* dl._nn, created when absent (other families add to it too) */
-    lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
-    if (lua_getfield(L, -1, "_nn") != LUA_TTABLE) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, -3, "_nn");
-    }
-    luaL_setfuncs(L, fns, 0);
-    lua_pop(L, 2);
+    dlL_register_in(L, "_nn", fns); /* shared with other families */
+    static const luaL_Reg F[] = {
+        {"conv2d", F_conv2d},
+        {"batch_norm", F_batch_norm},
+        {"max_pool2d", F_max_pool2d},
+        {"avg_pool2d", F_avg_pool2d},
+        {"adaptive_avg_pool2d", F_adaptive_avg_pool2d},
+        {"adaptive_max_pool2d", F_adaptive_max_pool2d},
+        {NULL, NULL},
+    };
+    dlL_register_in(L, "_F", F);
 }

@@ -454,15 +454,7 @@ void dlL_open_nn_func(lua_State *L) {
         {"pad_backward", l_pad_backward},
         {NULL, NULL},
     };
-    lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
-    if (lua_getfield(L, -1, "_nn") != LUA_TTABLE) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, -3, "_nn");
-    }
-    luaL_setfuncs(L, fns, 0);
-    lua_pop(L, 1);
+    dlL_register_in(L, "_nn", fns);
     static const luaL_Reg F[] = {
         {"softmax", l_softmax_forward},
         {"log_softmax", l_log_softmax_forward},
@@ -476,12 +468,5 @@ void dlL_open_nn_func(lua_State *L) {
         {"pad", l_pad_forward},
         {NULL, NULL},
     };
-    if (lua_getfield(L, -1, "_F") != LUA_TTABLE) {
-        lua_pop(L, 1);
-        lua_newtable(L);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, -3, "_F");
-    }
-    luaL_setfuncs(L, F, 0);
-    lua_pop(L, 2);
+    dlL_register_in(L, "_F", F);
 }

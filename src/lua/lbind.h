@@ -71,6 +71,9 @@ int dlL_optfield(lua_State *L, int idx, const char *key);
  * table.  Either list may be NULL. */
 void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods);
 
+/* Adds functions to the subtable dl.<name> (created when absent). */
+void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions);
+
 /* Family openers, called by luaopen_dl in this order. */
 void dlL_open_tensor(lua_State *L);     /* ltensor.c: userdata, views, conversion */
 void dlL_open_create(lua_State *L);     /* lcreate.c: creation, dl.tensor, tolist */

@@ -278,6 +278,18 @@ void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *metho
     }
 }
 
+void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions) {
+    lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
+    if (lua_getfield(L, -1, name) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, name);
+    }
+    luaL_setfuncs(L, functions, 0);
+    lua_pop(L, 2);
+}
+
 /* --- properties and indexing ---------------------------------------------- */
 
 static void push_shape(lua_State *L, const dl_tensor *t) {

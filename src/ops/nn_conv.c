@@ -828,3 +828,151 @@ dl_tensor *dl_adaptive_max_pool2d_backward(dl_tensor *gy, dl_tensor *x, dl_tenso
     if (adaptive_backward_geometry("adaptive_max_pool2d_backward", gy, x, indices, &s)) return NULL;
     return pool_backward(POOL_ADAPTIVE_MAX, gy, x, indices, &s);
 }
+
+/* --- with autograd ---------------------------------------------------------------------------
+ * One node per op; it saves the forward's inputs (and pooling indices, batch
+ * statistics) and calls the matching backward above. */
+#include "autograd/autograd.h"
+
+typedef struct {
+    dl_conv2d_params conv;
+    dl_pool2d_params pool;
+    bool training;
+    double eps;
+} nnc_ctx;
+
+static dl_tensor *nnc_abort(dl_node *n, dl_tensor *out) {
+    dl_node_release(n);
+    dl_tensor_release(out);
+    return NULL;
+}
+
+static int conv_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const nnc_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *w = dl_node_saved(n, 1);
+    if (!x || !w) return -1;
+    bool need[3] = {dl_node_needs_grad(n, 0), dl_node_needs_grad(n, 1), dl_node_needs_grad(n, 2)};
+    return dl_conv2d_backward(gout[0], x, w, &c->conv, need, &gin[0], &gin[1], &gin[2]);
+}
+
+dl_tensor *dl_conv2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_params *p) {
+    dl_tensor *y = dl_conv2d_forward(x, w, b, p);
+    dl_tensor *in[3] = {x, w, b};
+    if (!y || !dl_autograd_needed(3, in)) return y;
+    dl_node *n = dl_node_new("ConvolutionBackward", conv_bw, 3, in, 1, sizeof(nnc_ctx));
+    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, w) < 0) return nnc_abort(n, y);
+    ((nnc_ctx *)n->ctx)->conv = *p;
+    return dl_node_finish(n, y);
+}
+
+/* saved: x, weight, running_mean, running_var, save_mean, save_invstd */
+static int bn_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const nnc_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0);
+    if (!x) return -1;
+    dl_tensor *s[6];
+    for (int i = 1; i < 6; i++) s[i] = n->saved[i].t;
+    if (!c->training && (!dl_node_saved(n, 2) || !dl_node_saved(n, 3))) return -1;
+    bool need[3] = {dl_node_needs_grad(n, 0), dl_node_needs_grad(n, 1), dl_node_needs_grad(n, 2)};
+    return dl_batch_norm_backward(gout[0], x, s[1], s[2], s[3], s[4], s[5], c->training, c->eps,
+                                  need, &gin[0], &gin[1], &gin[2]);
+}
+
+dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *weight, dl_tensor *bias, dl_tensor *running_mean,
+                         dl_tensor *running_var, bool training, const dl_batch_norm_params *p) {
+    dl_tensor *y = NULL, *mean = NULL, *invstd = NULL;
+    if (training) {
+        if (dl_batch_norm_forward_train(x, weight, bias, running_mean, running_var, p, &y, &mean,
+                                        &invstd))
+            return NULL;
+    } else {
+        y = dl_batch_norm_forward_eval(x, weight, bias, running_mean, running_var, p->eps);
+        if (!y) return NULL;
+    }
+    dl_tensor *in[3] = {x, weight, bias};
+    dl_node *n = NULL;
+    if (dl_autograd_needed(3, in)) {
+        n = dl_node_new("NativeBatchNormBackward", bn_bw, 3, in, 1, sizeof(nnc_ctx));
+        if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, weight) < 0 ||
+            dl_node_save(n, training ? NULL : running_mean) < 0 ||
+            dl_node_save(n, training ? NULL : running_var) < 0 || dl_node_save(n, mean) < 0 ||
+            dl_node_save(n, invstd) < 0) {
+            y = nnc_abort(n, y);
+            n = NULL;
+        } else {
+            nnc_ctx *c = n->ctx;
+            c->training = training;
+            c->eps = p->eps;
+            y = dl_node_finish(n, y);
+        }
+    }
+    dl_tensor_release(mean);
+    dl_tensor_release(invstd);
+    return y;
+}
+
+static int maxpool_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const nnc_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *ind = dl_node_saved(n, 1);
+    if (!x || !ind) return -1;
+    gin[0] = strcmp(n->name, "MaxPool2DWithIndicesBackward") == 0
+                 ? dl_max_pool2d_backward(gout[0], x, ind, &c->pool)
+                 : dl_adaptive_max_pool2d_backward(gout[0], x, ind);
+    return gin[0] ? 0 : -1;
+}
+
+static dl_tensor *record_maxpool(const char *name, dl_tensor *x, dl_tensor *y, dl_tensor *ind,
+                                 const dl_pool2d_params *p, dl_tensor **indices) {
+    if (dl_needs_grad1(x)) {
+        dl_node *n = dl_node_new(name, maxpool_bw, 1, &x, 1, sizeof(nnc_ctx));
+        if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, ind) < 0) {
+            dl_tensor_release(ind);
+            return nnc_abort(n, y);
+        }
+        if (p) ((nnc_ctx *)n->ctx)->pool = *p;
+        y = dl_node_finish(n, y);
+    }
+    if (indices) *indices = ind;
+    else dl_tensor_release(ind);
+    return y;
+}
+
+dl_tensor *dl_max_pool2d(dl_tensor *x, const dl_pool2d_params *p, dl_tensor **indices) {
+    dl_tensor *y, *ind;
+    if (dl_max_pool2d_forward(x, p, &y, &ind)) return NULL;
+    return record_maxpool("MaxPool2DWithIndicesBackward", x, y, ind, p, indices);
+}
+
+dl_tensor *dl_adaptive_max_pool2d(dl_tensor *x, int64_t oh, int64_t ow, dl_tensor **indices) {
+    dl_tensor *y, *ind;
+    if (dl_adaptive_max_pool2d_forward(x, oh, ow, &y, &ind)) return NULL;
+    return record_maxpool("AdaptiveMaxPool2DBackward", x, y, ind, NULL, indices);
+}
+
+static int avgpool_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const nnc_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0);
+    if (!x) return -1;
+    gin[0] = strcmp(n->name, "AvgPool2DBackward") == 0
+                 ? dl_avg_pool2d_backward(gout[0], x, &c->pool)
+                 : dl_adaptive_avg_pool2d_backward(gout[0], x);
+    return gin[0] ? 0 : -1;
+}
+
+static dl_tensor *record_avgpool(const char *name, dl_tensor *x, dl_tensor *y,
+                                 const dl_pool2d_params *p) {
+    if (!y || !dl_needs_grad1(x)) return y;
+    dl_node *n = dl_node_new(name, avgpool_bw, 1, &x, 1, sizeof(nnc_ctx));
+    if (!n || dl_node_save(n, x) < 0) return nnc_abort(n, y);
+    if (p) ((nnc_ctx *)n->ctx)->pool = *p;
+    return dl_node_finish(n, y);
+}
+
+dl_tensor *dl_avg_pool2d(dl_tensor *x, const dl_pool2d_params *p) {
+    return record_avgpool("AvgPool2DBackward", x, dl_avg_pool2d_forward(x, p), p);
+}
+
+dl_tensor *dl_adaptive_avg_pool2d(dl_tensor *x, int64_t oh, int64_t ow) {
+    return record_avgpool("AdaptiveAvgPool2DBackward", x, dl_adaptive_avg_pool2d_forward(x, oh, ow),
+                          NULL);
+}

@@ -137,4 +137,18 @@ int dl_adaptive_max_pool2d_forward(dl_tensor *x, int64_t oh, int64_t ow, dl_tens
                                    dl_tensor **indices);
 dl_tensor *dl_adaptive_max_pool2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *indices);
 
+/* --- with autograd ---------------------------------------------------------------
+ * The same ops recording a node when an input requires grad (the entry points
+ * of dl.nn.functional); their backwards are the functions above. */
+dl_tensor *dl_conv2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_params *p);
+/* training: batch statistics, running stats (when given) updated in place
+ * with p->momentum; otherwise the running statistics. */
+dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *weight, dl_tensor *bias, dl_tensor *running_mean,
+                         dl_tensor *running_var, bool training, const dl_batch_norm_params *p);
+/* indices (may be NULL) receives the 0-based plane positions. */
+dl_tensor *dl_max_pool2d(dl_tensor *x, const dl_pool2d_params *p, dl_tensor **indices);
+dl_tensor *dl_avg_pool2d(dl_tensor *x, const dl_pool2d_params *p);
+dl_tensor *dl_adaptive_avg_pool2d(dl_tensor *x, int64_t oh, int64_t ow);
+dl_tensor *dl_adaptive_max_pool2d(dl_tensor *x, int64_t oh, int64_t ow, dl_tensor **indices);
+
 #endif

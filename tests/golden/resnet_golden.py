@@ -5,12 +5,16 @@ BN statistics and affine parameters perturbed so evaluation mode is not
 trivial), an input batch and labels, and PyTorch's results for one training
 step (logits, loss, every parameter's gradient, BN running statistics after the
 forward, parameters after one SGD step with momentum and weight decay) and for
-evaluation mode afterwards.
+evaluation mode afterwards -- computed twice from the same start, in float32
+and in float64, so the test can tell float32 rounding (how far PyTorch's own
+float32 result is from float64) from real disagreement.
 
 Usage: /usr/bin/python3 tests/golden/resnet_golden.py ARCH OUT [--batch 2] [--size 64]
-Keys: w.<name> (initial state), x, y (0-based labels), logits, loss,
-grad.<param>, run.<buffer>, step.<param>, eval_logits; metadata lr, momentum,
-weight_decay."""
+Keys: w.<name> (initial state, float32), x, y (0-based labels), and for P in
+f32, f64: P.logits, P.loss, P.grad.<param>, P.run.<buffer>, P.step.<param>,
+P.eval0_logits (evaluation mode before the step), P.eval_logits (after it);
+metadata lr, momentum, weight_decay."""
+import copy
 import argparse
 import os
 import sys
@@ -45,24 +49,29 @@ def main():
     x = torch.randn(a.batch, 3, a.size, a.size)
     y = torch.randint(0, 1000, (a.batch,))
     out["x"], out["y"] = x, y
-
-    m.train()
-    opt = torch.optim.SGD(m.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
-    logits = m(x)
-    loss = torch.nn.functional.cross_entropy(logits, y)
-    loss.backward()
-    out["logits"] = logits.detach()
-    out["loss"] = loss.detach()
-    for k, p in m.named_parameters():
-        out["grad." + k] = p.grad.clone()
-    for k, b in m.named_buffers():
-        out["run." + k] = b.clone()
-    opt.step()
-    for k, p in m.named_parameters():
-        out["step." + k] = p.detach().clone()
-    m.eval()
-    with torch.no_grad():
-        out["eval_logits"] = m(x)
+    models = {"f32": m, "f64": copy.deepcopy(m).double()}
+    for prec, mm in models.items():
+        xx = x if prec == "f32" else x.double()
+        mm.eval()
+        with torch.no_grad():
+            out[prec + ".eval0_logits"] = mm(xx)
+        mm.train()
+        opt = torch.optim.SGD(mm.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WD)
+        logits = mm(xx)
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        loss.backward()
+        out[prec + ".logits"] = logits.detach()
+        out[prec + ".loss"] = loss.detach()
+        for k, p in mm.named_parameters():
+            out[prec + ".grad." + k] = p.grad.clone()
+        for k, b in mm.named_buffers():
+            out[prec + ".run." + k] = b.clone()
+        opt.step()
+        for k, p in mm.named_parameters():
+            out[prec + ".step." + k] = p.detach().clone()
+        mm.eval()
+        with torch.no_grad():
+            out[prec + ".eval_logits"] = mm(xx)
     save_safetensors(a.out, {k: v.contiguous() for k, v in out.items()},
                      {"lr": str(LR), "momentum": str(MOMENTUM), "weight_decay": str(WD)})
 

@@ -552,8 +552,8 @@ T.case("bad input", function()
   T.raises(function() nn.init.constant_("w", 1) end, "constant_: a tensor is required, got string")
   T.raises(function() nn.CrossEntropyLoss()(dl.randn(2, 3), dl.tensor({1, 4})) end,
     "target label 4 is out of range for 3 classes")
-  T.raises(function() nn.functional.conv2d(dl.randn(1, 1, 3, 3), dl.randn(1, 1, 1, 1)) end,
-    "conv2d: not available yet")
+  T.raises(function() nn.functional.conv2d(dl.randn(1, 2, 3, 3), dl.randn(1, 1, 1, 1)) end,
+    "conv2d: input has 2 channels")
   T.raises(function() nn.functional.linear(dl.randn(2, 3), dl.randn(3)) end, "linear: weight must be 2-D, got 1-D")
 end)
 
