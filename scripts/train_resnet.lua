@@ -62,9 +62,9 @@ local SPEC = {
 local PRESETS = {
   ["fashion-mnist"] = {
     data = "./data/fashion-mnist/train", val = "./data/fashion-mnist/val", arch = "resnet18",
-    image_size = 32, resize = 32, epochs = 4, batch_size = 128, lr = 0.1, momentum = 0.9,
+    image_size = 32, resize = 32, epochs = 3, batch_size = 128, lr = 0.05, momentum = 0.9,
     weight_decay = 5e-4, lr_schedule = "cosine", warmup_epochs = 0.5, workers = 2, threads = 2,
-    train_subset = 12000, val_subset = 0, log_every = 20, save_dir = "./checkpoints/fashion-mnist",
+    train_subset = 24000, val_subset = 0, log_every = 20, save_dir = "./checkpoints/fashion-mnist",
     plot = "./checkpoints/fashion-mnist/curves.png",
   },
 }
