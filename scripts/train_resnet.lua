@@ -353,7 +353,8 @@ local function main(argv)
   loader:close()
   if val_loader then val_loader:close() end
 
-  local resume_cmd = string.format("dlua %s --resume %s", arg and arg[0] or "scripts/train_resnet.lua", last_path)
+  local resume_cmd = string.format("%s %s --resume %s", arg and arg[-1] or "dlua",
+    arg and arg[0] or "scripts/train_resnet.lua", last_path)
   if stopped == "interrupt" then
     print(string.format("interrupted at step %d; checkpoint written to %s", step, last_path))
     print("resume with: " .. resume_cmd)
