@@ -69,11 +69,30 @@ local PRESETS = {
   },
 }
 
+-- "--preset NAME" spelled out as the options it sets, wrapped for --help
+local function preset_text(name)
+  local keys = {}
+  for k in pairs(PRESETS[name]) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local lines, line = {}, "--preset " .. name .. " means:"
+  for _, k in ipairs(keys) do
+    local word = "--" .. k:gsub("_", "-") .. " " .. tostring(PRESETS[name][k])
+    if #line + #word + 1 > 96 then
+      lines[#lines + 1] = line
+      line = "   "
+    end
+    line = line .. " " .. word
+  end
+  lines[#lines + 1] = line
+  return table.concat(lines, "\n")
+end
+
 local HELP_INFO = {
   usage = "dlua scripts/train_resnet.lua [options]",
   description = "Trains an image classifier on an ImageFolder (sub-folder per class) with SGD.\n" ..
     "Defaults are the seed program's; --preset fashion-mnist is the built-in 5-minute run.",
-  epilog = "Ctrl-C finishes the current step, writes <save-dir>/last.safetensors and prints how to resume.",
+  epilog = preset_text("fashion-mnist") .. "\n\n" ..
+    "Ctrl-C finishes the current step, writes <save-dir>/last.safetensors and prints how to resume.",
 }
 
 -- A user error: one line on stderr, exit status 2.
