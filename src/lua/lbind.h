@@ -92,6 +92,7 @@ void dlL_open_io(lua_State *L);          /* l_io.c: dl.save / dl.load (safetenso
 void dlL_open_nn_func(lua_State *L);     /* l_nn_func.c: dl._nn softmax, losses, dropout, pad */
 void dlL_open_image(lua_State *L);       /* l_image.c: dl.image, dl._transforms (pipelines) */
 void dlL_open_data(lua_State *L);        /* l_data.c: dl._data (ImageFolder index, loader, IDX) */
+void dlL_open_train(lua_State *L); /* l_train.c: RNG state, dl._train (SIGINT, tty, JSON, plot) */
 
 /* The C transform pipeline at idx (a dl._transforms.pipeline userdata), or
  * NULL when idx holds something else. */

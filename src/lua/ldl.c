@@ -249,6 +249,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_image(L);
     dlL_open_data(L);
     dlL_open_nn_conv(L);
+    dlL_open_train(L);
 
     static const luaL_Reg functions[] = {
         {"clock", l_clock},

@@ -1,0 +1,75 @@
+-- eval.lua - evaluates a trained classifier on an ImageFolder and prints
+-- top-1 / top-5 accuracy and the mean cross-entropy:
+--
+--   dlua scripts/eval.lua --weights checkpoints/best.safetensors --data data/fashion-mnist/val
+--
+-- The folder's classes must match the model's (same names, in the order a
+-- checkpoint recorded them).  Exit status: 0, or 2 with one line on stderr
+-- for bad input.
+local dl = require "dl"
+local train = require "dl.train"
+local args = train.args
+
+local PROG = "eval"
+local SPEC = {
+  {name = "weights", metavar = "FILE", help = "checkpoint or safetensors state dict (required)"},
+  {name = "data", metavar = "DIR", help = "ImageFolder to evaluate (required)"},
+  {name = "arch", metavar = "NAME", default_text = "the checkpoint's", help = "model architecture"},
+  {name = "image-size", type = "int", min = 1, default_text = "the checkpoint's, else 224", help = "input side"},
+  {name = "resize", type = "int", min = 1, default_text = "the checkpoint's, else image-size*256/224",
+   help = "shorter side before the centre crop"},
+  {name = "batch-size", type = "int", min = 1, default = 64, help = "images per batch"},
+  {name = "workers", type = "int", min = 0, default = 2, help = "data-loader threads"},
+  {name = "threads", type = "int", min = 1, default_text = "dl's default", help = "compute threads"},
+}
+
+local function main(argv)
+  if args.wants_help(argv) then
+    print(args.help(SPEC, {usage = "dlua scripts/eval.lua --weights FILE --data DIR [options]",
+      description = "Prints top-1 / top-5 accuracy of a classifier on an ImageFolder."}))
+    return 0
+  end
+  local o, _, rest = args.parse(argv, SPEC)
+  if #rest > 0 then error("unexpected argument '" .. rest[1] .. "' (see --help)", 0) end
+  if not o.weights then error("--weights FILE is required (see --help)", 0) end
+  if not o.data then error("--data DIR is required (see --help)", 0) end
+  if o.threads then dl.set_num_threads(o.threads) end
+  if o.arch and not train.models.exists(o.arch) then train.models.build(o.arch, 1) end
+  local model, info = train.models.from_weights(o.weights, o.arch)
+  local size = o.image_size or info.image_size or 224
+  local tf = train.data.transform{image_size = size, resize = o.resize or info.resize}
+  local ds = train.data.folder("--data", o.data, tf)
+  if #ds.classes > info.num_classes then
+    error(string.format("--data %s has %d classes, the model only %d", o.data, #ds.classes, info.num_classes), 0)
+  end
+  if info.classes then
+    for i, c in ipairs(ds.classes) do
+      if info.classes[i] ~= c then
+        error(string.format("--data %s: class %d is '%s', the model's is '%s'", o.data, i, c,
+          tostring(info.classes[i])), 0)
+      end
+    end
+  end
+  local loader = dl.data.DataLoader(ds, {batch_size = o.batch_size, num_workers = o.workers})
+  local t0 = dl.clock()
+  local r = train.evaluate.run(model, loader)
+  loader:close()
+  print(string.format("%s on %s: %d images", info.arch, o.data, r.n))
+  print(string.format("top-1: %.2f%%", 100 * r.top1))
+  print(string.format("top-%d: %.2f%%", r.k, 100 * r.top5))
+  print(string.format("loss: %.4f", r.loss))
+  print(string.format("time: %.1f s", dl.clock() - t0))
+  return 0
+end
+
+local function handler(e)
+  if args.is_error(e) then return e.message end
+  if type(e) == "string" and not e:find("\n") then return e end
+  return debug.traceback(tostring(e), 2)
+end
+local ok, res = xpcall(main, handler, arg or {})
+if not ok then
+  io.stderr:write(PROG, ": ", tostring(res), "\n")
+  os.exit(tostring(res):find("stack traceback", 1, true) and 1 or 2, true)
+end
+os.exit(res, true)

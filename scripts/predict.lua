@@ -1,0 +1,86 @@
+-- predict.lua - classifies images with a trained model and prints the top
+-- classes with their probabilities, one block per image:
+--
+--   dlua scripts/predict.lua --weights checkpoints/best.safetensors img1.png img2.jpg
+--   dlua scripts/predict.lua --weights resnet50.safetensors --arch resnet50 --classes names.txt cat.jpg
+--
+-- A checkpoint written by train_resnet.lua carries its architecture, class
+-- names and image size; a plain state dict needs --arch (and --classes for
+-- names: one per line, in label order).  Images go through the evaluation
+-- pipeline of training (Resize, CenterCrop, ToTensor, Normalize).
+-- Exit status: 0, or 2 with one line on stderr for bad input.
+local dl = require "dl"
+local train = require "dl.train"
+local args = train.args
+
+local PROG = "predict"
+local SPEC = {
+  {name = "weights", metavar = "FILE", help = "checkpoint or safetensors state dict (required)"},
+  {name = "arch", metavar = "NAME", default_text = "the checkpoint's", help = "model architecture"},
+  {name = "classes", metavar = "FILE", default_text = "the checkpoint's", help = "class names, one per line"},
+  {name = "image-size", type = "int", min = 1, default_text = "the checkpoint's, else 224", help = "input side"},
+  {name = "resize", type = "int", min = 1, default_text = "the checkpoint's, else image-size*256/224",
+   help = "shorter side before the centre crop"},
+  {name = "top", type = "int", min = 1, default = 5, help = "classes to print per image"},
+  {name = "threads", type = "int", min = 1, default_text = "dl's default", help = "compute threads"},
+}
+
+local function main(argv)
+  if args.wants_help(argv) then
+    print(args.help(SPEC, {usage = "dlua scripts/predict.lua --weights FILE [options] IMAGE...",
+      description = "Prints the most likely classes of each image."}))
+    return 0
+  end
+  local o, _, images = args.parse(argv, SPEC)
+  if not o.weights then error("--weights FILE is required (see --help)", 0) end
+  if #images == 0 then error("no images given (see --help)", 0) end
+  if o.threads then dl.set_num_threads(o.threads) end
+  if o.arch and not train.models.exists(o.arch) then train.models.build(o.arch, 1) end
+  local model, info = train.models.from_weights(o.weights, o.arch)
+  local classes = info.classes
+  if o.classes then
+    local f, err = io.open(o.classes, "r")
+    if not f then error("--classes " .. tostring(err), 0) end
+    classes = {}
+    for line in f:lines() do
+      line = line:gsub("%s+$", "")
+      if line ~= "" then classes[#classes + 1] = line end
+    end
+    f:close()
+    if #classes ~= info.num_classes then
+      error(string.format("--classes %s lists %d names, the model has %d classes", o.classes, #classes,
+        info.num_classes), 0)
+    end
+  end
+  local size = o.image_size or info.image_size or 224
+  local tf = train.data.transform{image_size = size, resize = o.resize or info.resize}
+  local k = math.min(o.top, info.num_classes)
+  local width = 0
+  for i = 1, info.num_classes do width = math.max(width, #(classes and classes[i] or ("class " .. i))) end
+  for _, path in ipairs(images) do
+    local ok, img = pcall(dl.image.load, path, {mode = "RGB"})
+    if not ok then error(tostring(img):gsub("\n.*", ""), 0) end
+    local x = tf(img):unsqueeze(1)
+    local probs = dl.no_grad(function() return dl.nn.functional.softmax(model(x), 2)[1] end)
+    local p, idx = probs:topk(k)
+    p, idx = p:tolist(), idx:tolist()
+    print(path)
+    for r = 1, k do
+      local name = classes and classes[idx[r]] or ("class " .. idx[r])
+      print(string.format("  %d. %-" .. width .. "s %6.2f%%", r, name, 100 * p[r]))
+    end
+  end
+  return 0
+end
+
+local function handler(e)
+  if args.is_error(e) then return e.message end
+  if type(e) == "string" and not e:find("\n") then return e end
+  return debug.traceback(tostring(e), 2)
+end
+local ok, res = xpcall(main, handler, arg or {})
+if not ok then
+  io.stderr:write(PROG, ": ", tostring(res), "\n")
+  os.exit(tostring(res):find("stack traceback", 1, true) and 1 or 2, true)
+end
+os.exit(res, true)

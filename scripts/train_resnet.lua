@@ -1,0 +1,417 @@
+-- train_resnet.lua - trains an image classifier on an ImageFolder: the seed's
+-- PyTorch program (ResNet-50, Resize(256) + CenterCrop(224), batches of 32,
+-- SGD lr 0.001 momentum 0.9, 10 epochs, "[epoch, batch] loss: x.xxx" every
+-- 100 batches, "Finished Training") plus what comes after it: validation,
+-- checkpoints with exact resume, Ctrl-C handling, a progress bar and a plot.
+--
+--   dlua scripts/train_resnet.lua --data ./data/train --val ./data/val --arch resnet18
+--   dlua scripts/train_resnet.lua --preset fashion-mnist     # the README's default run
+--   dlua scripts/train_resnet.lua --resume checkpoints/last.safetensors
+--   dlua scripts/train_resnet.lua --help
+--
+-- Exit status: 0 when training finished (or stopped at --max-steps), 130
+-- after Ctrl-C (a checkpoint is written first), 2 for bad options or input
+-- (one line on stderr), 1 for anything unexpected (message and traceback).
+local dl = require "dl"
+local train = require "dl.train"
+local args = train.args
+local progress = train.progress
+local checkpoint = train.checkpoint
+local tdata = train.data
+local tmodels = train.models
+
+local PROG = "train_resnet"
+
+-- --- options ------------------------------------------------------------------
+
+local SPEC = {
+  {name = "preset", type = "choice", choices = {"none", "fashion-mnist"}, default = "none",
+   help = "a named set of defaults (explicit options still win); fashion-mnist is the README's 5-minute run"},
+  {name = "data", default = "./data/train", metavar = "DIR", help = "training ImageFolder (one sub-folder per class)"},
+  {name = "val", metavar = "DIR", help = "validation ImageFolder, evaluated after every epoch"},
+  {name = "arch", default = "resnet50", metavar = "NAME", help = "model: resnet18/34/50/101/152, resnext*, wide_resnet*, tinycnn"},
+  {name = "weights", metavar = "FILE", help = "safetensors state dict (or checkpoint) to start from; the classifier is replaced when the class count differs"},
+  {name = "num-classes", type = "int", min = 1, metavar = "N", default_text = "the training folder's", help = "classifier outputs"},
+  {name = "epochs", type = "int", min = 1, default = 10, help = "passes over the training data"},
+  {name = "batch-size", type = "int", min = 1, default = 32, help = "images per step"},
+  {name = "lr", type = "number", min = 0, default = 0.001, help = "peak learning rate"},
+  {name = "momentum", type = "number", min = 0, default = 0.9, help = "SGD momentum"},
+  {name = "weight-decay", type = "number", min = 0, default = 0, help = "SGD weight decay (L2)"},
+  {name = "lr-schedule", type = "choice", choices = {"none", "step", "cosine"}, default = "none",
+   help = "per-step learning-rate schedule after the warmup"},
+  {name = "lr-step-size", type = "int", min = 1, metavar = "EPOCHS", default_text = "epochs/3",
+   help = "with --lr-schedule step: epochs between x0.1 decays"},
+  {name = "warmup-epochs", type = "number", min = 0, default = 0, help = "linear warmup from 0 (fractions allowed)"},
+  {name = "workers", type = "int", min = 0, default = 4, help = "data-loader threads (0: load on the main thread)"},
+  {name = "threads", type = "int", min = 1, metavar = "N", default_text = "dl's default", help = "compute threads (dl.set_num_threads)"},
+  {name = "device", type = "choice", choices = {"auto", "cpu", "cuda"}, default = "auto", help = "where to train"},
+  {name = "amp", type = "choice", choices = {"off", "bf16", "fp16"}, default = "off", help = "mixed precision (CUDA)"},
+  {name = "augment", type = "flag", default = false, help = "RandomResizedCrop + RandomHorizontalFlip instead of Resize + CenterCrop"},
+  {name = "image-size", type = "int", min = 1, default = 224, help = "side of the square input"},
+  {name = "resize", type = "int", min = 1, metavar = "N", default_text = "image-size*256/224", help = "shorter side before the centre crop"},
+  {name = "train-subset", type = "int", min = 0, default = 0, help = "train on N images spread evenly over the folder (0: all)"},
+  {name = "val-subset", type = "int", min = 0, default = 0, help = "validate on N images spread evenly over --val (0: all)"},
+  {name = "seed", type = "int", default = 0, help = "seed for initialisation and shuffling"},
+  {name = "log-every", type = "int", min = 1, default = 100, help = "batches between loss lines"},
+  {name = "save-dir", default = "./checkpoints", metavar = "DIR", help = "where last.safetensors and best.safetensors go"},
+  {name = "resume", optional_value = "", metavar = "FILE", help = "continue from a checkpoint (no FILE: <save-dir>/last.safetensors)"},
+  {name = "plot", metavar = "PNG", help = "draw loss and accuracy curves into this PNG after every epoch"},
+  {name = "max-steps", type = "int", min = 0, default = 0, help = "stop after this many optimizer steps in all (0: no limit); writes a checkpoint"},
+}
+
+local PRESETS = {
+  ["fashion-mnist"] = {
+    data = "./data/fashion-mnist/train", val = "./data/fashion-mnist/val", arch = "resnet18",
+    image_size = 32, resize = 32, epochs = 3, batch_size = 128, lr = 0.05, momentum = 0.9,
+    weight_decay = 5e-4, lr_schedule = "cosine", warmup_epochs = 0.5, workers = 2, threads = 2,
+    train_subset = 24000, val_subset = 0, log_every = 20, save_dir = "./checkpoints/fashion-mnist",
+    plot = "./checkpoints/fashion-mnist/curves.png",
+  },
+}
+
+-- "--preset NAME" spelled out as the options it sets, wrapped for --help
+local function preset_text(name)
+  local keys = {}
+  for k in pairs(PRESETS[name]) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local lines, line = {}, "--preset " .. name .. " means:"
+  for _, k in ipairs(keys) do
+    local word = "--" .. k:gsub("_", "-") .. " " .. tostring(PRESETS[name][k])
+    if #line + #word + 1 > 96 then
+      lines[#lines + 1] = line
+      line = "   "
+    end
+    line = line .. " " .. word
+  end
+  lines[#lines + 1] = line
+  return table.concat(lines, "\n")
+end
+
+local HELP_INFO = {
+  usage = "dlua scripts/train_resnet.lua [options]",
+  description = "Trains an image classifier on an ImageFolder (sub-folder per class) with SGD.\n" ..
+    "Defaults are the seed program's; --preset fashion-mnist is the built-in 5-minute run.",
+  epilog = preset_text("fashion-mnist") .. "\n\n" ..
+    "Ctrl-C finishes the current step, writes <save-dir>/last.safetensors and prints how to resume.",
+}
+
+-- A user error: one line on stderr, exit status 2.
+local UserError = {}
+local function die(fmt, ...)
+  error(setmetatable({msg = string.format(fmt, ...)}, UserError), 0)
+end
+-- Runs f(...) and turns a raised message into a user error prefixed by what.
+local function checked(what, f, ...)
+  local res = table.pack(pcall(f, ...))
+  if not res[1] then
+    local e = res[2]
+    if getmetatable(e) == UserError then error(e, 0) end
+    local msg = tostring(e):gsub("\n.*", "")
+    if what then msg = what .. ": " .. msg end
+    die("%s", msg)
+  end
+  return table.unpack(res, 2, res.n)
+end
+
+local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+local function file_exists(p)
+  local f = io.open(p, "rb")
+  if f then f:close() return true end
+  return false
+end
+
+-- Creates dir (and parents) and proves it writable, or dies.
+local function ensure_writable_dir(dir)
+  os.execute("mkdir -p -- " .. sh_quote(dir) .. " 2>/dev/null")
+  local probe = dir .. "/.write_test_" .. tostring(os.time())
+  local f, err = io.open(probe, "wb")
+  if not f then die("--save-dir %s is not writable (%s)", dir, tostring(err):gsub("^[^:]*: ", "")) end
+  f:close()
+  os.remove(probe)
+end
+
+-- --- the learning rate ---------------------------------------------------------
+
+-- lr for global step s (1-based) of `total`, with `per_epoch` steps an epoch:
+-- linear warmup to o.lr over warmup_epochs, then the schedule.
+local function lr_at(o, s, total, per_epoch)
+  local warm = math.floor(o.warmup_epochs * per_epoch + 0.5)
+  if s <= warm then return o.lr * s / warm end
+  if o.lr_schedule == "cosine" then
+    local t, T = s - warm - 1, math.max(1, total - warm)
+    return o.lr * 0.5 * (1 + math.cos(math.pi * t / T))
+  elseif o.lr_schedule == "step" then
+    local epoch = (s - 1) // per_epoch -- 0-based epoch of this step
+    local size = o.lr_step_size or math.max(1, o.epochs // 3)
+    return o.lr * 0.1 ^ (epoch // size)
+  end
+  return o.lr
+end
+
+-- --- main -------------------------------------------------------------------------
+
+local function main(argv)
+  if args.wants_help(argv) then
+    print(args.help(SPEC, HELP_INFO))
+    return 0
+  end
+  local o, given, positional = args.parse(argv, SPEC)
+  if #positional > 0 then die("unexpected argument '%s' (options start with --; see --help)", positional[1]) end
+
+  -- resume: the checkpoint's options fill in what the command line leaves out
+  local resume_path, ck
+  if o.resume ~= nil then
+    resume_path = o.resume ~= "" and o.resume or (o.save_dir .. "/last.safetensors")
+    if not file_exists(resume_path) then die("--resume %s: no such file", resume_path) end
+    ck = checked("--resume " .. resume_path, checkpoint.load, resume_path)
+    local saved = ck.meta.options or {}
+    for k, v in pairs(saved) do
+      if not given[k] and k ~= "resume" and k ~= "max_steps" then o[k] = v end
+    end
+  elseif o.preset ~= "none" then
+    for k, v in pairs(PRESETS[o.preset]) do
+      if not given[k] then o[k] = v end
+    end
+  end
+  o.resume = nil
+
+  if o.threads then dl.set_num_threads(o.threads) end
+  if not tmodels.exists(o.arch) then checked(nil, tmodels.build, o.arch, 1) end
+
+  -- device and precision
+  local device = o.device
+  if device == "auto" then device = dl.cuda.is_available() and "cuda" or "cpu" end
+  if device == "cuda" and not dl.cuda.is_available() then
+    die("--device cuda: %s", dl.cuda.compiled and "no CUDA device is available" or "this build has no CUDA backend")
+  end
+  if o.amp ~= "off" then
+    die("--amp %s: mixed precision is not available in this build (train in float32 with --amp off)", o.amp)
+  end
+
+  ensure_writable_dir(o.save_dir)
+  local last_path = o.save_dir .. "/last.safetensors"
+  local best_path = o.save_dir .. "/best.safetensors"
+
+  dl.manual_seed(o.seed)
+
+  -- data
+  local tf = checked("--image-size", tdata.transform, {image_size = o.image_size, resize = o.resize, augment = o.augment})
+  local eval_tf = checked("--image-size", tdata.transform, {image_size = o.image_size, resize = o.resize})
+  local train_folder = checked(nil, tdata.folder, "--data", o.data, tf)
+  local classes = train_folder.classes
+  local train_set = train_folder
+  if o.train_subset > 0 and o.train_subset < #train_folder then
+    train_set = dl.data.Subset(train_folder, tdata.spread(#train_folder, o.train_subset))
+  end
+  local val_set
+  if o.val then
+    local vf = checked(nil, tdata.folder, "--val", o.val, eval_tf)
+    local same = #vf.classes == #classes
+    for i = 1, #classes do same = same and vf.classes[i] == classes[i] end
+    if not same then
+      die("--val %s: its classes (%d) differ from --data's (%d)", o.val, #vf.classes, #classes)
+    end
+    val_set = vf
+    if o.val_subset > 0 and o.val_subset < #vf then val_set = dl.data.Subset(vf, tdata.spread(#vf, o.val_subset)) end
+  end
+  local loader = dl.data.DataLoader(train_set, {batch_size = o.batch_size, shuffle = true,
+    num_workers = o.workers, seed = o.seed})
+  local val_loader = val_set and dl.data.DataLoader(val_set, {batch_size = 2 * o.batch_size,
+    num_workers = o.workers, seed = o.seed})
+  local nb = #loader
+  local total_steps = nb * o.epochs
+
+  -- model
+  local num_classes = o.num_classes or #classes
+  if num_classes < #classes then
+    die("--num-classes %d is less than the %d classes in %s", num_classes, #classes, o.data)
+  end
+  local model = checked(nil, tmodels.build, o.arch, num_classes)
+  if o.weights and not ck then
+    local sd = checked("--weights " .. o.weights, checkpoint.read_weights, o.weights)
+    local replaced = checked(nil, checkpoint.load_weights, model, sd,
+      {path = "--weights " .. o.weights, arch = o.arch, classifier = tmodels.classifier})
+    if replaced then
+      print(string.format("weights: %s loaded; new %d-class classifier (the file's has %d)", o.weights,
+        num_classes, tmodels.num_classes_of(sd) or -1))
+    else
+      print(string.format("weights: %s loaded", o.weights))
+    end
+  end
+  if device ~= "cpu" then model:to(device) end
+  local criterion = dl.nn.CrossEntropyLoss()
+  local optimizer = dl.optim.SGD(model:parameters(), {lr = o.lr, momentum = o.momentum,
+    weight_decay = o.weight_decay})
+
+  -- state: where we are, what happened so far
+  local epoch0, skip, step = 1, 0, 0
+  local losses, val_hist = {}, {}
+  local best_top1, best_epoch = -1, nil
+  if ck then
+    checked("--resume " .. resume_path, checkpoint.load_weights, model, ck.model,
+      {path = resume_path, arch = o.arch, allow_new_classifier = false})
+    if ck.optimizer_name and ck.optimizer_name ~= "SGD" then
+      die("--resume %s: the checkpoint holds %s state, this program uses SGD", resume_path, ck.optimizer_name)
+    end
+    checked("--resume " .. resume_path, optimizer.load_state_dict, optimizer, ck.optimizer)
+    if ck.rng_state then dl.set_rng_state(ck.rng_state) end
+    local pos = ck.meta.position or {}
+    epoch0, skip, step = pos.epoch or 1, pos.batch or 0, ck.meta.step or 0
+    if ck.tensors["history.loss"] then losses = ck.tensors["history.loss"]:tolist() end
+    local vh = ck.tensors["history.val"]
+    if vh and vh:dim() == 2 then
+      for i, r in ipairs(vh:tolist()) do
+        val_hist[i] = {epoch = math.tointeger(r[1]) or r[1], top1 = r[2], top5 = r[3], loss = r[4]}
+      end
+    end
+    best_top1, best_epoch = ck.meta.best_top1 or -1, ck.meta.best_epoch
+    if skip >= nb then epoch0, skip = epoch0 + 1, 0 end
+    print(string.format("resuming from %s: epoch %d, batch %d, step %d", resume_path, epoch0, skip, step))
+  end
+
+  local function meta_for(pos)
+    local opts = {}
+    for k, v in pairs(o) do opts[k] = v end
+    return {epoch = pos.epoch - (pos.batch == 0 and 1 or 0), step = step, position = pos, options = opts,
+      classes = classes, arch = o.arch, num_classes = num_classes, image_size = o.image_size,
+      resize = o.resize or tdata.default_resize(o.image_size), mean = tdata.MEAN, std = tdata.STD,
+      best_top1 = best_top1 >= 0 and best_top1 or nil, best_epoch = best_epoch, dlua = dl.__version__}
+  end
+  local function history_tensors()
+    local t = {["history.loss"] = #losses > 0 and dl.tensor(losses, {dtype = dl.float64})
+      or dl.zeros(0, {dtype = dl.float64})}
+    if #val_hist > 0 then
+      local rows = {}
+      for i, v in ipairs(val_hist) do rows[i] = {v.epoch, v.top1, v.top5, v.loss} end
+      t["history.val"] = dl.tensor(rows, {dtype = dl.float64})
+    end
+    return t
+  end
+  local function save(path, pos)
+    checked("--save-dir " .. o.save_dir, checkpoint.save, path, {model = model, optimizer = optimizer,
+      meta = meta_for(pos), tensors = history_tensors()})
+  end
+  local function draw_plot()
+    if not o.plot then return end
+    local title = string.format("%s on %s, %dx%d, batch %d, lr %g", o.arch, o.data:gsub("/+$", ""):match("[^/]*/?[^/]*$"),
+      o.image_size, o.image_size, o.batch_size, o.lr)
+    local ok, err = pcall(train.plot.training_curves, o.plot, {losses = losses, val = val_hist, title = title})
+    if not ok then io.stderr:write(PROG, ": warning: --plot ", o.plot, ": ", tostring(err):gsub("\n.*", ""), "\n") end
+  end
+
+  print(string.format("%s: %d classes, %d training images (%d batches of %d)%s; %s on %s, %d threads",
+    PROG, #classes, #train_set, nb, o.batch_size,
+    val_set and string.format(", %d validation images", #val_set) or "",
+    o.arch, device, dl.get_num_threads()))
+
+  local tty = progress.stdout_is_tty()
+  dl._train.sigint_watch(true)
+  local t_start = dl.clock()
+  local stopped -- nil, "interrupt" or "max-steps"
+
+  for epoch = epoch0, o.epochs do
+    local p = progress.new{epoch = epoch, epochs = o.epochs, total = nb, log_every = o.log_every, tty = tty,
+      start = epoch == epoch0 and skip or 0}
+    model:train()
+    local t_wait = dl.clock()
+    for b, x, y in loader:iter(epoch) do
+      if epoch == epoch0 and b <= skip then goto continue end
+      do
+        local wait = dl.clock() - t_wait
+        step = step + 1
+        local lr = lr_at(o, step, total_steps, nb)
+        for _, g in ipairs(optimizer.param_groups) do g.lr = lr end
+        if device ~= "cpu" then x, y = x:to(device), y:to(device) end
+        local out = model(x)
+        local loss = criterion(out, y)
+        optimizer:zero_grad()
+        loss:backward()
+        optimizer:step()
+        local l = loss:item()
+        losses[step] = l
+        p:step(b, y.shape[1], l, wait)
+        if l ~= l then
+          p:finish()
+          die("the loss became NaN at epoch %d, batch %d (try a lower --lr)", epoch, b)
+        end
+        if dl._train.sigint_pending() > 0 then stopped = "interrupt" end
+        if o.max_steps > 0 and step >= o.max_steps then stopped = stopped or "max-steps" end
+        if stopped then
+          p:finish()
+          local pos = b < nb and {epoch = epoch, batch = b} or {epoch = epoch + 1, batch = 0}
+          save(last_path, pos)
+          draw_plot()
+          break
+        end
+      end
+      ::continue::
+      t_wait = dl.clock()
+    end
+    if stopped then break end
+    local st = p:finish()
+
+    -- validation
+    local summary = string.format("epoch %d/%d: train loss %.4f, %.0f img/s, %s", epoch, o.epochs,
+      st.mean_loss or 0 / 0, st.images_per_s, progress.format_time(st.seconds))
+    if val_loader then
+      local t0 = dl.clock()
+      local r = checked("--val " .. o.val, train.evaluate.run, model, val_loader, {device = device ~= "cpu" and device or nil})
+      val_hist[#val_hist + 1] = {epoch = epoch, top1 = r.top1, top5 = r.top5, loss = r.loss}
+      summary = string.format("%s; val top-1 %.2f%%, top-%d %.2f%%, loss %.4f (%d images, %s)", summary,
+        100 * r.top1, r.k, 100 * r.top5, r.loss, r.n, progress.format_time(dl.clock() - t0))
+      if r.top1 > best_top1 then best_top1, best_epoch = r.top1, epoch end
+    end
+    print(summary)
+    save(last_path, {epoch = epoch + 1, batch = 0})
+    if val_loader and best_epoch == epoch then save(best_path, {epoch = epoch + 1, batch = 0}) end
+    draw_plot()
+    if dl._train.sigint_pending() > 0 then stopped = "interrupt" break end
+  end
+  dl._train.sigint_watch(false)
+  loader:close()
+  if val_loader then val_loader:close() end
+
+  local resume_cmd = string.format("%s %s --resume %s", arg and arg[-1] or "dlua",
+    arg and arg[0] or "scripts/train_resnet.lua", last_path)
+  if stopped == "interrupt" then
+    print(string.format("interrupted at step %d; checkpoint written to %s", step, last_path))
+    print("resume with: " .. resume_cmd)
+    return 130
+  elseif stopped == "max-steps" then
+    print(string.format("stopped after %d steps (--max-steps); checkpoint written to %s", step, last_path))
+    print("resume with: " .. resume_cmd)
+    return 0
+  end
+  print("Finished Training")
+  if #val_hist > 0 then
+    local v = val_hist[#val_hist]
+    print(string.format("final val top-1: %.2f%% (top-%d %.2f%%, loss %.4f) after %d epochs", 100 * v.top1,
+      math.min(5, num_classes), 100 * v.top5, v.loss, v.epoch))
+    print(string.format("best val top-1: %.2f%% at epoch %d -> %s", 100 * best_top1, best_epoch, best_path))
+  end
+  print("checkpoint: " .. last_path)
+  if o.plot then print("plot: " .. o.plot) end
+  print(string.format("time: %s", progress.format_time(dl.clock() - t_start)))
+  return 0
+end
+
+local function handler(e)
+  if getmetatable(e) == UserError or args.is_error(e) then return e end
+  return debug.traceback(tostring(e), 2)
+end
+
+local ok, res = xpcall(main, handler, arg or {})
+if not ok then
+  pcall(dl._train.sigint_watch, false)
+  if getmetatable(res) == UserError then
+    io.stderr:write(PROG, ": ", res.msg, "\n")
+    os.exit(2, true)
+  elseif args.is_error(res) then
+    io.stderr:write(PROG, ": ", res.message, "\n")
+    os.exit(2, true)
+  end
+  io.stderr:write(PROG, ": error: ", tostring(res), "\n")
+  os.exit(1, true)
+end
+os.exit(res, true)
