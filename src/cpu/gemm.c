@@ -394,7 +394,8 @@ int dl_cpu_gemm(dl_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, dou
                 const dl_gemm_matrix *A, const dl_gemm_matrix *B, double beta, void *out) {
     if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64 && dt != DL_DTYPE_I64 && dt != DL_DTYPE_I32 &&
         dt != DL_DTYPE_U8)
-        return dl_error("matmul: not implemented for %s", dl_dtype_name(dt));
+        return dl_error("matmul: no CPU kernel takes %s (the op converts it first; internal)",
+                        dl_dtype_name(dt));
     if (batch <= 0 || M <= 0 || N <= 0) return 0;
     if (K == 0) {
         scale_out(dt, batch * M * N, out, beta);

@@ -34,7 +34,9 @@ static int check_pair(const char *op, const dl_tensor *a, const dl_tensor *b) {
     if (a->dtype != b->dtype)
         return dl_error("%s: expected m1 and m2 to have the same dtype, but got %s and %s", op,
                         dl_dtype_name(a->dtype), dl_dtype_name(b->dtype));
-    if (a->dtype == DL_DTYPE_BOOL) return dl_error("%s: not implemented for bool tensors", op);
+    if (a->dtype == DL_DTYPE_BOOL)
+        return dl_error(
+            "%s: bool tensors cannot be multiplied (convert them with :long() or :float())", op);
     return 0;
 }
 

@@ -82,7 +82,7 @@ function LRScheduler:get_last_lr()
 end
 
 function LRScheduler:get_lr()
-  fail("%s: get_lr is not implemented", self.__name)
+  fail("%s: a scheduler class must define get_lr (LRScheduler is only a base class)", self.__name)
 end
 
 -- Every field but the optimizer (plain values, copied one level deep).
