@@ -11,6 +11,9 @@ static void *low_memory_ud;
 static const dl_allocator *allocators[2];
 static int64_t live_bytes, total_bytes;
 
+/* Set by a device backend: its allocator's state for out-of-memory messages. */
+const char *(*dl_device_memory_describe)(int device, char *buf, size_t n);
+
 void dl_set_low_memory_handler(dl_low_memory_fn fn, void *ud) {
     low_memory_fn = fn;
     low_memory_ud = ud;
@@ -54,8 +57,13 @@ dl_storage *dl_storage_new(size_t nbytes, dl_device dev) {
     }
     if (!p) {
         free(s);
-        dl_error("out of memory allocating %zu bytes on %s", nbytes,
-                 dev.type == DL_DEVICE_CPU ? "cpu" : "cuda");
+        char what[160] = "";
+        if (dev.type != DL_DEVICE_CPU && dl_device_memory_describe)
+            dl_device_memory_describe(dev.index, what, sizeof what);
+        char name[32];
+        dl_error("out of memory allocating %zu bytes on %s%s%s%s", nbytes,
+                 dl_device_name(dev, name, sizeof name), what[0] ? " (" : "", what,
+                 what[0] ? ")" : "");
         return NULL;
     }
     s->data = p;

@@ -38,6 +38,9 @@ typedef void (*dl_low_memory_fn)(void *ud);
 void dl_set_low_memory_handler(dl_low_memory_fn fn, void *ud);
 
 void dl_register_allocator(dl_device_type type, const dl_allocator *a);
+/* Set by a device backend: describes its allocator's state ("N bytes
+ * allocated, M reserved") for out-of-memory messages. */
+extern const char *(*dl_device_memory_describe)(int device, char *buf, size_t n);
 
 /* New storage of nbytes (uninitialised) on dev; NULL with an error message. */
 dl_storage *dl_storage_new(size_t nbytes, dl_device dev);

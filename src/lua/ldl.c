@@ -224,6 +224,7 @@ static int module_index(lua_State *L) {
 }
 
 int luaopen_dl(lua_State *L) {
+    dl_backends_init();
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     if (lua_istable(L, -1)) return 1; /* already open in this state */
     lua_pop(L, 1);

@@ -2,20 +2,78 @@
  * whether it exists, so no other op body needs #ifdef. */
 #include "device.h"
 #include "cpu/info.h"
+#include "cuda_backend.h"
 
+#include <pthread.h>
 #include <stdio.h>
 
 #ifdef DL_WITH_CUDA
 int dl_cuda_device_count(void);
 const char *dl_cuda_device_name(int index, char *buf, int n);
 const char *dl_cuda_versions(char *buf, int n);
+void dl_cuda_init(void);
 #endif
+
+/* The backend's tables: set by dl_cuda_init when a GPU is present. */
+const dl_cuda_runtime *dl_cuda_rt;
+const struct dl_cuda_elementwise_kernels *dl_cuda_ew;
+const struct dl_cuda_reduce_kernels *dl_cuda_red;
+const struct dl_cuda_index_kernels *dl_cuda_idx;
+const struct dl_cuda_linalg_kernels *dl_cuda_la;
+const struct dl_cuda_nn_kernels *dl_cuda_nn;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void init_backends(void) {
+#ifdef DL_WITH_CUDA
+    dl_cuda_init();
+#endif
+}
+
+void dl_backends_init(void) {
+    pthread_once(&init_once, init_backends);
+}
+
+int dl_cuda_missing(const char *op) {
+    return dl_error("%s: no CUDA kernel for this operation in this build", op);
+}
+
+int dl_common_device(const char *op, int n, dl_tensor *const *ts, dl_device *out) {
+    dl_device dev = DL_CPU;
+    int which = -1;
+    for (int i = 0; i < n; i++) {
+        if (!ts[i] || ts[i]->storage->device.type != DL_DEVICE_CUDA) continue;
+        if (which >= 0 && !dl_device_equal(dev, ts[i]->storage->device)) {
+            char a[32], b[32];
+            return dl_error("%s: expected all tensors on one device, got %s and %s", op,
+                            dl_device_name(dev, a, sizeof a),
+                            dl_device_name(ts[i]->storage->device, b, sizeof b));
+        }
+        dev = ts[i]->storage->device;
+        which = i;
+    }
+    if (which >= 0) {
+        for (int i = 0; i < n; i++) {
+            if (!ts[i] || ts[i]->storage->device.type == DL_DEVICE_CUDA || ts[i]->ndim == 0)
+                continue;
+            char a[32];
+            return dl_error("%s: expected all tensors on one device, got %s and cpu (argument "
+                            "%d); move it with :to(\"%s\")",
+                            op, dl_device_name(dev, a, sizeof a), i + 1, a);
+        }
+    }
+    *out = dev;
+    return 0;
+}
+
+dl_tensor *dl_scalar_to(dl_tensor *t, dl_device dev) {
+    return dl_tensor_to_device(t, dev);
+}
 
 int dl_cuda_available_devices(void) {
 #ifdef DL_WITH_CUDA
-    static int cached = -1;
-    if (cached < 0) cached = dl_cuda_device_count();
-    return cached;
+    dl_backends_init();
+    return dl_cuda_rt ? dl_cuda_rt->device_count() : 0;
 #else
     return 0;
 #endif

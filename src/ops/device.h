@@ -2,6 +2,11 @@
 #ifndef DL_OPS_DEVICE_H
 #define DL_OPS_DEVICE_H
 
+/* Starts the backends once per process (thread-safe): in a CUDA build with a
+ * GPU this registers the CUDA allocator, copies and kernel tables.  Called by
+ * luaopen_dl and dl_state_new before any tensor exists. */
+void dl_backends_init(void);
+
 /* Number of usable CUDA devices: 0 in a build without CUDA or without a GPU. */
 int dl_cuda_available_devices(void);
 /* The device's name into buf, or NULL. */

@@ -1,0 +1,119 @@
+// common.cuh - what every CUDA file of the backend shares: checked calls that
+// report the call, file and line through dl_error (never exit), the compute
+// stream and the cuBLAS/cuDNN handles of the current device, temporary device
+// memory from the caching allocator, strided index arithmetic and element
+// conversions.  C++; included by cuda/*.cu only.
+//
+// Invariants: all kernels of a device run on its one compute stream, so a
+// block the caching allocator hands out is free for any work queued after the
+// allocation; a function returning int returns 0, or -1 with dl_last_error()
+// set; nothing here synchronises unless it says so.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <stdint.h>
+
+extern "C" {
+#include "core/error.h"
+#include "core/tensor.h"
+}
+
+// --- checked calls ------------------------------------------------------------
+// Each sets "CUDA error in <call> (<file>:<line>): <message>" and returns -1.
+int dl_cuda_fail(const char *call, const char *msg, const char *file, int line);
+
+#define DL_CUDA_CHECK(call)                                                                  \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) return dl_cuda_fail(#call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+    } while (0)
+#define DL_CUBLAS_CHECK(call)                                                                \
+    do {                                                                                     \
+        cublasStatus_t s_ = (call);                                                          \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                     \
+            return dl_cuda_fail(#call, cublasGetStatusString(s_), __FILE__, __LINE__);       \
+    } while (0)
+#define DL_CUDNN_CHECK(call)                                                                 \
+    do {                                                                                     \
+        cudnnStatus_t s_ = (call);                                                           \
+        if (s_ != CUDNN_STATUS_SUCCESS)                                                      \
+            return dl_cuda_fail(#call, cudnnGetErrorString(s_), __FILE__, __LINE__);         \
+    } while (0)
+// After a kernel launch: reports a bad launch configuration at once.
+#define DL_CUDA_LAUNCHED() DL_CUDA_CHECK(cudaGetLastError())
+
+// --- device, stream, handles ----------------------------------------------------
+int dl_cuda_device(void);           // current device (0-based)
+cudaStream_t dl_cuda_stream(void);  // compute stream of the current device
+cudaStream_t dl_cuda_copy_stream(void);
+cublasHandle_t dl_cuda_cublas(void);     // bound to the compute stream; NULL + error
+cublasLtHandle_t dl_cuda_cublaslt(void); // NULL + error
+cudnnHandle_t dl_cuda_cudnn(void);       // bound to the compute stream; NULL + error
+int dl_cuda_sm_count(void);
+int dl_cuda_cc_major(void); // compute capability of the current device
+
+// Makes the tensor's device current (tensors may live on cuda:1).
+int dl_cuda_use(const dl_tensor *t);
+
+// --- memory -----------------------------------------------------------------------
+// Temporary device memory from the caching allocator (stream-ordered on the
+// compute stream: free it as soon as the last kernel using it is queued).
+void *dl_cuda_malloc(size_t nbytes); // NULL + error (sizes in the message)
+void dl_cuda_free(void *p);
+// One shared, growing workspace per device (cuDNN, cuBLASLt): valid until the
+// next call; do not hold two at once.  NULL + error.
+void *dl_cuda_workspace(size_t nbytes);
+
+// --- launch sizing ---------------------------------------------------------------
+static inline unsigned dl_cuda_blocks(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1) b = 1;
+    if (b > 65535LL * 32) b = 65535LL * 32; // kernels use grid-stride loops
+    return (unsigned)b;
+}
+
+// --- strided index arithmetic ----------------------------------------------------
+// A view's shape and strides (in elements), dims of size 1 dropped and
+// contiguous neighbours merged, so the common cases take few divisions.
+struct dl_cuda_layout {
+    int ndim;
+    int64_t shape[DL_MAX_DIMS];
+    int64_t strides[DL_MAX_DIMS];
+};
+// The layout of t (its own shape and strides).
+dl_cuda_layout dl_cuda_layout_of(const dl_tensor *t);
+// Layouts of n tensors of one shape (out first), with dims merged only where
+// every tensor allows it.  ls[i] describes ts[i].
+void dl_cuda_layouts(int n, const dl_tensor *const *ts, dl_cuda_layout *ls);
+
+// Element offset of the i-th element (row-major order) of a layout.
+__host__ __device__ inline int64_t dl_cuda_offset(const dl_cuda_layout &l, int64_t i) {
+    int64_t off = 0;
+    for (int d = l.ndim - 1; d >= 0; d--) {
+        int64_t s = l.shape[d];
+        int64_t q = i / s;
+        off += (i - q * s) * l.strides[d];
+        i = q;
+    }
+    return off;
+}
+
+// --- element conversions (compute in float for the half types) ----------------------
+template <typename T> __device__ inline float dl_to_float(T v) { return (float)v; }
+template <> __device__ inline float dl_to_float<__half>(__half v) { return __half2float(v); }
+template <> __device__ inline float dl_to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+template <typename T> __device__ inline T dl_from_float(float v) { return (T)v; }
+template <> __device__ inline __half dl_from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ inline __nv_bfloat16 dl_from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// Fills t (CUDA, any strides) with value converted to t's dtype.
+int dl_cuda_fill(dl_tensor *t, double value);
