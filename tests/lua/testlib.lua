@@ -173,6 +173,69 @@ function T.tmpdir()
   return d
 end
 
+-- Devices.  T.cuda is true when a GPU is usable.  A CUDA test file calls
+-- T.require_cuda() first: without a GPU it prints why and exits with 77,
+-- which ctest reports as skipped (never as passed).
+T.cuda = dl.cuda.is_available()
+
+function T.devices()
+  if T.cuda then return {"cpu", "cuda"} end
+  return {"cpu"}
+end
+
+function T.require_cuda()
+  if not T.cuda then
+    print("SKIP: no GPU on this machine" ..
+          (dl.cuda.compiled and " (CUDA build)" or " (built without CUDA)"))
+    os.exit(77)
+  end
+end
+
+-- Runs fn("cpu") and fn("cuda") and compares what they return: a tensor, a
+-- number or a (nested) table of them, element by element with
+-- |cuda - cpu| <= atol + rtol * |cpu| (defaults 1e-5, 1e-5), and equal shapes
+-- and dtypes.  fn builds its inputs on the CPU (deterministically) and moves
+-- them with :to(dev).  Returned CUDA tensors are brought back with :cpu().
+local function compare(a, b, rtol, atol, path)
+  if dl.is_tensor(a) then
+    T.truthy(dl.is_tensor(b), path .. ": cuda gave " .. type(b) .. ", not a tensor")
+    T.truthy(tostring(b.device):match("^cuda"), path .. ": result not on cuda (" .. tostring(b.device) .. ")")
+    local bc = b:cpu()
+    T.eq(tostring(a.dtype), tostring(bc.dtype), path .. ": dtype")
+    T.eq(fmt(a:size()), fmt(bc:size()), path .. ": shape")
+    if a:numel() == 0 then return end
+    local af, bf = a:to("float64"):reshape(-1), bc:to("float64"):reshape(-1)
+    local bad = (af - bf):abs():gt(af:abs() * rtol + atol)
+    bad = bad:logical_or(af:isnan():ne(bf:isnan()))
+    if bad:any():item() then
+      local i = bad:nonzero()[1][1]:item()
+      error(string.format("%s: %d of %d elements differ; first at %d: cpu %.9g, cuda %.9g",
+        path, bad:sum():item(), a:numel(), i, af[i]:item(), bf[i]:item()))
+    end
+  elseif type(a) == "table" then
+    for k, v in pairs(a) do compare(v, b[k], rtol, atol, path .. "." .. tostring(k)) end
+  elseif type(a) == "number" then
+    local y = b
+    if not ((a ~= a and y ~= y) or a == y or math.abs(a - y) <= atol + rtol * math.abs(a)) then
+      error(string.format("%s: cpu %.9g, cuda %.9g", path, a, y))
+    end
+  else
+    T.eq(a, b, path)
+  end
+end
+
+function T.same_on_devices(fn, rtol, atol)
+  local cpu = fn("cpu")
+  local gpu = fn("cuda")
+  compare(cpu, gpu, rtol or 1e-5, atol or 1e-5, "result")
+end
+
+-- A case comparing fn("cuda") with fn("cpu"); a no-op without a GPU.
+function T.cuda_case(name, fn, rtol, atol)
+  if not T.cuda then return end
+  T.case(name, function() T.same_on_devices(fn, rtol, atol) end)
+end
+
 function T.done()
   print(string.format("%d passed, %d failed", T.passed, T.failed))
   os.exit(T.failed == 0 and 0 or 1)
