@@ -7,6 +7,7 @@ extern "C" {
 #include "ops/cuda_index.h"
 #include "ops/cuda_linalg.h"
 #include "ops/cuda_nn.h"
+#include "ops/cuda_random.h"
 #include "ops/cuda_reduce.h"
 }
 
@@ -15,6 +16,7 @@ extern const dl_cuda_reduce_kernels dl_cuda_reduce_table;
 extern const dl_cuda_index_kernels dl_cuda_index_table;
 extern const dl_cuda_linalg_kernels dl_cuda_linalg_table;
 extern const dl_cuda_nn_kernels dl_cuda_nn_table;
+extern const dl_cuda_random_kernels dl_cuda_random_table;
 
 void dl_cuda_register_kernels(void) {
     dl_cuda_ew = &dl_cuda_elementwise_table;
@@ -22,4 +24,5 @@ void dl_cuda_register_kernels(void) {
     dl_cuda_idx = &dl_cuda_index_table;
     dl_cuda_la = &dl_cuda_linalg_table;
     dl_cuda_nn = &dl_cuda_nn_table;
+    dl_cuda_rnd = &dl_cuda_random_table;
 }

@@ -72,6 +72,16 @@ extern const struct dl_cuda_reduce_kernels *dl_cuda_red;     /* cuda_reduce.h */
 extern const struct dl_cuda_index_kernels *dl_cuda_idx;      /* cuda_index.h */
 extern const struct dl_cuda_linalg_kernels *dl_cuda_la;      /* cuda_linalg.h */
 extern const struct dl_cuda_nn_kernels *dl_cuda_nn;          /* cuda_nn.h */
+extern const struct dl_cuda_random_kernels *dl_cuda_rnd;     /* cuda_random.h */
+
+/* Switches the user sets from Lua (dl.backends): read by the kernels that
+ * honour them.  Defaults keep float32 results within float32 rounding of the
+ * CPU's: TF32 off, no benchmarking of convolution algorithms. */
+typedef struct dl_backend_flags {
+    bool allow_tf32;       /* float32 matmul and convolutions may use TF32 tensor cores */
+    bool cudnn_benchmark;  /* time cuDNN's algorithms per shape and keep the fastest */
+} dl_backend_flags;
+extern dl_backend_flags dl_flags;
 
 /* Sets "<op>: no CUDA kernel for this operation in this build" and returns -1. */
 int dl_cuda_missing(const char *op);

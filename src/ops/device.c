@@ -21,6 +21,8 @@ const struct dl_cuda_reduce_kernels *dl_cuda_red;
 const struct dl_cuda_index_kernels *dl_cuda_idx;
 const struct dl_cuda_linalg_kernels *dl_cuda_la;
 const struct dl_cuda_nn_kernels *dl_cuda_nn;
+const struct dl_cuda_random_kernels *dl_cuda_rnd;
+dl_backend_flags dl_flags = {false, false};
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
