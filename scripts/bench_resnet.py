@@ -5,8 +5,13 @@ and for inference, float32 on the CPU, same batch, image size and threads.
 Prints one line per measurement in the form the Lua script parses:
   train <images/s>
   infer <images/s>
+With --device cuda it measures what bench_resnet.lua measures on a GPU:
+  train_tf32, infer_tf32      float32 with TF32, NCHW
+  train_bf16cl, infer_bf16cl  bfloat16 autocast, channels-last
+  latency_ms                  batch 1, float32 with TF32
+  peak_mb                     peak GPU memory
 Usage: /usr/bin/python3 scripts/bench_resnet.py [--arch resnet50] [--batch 8]
-       [--size 224] [--threads 2] [--steps 5] [--warmup 2]"""
+       [--size 224] [--threads 2] [--steps 5] [--warmup 2] [--device cpu]"""
 import argparse
 import time
 
@@ -22,7 +27,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
+    if a.device.startswith("cuda"):
+        gpu(a)
+        return
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     model = getattr(torchvision.models, a.arch)()
@@ -55,6 +64,66 @@ def main():
             model(x)
         dt = (time.perf_counter() - t0) / a.steps
     print("infer %.3f" % (a.batch / dt), flush=True)
+
+
+def gpu(a):
+    dev = torch.device(a.device)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = True
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def run(batch, train, amp=False, channels_last=False):
+        torch.manual_seed(0)
+        model = getattr(torchvision.models, a.arch)().to(dev)
+        x = torch.randn(batch, 3, a.size, a.size, device=dev)
+        y = torch.randint(0, 1000, (batch,), device=dev)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
+        opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
+
+        def fwd(fn):
+            if amp:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    return fn()
+            return fn()
+
+        def timed(n, fn):
+            for _ in range(a.warmup):
+                fn()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            torch.cuda.synchronize()
+            return (time.perf_counter() - t0) / n
+
+        tr = None
+        if train:
+            model.train()
+
+            def step():
+                opt.zero_grad()
+                loss = fwd(lambda: loss_fn(model(x), y))
+                loss.backward()
+                opt.step()
+
+            tr = batch / timed(a.steps, step)
+        model.eval()
+        with torch.no_grad():
+            per = timed(5 * a.steps if batch == 1 else a.steps, lambda: fwd(lambda: model(x)))
+        return tr, per
+
+    tr, per = run(a.batch, True)
+    print("train_tf32 %.3f" % tr, flush=True)
+    print("infer_tf32 %.3f" % (a.batch / per), flush=True)
+    tr, per = run(a.batch, True, amp=True, channels_last=True)
+    print("train_bf16cl %.3f" % tr, flush=True)
+    print("infer_bf16cl %.3f" % (a.batch / per), flush=True)
+    _, per = run(1, False)
+    print("latency_ms %.3f" % (per * 1000), flush=True)
+    print("peak_mb %.0f" % (torch.cuda.max_memory_allocated() / 2**20), flush=True)
 
 
 if __name__ == "__main__":
