@@ -13,6 +13,7 @@ static int64_t live_bytes, total_bytes;
 
 /* Set by a device backend: its allocator's state for out-of-memory messages. */
 const char *(*dl_device_memory_describe)(int device, char *buf, size_t n);
+const char *dl_device_unavailable_reason;
 
 void dl_set_low_memory_handler(dl_low_memory_fn fn, void *ud) {
     low_memory_fn = fn;
@@ -41,8 +42,10 @@ static void raw_free(void *p, dl_device dev) {
 
 dl_storage *dl_storage_new(size_t nbytes, dl_device dev) {
     if (dev.type != DL_DEVICE_CPU && !allocators[dev.type]) {
-        dl_error("device %s is not available in this build or on this machine",
-                 dev.type == DL_DEVICE_CUDA ? "cuda" : "?");
+        char name[32];
+        dl_error("%s: %s", dl_device_name(dev, name, sizeof name),
+                 dl_device_unavailable_reason ? dl_device_unavailable_reason
+                                              : "device not available");
         return NULL;
     }
     dl_storage *s = calloc(1, sizeof *s);

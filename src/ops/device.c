@@ -29,6 +29,9 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static void init_backends(void) {
 #ifdef DL_WITH_CUDA
     dl_cuda_init();
+    if (!dl_cuda_rt) dl_device_unavailable_reason = "no GPU found on this machine (CUDA build)";
+#else
+    dl_device_unavailable_reason = "this build has no CUDA backend (built without the CUDA toolkit)";
 #endif
 }
 
