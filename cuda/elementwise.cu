@@ -1,11 +1,911 @@
-// elementwise.cu - CUDA kernels of the elementwise family (see src/ops/cuda_elementwise.h).
+// elementwise.cu - CUDA kernels of the elementwise family (see src/ops/cuda_elementwise.h):
+// binary arithmetic, comparisons and logical ops, unary math, clamp, where, masked_fill,
+// isclose, and the activation helpers threshold_backward and mask_scale.
+//
+// One grid-stride kernel (map_kernel) runs a functor once per element.  Each entry point
+// has a functor holding its output (Out) and inputs (In<C>, read in the compute type C)
+// with the op as a runtime switch; the per-element expressions mirror the CPU's row
+// functions (src/cpu/elementwise.c, src/cpu/activation.c) one for one, so results agree
+// with the CPU's: float32 computes in float, float64 in double, int64 wraps through
+// unsigned arithmetic, a product that feeds a sum is rounded on its own (mul_rn: never
+// contracted into an FMA, which the CPU build does not use), and float16/bfloat16
+// storage is loaded as float and rounded once on store.  Contiguous float32 binary and
+// unary ops run four elements per thread with float4 loads when every pointer is 16-byte
+// aligned.
+//
+// Invariants: the host checks every operand (device, dtype, shape) before a launch and
+// never dereferences device memory; a CPU operand holds one value, read on the host and
+// passed by value; indices and sizes are int64; the only entry point that waits for the
+// device is an integer division, which reads back its zero-divisor flag.
 #include "common.cuh"
+
+#include <string.h>
+#include <type_traits>
 
 extern "C" {
 #include "ops/cuda_elementwise.h"
 }
 
+namespace {
+
+const int kThreads = 256;
+
+// =====================================================================================
+// Kernels
+// =====================================================================================
+
+// --- operands ---------------------------------------------------------------------------
+
+// The output: elements of `size` bytes and storage dtype dt at p in layout l (dense:
+// element i sits at offset i).
+struct Out {
+    char *p;
+    dl_cuda_layout l;
+    int dt, size;
+    bool dense;
+};
+
+// An input read in compute type C: device data at p in layout l, or, when p is null, the
+// value s (a CPU scalar).
+template <typename C> struct In {
+    const char *p;
+    dl_cuda_layout l;
+    int dt, size;
+    bool dense;
+    C s;
+};
+
+__device__ inline int64_t offset_of(const dl_cuda_layout &l, bool dense, int64_t i) {
+    return dense ? i : dl_cuda_offset(l, i);
+}
+
+// Element loads and stores in compute type C.  float also reads and writes float16 and
+// bfloat16 storage; bool reads any nonzero byte as true; other types are plain words
+// (where and masked_fill move unsigned words of the element's size).
+template <typename C> __device__ inline C load(const char *p, int) {
+    return *(const C *)p;
+}
+template <> __device__ inline float load<float>(const char *p, int dt) {
+    switch (dt) {
+    case DL_DTYPE_F16: return __half2float(*(const __half *)p);
+    case DL_DTYPE_BF16: return __bfloat162float(*(const __nv_bfloat16 *)p);
+    default: return *(const float *)p;
+    }
+}
+template <> __device__ inline bool load<bool>(const char *p, int) {
+    return *(const uint8_t *)p != 0;
+}
+
+template <typename C> __device__ inline void store(char *p, int, C v) {
+    *(C *)p = v;
+}
+template <> __device__ inline void store<float>(char *p, int dt, float v) {
+    switch (dt) {
+    case DL_DTYPE_F16: *(__half *)p = __float2half_rn(v); break;
+    case DL_DTYPE_BF16: *(__nv_bfloat16 *)p = __float2bfloat16_rn(v); break;
+    default: *(float *)p = v;
+    }
+}
+template <> __device__ inline void store<bool>(char *p, int, bool v) {
+    *(uint8_t *)p = v ? 1 : 0;
+}
+
+template <typename C> __device__ inline C get(const In<C> &a, int64_t i) {
+    if (!a.p) return a.s;
+    return load<C>(a.p + offset_of(a.l, a.dense, i) * a.size, a.dt);
+}
+
+__device__ inline char *at(const Out &o, int64_t i) {
+    return o.p + offset_of(o.l, o.dense, i) * o.size;
+}
+
+// --- scalar helpers (mirror src/cpu/elementwise.c) ------------------------------------------
+
+__device__ inline float mul_rn(float a, float b) {
+    return __fmul_rn(a, b);
+}
+__device__ inline double mul_rn(double a, double b) {
+    return __dmul_rn(a, b);
+}
+
+// Python's floor division for floats, agreeing with remainder().
+template <typename T> __device__ inline T floordiv(T a, T b) {
+    if (b == 0) return a / b;
+    T mod = fmod(a, b);
+    T q = (a - mod) / b;
+    if (mod != 0 && ((b < 0) != (mod < 0))) q -= 1;
+    if (q == 0) return copysign(T(0), a / b);
+    T fq = floor(q);
+    return q - fq > T(0.5) ? fq + 1 : fq;
+}
+
+// Python's %: the sign of the divisor.
+template <typename T> __device__ inline T remainder_of(T a, T b) {
+    T mod = fmod(a, b);
+    if (mod != 0 && ((b < 0) != (mod < 0))) mod += b;
+    return mod;
+}
+
+__device__ inline int64_t wrap_add(int64_t a, int64_t b) {
+    return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+__device__ inline int64_t wrap_mul(int64_t a, int64_t b) {
+    return (int64_t)((uint64_t)a * (uint64_t)b);
+}
+__device__ inline int64_t wrap_neg(int64_t a) {
+    return (int64_t)(0 - (uint64_t)a);
+}
+
+// Integer power by squaring (wrapping); negative exponents give 0 except for bases 1, -1.
+__device__ inline int64_t ipow(int64_t base, int64_t e) {
+    if (e < 0) {
+        if (base == 1) return 1;
+        if (base == -1) return (e & 1) ? -1 : 1;
+        return 0;
+    }
+    uint64_t r = 1, b = (uint64_t)base;
+    while (e) {
+        if (e & 1) r *= b;
+        b *= b;
+        e >>= 1;
+    }
+    return (int64_t)r;
+}
+
+// Integer division family; a zero divisor sets *zero and gives 0.  INT64_MIN / -1 wraps.
+__device__ inline int64_t idiv(int op, int64_t a, int64_t b, int *zero) {
+    if (b == 0) {
+        if (zero) *zero = 1;
+        return 0;
+    }
+    if (b == -1) return op == DL_BINARY_DIV_FLOOR || op == DL_BINARY_DIV_TRUNC ? wrap_neg(a) : 0;
+    int64_t q = a / b, r = a % b;
+    switch (op) {
+    case DL_BINARY_DIV_TRUNC: return q;
+    case DL_BINARY_DIV_FLOOR: return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+    case DL_BINARY_REMAINDER: return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    default: return r; // FMOD
+    }
+}
+
+// pow; with a broadcast scalar exponent the CPU special-cases these exponents.
+template <typename T> __device__ inline T pow_of(T x, T y, bool scalar_exponent) {
+    if (scalar_exponent) {
+        if (y == T(2)) return x * x;
+        if (y == T(3)) return x * x * x;
+        if (y == T(0.5)) return sqrt(x);
+        if (y == T(-0.5)) return T(1) / sqrt(x);
+        if (y == T(-1)) return T(1) / x;
+        if (y == T(-2)) return T(1) / (x * x);
+    }
+    return pow(x, y);
+}
+
+// --- binary -------------------------------------------------------------------------------
+
+// Arithmetic ops (ADD .. ATAN2) on float or double.
+template <typename T>
+__device__ inline T arith(int op, T x, T y, T alpha, bool scalar_exponent, int *) {
+    switch (op) {
+    case DL_BINARY_ADD: return alpha == T(1) ? x + y : x + mul_rn(alpha, y);
+    case DL_BINARY_SUB: return alpha == T(1) ? x - y : x - mul_rn(alpha, y);
+    case DL_BINARY_MUL: return x * y;
+    case DL_BINARY_DIV: return x / y;
+    case DL_BINARY_DIV_FLOOR: return floordiv(x, y);
+    case DL_BINARY_DIV_TRUNC: return trunc(x / y);
+    case DL_BINARY_POW: return pow_of(x, y, scalar_exponent);
+    case DL_BINARY_MAXIMUM: return x != x ? x : y != y ? y : x < y ? y : x;
+    case DL_BINARY_MINIMUM: return x != x ? x : y != y ? y : y < x ? y : x;
+    case DL_BINARY_REMAINDER: return remainder_of(x, y);
+    case DL_BINARY_FMOD: return fmod(x, y);
+    case DL_BINARY_ATAN2: return atan2(x, y);
+    default: return T(0);
+    }
+}
+
+// Arithmetic ops on int64 (true division and atan2 run on floats).
+__device__ inline int64_t arith(int op, int64_t x, int64_t y, int64_t alpha, bool, int *zero) {
+    switch (op) {
+    case DL_BINARY_ADD: return alpha == 1 ? wrap_add(x, y) : wrap_add(x, wrap_mul(alpha, y));
+    case DL_BINARY_SUB:
+        return alpha == 1 ? wrap_add(x, wrap_neg(y)) : wrap_add(x, wrap_neg(wrap_mul(alpha, y)));
+    case DL_BINARY_MUL: return wrap_mul(x, y);
+    case DL_BINARY_DIV_FLOOR:
+    case DL_BINARY_DIV_TRUNC:
+    case DL_BINARY_REMAINDER:
+    case DL_BINARY_FMOD: return idiv(op, x, y, zero);
+    case DL_BINARY_POW: return ipow(x, y);
+    case DL_BINARY_MAXIMUM: return x < y ? y : x;
+    case DL_BINARY_MINIMUM: return y < x ? y : x;
+    default: return 0;
+    }
+}
+
+// The logical ops, the only ones computed on bool.
+__device__ inline bool arith(int op, bool x, bool y, bool, bool, int *) {
+    switch (op) {
+    case DL_BINARY_LOGICAL_AND: return x && y;
+    case DL_BINARY_LOGICAL_OR: return x || y;
+    case DL_BINARY_LOGICAL_XOR: return x != y;
+    default: return false;
+    }
+}
+
+__host__ __device__ inline bool is_comparison(int op) {
+    return op >= DL_BINARY_EQ && op <= DL_BINARY_GE;
+}
+
+template <typename C> __device__ inline bool compare(int op, C x, C y) {
+    switch (op) {
+    case DL_BINARY_EQ: return x == y;
+    case DL_BINARY_NE: return x != y;
+    case DL_BINARY_LT: return x < y;
+    case DL_BINARY_LE: return x <= y;
+    case DL_BINARY_GT: return x > y;
+    default: return x >= y; // GE
+    }
+}
+
+// out = op(a, b); zero is the zero-divisor flag of integer division (else null).
+template <typename C> struct BinaryFn {
+    Out o;
+    In<C> a, b;
+    int op;
+    C alpha;
+    bool scalar_exponent;
+    int *zero;
+    __device__ void operator()(int64_t i) const {
+        C x = get(a, i), y = get(b, i);
+        char *po = at(o, i);
+        if (is_comparison(op))
+            store<bool>(po, o.dt, compare(op, x, y));
+        else
+            store<C>(po, o.dt, arith(op, x, y, alpha, scalar_exponent, zero));
+    }
+};
+
+// float32, all dense, 16-byte aligned, arithmetic only: element v*4 .. v*4+3 per index v.
+// a or b null: the scalar as or bs.
+struct BinaryVec4Fn {
+    float *o;       // o is (n,)
+    const float *a; // a is (n,) or null
+    const float *b; // b is (n,) or null
+    float as, bs;
+    int op;
+    float alpha;
+    bool scalar_exponent;
+    int64_t n;
+    __device__ void operator()(int64_t v) const {
+        int64_t i = v * 4;
+        if (i + 4 <= n) {
+            float4 x = a ? ((const float4 *)a)[v] : make_float4(as, as, as, as);
+            float4 y = b ? ((const float4 *)b)[v] : make_float4(bs, bs, bs, bs);
+            float4 r;
+            r.x = arith(op, x.x, y.x, alpha, scalar_exponent, nullptr);
+            r.y = arith(op, x.y, y.y, alpha, scalar_exponent, nullptr);
+            r.z = arith(op, x.z, y.z, alpha, scalar_exponent, nullptr);
+            r.w = arith(op, x.w, y.w, alpha, scalar_exponent, nullptr);
+            ((float4 *)o)[v] = r;
+        } else {
+            for (; i < n; i++)
+                o[i] = arith(op, a ? a[i] : as, b ? b[i] : bs, alpha, scalar_exponent, nullptr);
+        }
+    }
+};
+
+// --- unary ----------------------------------------------------------------------------------
+
+template <typename T> __device__ inline T unary_value(int op, T x) {
+    switch (op) {
+    case DL_UNARY_NEG: return -x;
+    case DL_UNARY_ABS: return fabs(x);
+    case DL_UNARY_SIGN: return (T)((0 < x) - (x < 0));
+    case DL_UNARY_RELU: return x < 0 ? T(0) : x;
+    case DL_UNARY_FLOOR: return floor(x);
+    case DL_UNARY_CEIL: return ceil(x);
+    case DL_UNARY_ROUND: return rint(x); // half to even
+    case DL_UNARY_TRUNC: return trunc(x);
+    case DL_UNARY_SQUARE: return x * x;
+    case DL_UNARY_EXP: return exp(x);
+    case DL_UNARY_EXP2: return exp2(x);
+    case DL_UNARY_EXPM1: return expm1(x);
+    case DL_UNARY_LOG: return log(x);
+    case DL_UNARY_LOG2: return log2(x);
+    case DL_UNARY_LOG10: return log10(x);
+    case DL_UNARY_LOG1P: return log1p(x);
+    case DL_UNARY_SQRT: return sqrt(x);
+    case DL_UNARY_RSQRT: return T(1) / sqrt(x);
+    case DL_UNARY_RECIPROCAL: return T(1) / x;
+    case DL_UNARY_SIN: return sin(x);
+    case DL_UNARY_COS: return cos(x);
+    case DL_UNARY_TAN: return tan(x);
+    case DL_UNARY_ASIN: return asin(x);
+    case DL_UNARY_ACOS: return acos(x);
+    case DL_UNARY_ATAN: return atan(x);
+    case DL_UNARY_SINH: return sinh(x);
+    case DL_UNARY_COSH: return cosh(x);
+    case DL_UNARY_TANH: return tanh(x);
+    case DL_UNARY_SIGMOID: return T(1) / (T(1) + exp(-x));
+    case DL_UNARY_ERF: return erf(x);
+    case DL_UNARY_FRAC: return x - trunc(x);
+    default: return T(0);
+    }
+}
+
+// The integer-keeping ops on int64 (floating functions run on floats).
+__device__ inline int64_t unary_value(int op, int64_t x) {
+    switch (op) {
+    case DL_UNARY_NEG: return wrap_neg(x);
+    case DL_UNARY_ABS: return x < 0 ? wrap_neg(x) : x;
+    case DL_UNARY_SIGN: return (0 < x) - (x < 0);
+    case DL_UNARY_RELU: return x < 0 ? 0 : x;
+    case DL_UNARY_SQUARE: return wrap_mul(x, x);
+    default: return x; // floor, ceil, round, trunc
+    }
+}
+
+// bool only reaches the predicates (logical_not).
+__device__ inline bool unary_value(int, bool x) {
+    return x;
+}
+
+__host__ __device__ inline bool is_predicate(int op) {
+    return op >= DL_UNARY_LOGICAL_NOT;
+}
+
+template <typename C> __device__ inline bool predicate(int op, C x) {
+    if constexpr (std::is_floating_point<C>::value) {
+        switch (op) {
+        case DL_UNARY_ISNAN: return x != x;
+        case DL_UNARY_ISINF: return fabs(x) == C(INFINITY);
+        case DL_UNARY_ISFINITE: return fabs(x) < C(INFINITY);
+        default: return x == 0; // LOGICAL_NOT
+        }
+    } else {
+        return x == 0; // LOGICAL_NOT (integers answer the others without a kernel)
+    }
+}
+
+template <typename C> struct UnaryFn {
+    Out o;
+    In<C> x;
+    int op;
+    __device__ void operator()(int64_t i) const {
+        C v = get(x, i);
+        char *po = at(o, i);
+        if (is_predicate(op))
+            store<bool>(po, o.dt, predicate(op, v));
+        else
+            store<C>(po, o.dt, unary_value(op, v));
+    }
+};
+
+// float32, dense, 16-byte aligned, not a predicate: elements v*4 .. v*4+3 per index v.
+struct UnaryVec4Fn {
+    float *o;       // o is (n,)
+    const float *x; // x is (n,)
+    int op;
+    int64_t n;
+    __device__ void operator()(int64_t v) const {
+        int64_t i = v * 4;
+        if (i + 4 <= n) {
+            float4 a = ((const float4 *)x)[v], r;
+            r.x = unary_value(op, a.x);
+            r.y = unary_value(op, a.y);
+            r.z = unary_value(op, a.z);
+            r.w = unary_value(op, a.w);
+            ((float4 *)o)[v] = r;
+        } else {
+            for (; i < n; i++) o[i] = unary_value(op, x[i]);
+        }
+    }
+};
+
+// --- clamp, where, masked_fill, isclose --------------------------------------------------------
+
+// min(max(x, lo), hi); a NaN bound or x gives NaN (the CPU's per-element rule).
+template <typename C> struct ClampFn {
+    Out o;
+    In<C> x, lo, hi;
+    __device__ void operator()(int64_t i) const {
+        C v = get(x, i), l = get(lo, i), h = get(hi, i);
+        C r = l != l ? l : v < l ? l : v;
+        r = h != h ? h : r > h ? h : r;
+        store<C>(at(o, i), o.dt, r);
+    }
+};
+
+// T: an unsigned word of the element's size.
+template <typename T> struct WhereFn {
+    Out o;
+    In<bool> cond;
+    In<T> a, b;
+    __device__ void operator()(int64_t i) const {
+        *(T *)at(o, i) = get(cond, i) ? get(a, i) : get(b, i);
+    }
+};
+
+template <typename T> struct MaskedFillFn {
+    Out o;
+    In<bool> mask;
+    T value;
+    __device__ void operator()(int64_t i) const {
+        if (get(mask, i)) *(T *)at(o, i) = value;
+    }
+};
+
+template <typename T> struct IscloseFn {
+    Out o;
+    In<T> a, b;
+    T rtol, atol;
+    bool equal_nan;
+    __device__ void operator()(int64_t i) const {
+        T x = get(a, i), y = get(b, i);
+        T d = fabs(x - y);
+        bool r = x == y || (equal_nan && x != x && y != y) ||
+                 (d < T(INFINITY) && d <= atol + fabs(mul_rn(rtol, y)));
+        store<bool>(at(o, i), o.dt, r);
+    }
+};
+
+// --- activation helpers (mirror src/cpu/activation.c) --------------------------------------------
+
+// gx = y <= threshold ? 0 : gy (NaN in y passes gy through).
+template <typename C> struct ThresholdBackwardFn {
+    Out gx;
+    In<C> gy, y;
+    C threshold;
+    __device__ void operator()(int64_t i) const {
+        store<C>(at(gx, i), gx.dt, get(y, i) <= threshold ? C(0) : get(gy, i));
+    }
+};
+
+// out = x * (mask ? scale : 0).
+template <typename C> struct MaskScaleFn {
+    Out o;
+    In<C> x;
+    In<bool> mask;
+    C scale;
+    __device__ void operator()(int64_t i) const {
+        store<C>(at(o, i), o.dt, get(x, i) * (get(mask, i) ? scale : C(0)));
+    }
+};
+
+// --- the one kernel --------------------------------------------------------------------------
+
+template <typename F> __global__ void map_kernel(F f, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        f(i);
+}
+
+// =====================================================================================
+// Launchers
+// =====================================================================================
+
+// Queues f over indices 0 .. n-1 on the compute stream.
+template <typename F> int launch(const F &f, int64_t n) {
+    if (n <= 0) return 0;
+    map_kernel<F><<<dl_cuda_blocks(n, kThreads), kThreads, 0, dl_cuda_stream()>>>(f, n);
+    DL_CUDA_LAUNCHED();
+    return 0;
+}
+
+// --- host-side operand checks
+// ---------------------------------------------------------------------
+
+// Whether compute type C reads and writes storage dtype dt.
+template <typename C> bool readable(int dt) {
+    return dl_dtype_size((dl_dtype)dt) == sizeof(C);
+}
+template <> bool readable<float>(int dt) {
+    return dt == DL_DTYPE_F32 || dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16;
+}
+template <> bool readable<double>(int dt) {
+    return dt == DL_DTYPE_F64;
+}
+template <> bool readable<int64_t>(int dt) {
+    return dt == DL_DTYPE_I64;
+}
+template <> bool readable<bool>(int dt) {
+    return dt == DL_DTYPE_BOOL || dt == DL_DTYPE_U8;
+}
+
+// The value of a one-element CPU tensor as C (host memory: safe to read here).
+template <typename C> C host_value(const dl_tensor *t) {
+    C v;
+    memcpy(&v, dl_tensor_data_ptr(t), sizeof v);
+    return v;
+}
+template <> float host_value<float>(const dl_tensor *t) {
+    return (float)dl_load_f64(dl_tensor_data_ptr(t), t->dtype);
+}
+template <> double host_value<double>(const dl_tensor *t) {
+    return dl_load_f64(dl_tensor_data_ptr(t), t->dtype);
+}
+template <> int64_t host_value<int64_t>(const dl_tensor *t) {
+    return dl_load_i64(dl_tensor_data_ptr(t), t->dtype);
+}
+template <> bool host_value<bool>(const dl_tensor *t) {
+    return dl_load_f64(dl_tensor_data_ptr(t), t->dtype) != 0;
+}
+
+// One element repeated: every dim has size 1 or stride 0 (an expanded 0-dim tensor).
+bool single_value(const dl_tensor *t) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != 1 && t->strides[d] != 0) return false;
+    return true;
+}
+
+bool dense(const dl_cuda_layout &l) {
+    return l.ndim == 0 || (l.ndim == 1 && l.strides[0] == 1);
+}
+
+bool aligned16(const void *p) {
+    return ((uintptr_t)p & 15) == 0;
+}
+
+// Checks out (on CUDA) and its k inputs (out's shape; on out's device, or a one-element
+// CPU tensor), makes out's device current and computes the layouts: ls[0] out's, ls[1+j]
+// in[j]'s.  -1 with an error naming op otherwise.
+int begin(const char *op, dl_tensor *out, int k, dl_tensor *const *in, dl_cuda_layout *ls) {
+    if (!out || out->storage->device.type != DL_DEVICE_CUDA)
+        return dl_error("%s: the CUDA kernel was given an output that is not on a CUDA device "
+                        "(internal)",
+                        op);
+    const dl_tensor *ts[8] = {out};
+    for (int j = 0; j < k; j++) {
+        const dl_tensor *t = in[j];
+        char b1[128], b2[128];
+        if (!t) return dl_error("%s: operand %d is missing (internal)", op, j + 1);
+        if (!dl_shape_equal(t, out))
+            return dl_error("%s: operand %d has shape %s but the output has %s (internal)", op,
+                            j + 1, dl_shape_str(t->ndim, t->shape, b1, sizeof b1),
+                            dl_shape_str(out->ndim, out->shape, b2, sizeof b2));
+        dl_device d = t->storage->device;
+        if (d.type == DL_DEVICE_CUDA && d.index != out->storage->device.index)
+            return dl_error("%s: operand %d is on cuda:%d but the output is on cuda:%d", op, j + 1,
+                            d.index, out->storage->device.index);
+        if (d.type != DL_DEVICE_CUDA && !single_value(t))
+            return dl_error("%s: operand %d is a CPU tensor with more than one value; the "
+                            "output is on cuda:%d (internal)",
+                            op, j + 1, out->storage->device.index);
+        ts[1 + j] = t;
+    }
+    if (dl_cuda_use(out)) return -1;
+    dl_cuda_layouts(k + 1, ts, ls);
+    return 0;
+}
+
+int bad_dtype(const char *op, const char *what, int dt) {
+    return dl_error("%s: the CUDA kernel does not take a %s %s here (internal)", op,
+                    dl_dtype_name((dl_dtype)dt), what);
+}
+
+// out's description; ok: the kernel writes out's dtype.
+int make_out(const char *op, dl_tensor *out, const dl_cuda_layout &l, bool ok, Out *o) {
+    if (!ok) return bad_dtype(op, "output", out->dtype);
+    *o =
+        Out{(char *)dl_tensor_data_ptr(out), l, out->dtype, (int)dl_tensor_itemsize(out), dense(l)};
+    return 0;
+}
+
+// Input t's description in compute type C.
+template <typename C>
+int make_in(const char *op, const dl_tensor *t, const dl_cuda_layout &l, In<C> *in) {
+    if (!readable<C>(t->dtype)) return bad_dtype(op, "input", t->dtype);
+    *in = In<C>{};
+    in->dt = t->dtype;
+    in->size = (int)dl_tensor_itemsize(t);
+    if (t->storage->device.type == DL_DEVICE_CUDA) {
+        in->p = (const char *)dl_tensor_data_ptr(t);
+        in->l = l;
+        in->dense = dense(l);
+    } else {
+        in->p = nullptr;
+        in->s = host_value<C>(t);
+    }
+    return 0;
+}
+
+// The compute type a dtype reads as: 0 float, 1 double, 2 int64, 3 bool, -1 none.
+int compute_kind(int dt) {
+    switch (dt) {
+    case DL_DTYPE_F32:
+    case DL_DTYPE_F16:
+    case DL_DTYPE_BF16: return 0;
+    case DL_DTYPE_F64: return 1;
+    case DL_DTYPE_I64: return 2;
+    case DL_DTYPE_BOOL:
+    case DL_DTYPE_U8: return 3;
+    default: return -1;
+    }
+}
+
+int no_kernel(const char *op, int dt) {
+    return dl_error("%s: no CUDA kernel for %s tensors", op, dl_dtype_name((dl_dtype)dt));
+}
+
+// Reads the device flag back (waits for the device), then frees it.
+int read_flag_and_free(int *flag, bool *set) {
+    int h = 0;
+    cudaError_t e = cudaMemcpyAsync(&h, flag, sizeof h, cudaMemcpyDeviceToHost, dl_cuda_stream());
+    if (e == cudaSuccess) e = cudaStreamSynchronize(dl_cuda_stream());
+    dl_cuda_free(flag);
+    if (e != cudaSuccess)
+        return dl_cuda_fail("reading the zero-division flag", cudaGetErrorString(e), __FILE__,
+                            __LINE__);
+    *set = h != 0;
+    return 0;
+}
+
+// --- binary ----------------------------------------------------------------------------------
+
+bool is_int_division(int op) {
+    return op == DL_BINARY_DIV_FLOOR || op == DL_BINARY_DIV_TRUNC || op == DL_BINARY_REMAINDER ||
+           op == DL_BINARY_FMOD;
+}
+
+// The float4 path, when every tensor operand is a dense, 16-byte aligned float32 one.
+bool binary_vec4(const BinaryFn<float> &f, int64_t n) {
+    if (n < 4 || is_comparison(f.op) || f.o.dt != DL_DTYPE_F32 || !f.o.dense || !aligned16(f.o.p))
+        return false;
+    const In<float> *ins[2] = {&f.a, &f.b};
+    for (const In<float> *x : ins)
+        if (x->p && (x->dt != DL_DTYPE_F32 || !x->dense || !aligned16(x->p))) return false;
+    return true;
+}
+
+template <typename C>
+int binary_run(int op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha) {
+    const char *name = "binary";
+    dl_tensor *in[2] = {a, b};
+    dl_cuda_layout ls[3];
+    if (begin(name, out, 2, in, ls)) return -1;
+    BinaryFn<C> f{};
+    bool cmp = is_comparison(op);
+    bool ok = cmp ? out->dtype == DL_DTYPE_BOOL : readable<C>(out->dtype);
+    if (make_out(name, out, ls[0], ok, &f.o) || make_in<C>(name, a, ls[1], &f.a) ||
+        make_in<C>(name, b, ls[2], &f.b))
+        return -1;
+    f.op = op;
+    f.alpha = (C)alpha;
+    f.scalar_exponent = !f.b.p || ls[2].ndim == 0 || ls[2].strides[ls[2].ndim - 1] == 0;
+    f.zero = nullptr;
+    int64_t n = dl_tensor_numel(out);
+    if (n == 0) return 0;
+    if constexpr (std::is_same<C, float>::value) {
+        if (binary_vec4(f, n)) {
+            BinaryVec4Fn v{(float *)f.o.p,
+                           (const float *)f.a.p,
+                           (const float *)f.b.p,
+                           f.a.s,
+                           f.b.s,
+                           op,
+                           f.alpha,
+                           f.scalar_exponent,
+                           n};
+            return launch(v, (n + 3) / 4);
+        }
+    }
+    if (!std::is_same<C, int64_t>::value || !is_int_division(op)) return launch(f, n);
+    // integer division: a device flag records a zero divisor
+    int *flag = (int *)dl_cuda_malloc(sizeof(int));
+    if (!flag) return -1;
+    cudaError_t e = cudaMemsetAsync(flag, 0, sizeof(int), dl_cuda_stream());
+    if (e != cudaSuccess) {
+        dl_cuda_free(flag);
+        return dl_cuda_fail("cudaMemsetAsync(zero-division flag)", cudaGetErrorString(e), __FILE__,
+                            __LINE__);
+    }
+    f.zero = flag;
+    if (launch(f, n)) {
+        dl_cuda_free(flag);
+        return -1;
+    }
+    bool zero = false;
+    if (read_flag_and_free(flag, &zero)) return -1;
+    return zero ? DL_CUDA_ZERO_DIVISION : 0;
+}
+
+// --- unary -------------------------------------------------------------------------------------
+
+template <typename C> int unary_run(int op, dl_tensor *out, dl_tensor *x) {
+    const char *name = "unary";
+    dl_cuda_layout ls[2];
+    if (begin(name, out, 1, &x, ls)) return -1;
+    UnaryFn<C> f{};
+    bool pred = is_predicate(op);
+    bool ok = pred ? out->dtype == DL_DTYPE_BOOL : readable<C>(out->dtype);
+    if (make_out(name, out, ls[0], ok, &f.o) || make_in<C>(name, x, ls[1], &f.x)) return -1;
+    f.op = op;
+    int64_t n = dl_tensor_numel(out);
+    if (n == 0) return 0;
+    if constexpr (std::is_same<C, float>::value) {
+        if (n >= 4 && !pred && f.o.dt == DL_DTYPE_F32 && f.x.dt == DL_DTYPE_F32 && f.x.p &&
+            f.o.dense && f.x.dense && aligned16(f.o.p) && aligned16(f.x.p))
+            return launch(UnaryVec4Fn{(float *)f.o.p, (const float *)f.x.p, op, n}, (n + 3) / 4);
+    }
+    return launch(f, n);
+}
+
+// --- clamp, where, masked_fill, isclose
+// -----------------------------------------------------------
+
+template <typename C> int clamp_run(dl_tensor *out, dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
+    const char *name = "clamp";
+    dl_tensor *in[3] = {x, lo, hi};
+    dl_cuda_layout ls[4];
+    if (begin(name, out, 3, in, ls)) return -1;
+    ClampFn<C> f{};
+    if (make_out(name, out, ls[0], readable<C>(out->dtype), &f.o) ||
+        make_in<C>(name, x, ls[1], &f.x) || make_in<C>(name, lo, ls[2], &f.lo) ||
+        make_in<C>(name, hi, ls[3], &f.hi))
+        return -1;
+    return launch(f, dl_tensor_numel(out));
+}
+
+template <typename T> int where_run(dl_tensor *out, dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
+    const char *name = "where";
+    dl_tensor *in[3] = {cond, a, b};
+    dl_cuda_layout ls[4];
+    if (begin(name, out, 3, in, ls)) return -1;
+    WhereFn<T> f{};
+    if (a->dtype != out->dtype) return bad_dtype(name, "input", a->dtype);
+    if (b->dtype != out->dtype) return bad_dtype(name, "input", b->dtype);
+    if (make_out(name, out, ls[0], true, &f.o) || make_in<bool>(name, cond, ls[1], &f.cond) ||
+        make_in<T>(name, a, ls[2], &f.a) || make_in<T>(name, b, ls[3], &f.b))
+        return -1;
+    return launch(f, dl_tensor_numel(out));
+}
+
+template <typename T> int masked_fill_run(dl_tensor *self, dl_tensor *mask, const void *value) {
+    const char *name = "masked_fill";
+    dl_cuda_layout ls[2];
+    if (begin(name, self, 1, &mask, ls)) return -1;
+    MaskedFillFn<T> f{};
+    if (make_out(name, self, ls[0], true, &f.o) || make_in<bool>(name, mask, ls[1], &f.mask))
+        return -1;
+    memcpy(&f.value, value, sizeof(T)); // value is host memory (the op layer's 0-dim tensor)
+    return launch(f, dl_tensor_numel(self));
+}
+
+template <typename T>
+int isclose_run(dl_tensor *out, dl_tensor *a, dl_tensor *b, double rtol, double atol,
+                bool equal_nan) {
+    const char *name = "isclose";
+    dl_tensor *in[2] = {a, b};
+    dl_cuda_layout ls[3];
+    if (begin(name, out, 2, in, ls)) return -1;
+    IscloseFn<T> f{};
+    if (make_out(name, out, ls[0], out->dtype == DL_DTYPE_BOOL, &f.o) ||
+        make_in<T>(name, a, ls[1], &f.a) || make_in<T>(name, b, ls[2], &f.b))
+        return -1;
+    f.rtol = (T)rtol;
+    f.atol = (T)atol;
+    f.equal_nan = equal_nan;
+    return launch(f, dl_tensor_numel(out));
+}
+
+// --- activation helpers --------------------------------------------------------------------------
+
+template <typename C>
+int threshold_backward_run(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, double threshold) {
+    const char *name = "threshold_backward";
+    dl_tensor *in[2] = {gy, y};
+    dl_cuda_layout ls[3];
+    if (begin(name, gx, 2, in, ls)) return -1;
+    ThresholdBackwardFn<C> f{};
+    if (make_out(name, gx, ls[0], readable<C>(gx->dtype), &f.gx) ||
+        make_in<C>(name, gy, ls[1], &f.gy) || make_in<C>(name, y, ls[2], &f.y))
+        return -1;
+    f.threshold = (C)threshold;
+    return launch(f, dl_tensor_numel(gx));
+}
+
+template <typename C>
+int mask_scale_run(dl_tensor *out, dl_tensor *x, dl_tensor *mask, double scale) {
+    const char *name = "mask_scale";
+    dl_tensor *in[2] = {x, mask};
+    dl_cuda_layout ls[3];
+    if (begin(name, out, 2, in, ls)) return -1;
+    MaskScaleFn<C> f{};
+    if (make_out(name, out, ls[0], readable<C>(out->dtype), &f.o) ||
+        make_in<C>(name, x, ls[1], &f.x) || make_in<bool>(name, mask, ls[2], &f.mask))
+        return -1;
+    f.scale = (C)scale;
+    return launch(f, dl_tensor_numel(out));
+}
+
+// --- entry points (the table) ------------------------------------------------------------------
+
+int ew_binary(dl_binary_op op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha) {
+    if ((unsigned)op >= DL_BINARY_COUNT) return dl_error("binary: unknown op %d", (int)op);
+    switch (compute_kind(a->dtype)) {
+    case 0: return binary_run<float>(op, out, a, b, alpha);
+    case 1: return binary_run<double>(op, out, a, b, alpha);
+    case 2: return binary_run<int64_t>(op, out, a, b, alpha);
+    case 3: return binary_run<bool>(op, out, a, b, alpha);
+    default: return no_kernel("binary", a->dtype);
+    }
+}
+
+int ew_unary(dl_unary_op op, dl_tensor *out, dl_tensor *x) {
+    if ((unsigned)op >= DL_UNARY_COUNT) return dl_error("unary: unknown op %d", (int)op);
+    switch (compute_kind(x->dtype)) {
+    case 0: return unary_run<float>(op, out, x);
+    case 1: return unary_run<double>(op, out, x);
+    case 2: return unary_run<int64_t>(op, out, x);
+    case 3: return unary_run<bool>(op, out, x);
+    default: return no_kernel("unary", x->dtype);
+    }
+}
+
+int ew_clamp(dl_tensor *out, dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
+    switch (compute_kind(x->dtype)) {
+    case 0: return clamp_run<float>(out, x, lo, hi);
+    case 1: return clamp_run<double>(out, x, lo, hi);
+    case 2: return clamp_run<int64_t>(out, x, lo, hi);
+    default: return no_kernel("clamp", x->dtype);
+    }
+}
+
+int ew_where(dl_tensor *out, dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
+    switch (dl_tensor_itemsize(out)) {
+    case 1: return where_run<uint8_t>(out, cond, a, b);
+    case 2: return where_run<uint16_t>(out, cond, a, b);
+    case 4: return where_run<uint32_t>(out, cond, a, b);
+    case 8: return where_run<uint64_t>(out, cond, a, b);
+    default: return no_kernel("where", out->dtype);
+    }
+}
+
+int ew_masked_fill(dl_tensor *self, dl_tensor *mask, const void *value) {
+    switch (dl_tensor_itemsize(self)) {
+    case 1: return masked_fill_run<uint8_t>(self, mask, value);
+    case 2: return masked_fill_run<uint16_t>(self, mask, value);
+    case 4: return masked_fill_run<uint32_t>(self, mask, value);
+    case 8: return masked_fill_run<uint64_t>(self, mask, value);
+    default: return no_kernel("masked_fill", self->dtype);
+    }
+}
+
+int ew_isclose(dl_tensor *out, dl_tensor *a, dl_tensor *b, double rtol, double atol,
+               bool equal_nan) {
+    switch (compute_kind(a->dtype)) {
+    case 0: return isclose_run<float>(out, a, b, rtol, atol, equal_nan);
+    case 1: return isclose_run<double>(out, a, b, rtol, atol, equal_nan);
+    default: return no_kernel("isclose", a->dtype);
+    }
+}
+
+int ew_threshold_backward(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, double threshold) {
+    switch (compute_kind(gx->dtype)) {
+    case 0: return threshold_backward_run<float>(gx, gy, y, threshold);
+    case 1: return threshold_backward_run<double>(gx, gy, y, threshold);
+    default: return no_kernel("threshold_backward", gx->dtype);
+    }
+}
+
+int ew_mask_scale(dl_tensor *out, dl_tensor *x, dl_tensor *mask, double scale) {
+    switch (compute_kind(out->dtype)) {
+    case 0: return mask_scale_run<float>(out, x, mask, scale);
+    case 1: return mask_scale_run<double>(out, x, mask, scale);
+    default: return no_kernel("mask_scale", out->dtype);
+    }
+}
+
+} // namespace
+
 extern const dl_cuda_elementwise_kernels dl_cuda_elementwise_table;
 const dl_cuda_elementwise_kernels dl_cuda_elementwise_table = {
-    "elementwise",
+    .family = "elementwise",
+    .binary = ew_binary,
+    .unary = ew_unary,
+    .clamp = ew_clamp,
+    .where = ew_where,
+    .masked_fill = ew_masked_fill,
+    .isclose = ew_isclose,
+    .threshold_backward = ew_threshold_backward,
+    .mask_scale = ew_mask_scale,
 };

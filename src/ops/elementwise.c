@@ -1,6 +1,6 @@
 /* elementwise.c (ops) - the elementwise op family: validation, PyTorch's
  * type promotion, broadcasting, output allocation and dispatch to the CPU
- * kernels (src/cpu/elementwise.c).
+ * kernels (src/cpu/elementwise.c) or the CUDA ones (cuda/elementwise.cu).
  *
  * Every op works in three dtypes of "compute": float32 (also for float16 and
  * bfloat16 results, which are rounded back at the end), float64, and int64
@@ -11,6 +11,13 @@
  * dtype (the fast path optimizers hit), else they compute out of place and
  * copy the result into self.
  *
+ * Devices: an op runs where its tensors are (dl_common_device); outputs are
+ * allocated there.  A 0-dim CPU tensor (how Lua numbers arrive) may meet CUDA
+ * tensors: it stays on the CPU and the CUDA kernels take its value.  The CUDA
+ * kernels also read and write float16/bfloat16 where the CPU computes in
+ * float32 (kernel_takes), which skips two conversions and gives the same
+ * values: both load exactly and round the float32 result once.
+ *
  * Autograd: the public functions compute through the static *_fwd forwards
  * and then, only when dl_autograd_needed, record a node whose backward (next
  * to each forward) saves just what its formula reads.  In place, the node is
@@ -20,6 +27,7 @@
 #include "ops/elementwise.h"
 #include "core/iter.h"
 #include "cpu/elementwise.h"
+#include "ops/cuda_elementwise.h"
 #include "ops/grad_util.h"
 #include "ops/reduce.h"
 
@@ -127,10 +135,32 @@ static bool can_cast(dl_dtype from, dl_dtype to) {
     return dl_dtype_kind(from) <= dl_dtype_kind(to);
 }
 
-static int check_cpu(const char *op, const dl_tensor *t) {
-    if (t && t->storage->device.type != DL_DEVICE_CPU)
-        return dl_error("%s: only CPU tensors are supported by this op so far", op);
-    return 0;
+/* The device an op on a, b, c (NULL entries skipped) runs on. */
+static int op_device(const char *op, dl_tensor *a, dl_tensor *b, dl_tensor *c, dl_device *dev) {
+    dl_tensor *ts[3] = {a, b, c};
+    return dl_common_device(op, 3, ts, dev);
+}
+
+static bool on_cuda(const dl_tensor *t) {
+    return dl_tensor_device(t).type == DL_DEVICE_CUDA;
+}
+
+/* In place, the op runs where self is. */
+static int check_self_device(const char *op, const dl_tensor *self, dl_device dev) {
+    if (dl_device_equal(dl_tensor_device(self), dev)) return 0;
+    char a[32], b[32];
+    return dl_error("%s: self is on %s but the other operands are on %s", op,
+                    dl_device_name(dl_tensor_device(self), a, sizeof a),
+                    dl_device_name(dev, b, sizeof b));
+}
+
+/* Whether the kernels of dev read and write dtype when they compute in
+ * `compute`: the CPU's only the compute dtype itself; the CUDA ones also
+ * float16 and bfloat16 for float32 (loaded as float, rounded once on store). */
+static bool kernel_takes(dl_device dev, dl_dtype dtype, dl_dtype compute) {
+    if (dtype == compute) return true;
+    return dev.type == DL_DEVICE_CUDA && compute == DL_DTYPE_F32 &&
+           (dtype == DL_DTYPE_F16 || dtype == DL_DTYPE_BF16);
 }
 
 static int check_cast(const char *op, dl_dtype result, const dl_tensor *self) {
@@ -161,10 +191,11 @@ static int check_inplace_shape(const char *op, const dl_tensor *self, int nd,
 /* Converts each of n tensors to the compute dtype (NULL entries stay NULL)
  * and expands it to shape; out[i] are new references.  An operand wider than
  * a narrow integer common dtype (an int64 scalar against uint8) is first cast
- * to common, so it wraps as PyTorch's cast to the common dtype does.  On
- * failure releases what it made. */
+ * to common, so it wraps as PyTorch's cast to the common dtype does.  An
+ * operand the kernels of dev take as it is (kernel_takes) is not converted.
+ * On failure releases what it made. */
 static int prepare(int n, dl_tensor *const *in, dl_dtype common, dl_dtype compute, int nd,
-                   const int64_t *shape, dl_tensor **out) {
+                   const int64_t *shape, dl_device dev, dl_tensor **out) {
     for (int i = 0; i < n; i++) out[i] = NULL;
     for (int i = 0; i < n; i++) {
         if (!in[i]) continue;
@@ -173,6 +204,8 @@ static int prepare(int n, dl_tensor *const *in, dl_dtype common, dl_dtype comput
             dl_tensor *w = dl_tensor_to_dtype(in[i], common);
             c = w ? dl_tensor_to_dtype(w, compute) : NULL;
             dl_tensor_release(w);
+        } else if (kernel_takes(dev, in[i]->dtype, compute)) {
+            c = dl_tensor_retain(in[i]);
         } else {
             c = dl_tensor_to_dtype(in[i], compute);
         }
@@ -418,19 +451,36 @@ static int zero_division(const char *name) {
     return dl_error("%s: integer division by zero", name);
 }
 
+/* The dtype a kernel's output is allocated in: the result's own when the
+ * kernels of dev write it, else what the kernel writes (finish_as converts). */
+static dl_dtype out_dtype(dl_device dev, const op_types *ty) {
+    if (ty->kernel_out == ty->compute && kernel_takes(dev, ty->result, ty->compute))
+        return ty->result;
+    return ty->kernel_out;
+}
+
+/* Runs the binary kernel of out's device.  0, or -1 with the error set. */
+static int run_binary(const char *name, dl_binary_op op, dl_tensor *out, dl_tensor *a, dl_tensor *b,
+                      double alpha) {
+    if (!on_cuda(out)) return dl_cpu_binary(op, out, a, b, alpha) ? zero_division(name) : 0;
+    if (!dl_cuda_ew || !dl_cuda_ew->binary) return dl_cuda_missing(name);
+    int rc = dl_cuda_ew->binary(op, out, a, b, alpha);
+    if (rc == DL_CUDA_ZERO_DIVISION) return zero_division(name);
+    return rc ? -1 : 0;
+}
+
 static dl_tensor *binary_fwd(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha) {
     const char *name = dl_binary_op_name(op);
     op_types ty;
-    if (check_cpu(name, a) || check_cpu(name, b) || binary_types(name, op, a, b, alpha, &ty))
-        return NULL;
+    dl_device dev;
+    if (op_device(name, a, b, NULL, &dev) || binary_types(name, op, a, b, alpha, &ty)) return NULL;
     int64_t shape[DL_MAX_DIMS];
     int nd = dl_broadcast_shapes(name, a->ndim, a->shape, b->ndim, b->shape, shape);
     if (nd < 0) return NULL;
     dl_tensor *in[2] = {a, b}, *ops[2];
-    if (prepare(2, in, ty.common, ty.compute, nd, shape, ops)) return NULL;
-    dl_tensor *out = dl_tensor_empty(nd, shape, ty.kernel_out, DL_CPU);
-    if (out && dl_cpu_binary(op, out, ops[0], ops[1], alpha)) {
-        zero_division(name);
+    if (prepare(2, in, ty.common, ty.compute, nd, shape, dev, ops)) return NULL;
+    dl_tensor *out = dl_tensor_empty(nd, shape, out_dtype(dev, &ty), dev);
+    if (out && run_binary(name, op, out, ops[0], ops[1], alpha)) {
         dl_tensor_release(out);
         out = NULL;
     }
@@ -442,20 +492,21 @@ static int binary_fwd_(dl_binary_op op, dl_tensor *self, dl_tensor *other, doubl
     char name[40];
     snprintf(name, sizeof name, "%s_", dl_binary_op_name(op));
     op_types ty;
-    if (check_cpu(name, self) || check_cpu(name, other) ||
+    dl_device dev;
+    if (op_device(name, self, other, NULL, &dev) || check_self_device(name, self, dev) ||
         binary_types(name, op, self, other, alpha, &ty) || check_cast(name, ty.result, self))
         return -1;
     int64_t shape[DL_MAX_DIMS];
     int nd = dl_broadcast_shapes(name, self->ndim, self->shape, other->ndim, other->shape, shape);
     if (nd < 0 || check_inplace_shape(name, self, nd, shape)) return -1;
-    if (self->dtype != ty.compute || ty.kernel_out != ty.compute)
+    if (!kernel_takes(dev, self->dtype, ty.compute) || ty.kernel_out != ty.compute)
         return copy_into(self, binary_fwd(op, self, other, alpha));
     dl_tensor *eo;
-    if (prepare(1, &other, ty.common, ty.compute, nd, shape, &eo)) return -1;
-    int rc = dl_cpu_binary(op, self, self, eo, alpha);
+    if (prepare(1, &other, ty.common, ty.compute, nd, shape, dev, &eo)) return -1;
+    int rc = run_binary(name, op, self, self, eo, alpha);
     dl_tensor_release(eo);
     dl_tensor_bump_version(self);
-    return rc ? zero_division(name) : 0;
+    return rc;
 }
 
 /* --- binary: backward formulas and recording ------------------------------------------ */
@@ -721,17 +772,31 @@ static int unary_types(const char *name, dl_unary_op op, const dl_tensor *x, op_
     return 0;
 }
 
+/* Runs the unary kernel of out's device.  0, or -1 with the error set. */
+static int run_unary(const char *name, dl_unary_op op, dl_tensor *out, dl_tensor *x) {
+    if (!on_cuda(out)) {
+        dl_cpu_unary(op, out, x);
+        return 0;
+    }
+    if (!dl_cuda_ew || !dl_cuda_ew->unary) return dl_cuda_missing(name);
+    return dl_cuda_ew->unary(op, out, x);
+}
+
 static dl_tensor *unary_fwd(dl_unary_op op, dl_tensor *x) {
     const char *name = dl_unary_op_name(op);
     op_types ty;
-    if (check_cpu(name, x) || unary_types(name, op, x, &ty)) return NULL;
+    if (unary_types(name, op, x, &ty)) return NULL;
+    dl_device dev = dl_tensor_device(x);
     if ((op == DL_UNARY_ISNAN || op == DL_UNARY_ISINF || op == DL_UNARY_ISFINITE) &&
         !dl_dtype_is_floating(x->dtype))
-        return dl_tensor_full(x->ndim, x->shape, op == DL_UNARY_ISFINITE, DL_DTYPE_BOOL, DL_CPU);
+        return dl_tensor_full(x->ndim, x->shape, op == DL_UNARY_ISFINITE, DL_DTYPE_BOOL, dev);
     dl_tensor *cx;
-    if (prepare(1, &x, x->dtype, ty.compute, x->ndim, x->shape, &cx)) return NULL;
-    dl_tensor *out = dl_tensor_empty(x->ndim, x->shape, ty.kernel_out, DL_CPU);
-    if (out) dl_cpu_unary(op, out, cx);
+    if (prepare(1, &x, x->dtype, ty.compute, x->ndim, x->shape, dev, &cx)) return NULL;
+    dl_tensor *out = dl_tensor_empty(x->ndim, x->shape, out_dtype(dev, &ty), dev);
+    if (out && run_unary(name, op, out, cx)) {
+        dl_tensor_release(out);
+        out = NULL;
+    }
     dl_tensor_release(cx);
     return finish_as(out, ty.result);
 }
@@ -740,15 +805,15 @@ static int unary_fwd_(dl_unary_op op, dl_tensor *self) {
     char name[40];
     snprintf(name, sizeof name, "%s_", dl_unary_op_name(op));
     op_types ty;
-    if (check_cpu(name, self) || unary_types(name, op, self, &ty) ||
-        check_cast(name, ty.result, self) ||
+    if (unary_types(name, op, self, &ty) || check_cast(name, ty.result, self) ||
         check_inplace_shape(name, self, self->ndim, self->shape))
         return -1;
-    if (self->dtype != ty.compute || ty.kernel_out != ty.compute)
+    if (!kernel_takes(dl_tensor_device(self), self->dtype, ty.compute) ||
+        ty.kernel_out != ty.compute)
         return copy_into(self, unary_fwd(op, self));
-    dl_cpu_unary(op, self, self);
-    dl_tensor_bump_version(self);
-    return 0;
+    int rc = run_unary(name, op, self, self);
+    if (rc == 0) dl_tensor_bump_version(self);
+    return rc;
 }
 
 /* --- unary: backward formulas and recording ---------------------------------------------- */
@@ -930,11 +995,11 @@ int dl_unary_(dl_unary_op op, dl_tensor *self) {
 
 /* --- clamp ------------------------------------------------------------------------- */
 
-/* Promotion, broadcast shape and the compute dtype of clamp(x, lo, hi). */
+/* Promotion, broadcast shape, device and the compute dtype of clamp(x, lo, hi). */
 static int clamp_plan(const char *name, dl_tensor *x, dl_tensor *lo, dl_tensor *hi, op_types *ty,
-                      int64_t *shape) {
+                      int64_t *shape, dl_device *dev) {
     if (!lo && !hi) return dl_error("%s: at least one of min and max must be given", name);
-    if (check_cpu(name, x) || check_cpu(name, lo) || check_cpu(name, hi)) return -1;
+    if (op_device(name, x, lo, hi, dev)) return -1;
     dl_tensor *all[3] = {x, lo, hi};
     dl_dtype r = result_type_n(3, all);
     *ty = (op_types){r, r, compute_dtype(r), compute_dtype(r)};
@@ -961,11 +1026,13 @@ static dl_tensor *open_bound(dl_dtype dtype, bool upper) {
     return t;
 }
 
-/* Runs the clamp kernel into out (of the compute dtype and shape). */
+/* Runs the clamp kernel of out's device into out (of out's shape, a dtype the
+ * kernel takes for the compute dtype). */
 static int clamp_run(dl_tensor *out, dl_tensor *x, dl_tensor *lo, dl_tensor *hi,
                      const op_types *ty) {
     dl_tensor *in[3] = {x, lo, hi}, *ops[3];
-    if (prepare(3, in, ty->result, ty->compute, out->ndim, out->shape, ops)) return -1;
+    if (prepare(3, in, ty->result, ty->compute, out->ndim, out->shape, dl_tensor_device(out), ops))
+        return -1;
     /* missing bounds: open ones, already in the compute dtype (never wrapped) */
     for (int i = 1; i < 3; i++) {
         if (ops[i]) continue;
@@ -977,17 +1044,24 @@ static int clamp_run(dl_tensor *out, dl_tensor *x, dl_tensor *lo, dl_tensor *hi,
             return -1;
         }
     }
-    dl_cpu_clamp(out, ops[0], ops[1], ops[2]);
+    int rc = 0;
+    if (!on_cuda(out))
+        dl_cpu_clamp(out, ops[0], ops[1], ops[2]);
+    else if (!dl_cuda_ew || !dl_cuda_ew->clamp)
+        rc = dl_cuda_missing("clamp");
+    else
+        rc = dl_cuda_ew->clamp(out, ops[0], ops[1], ops[2]);
     release_all(3, ops);
-    return 0;
+    return rc;
 }
 
 static dl_tensor *clamp_fwd(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
     op_types ty;
     int64_t shape[DL_MAX_DIMS];
-    int nd = clamp_plan("clamp", x, lo, hi, &ty, shape);
+    dl_device dev;
+    int nd = clamp_plan("clamp", x, lo, hi, &ty, shape, &dev);
     if (nd < 0) return NULL;
-    dl_tensor *out = dl_tensor_empty(nd, shape, ty.compute, DL_CPU);
+    dl_tensor *out = dl_tensor_empty(nd, shape, out_dtype(dev, &ty), dev);
     if (out && clamp_run(out, x, lo, hi, &ty)) {
         dl_tensor_release(out);
         return NULL;
@@ -998,11 +1072,13 @@ static dl_tensor *clamp_fwd(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
 static int clamp_fwd_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi) {
     op_types ty;
     int64_t shape[DL_MAX_DIMS];
-    int nd = clamp_plan("clamp_", self, lo, hi, &ty, shape);
-    if (nd < 0 || check_cast("clamp_", ty.result, self) ||
+    dl_device dev;
+    int nd = clamp_plan("clamp_", self, lo, hi, &ty, shape, &dev);
+    if (nd < 0 || check_self_device("clamp_", self, dev) || check_cast("clamp_", ty.result, self) ||
         check_inplace_shape("clamp_", self, nd, shape))
         return -1;
-    if (self->dtype != ty.compute) return copy_into(self, clamp_fwd(self, lo, hi));
+    if (!kernel_takes(dev, self->dtype, ty.compute))
+        return copy_into(self, clamp_fwd(self, lo, hi));
     int rc = clamp_run(self, self, lo, hi, &ty);
     if (rc == 0) dl_tensor_bump_version(self);
     return rc;
@@ -1087,9 +1163,8 @@ static int check_mask(const char *op, const char *what, const dl_tensor *m) {
 }
 
 static dl_tensor *where_fwd(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
-    if (check_cpu("where", cond) || check_cpu("where", a) || check_cpu("where", b) ||
-        check_mask("where", "condition", cond))
-        return NULL;
+    dl_device dev;
+    if (op_device("where", cond, a, b, &dev) || check_mask("where", "condition", cond)) return NULL;
     dl_dtype r = dl_result_type(a, b);
     int64_t s1[DL_MAX_DIMS], shape[DL_MAX_DIMS];
     int n1 = dl_broadcast_shapes("where", cond->ndim, cond->shape, a->ndim, a->shape, s1);
@@ -1099,21 +1174,30 @@ static dl_tensor *where_fwd(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
     dl_tensor *ec = dl_tensor_expand(cond, nd, shape);
     if (!ec) return NULL;
     dl_tensor *in[2] = {a, b}, *ops[2];
-    if (prepare(2, in, r, r, nd, shape, ops)) {
+    if (prepare(2, in, r, r, nd, shape, dev, ops)) {
         dl_tensor_release(ec);
         return NULL;
     }
-    dl_tensor *out = dl_tensor_empty(nd, shape, r, DL_CPU);
-    if (out) dl_cpu_where(out, ec, ops[0], ops[1]);
+    dl_tensor *out = dl_tensor_empty(nd, shape, r, dev);
+    int rc = 0;
+    if (out && !on_cuda(out))
+        dl_cpu_where(out, ec, ops[0], ops[1]);
+    else if (out && (!dl_cuda_ew || !dl_cuda_ew->where))
+        rc = dl_cuda_missing("where");
+    else if (out)
+        rc = dl_cuda_ew->where(out, ec, ops[0], ops[1]);
+    if (rc) {
+        dl_tensor_release(out);
+        out = NULL;
+    }
     dl_tensor_release(ec);
     release_all(2, ops);
     return out;
 }
 
-static int masked_fill_checks(const char *op, dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
-    if (check_cpu(op, x) || check_cpu(op, mask) || check_cpu(op, value) ||
-        check_mask(op, "mask", mask))
-        return -1;
+static int masked_fill_checks(const char *op, dl_tensor *x, dl_tensor *mask, dl_tensor *value,
+                              dl_device *dev) {
+    if (op_device(op, x, mask, value, dev) || check_mask(op, "mask", mask)) return -1;
     if (value->ndim != 0)
         return dl_error("%s: value must be a number or a 0-dim tensor (got a tensor with %d "
                         "dimensions)",
@@ -1121,27 +1205,35 @@ static int masked_fill_checks(const char *op, dl_tensor *x, dl_tensor *mask, dl_
     return 0;
 }
 
-/* The fill into self, whose shape mask already broadcasts to. */
+/* The fill into self, whose shape mask already broadcasts to.  The kernels
+ * take the value from host memory (a value on CUDA is copied back first). */
 static int masked_fill_run(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
-    dl_tensor *v = dl_tensor_to_dtype(value, self->dtype);
+    dl_tensor *vd = dl_tensor_to_dtype(value, self->dtype);
+    dl_tensor *v = vd ? dl_tensor_to_device(vd, DL_CPU) : NULL;
     dl_tensor *em = v ? dl_tensor_expand(mask, self->ndim, self->shape) : NULL;
     int rc = -1;
-    if (em) {
+    if (em && !on_cuda(self)) {
         dl_cpu_masked_fill(self, em, dl_tensor_data_ptr(v));
-        dl_tensor_bump_version(self);
         rc = 0;
+    } else if (em) {
+        rc = dl_cuda_ew && dl_cuda_ew->masked_fill
+                 ? dl_cuda_ew->masked_fill(self, em, dl_tensor_data_ptr(v))
+                 : dl_cuda_missing("masked_fill");
     }
+    if (rc == 0) dl_tensor_bump_version(self);
     dl_tensor_release(em);
     dl_tensor_release(v);
+    dl_tensor_release(vd);
     return rc;
 }
 
 static dl_tensor *masked_fill_fwd(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
-    if (masked_fill_checks("masked_fill", x, mask, value)) return NULL;
+    dl_device dev;
+    if (masked_fill_checks("masked_fill", x, mask, value, &dev)) return NULL;
     int64_t shape[DL_MAX_DIMS];
     int nd = dl_broadcast_shapes("masked_fill", x->ndim, x->shape, mask->ndim, mask->shape, shape);
     if (nd < 0) return NULL;
-    dl_tensor *out = dl_tensor_empty(nd, shape, x->dtype, DL_CPU);
+    dl_tensor *out = dl_tensor_empty(nd, shape, x->dtype, dev);
     if (out && (dl_tensor_copy_(out, x) || masked_fill_run(out, mask, value))) {
         dl_tensor_release(out);
         return NULL;
@@ -1150,7 +1242,10 @@ static dl_tensor *masked_fill_fwd(dl_tensor *x, dl_tensor *mask, dl_tensor *valu
 }
 
 static int masked_fill_fwd_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
-    if (masked_fill_checks("masked_fill_", self, mask, value)) return -1;
+    dl_device dev;
+    if (masked_fill_checks("masked_fill_", self, mask, value, &dev) ||
+        check_self_device("masked_fill_", self, dev))
+        return -1;
     int64_t shape[DL_MAX_DIMS];
     int nd = dl_broadcast_shapes("masked_fill_", self->ndim, self->shape, mask->ndim, mask->shape,
                                  shape);
@@ -1222,27 +1317,34 @@ int dl_masked_fill_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
 
 /* --- equal, isclose, allclose ------------------------------------------------------------ */
 
-/* *out = every byte of the bool tensor t (contiguous, fresh) is true. */
-static bool all_true(const dl_tensor *t) {
-    int64_t n = dl_tensor_numel(t);
-    return n == 0 || memchr(dl_tensor_data_ptr(t), 0, (size_t)n) == NULL;
+/* *out = every byte of the bool tensor t (contiguous, fresh; read on the
+ * CPU, so one on CUDA is copied back) is true.  0 or -1. */
+static int all_true(dl_tensor *t, bool *out) {
+    dl_tensor *h = dl_tensor_to_device(t, DL_CPU);
+    if (!h) return -1;
+    int64_t n = dl_tensor_numel(h);
+    *out = n == 0 || memchr(dl_tensor_data_ptr(h), 0, (size_t)n) == NULL;
+    dl_tensor_release(h);
+    return 0;
 }
 
 int dl_equal(dl_tensor *a, dl_tensor *b, bool *out) {
-    if (check_cpu("equal", a) || check_cpu("equal", b)) return -1;
+    dl_device dev;
+    if (op_device("equal", a, b, NULL, &dev)) return -1;
     if (!dl_shape_equal(a, b)) {
         *out = false;
         return 0;
     }
     dl_tensor *eq = binary_fwd(DL_BINARY_EQ, a, b, 1);
     if (!eq) return -1;
-    *out = all_true(eq);
+    int rc = all_true(eq, out);
     dl_tensor_release(eq);
-    return 0;
+    return rc;
 }
 
 dl_tensor *dl_isclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool equal_nan) {
-    if (check_cpu("isclose", a) || check_cpu("isclose", b)) return NULL;
+    dl_device dev;
+    if (op_device("isclose", a, b, NULL, &dev)) return NULL;
     if (!(rtol >= 0) || !(atol >= 0)) {
         dl_error("isclose: rtol and atol must be non-negative (got %g and %g)", rtol, atol);
         return NULL;
@@ -1254,9 +1356,19 @@ dl_tensor *dl_isclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool
     int nd = dl_broadcast_shapes("isclose", a->ndim, a->shape, b->ndim, b->shape, shape);
     if (nd < 0) return NULL;
     dl_tensor *in[2] = {a, b}, *ops[2];
-    if (prepare(2, in, c, c, nd, shape, ops)) return NULL;
-    dl_tensor *out = dl_tensor_empty(nd, shape, DL_DTYPE_BOOL, DL_CPU);
-    if (out) dl_cpu_isclose(out, ops[0], ops[1], rtol, atol, equal_nan);
+    if (prepare(2, in, c, c, nd, shape, dev, ops)) return NULL;
+    dl_tensor *out = dl_tensor_empty(nd, shape, DL_DTYPE_BOOL, dev);
+    int rc = 0;
+    if (out && !on_cuda(out))
+        dl_cpu_isclose(out, ops[0], ops[1], rtol, atol, equal_nan);
+    else if (out && (!dl_cuda_ew || !dl_cuda_ew->isclose))
+        rc = dl_cuda_missing("isclose");
+    else if (out)
+        rc = dl_cuda_ew->isclose(out, ops[0], ops[1], rtol, atol, equal_nan);
+    if (rc) {
+        dl_tensor_release(out);
+        out = NULL;
+    }
     release_all(2, ops);
     return out;
 }
@@ -1264,7 +1376,7 @@ dl_tensor *dl_isclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool
 int dl_allclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool equal_nan, bool *out) {
     dl_tensor *c = dl_isclose(a, b, rtol, atol, equal_nan);
     if (!c) return -1;
-    *out = all_true(c);
+    int rc = all_true(c, out);
     dl_tensor_release(c);
-    return 0;
+    return rc;
 }

@@ -15,6 +15,7 @@
 #include "cpu/loss.h"
 #include "cpu/pad.h"
 #include "cpu/softmax.h"
+#include "ops/cuda_elementwise.h"
 #include "ops/random.h"
 #include "ops/reduce.h"
 
@@ -660,15 +661,36 @@ int dl_binary_cross_entropy_with_logits_backward(dl_tensor *gloss, dl_tensor *x,
 
 /* --- relu --------------------------------------------------------------------------------- */
 
+/* relu_backward and dropout run on the CPU or CUDA (the elementwise family's
+ * kernels, cuda/elementwise.cu): their tensors need a floating dtype on one
+ * device (a 0-dim CPU tensor may stand beside CUDA ones). */
+static int check_floating(const char *op, const char *what, const dl_tensor *t) {
+    if (dl_dtype_is_floating(t->dtype)) return 0;
+    return dl_error("%s: %s must be a floating-point tensor, got %s", op, what,
+                    dl_dtype_name(t->dtype));
+}
+
 dl_tensor *dl_relu_backward(dl_tensor *gy, dl_tensor *y) {
     const char *op = "relu_backward";
-    if (check_float(op, "grad", gy) || check_float(op, "output", y) ||
-        check_same_shape(op, "grad", gy, "output", y))
+    dl_tensor *ts[2] = {gy, y};
+    dl_device dev;
+    if (check_floating(op, "grad", gy) || check_floating(op, "output", y) ||
+        check_same_shape(op, "grad", gy, "output", y) || dl_common_device(op, 2, ts, &dev))
         return NULL;
     dl_tensor *g = dl_tensor_to_dtype(gy, y->dtype);
-    dl_tensor *gx = g ? dl_tensor_empty(y->ndim, y->shape, y->dtype, DL_CPU) : NULL;
-    if (gx) dl_cpu_threshold_backward(gx, g, y, 0.0);
+    dl_tensor *gx = g ? dl_tensor_empty(y->ndim, y->shape, y->dtype, dev) : NULL;
+    int rc = 0;
+    if (gx && dev.type != DL_DEVICE_CUDA)
+        dl_cpu_threshold_backward(gx, g, y, 0.0);
+    else if (gx)
+        rc = dl_cuda_ew && dl_cuda_ew->threshold_backward
+                 ? dl_cuda_ew->threshold_backward(gx, g, y, 0.0)
+                 : dl_cuda_missing(op);
     dl_tensor_release(g);
+    if (rc) {
+        dl_tensor_release(gx);
+        return NULL;
+    }
     return gx;
 }
 
@@ -684,27 +706,38 @@ static double dropout_scale(double p) {
     return p >= 1 ? 0.0 : 1.0 / (1.0 - p);
 }
 
+/* out = x * (mask ? scale : 0) by the kernel of out's device.  0 or -1. */
+static int mask_scale(const char *op, dl_tensor *out, dl_tensor *x, dl_tensor *mask, double scale) {
+    if (dl_tensor_device(out).type != DL_DEVICE_CUDA) {
+        dl_cpu_mask_scale(out, x, mask, scale);
+        return 0;
+    }
+    if (!dl_cuda_ew || !dl_cuda_ew->mask_scale) return dl_cuda_missing(op);
+    return dl_cuda_ew->mask_scale(out, x, mask, scale);
+}
+
 int dl_dropout_forward(dl_tensor *x, double p, bool training, dl_generator *g, dl_tensor **out,
                        dl_tensor **mask) {
     const char *op = "dropout";
     *out = NULL;
     if (mask) *mask = NULL;
-    if (check_float(op, "input", x) || check_p(op, p)) return -1;
+    if (check_floating(op, "input", x) || check_p(op, p)) return -1;
     if (!training) {
         *out = dl_tensor_retain(x);
         return 0;
     }
-    dl_tensor *m = dl_tensor_empty(x->ndim, x->shape, DL_DTYPE_BOOL, DL_CPU);
+    dl_device dev = dl_tensor_device(x);
+    dl_tensor *m = dl_tensor_empty(x->ndim, x->shape, DL_DTYPE_BOOL, dev);
     if (!m || dl_bernoulli_(m, 1.0 - p, g)) {
         dl_tensor_release(m);
         return -1;
     }
-    dl_tensor *o = dl_tensor_empty(x->ndim, x->shape, x->dtype, DL_CPU);
-    if (!o) {
+    dl_tensor *o = dl_tensor_empty(x->ndim, x->shape, x->dtype, dev);
+    if (!o || mask_scale(op, o, x, m, dropout_scale(p))) {
+        dl_tensor_release(o);
         dl_tensor_release(m);
         return -1;
     }
-    dl_cpu_mask_scale(o, x, m, dropout_scale(p));
     *out = o;
     if (mask)
         *mask = m;
@@ -715,16 +748,21 @@ int dl_dropout_forward(dl_tensor *x, double p, bool training, dl_generator *g, d
 
 dl_tensor *dl_dropout_backward(dl_tensor *gy, dl_tensor *mask, double p) {
     const char *op = "dropout_backward";
-    if (check_float(op, "grad", gy) || check_p(op, p)) return NULL;
+    if (check_floating(op, "grad", gy) || check_p(op, p)) return NULL;
     if (!mask) return dl_tensor_retain(gy);
-    if (check_cpu(op, "mask", mask)) return NULL;
+    dl_tensor *ts[2] = {gy, mask};
+    dl_device dev;
+    if (dl_common_device(op, 2, ts, &dev)) return NULL;
     if (mask->dtype != DL_DTYPE_BOOL) {
         dl_error("%s: mask must be bool, got %s", op, dl_dtype_name(mask->dtype));
         return NULL;
     }
     if (check_same_shape(op, "grad", gy, "mask", mask)) return NULL;
-    dl_tensor *gx = dl_tensor_empty(gy->ndim, gy->shape, gy->dtype, DL_CPU);
-    if (gx) dl_cpu_mask_scale(gx, gy, mask, dropout_scale(p));
+    dl_tensor *gx = dl_tensor_empty(gy->ndim, gy->shape, gy->dtype, dev);
+    if (gx && mask_scale(op, gx, gy, mask, dropout_scale(p))) {
+        dl_tensor_release(gx);
+        return NULL;
+    }
     return gx;
 }
 
