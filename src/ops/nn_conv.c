@@ -16,6 +16,7 @@
 #include "cpu/conv.h"
 #include "cpu/dnnl_util.h"
 #include "cpu/pool.h"
+#include "ops/cuda_nn.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -300,7 +301,86 @@ done:
     return rc;
 }
 
+/* --- CUDA helpers of batch norm and pooling ---------------------------------------------
+ * On CUDA, batch norm keeps half data in its dtype (the kernels compute in
+ * float32) and keeps a channels-last input channels-last; pooling converts
+ * as on the CPU (float32 compute dtype, contiguous NCHW). */
+
+/* Like check_float, for ops whose operands may be on CUDA (the device is
+ * checked by dl_common_device). */
+static int float_operand(const char *op, const char *what, const dl_tensor *t) {
+    if (!dl_dtype_is_floating(t->dtype))
+        return dl_error("%s: %s must be a floating-point tensor, got %s", op, what,
+                        dl_dtype_name(t->dtype));
+    return 0;
+}
+
+/* 0 when the nn table has the kernel (have) for op, with dev made current;
+ * else -1 with the error. */
+static int nn_cuda_ready(const char *op, dl_device dev, bool have) {
+    if (!have) return dl_cuda_missing(op);
+    return dl_cuda_rt->set_device(dev.index);
+}
+
+/* True when t (N,C,*spatial) is dense with C fastest ((N,*spatial,C) in
+ * memory) but not plain contiguous. */
+static bool is_channels_last(const dl_tensor *t) {
+    if (t->ndim < 3 || dl_tensor_is_contiguous(t)) return false;
+    int64_t expect = t->shape[1];
+    if (t->shape[1] != 1 && t->strides[1] != 1) return false;
+    for (int d = t->ndim - 1; d >= 2; d--) {
+        if (t->shape[d] != 1 && t->strides[d] != expect) return false;
+        expect *= t->shape[d];
+    }
+    return t->shape[0] == 1 || t->strides[0] == expect;
+}
+
+/* An uninitialised tensor of shape on dev; with cl, channels-last: an
+ * (N,*spatial,C) tensor viewed as (N,C,*spatial). */
+static dl_tensor *empty_layout(int ndim, const int64_t *shape, dl_dtype dt, dl_device dev,
+                               bool cl) {
+    if (!cl) return dl_tensor_empty(ndim, shape, dt, dev);
+    int64_t ps[DL_MAX_DIMS];
+    int perm[DL_MAX_DIMS];
+    ps[0] = shape[0];
+    ps[ndim - 1] = shape[1];
+    perm[0] = 0;
+    perm[1] = ndim - 1;
+    for (int d = 2; d < ndim; d++) {
+        ps[d - 1] = shape[d];
+        perm[d] = d - 1;
+    }
+    dl_tensor *e = dl_tensor_empty(ndim, ps, dt, dev);
+    if (!e) return NULL;
+    dl_tensor *v = dl_tensor_permute(e, perm);
+    dl_tensor_release(e);
+    return v;
+}
+
+/* t in dtype dt, contiguous or (cl) channels-last dense: a new reference. */
+static dl_tensor *prep_layout(dl_tensor *t, dl_dtype dt, bool cl) {
+    if (!cl) return prep(t, dt);
+    if (t->dtype == dt && is_channels_last(t)) return dl_tensor_retain(t);
+    dl_tensor *r = empty_layout(t->ndim, t->shape, dt, dl_tensor_device(t), true);
+    if (r && dl_tensor_copy_(r, t)) {
+        dl_tensor_release(r);
+        r = NULL;
+    }
+    return r;
+}
+
 /* --- batch_norm -------------------------------------------------------------------- */
+
+/* The device of batch norm's n operands (NULLs skipped); on CUDA also checks
+ * that the kernel (have) and the statistics helpers exist and makes the
+ * device current. */
+static int bn_device(const char *op, int n, dl_tensor *const *ts, bool have, dl_device *dev) {
+    if (dl_common_device(op, n, ts, dev)) return -1;
+    if (dev->type != DL_DEVICE_CUDA) return 0;
+    return nn_cuda_ready(op, *dev,
+                         have && dl_cuda_nn->batch_norm_update_running &&
+                             dl_cuda_nn->batch_norm_var_transform);
+}
 
 dl_batch_norm_params dl_batch_norm_default_params(void) {
     dl_batch_norm_params p = {0.1, false, 0, 1e-5};
@@ -311,7 +391,7 @@ dl_batch_norm_params dl_batch_norm_default_params(void) {
 static int bn_check(const char *op, const dl_tensor *x, dl_tensor *const *vecs,
                     const char *const *names, int nvec, dl_bn_shape *s) {
     char sb[96];
-    if (check_float(op, "input", x)) return -1;
+    if (float_operand(op, "input", x)) return -1;
     if (x->ndim < 2 || x->ndim > 4)
         return dl_error("%s: expected a 2-D (N,C), 3-D (N,C,L) or 4-D (N,C,H,W) input, got "
                         "%d-D %s",
@@ -324,7 +404,7 @@ static int bn_check(const char *op, const dl_tensor *x, dl_tensor *const *vecs,
     for (int i = 0; i < nvec; i++) {
         const dl_tensor *v = vecs[i];
         if (!v) continue;
-        if (check_float(op, names[i], v)) return -1;
+        if (float_operand(op, names[i], v)) return -1;
         if (v->dtype != x->dtype && !(half && v->dtype == DL_DTYPE_F32))
             return dl_error("%s: %s (%s) must have the input's dtype (%s)%s", op, names[i],
                             dl_dtype_name(v->dtype), dl_dtype_name(x->dtype),
@@ -343,17 +423,24 @@ static int check_writable(const char *op, const char *what, const dl_tensor *t) 
     return 0;
 }
 
-/* running = (1 - m) * running + m * stat * factor, in place (any dtype/layout). */
+/* running = (1 - m) * running + m * stat * factor, in place (any dtype/layout;
+ * running and stat on one device, made current by the caller when CUDA). */
 static int update_running(dl_tensor *running, dl_tensor *stat, double m, double factor) {
     dl_tensor *r = prep(running, DL_DTYPE_F64), *st = prep(stat, DL_DTYPE_F64);
     int64_t C = running->shape[0];
-    dl_tensor *out = dl_tensor_empty(1, &C, DL_DTYPE_F64, DL_CPU);
+    dl_device dev = dl_tensor_device(running);
+    dl_tensor *out = dl_tensor_empty(1, &C, DL_DTYPE_F64, dev);
     int rc = -1;
     if (r && st && out) {
         const double *rp = dl_tensor_data_ptr(r), *sp = dl_tensor_data_ptr(st);
         double *op = dl_tensor_data_ptr(out);
-        for (int64_t c = 0; c < C; c++) op[c] = (1 - m) * rp[c] + m * sp[c] * factor;
-        rc = dl_tensor_copy_(running, out);
+        if (dev.type == DL_DEVICE_CUDA) {
+            rc = dl_cuda_nn->batch_norm_update_running(C, op, rp, sp, m, factor);
+        } else {
+            for (int64_t c = 0; c < C; c++) op[c] = (1 - m) * rp[c] + m * sp[c] * factor;
+            rc = 0;
+        }
+        if (rc == 0) rc = dl_tensor_copy_(running, out);
         if (rc == 0) dl_tensor_bump_version(running);
     }
     dl_tensor_release(r);
@@ -363,10 +450,18 @@ static int update_running(dl_tensor *running, dl_tensor *stat, double m, double 
 }
 
 /* invstd = 1 / sqrt(var + eps) (to_invstd) or var = 1 / invstd^2 - eps, a
- * new (C) tensor of v's dtype. */
+ * new (C) tensor of v's dtype and device (v contiguous, F32 or F64). */
 static dl_tensor *var_transform(dl_tensor *v, double eps, bool to_invstd) {
-    dl_tensor *r = dl_tensor_empty(1, v->shape, v->dtype, DL_CPU);
+    dl_tensor *r = dl_tensor_empty(1, v->shape, v->dtype, dl_tensor_device(v));
     if (!r) return NULL;
+    if (dl_tensor_device(v).type == DL_DEVICE_CUDA) {
+        if (dl_cuda_nn->batch_norm_var_transform(v->dtype, v->shape[0], dl_tensor_data_ptr(r),
+                                                 dl_tensor_data_ptr(v), eps, to_invstd)) {
+            dl_tensor_release(r);
+            return NULL;
+        }
+        return r;
+    }
     for (int64_t c = 0; c < v->shape[0]; c++) {
         double a = v->dtype == DL_DTYPE_F32 ? ((const float *)dl_tensor_data_ptr(v))[c]
                                             : ((const double *)dl_tensor_data_ptr(v))[c];
@@ -388,7 +483,10 @@ int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias
     dl_tensor *vecs[4] = {weight, bias, running_mean, running_var};
     dl_bn_shape s;
     *y = *save_mean = *save_invstd = NULL;
+    dl_device dev;
     if (bn_check(op, x, vecs, names, 4, &s)) return -1;
+    dl_tensor *all[5] = {x, weight, bias, running_mean, running_var};
+    if (bn_device(op, 5, all, dl_cuda_nn && dl_cuda_nn->batch_norm_forward_train, &dev)) return -1;
     if (!(p->eps >= 0)) return dl_error("%s: eps must be non-negative, got %g", op, p->eps);
     if ((running_mean == NULL) != (running_var == NULL))
         return dl_error("%s: running_mean and running_var must be given together", op);
@@ -411,13 +509,16 @@ int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias
     }
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t shape3[3] = {s.N, s.C, s.S};
+    /* CUDA: x and y keep x's dtype and (channels-last) layout */
+    bool cuda = dev.type == DL_DEVICE_CUDA, cl = cuda && is_channels_last(x);
     /* in: x w b; out: y mean var invstd */
-    dl_tensor *t[7] = {prep(x, ct),
+    dl_tensor *t[7] = {cuda ? prep_layout(x, dt, cl) : prep(x, ct),
                        prep(weight, ct),
                        prep(bias, ct),
-                       dl_tensor_empty(3, shape3, ct, DL_CPU),
-                       dl_tensor_zeros(1, &s.C, ct, DL_CPU),
-                       dl_tensor_zeros(1, &s.C, ct, DL_CPU),
+                       cuda ? empty_layout(x->ndim, x->shape, dt, dev, cl)
+                            : dl_tensor_empty(3, shape3, ct, DL_CPU),
+                       dl_tensor_zeros(1, &s.C, ct, dev),
+                       dl_tensor_zeros(1, &s.C, ct, dev),
                        NULL};
     int rc = -1;
     if (!t[0] || (weight && !t[1]) || (bias && !t[2]) || !t[3] || !t[4] || !t[5]) goto done;
@@ -425,16 +526,21 @@ int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias
         /* PyTorch: an empty batch passes through, statistics untouched */
         rc = 0;
     } else {
-        rc = dl_cpu_batch_norm_forward_train(
-            ct, &s, p->eps, dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[4]),
-            dl_tensor_data_ptr(t[5]), dl_tensor_data_ptr(t[0]),
-            t[1] ? dl_tensor_data_ptr(t[1]) : NULL, t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
+        void *y_ = dl_tensor_data_ptr(t[3]), *mean_ = dl_tensor_data_ptr(t[4]),
+             *var_ = dl_tensor_data_ptr(t[5]);
+        const void *x_ = dl_tensor_data_ptr(t[0]), *w_ = t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
+                   *b_ = t[2] ? dl_tensor_data_ptr(t[2]) : NULL;
+        rc = cuda ? dl_cuda_nn->batch_norm_forward_train(dt, cl, &s, p->eps, y_, mean_, var_, x_,
+                                                         w_, b_)
+                  : dl_cpu_batch_norm_forward_train(ct, &s, p->eps, y_, mean_, var_, x_, w_, b_);
         if (rc == 0 && running_mean)
             rc = update_running(running_mean, t[4], m, 1.0) ||
                  update_running(running_var, t[5], m, (double)M / (double)(M - 1));
     }
     if (rc) goto done;
-    if (!(t[6] = var_transform(t[5], p->eps, true)) || finish(&t[3], dt, x->ndim, x->shape)) {
+    /* (on CUDA y already has x's shape, dtype and layout) */
+    if (!(t[6] = var_transform(t[5], p->eps, true)) ||
+        (!cuda && finish(&t[3], dt, x->ndim, x->shape))) {
         rc = -1;
         goto done;
     }
@@ -453,7 +559,11 @@ dl_tensor *dl_batch_norm_forward_eval(dl_tensor *x, dl_tensor *weight, dl_tensor
     static const char *const names[] = {"weight", "bias", "running_mean", "running_var"};
     dl_tensor *vecs[4] = {weight, bias, running_mean, running_var};
     dl_bn_shape s;
-    if (bn_check(op, x, vecs, names, 4, &s)) return NULL;
+    dl_device dev;
+    dl_tensor *all[5] = {x, weight, bias, running_mean, running_var};
+    if (bn_check(op, x, vecs, names, 4, &s) ||
+        bn_device(op, 5, all, dl_cuda_nn && dl_cuda_nn->batch_norm_forward_eval, &dev))
+        return NULL;
     if (!running_mean || !running_var) {
         dl_error("%s: running_mean and running_var are required in evaluation mode", op);
         return NULL;
@@ -464,20 +574,28 @@ dl_tensor *dl_batch_norm_forward_eval(dl_tensor *x, dl_tensor *weight, dl_tensor
     }
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t shape3[3] = {s.N, s.C, s.S};
-    dl_tensor *t[6] = {prep(x, ct),           prep(weight, ct),
-                       prep(bias, ct),        prep(running_mean, ct),
-                       prep(running_var, ct), dl_tensor_empty(3, shape3, ct, DL_CPU)};
+    bool cuda = dev.type == DL_DEVICE_CUDA, cl = cuda && is_channels_last(x);
+    dl_tensor *t[6] = {cuda ? prep_layout(x, dt, cl) : prep(x, ct),
+                       prep(weight, ct),
+                       prep(bias, ct),
+                       prep(running_mean, ct),
+                       prep(running_var, ct),
+                       cuda ? empty_layout(x->ndim, x->shape, dt, dev, cl)
+                            : dl_tensor_empty(3, shape3, ct, DL_CPU)};
     dl_tensor *y = NULL;
     if (!t[0] || (weight && !t[1]) || (bias && !t[2]) || !t[3] || !t[4] || !t[5]) goto done;
-    if (s.N * s.C * s.S > 0 &&
-        dl_cpu_batch_norm_forward_eval(
-            ct, &s, eps, dl_tensor_data_ptr(t[5]), dl_tensor_data_ptr(t[0]),
-            dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[4]),
-            t[1] ? dl_tensor_data_ptr(t[1]) : NULL, t[2] ? dl_tensor_data_ptr(t[2]) : NULL))
-        goto done;
+    if (s.N * s.C * s.S > 0) {
+        void *y_ = dl_tensor_data_ptr(t[5]);
+        const void *x_ = dl_tensor_data_ptr(t[0]), *m_ = dl_tensor_data_ptr(t[3]),
+                   *v_ = dl_tensor_data_ptr(t[4]), *w_ = t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
+                   *b_ = t[2] ? dl_tensor_data_ptr(t[2]) : NULL;
+        if (cuda ? dl_cuda_nn->batch_norm_forward_eval(dt, cl, &s, eps, y_, x_, m_, v_, w_, b_)
+                 : dl_cpu_batch_norm_forward_eval(ct, &s, eps, y_, x_, m_, v_, w_, b_))
+            goto done;
+    }
     y = t[5];
     t[5] = NULL;
-    if (finish(&y, dt, x->ndim, x->shape)) y = NULL;
+    if (!cuda && finish(&y, dt, x->ndim, x->shape)) y = NULL;
 done:
     release_all(t, 6);
     return y;
@@ -492,8 +610,12 @@ int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_te
                                         "save_invstd"};
     dl_tensor *vecs[5] = {weight, running_mean, running_var, save_mean, save_invstd};
     dl_bn_shape s;
+    dl_device dev;
     *gx = *gweight = *gbias = NULL;
-    if (bn_check(op, x, vecs, names, 5, &s) || check_float(op, "grad_output", gy)) return -1;
+    dl_tensor *all[7] = {gy, x, weight, running_mean, running_var, save_mean, save_invstd};
+    if (bn_check(op, x, vecs, names, 5, &s) || float_operand(op, "grad_output", gy) ||
+        bn_device(op, 7, all, dl_cuda_nn && dl_cuda_nn->batch_norm_backward, &dev))
+        return -1;
     if (!dl_shape_equal(gy, x)) {
         char a[96], b[96];
         return dl_error("%s: grad_output has shape %s, expected the input's %s", op,
@@ -512,16 +634,22 @@ int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_te
     if (!(eps >= 0)) return dl_error("%s: eps must be non-negative, got %g", op, eps);
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t shape3[3] = {s.N, s.C, s.S};
+    /* CUDA: gy, x and gx in x's dtype and (channels-last) layout */
+    bool cuda = dev.type == DL_DEVICE_CUDA, cl = cuda && is_channels_last(x);
+    dl_tensor *gx0 = NULL;
+    if (need[0])
+        gx0 = cuda ? empty_layout(x->ndim, x->shape, dt, dev, cl)
+                   : dl_tensor_empty(3, shape3, ct, DL_CPU);
     /* in: gy x w mean stat var; out: gx gw gb */
-    dl_tensor *t[9] = {prep(gy, ct),
-                       prep(x, ct),
+    dl_tensor *t[9] = {cuda ? prep_layout(gy, dt, cl) : prep(gy, ct),
+                       cuda ? prep_layout(x, dt, cl) : prep(x, ct),
                        prep(weight, ct),
                        prep(mean, ct),
                        prep(stat, ct),
                        NULL,
-                       need[0] ? dl_tensor_empty(3, shape3, ct, DL_CPU) : NULL,
-                       need[1] ? dl_tensor_zeros(1, &s.C, ct, DL_CPU) : NULL,
-                       need[2] ? dl_tensor_zeros(1, &s.C, ct, DL_CPU) : NULL};
+                       gx0,
+                       need[1] ? dl_tensor_zeros(1, &s.C, ct, dev) : NULL,
+                       need[2] ? dl_tensor_zeros(1, &s.C, ct, dev) : NULL};
     int rc = -1;
     if (!t[0] || !t[1] || (weight && !t[2]) || !t[3] || !t[4] || (need[0] && !t[6]) ||
         (need[1] && !t[7]) || (need[2] && !t[8]))
@@ -529,16 +657,22 @@ int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_te
     /* the kernels take the variance; training passes invstd */
     if (!(t[5] = training ? var_transform(t[4], eps, false) : dl_tensor_retain(t[4]))) goto done;
     rc = 0;
-    if (s.N * s.C * s.S > 0 && (need[0] || need[1] || need[2]))
-        rc = dl_cpu_batch_norm_backward(
-            ct, &s, eps, training, t[6] ? dl_tensor_data_ptr(t[6]) : NULL,
-            t[7] ? dl_tensor_data_ptr(t[7]) : NULL, t[8] ? dl_tensor_data_ptr(t[8]) : NULL,
-            dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]), dl_tensor_data_ptr(t[3]),
-            dl_tensor_data_ptr(t[5]), t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
+    if (s.N * s.C * s.S > 0 && (need[0] || need[1] || need[2])) {
+        void *gx_ = t[6] ? dl_tensor_data_ptr(t[6]) : NULL,
+             *gw_ = t[7] ? dl_tensor_data_ptr(t[7]) : NULL,
+             *gb_ = t[8] ? dl_tensor_data_ptr(t[8]) : NULL;
+        const void *gy_ = dl_tensor_data_ptr(t[0]), *x_ = dl_tensor_data_ptr(t[1]),
+                   *m_ = dl_tensor_data_ptr(t[3]), *v_ = dl_tensor_data_ptr(t[5]),
+                   *w_ = t[2] ? dl_tensor_data_ptr(t[2]) : NULL;
+        rc = cuda ? dl_cuda_nn->batch_norm_backward(dt, cl, &s, eps, training, gx_, gw_, gb_, gy_,
+                                                    x_, m_, v_, w_)
+                  : dl_cpu_batch_norm_backward(ct, &s, eps, training, gx_, gw_, gb_, gy_, x_, m_,
+                                               v_, w_);
+    }
     if (rc) goto done;
     /* gweight/gbias take the weight's dtype (float32 for a half input) */
     dl_dtype pdt = weight ? weight->dtype : dt;
-    if (finish(&t[6], dt, x->ndim, x->shape) || finish(&t[7], pdt, 1, &s.C) ||
+    if ((!cuda && finish(&t[6], dt, x->ndim, x->shape)) || finish(&t[7], pdt, 1, &s.C) ||
         finish(&t[8], pdt, 1, &s.C)) {
         rc = -1;
         goto done;
@@ -574,7 +708,7 @@ int64_t dl_pool_output_size(int64_t in, int64_t k, int64_t pad, int64_t stride, 
  * (an empty batch is fine). */
 static int pool_input(const char *op, const dl_tensor *x) {
     char sb[96];
-    if (check_float(op, "input", x)) return -1;
+    if (float_operand(op, "input", x)) return -1;
     if (x->ndim != 3 && x->ndim != 4)
         return dl_error("%s: expected a 3-D (C,H,W) or 4-D (N,C,H,W) input, got %d-D %s", op,
                         x->ndim, shape_of(x, sb, sizeof sb));
@@ -646,7 +780,7 @@ static int check_grad(const char *op, const dl_tensor *gy, const dl_tensor *x, c
     int64_t shape[4];
     char a[96], b[96];
     pooled_shape(x, oh, ow, shape);
-    if (check_float(op, "grad_output", gy)) return -1;
+    if (float_operand(op, "grad_output", gy)) return -1;
     if (gy->ndim != x->ndim || memcmp(gy->shape, shape, sizeof(int64_t) * (size_t)x->ndim) != 0)
         return dl_error("%s: grad_output has shape %s, expected the output's %s", op,
                         shape_of(gy, a, sizeof a), dl_shape_str(x->ndim, shape, b, sizeof b));
@@ -654,7 +788,6 @@ static int check_grad(const char *op, const dl_tensor *gy, const dl_tensor *x, c
         return dl_error("%s: grad_output (%s) must have the input's dtype (%s)", op,
                         dl_dtype_name(gy->dtype), dl_dtype_name(x->dtype));
     if (ind) {
-        if (check_cpu(op, ind)) return -1;
         if (ind->dtype != DL_DTYPE_I64)
             return dl_error("%s: indices must be an int64 tensor, got %s", op,
                             dl_dtype_name(ind->dtype));
@@ -667,19 +800,52 @@ static int check_grad(const char *op, const dl_tensor *gy, const dl_tensor *x, c
 
 typedef enum { POOL_MAX, POOL_AVG, POOL_ADAPTIVE_AVG, POOL_ADAPTIVE_MAX } pool_kind;
 
-/* The forward of every pooling op: y (and indices for max kinds). */
+/* Whether the CUDA nn table has the kernel of kind (forward or backward). */
+static bool pool_cuda_has(pool_kind kind, bool backward) {
+    const dl_cuda_nn_kernels *k = dl_cuda_nn;
+    if (!k) return false;
+    switch (kind) {
+    case POOL_MAX:
+        return backward ? k->pool2d_scatter_backward != NULL : k->max_pool2d_forward != NULL;
+    case POOL_AVG: return backward ? k->avg_pool2d_backward != NULL : k->avg_pool2d_forward != NULL;
+    case POOL_ADAPTIVE_AVG:
+        return backward ? k->adaptive_avg_pool2d_backward != NULL
+                        : k->adaptive_avg_pool2d_forward != NULL;
+    case POOL_ADAPTIVE_MAX:
+        return backward ? k->pool2d_scatter_backward != NULL
+                        : k->adaptive_max_pool2d_forward != NULL;
+    }
+    return false;
+}
+
+/* The forward of every pooling op: y (and indices for max kinds), on x's
+ * device.  (A channels-last CUDA input is made contiguous, as on the CPU.) */
 static int pool_forward(const char *op, pool_kind kind, dl_tensor *x, const dl_pool2d_shape *s,
                         dl_tensor **y, dl_tensor **ind) {
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t shape[4];
     pooled_shape(x, s->OH, s->OW, shape);
+    dl_device dev = dl_tensor_device(x);
+    bool cuda = dev.type == DL_DEVICE_CUDA;
+    if (cuda && nn_cuda_ready(op, dev, pool_cuda_has(kind, false))) return -1;
     bool with_ind = kind == POOL_MAX || kind == POOL_ADAPTIVE_MAX;
-    dl_tensor *t[3] = {prep(x, ct), dl_tensor_empty(x->ndim, shape, ct, DL_CPU),
-                       with_ind ? dl_tensor_empty(x->ndim, shape, DL_DTYPE_I64, DL_CPU) : NULL};
+    dl_tensor *t[3] = {prep(x, ct), dl_tensor_empty(x->ndim, shape, ct, dev),
+                       with_ind ? dl_tensor_empty(x->ndim, shape, DL_DTYPE_I64, dev) : NULL};
     int rc = -1;
     if (!t[0] || !t[1] || (with_ind && !t[2])) goto done;
     rc = 0;
-    if (dl_tensor_numel(t[1]) > 0) {
+    if (dl_tensor_numel(t[1]) > 0 && cuda) {
+        const dl_cuda_nn_kernels *k = dl_cuda_nn;
+        void *yp = dl_tensor_data_ptr(t[1]);
+        const void *xp = dl_tensor_data_ptr(t[0]);
+        int64_t *ip = with_ind ? dl_tensor_data_ptr(t[2]) : NULL;
+        switch (kind) {
+        case POOL_MAX: rc = k->max_pool2d_forward(ct, s, yp, ip, xp); break;
+        case POOL_AVG: rc = k->avg_pool2d_forward(ct, s, yp, xp); break;
+        case POOL_ADAPTIVE_AVG: rc = k->adaptive_avg_pool2d_forward(ct, s, yp, xp); break;
+        case POOL_ADAPTIVE_MAX: rc = k->adaptive_max_pool2d_forward(ct, s, yp, ip, xp); break;
+        }
+    } else if (dl_tensor_numel(t[1]) > 0) {
         void *yp = dl_tensor_data_ptr(t[1]);
         const void *xp = dl_tensor_data_ptr(t[0]);
         int64_t *ip = with_ind ? dl_tensor_data_ptr(t[2]) : NULL;
@@ -702,23 +868,40 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x, const dl_p
     }
 done:
     release_all(t, 3);
-    (void)op;
     return rc;
 }
 
-/* The backward of every pooling op: gx (like x). */
-static dl_tensor *pool_backward(pool_kind kind, dl_tensor *gy, dl_tensor *x, dl_tensor *ind,
-                                const dl_pool2d_shape *s) {
+/* The backward of every pooling op: gx (like x, on its device). */
+static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, dl_tensor *x,
+                                dl_tensor *ind, const dl_pool2d_shape *s) {
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t xshape[4];
     pooled_shape(x, s->H, s->W, xshape);
+    dl_device dev;
+    dl_tensor *ops[3] = {gy, x, ind};
+    if (dl_common_device(op, 3, ops, &dev)) return NULL;
+    bool cuda = dev.type == DL_DEVICE_CUDA;
+    if (cuda && nn_cuda_ready(op, dev, pool_cuda_has(kind, true))) return NULL;
     dl_tensor *t[3] = {prep(gy, ct), ind ? prep(ind, DL_DTYPE_I64) : NULL,
-                       dl_tensor_empty(x->ndim, xshape, ct, DL_CPU)};
+                       dl_tensor_empty(x->ndim, xshape, ct, dev)};
     dl_tensor *gx = NULL;
     int rc = -1;
     if (!t[0] || (ind && !t[1]) || !t[2]) goto done;
     rc = 0;
-    if (dl_tensor_numel(t[2]) > 0) {
+    if (dl_tensor_numel(t[2]) > 0 && cuda) {
+        const dl_cuda_nn_kernels *k = dl_cuda_nn;
+        void *gp = dl_tensor_data_ptr(t[2]);
+        const void *yp = dl_tensor_data_ptr(t[0]);
+        switch (kind) {
+        case POOL_MAX:
+        case POOL_ADAPTIVE_MAX:
+            rc = k->pool2d_scatter_backward(ct, s->P, s->H * s->W, s->OH * s->OW, gp, yp,
+                                            dl_tensor_data_ptr(t[1]));
+            break;
+        case POOL_AVG: rc = k->avg_pool2d_backward(ct, s, gp, yp); break;
+        case POOL_ADAPTIVE_AVG: rc = k->adaptive_avg_pool2d_backward(ct, s, gp, yp); break;
+        }
+    } else if (dl_tensor_numel(t[2]) > 0) {
         void *gp = dl_tensor_data_ptr(t[2]);
         const void *yp = dl_tensor_data_ptr(t[0]);
         switch (kind) {
@@ -754,7 +937,7 @@ dl_tensor *dl_max_pool2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *indice
     dl_pool2d_shape s;
     if (pool_geometry(op, x, p, false, &s) || check_grad(op, gy, x, indices, s.OH, s.OW))
         return NULL;
-    return pool_backward(POOL_MAX, gy, x, indices, &s);
+    return pool_backward(op, POOL_MAX, gy, x, indices, &s);
 }
 
 dl_tensor *dl_avg_pool2d_forward(dl_tensor *x, const dl_pool2d_params *p) {
@@ -769,7 +952,7 @@ dl_tensor *dl_avg_pool2d_backward(dl_tensor *gy, dl_tensor *x, const dl_pool2d_p
     const char *op = "avg_pool2d_backward";
     dl_pool2d_shape s;
     if (pool_geometry(op, x, p, true, &s) || check_grad(op, gy, x, NULL, s.OH, s.OW)) return NULL;
-    return pool_backward(POOL_AVG, gy, x, NULL, &s);
+    return pool_backward(op, POOL_AVG, gy, x, NULL, &s);
 }
 
 /* The geometry of adaptive pooling of x to (oh, ow). */
@@ -812,8 +995,9 @@ static int adaptive_backward_geometry(const char *op, const dl_tensor *gy, const
 
 dl_tensor *dl_adaptive_avg_pool2d_backward(dl_tensor *gy, dl_tensor *x) {
     dl_pool2d_shape s;
-    if (adaptive_backward_geometry("adaptive_avg_pool2d_backward", gy, x, NULL, &s)) return NULL;
-    return pool_backward(POOL_ADAPTIVE_AVG, gy, x, NULL, &s);
+    const char *op = "adaptive_avg_pool2d_backward";
+    if (adaptive_backward_geometry(op, gy, x, NULL, &s)) return NULL;
+    return pool_backward(op, POOL_ADAPTIVE_AVG, gy, x, NULL, &s);
 }
 
 int dl_adaptive_max_pool2d_forward(dl_tensor *x, int64_t oh, int64_t ow, dl_tensor **y,
@@ -826,8 +1010,9 @@ int dl_adaptive_max_pool2d_forward(dl_tensor *x, int64_t oh, int64_t ow, dl_tens
 
 dl_tensor *dl_adaptive_max_pool2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *indices) {
     dl_pool2d_shape s;
-    if (adaptive_backward_geometry("adaptive_max_pool2d_backward", gy, x, indices, &s)) return NULL;
-    return pool_backward(POOL_ADAPTIVE_MAX, gy, x, indices, &s);
+    const char *op = "adaptive_max_pool2d_backward";
+    if (adaptive_backward_geometry(op, gy, x, indices, &s)) return NULL;
+    return pool_backward(op, POOL_ADAPTIVE_MAX, gy, x, indices, &s);
 }
 
 /* --- with autograd ---------------------------------------------------------------------------

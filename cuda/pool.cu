@@ -1,0 +1,358 @@
+// pool.cu - CUDA 2-D pooling: max (with indices), average, adaptive average
+// and adaptive max, forward and backward (entries of the nn table, nn.cu).
+//
+// The window rules are the CPU's (src/cpu/pool.c), line for line:
+//  - max: rows h0 + k*dh (h0 = oh*sh - ph) inside [0, H); the maximum starts
+//    at -inf with the first valid position as its index; a value wins if it
+//    is greater or NaN; an index is ih*W + iw within the plane.
+//  - avg: rows [oh*sh - ph, min(that + kh, H + ph)) give the padded window
+//    size; clipped to [0, H) they give the summed rows and the unpadded size.
+//  - adaptive: rows [floor(i*H/OH), ceil((i+1)*H/OH)).
+// Sums run in the element type in the CPU loops' order, so forward results
+// are the CPU loops' bit for bit.  The average backwards gather (one thread
+// per input element, visiting its windows in the CPU's (oh, ow) order: no
+// atomics, deterministic); the max backward scatters with atomicAdd (a
+// position may be the maximum of several windows; only the order of those
+// few additions may differ from the CPU's).
+//
+// Element types: float and double (the op layer computes half inputs in
+// float32, as on the CPU).  Buffers are contiguous: x, gx (P,H,W); y, gy,
+// ind (P,OH,OW).  Sizes were validated by the op layer.
+#include "common.cuh"
+
+#include <math.h>
+
+extern "C" {
+#include "cpu/pool.h"
+}
+
+namespace {
+
+const int kThreads = 256;
+
+// --- window arithmetic (shared by host checks and kernels) ------------------------------
+
+__device__ inline int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+__device__ inline int64_t max64(int64_t a, int64_t b) {
+    return a > b ? a : b;
+}
+
+// Adaptive window bounds: [floor(i*in/out), ceil((i+1)*in/out)).
+__device__ inline int64_t adaptive_start(int64_t i, int64_t out, int64_t in) {
+    return (i / out) * in + ((i % out) * in) / out;
+}
+__device__ inline int64_t adaptive_end(int64_t i, int64_t out, int64_t in) {
+    return 1 + ((i + 1) * in - 1) / out;
+}
+
+// The window of average-pooling output (oh, ow): summed rows [h0, h1),
+// columns [w0, w1), and its divisor.
+__device__ inline int64_t avg_window(const dl_pool2d_shape &s, int64_t oh, int64_t ow, int64_t *h0,
+                                     int64_t *h1, int64_t *w0, int64_t *w1) {
+    int64_t hs = oh * s.sh - s.ph, ws = ow * s.sw - s.pw;
+    int64_t he = min64(hs + s.kh, s.H + s.ph), we = min64(ws + s.kw, s.W + s.pw);
+    int64_t padded = (he - hs) * (we - ws);
+    *h0 = max64(hs, 0);
+    *w0 = max64(ws, 0);
+    *h1 = min64(he, s.H);
+    *w1 = min64(we, s.W);
+    if (s.divisor_override) return s.divisor_override;
+    return s.count_include_pad ? padded : (*h1 - *h0) * (*w1 - *w0);
+}
+
+// Max over rows/columns [hs, he) x [ws, we) stepping (dh, dw) of plane xp
+// (W wide): value to *y, position to *ind.
+template <typename T>
+__device__ inline void window_max(const T *xp, int64_t W, int64_t hs, int64_t he, int64_t dh,
+                                  int64_t ws, int64_t we, int64_t dw, T *y, int64_t *ind) {
+    T best = -INFINITY;
+    int64_t bi = hs * W + ws;
+    for (int64_t ih = hs; ih < he; ih += dh)
+        for (int64_t iw = ws; iw < we; iw += dw) {
+            T v = xp[ih * W + iw];
+            if (v > best || isnan(v)) {
+                best = v;
+                bi = ih * W + iw;
+            }
+        }
+    *y = best;
+    *ind = bi;
+}
+
+// The sum of xp[ih][iw] over [h0, h1) x [w0, w1), row by row.
+template <typename T>
+__device__ inline T window_sum(const T *xp, int64_t W, int64_t h0, int64_t h1, int64_t w0,
+                               int64_t w1) {
+    T sum = 0;
+    for (int64_t ih = h0; ih < h1; ih++)
+        for (int64_t iw = w0; iw < w1; iw++) sum += xp[ih * W + iw];
+    return sum;
+}
+
+// --- kernels ----------------------------------------------------------------------------
+
+// y, ind (P,OH,OW) from x (P,H,W); one thread per output.
+template <typename T>
+__global__ void max_pool_fwd(T *y, int64_t *ind, const T *x, dl_pool2d_shape s) {
+    int64_t n = s.P * s.OH * s.OW;
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n;
+         o += (int64_t)gridDim.x * blockDim.x) {
+        int64_t ow = o % s.OW, r = o / s.OW, oh = r % s.OH, p = r / s.OH;
+        int64_t h0 = oh * s.sh - s.ph, w0 = ow * s.sw - s.pw;
+        int64_t hs = h0, he = min64(h0 + (s.kh - 1) * s.dh + 1, s.H);
+        int64_t ws = w0, we = min64(w0 + (s.kw - 1) * s.dw + 1, s.W);
+        while (hs < 0) hs += s.dh;
+        while (ws < 0) ws += s.dw;
+        window_max(x + p * s.H * s.W, s.W, hs, he, s.dh, ws, we, s.dw, &y[o], &ind[o]);
+    }
+}
+
+// Adaptive max: as max_pool_fwd with the adaptive windows.
+template <typename T>
+__global__ void adaptive_max_fwd(T *y, int64_t *ind, const T *x, dl_pool2d_shape s) {
+    int64_t n = s.P * s.OH * s.OW;
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n;
+         o += (int64_t)gridDim.x * blockDim.x) {
+        int64_t ow = o % s.OW, r = o / s.OW, oh = r % s.OH, p = r / s.OH;
+        int64_t h0 = adaptive_start(oh, s.OH, s.H), h1 = adaptive_end(oh, s.OH, s.H);
+        int64_t w0 = adaptive_start(ow, s.OW, s.W), w1 = adaptive_end(ow, s.OW, s.W);
+        window_max(x + p * s.H * s.W, s.W, h0, h1, 1, w0, w1, 1, &y[o], &ind[o]);
+    }
+}
+
+// gx (P,HW) += gy (P,OHW) at ind (P,OHW) (gx zeroed before); an index outside
+// [0, HW) is counted in *bad and skipped.
+template <typename T>
+__global__ void scatter_add(T *gx, const T *gy, const int64_t *ind, int64_t P, int64_t HW,
+                            int64_t OHW, unsigned long long *bad) {
+    int64_t n = P * OHW;
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n;
+         j += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = ind[j];
+        if (i < 0 || i >= HW) {
+            atomicAdd(bad, 1ULL);
+            continue;
+        }
+        atomicAdd(&gx[(j / OHW) * HW + i], gy[j]);
+    }
+}
+
+// y (P,OH,OW) = window averages of x (P,H,W); one thread per output.
+template <typename T> __global__ void avg_pool_fwd(T *y, const T *x, dl_pool2d_shape s) {
+    int64_t n = s.P * s.OH * s.OW;
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n;
+         o += (int64_t)gridDim.x * blockDim.x) {
+        int64_t ow = o % s.OW, r = o / s.OW, oh = r % s.OH, p = r / s.OH;
+        int64_t h0, h1, w0, w1;
+        int64_t div = avg_window(s, oh, ow, &h0, &h1, &w0, &w1);
+        if (h0 >= h1 || w0 >= w1) {
+            y[o] = 0;
+            continue;
+        }
+        y[o] = window_sum(x + p * s.H * s.W, s.W, h0, h1, w0, w1) / (T)div;
+    }
+}
+
+// gx (P,H,W) from gy (P,OH,OW): one thread per input element sums gy/div
+// over the windows holding it, in (oh, ow) order.  Candidate windows: those
+// whose unclipped rows [oh*sh - ph, oh*sh - ph + kh) reach ih; each is then
+// checked against its exact (clipped) window.
+template <typename T> __global__ void avg_pool_bwd(T *gx, const T *gy, dl_pool2d_shape s) {
+    int64_t n = s.P * s.H * s.W;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t iw = e % s.W, r = e / s.W, ih = r % s.H, p = r / s.H;
+        int64_t ah = ih + s.ph - s.kh + 1, aw = iw + s.pw - s.kw + 1;
+        int64_t ohs = ah <= 0 ? 0 : (ah + s.sh - 1) / s.sh;
+        int64_t ows = aw <= 0 ? 0 : (aw + s.sw - 1) / s.sw;
+        int64_t ohe = min64(s.OH - 1, (ih + s.ph) / s.sh);
+        int64_t owe = min64(s.OW - 1, (iw + s.pw) / s.sw);
+        const T *g = gy + p * s.OH * s.OW;
+        T acc = 0;
+        for (int64_t oh = ohs; oh <= ohe; oh++)
+            for (int64_t ow = ows; ow <= owe; ow++) {
+                int64_t h0, h1, w0, w1;
+                int64_t div = avg_window(s, oh, ow, &h0, &h1, &w0, &w1);
+                if (ih < h0 || ih >= h1 || iw < w0 || iw >= w1) continue;
+                acc += g[oh * s.OW + ow] / (T)div;
+            }
+        gx[e] = acc;
+    }
+}
+
+// y (P,OH,OW): adaptive window averages (divided by rows, then columns).
+template <typename T> __global__ void adaptive_avg_fwd(T *y, const T *x, dl_pool2d_shape s) {
+    int64_t n = s.P * s.OH * s.OW;
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n;
+         o += (int64_t)gridDim.x * blockDim.x) {
+        int64_t ow = o % s.OW, r = o / s.OW, oh = r % s.OH, p = r / s.OH;
+        int64_t h0 = adaptive_start(oh, s.OH, s.H), h1 = adaptive_end(oh, s.OH, s.H);
+        int64_t w0 = adaptive_start(ow, s.OW, s.W), w1 = adaptive_end(ow, s.OW, s.W);
+        T sum = window_sum(x + p * s.H * s.W, s.W, h0, h1, w0, w1);
+        y[o] = sum / (T)(h1 - h0) / (T)(w1 - w0);
+    }
+}
+
+// gx (P,H,W) from gy (P,OH,OW), gathering as avg_pool_bwd.  Windows holding
+// row ih lie within oh in [ih*OH/H - 1, ceil((ih+1)*OH/H)] (then checked).
+template <typename T> __global__ void adaptive_avg_bwd(T *gx, const T *gy, dl_pool2d_shape s) {
+    int64_t n = s.P * s.H * s.W;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t iw = e % s.W, r = e / s.W, ih = r % s.H, p = r / s.H;
+        int64_t ohs = max64(0, ih * s.OH / s.H - 1), ows = max64(0, iw * s.OW / s.W - 1);
+        int64_t ohe = min64(s.OH, ((ih + 1) * s.OH + s.H - 1) / s.H + 1);
+        int64_t owe = min64(s.OW, ((iw + 1) * s.OW + s.W - 1) / s.W + 1);
+        const T *g = gy + p * s.OH * s.OW;
+        T acc = 0;
+        for (int64_t oh = ohs; oh < ohe; oh++) {
+            int64_t h0 = adaptive_start(oh, s.OH, s.H), h1 = adaptive_end(oh, s.OH, s.H);
+            if (ih < h0 || ih >= h1) continue;
+            for (int64_t ow = ows; ow < owe; ow++) {
+                int64_t w0 = adaptive_start(ow, s.OW, s.W), w1 = adaptive_end(ow, s.OW, s.W);
+                if (iw < w0 || iw >= w1) continue;
+                acc += g[oh * s.OW + ow] / (T)(h1 - h0) / (T)(w1 - w0);
+            }
+        }
+        gx[e] = acc;
+    }
+}
+
+// --- launchers --------------------------------------------------------------------------
+
+// The op layer's validation, repeated where a kernel would otherwise index
+// out of bounds or divide by zero.
+int check_pool(const char *op, const dl_pool2d_shape *s, bool adaptive) {
+    bool ok = s->P >= 0 && s->H >= 1 && s->W >= 1 && s->OH >= 0 && s->OW >= 0;
+    if (!adaptive)
+        ok = ok && s->kh >= 1 && s->kw >= 1 && s->sh >= 1 && s->sw >= 1 && s->dh >= 1 &&
+             s->dw >= 1 && s->ph >= 0 && s->pw >= 0;
+    if (!ok)
+        return dl_error("%s: bad CUDA pooling geometry (planes %lld, input %lldx%lld, output "
+                        "%lldx%lld)",
+                        op, (long long)s->P, (long long)s->H, (long long)s->W, (long long)s->OH,
+                        (long long)s->OW);
+    return 0;
+}
+
+int no_kernel(const char *op, dl_dtype dt) {
+    return dl_error("%s: no CUDA kernel for %s", op, dl_dtype_name(dt));
+}
+
+// Launches KERNEL<float> or KERNEL<double> over n threads' worth of work.
+#define POOL_LAUNCH(op, dt, n, KERNEL, ...)                                                        \
+    do {                                                                                           \
+        unsigned nb_ = dl_cuda_blocks((n), kThreads);                                              \
+        if ((dt) == DL_DTYPE_F32) {                                                                \
+            typedef float T;                                                                       \
+            KERNEL<T><<<nb_, kThreads, 0, dl_cuda_stream()>>>(__VA_ARGS__);                        \
+        } else if ((dt) == DL_DTYPE_F64) {                                                         \
+            typedef double T;                                                                      \
+            KERNEL<T><<<nb_, kThreads, 0, dl_cuda_stream()>>>(__VA_ARGS__);                        \
+        } else {                                                                                   \
+            return no_kernel(op, dt);                                                              \
+        }                                                                                          \
+        DL_CUDA_LAUNCHED();                                                                        \
+    } while (0)
+
+} // namespace
+
+// --- entry points ---------------------------------------------------------------------
+
+int dl_cuda_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,
+                               const void *x) {
+    if (check_pool("max_pool2d", s, false)) return -1;
+    int64_t n = s->P * s->OH * s->OW;
+    if (n == 0) return 0;
+    POOL_LAUNCH("max_pool2d", dt, n, max_pool_fwd, (T *)y, ind, (const T *)x, *s);
+    return 0;
+}
+
+int dl_cuda_adaptive_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y,
+                                        int64_t *ind, const void *x) {
+    if (check_pool("adaptive_max_pool2d", s, true)) return -1;
+    int64_t n = s->P * s->OH * s->OW;
+    if (n == 0) return 0;
+    POOL_LAUNCH("adaptive_max_pool2d", dt, n, adaptive_max_fwd, (T *)y, ind, (const T *)x, *s);
+    return 0;
+}
+
+int dl_cuda_pool2d_scatter_backward(dl_dtype dt, int64_t P, int64_t HW, int64_t OHW, void *gx,
+                                    const void *gy, const int64_t *ind) {
+    const char *op = "max_pool2d_backward";
+    if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64) return no_kernel(op, dt);
+    if (P < 0 || HW < 0 || OHW < 0)
+        return dl_error("%s: bad sizes (planes %lld, input %lld, output %lld)", op, (long long)P,
+                        (long long)HW, (long long)OHW);
+    cudaStream_t st = dl_cuda_stream();
+    size_t esz = dt == DL_DTYPE_F32 ? sizeof(float) : sizeof(double);
+    if (P * HW > 0) DL_CUDA_CHECK(cudaMemsetAsync(gx, 0, (size_t)(P * HW) * esz, st));
+    int64_t n = P * OHW;
+    if (n == 0 || HW == 0) return 0;
+    unsigned long long *bad = (unsigned long long *)dl_cuda_malloc(sizeof *bad);
+    if (!bad) return -1;
+    unsigned long long nbad = 0;
+    int rc = -1;
+    if (cudaMemsetAsync(bad, 0, sizeof *bad, st) != cudaSuccess) {
+        dl_cuda_fail("cudaMemsetAsync", "clearing the bad-index counter", __FILE__, __LINE__);
+    } else {
+        unsigned nb = dl_cuda_blocks(n, kThreads);
+        if (dt == DL_DTYPE_F32)
+            scatter_add<float>
+                <<<nb, kThreads, 0, st>>>((float *)gx, (const float *)gy, ind, P, HW, OHW, bad);
+        else
+            scatter_add<double>
+                <<<nb, kThreads, 0, st>>>((double *)gx, (const double *)gy, ind, P, HW, OHW, bad);
+        cudaError_t e = cudaGetLastError();
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost, st);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+        if (e != cudaSuccess)
+            dl_cuda_fail("scatter_add", cudaGetErrorString(e), __FILE__, __LINE__);
+        else
+            rc = 0;
+    }
+    dl_cuda_free(bad);
+    if (rc == 0 && nbad)
+        return dl_error("%s: %llu indices are outside the input plane of %lld elements (indices "
+                        "must come from the forward)",
+                        op, nbad, (long long)HW);
+    return rc;
+}
+
+int dl_cuda_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, const void *x) {
+    if (check_pool("avg_pool2d", s, false)) return -1;
+    int64_t n = s->P * s->OH * s->OW;
+    if (n == 0) return 0;
+    POOL_LAUNCH("avg_pool2d", dt, n, avg_pool_fwd, (T *)y, (const T *)x, *s);
+    return 0;
+}
+
+int dl_cuda_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx, const void *gy) {
+    if (check_pool("avg_pool2d_backward", s, false)) return -1;
+    int64_t n = s->P * s->H * s->W;
+    if (n == 0) return 0;
+    POOL_LAUNCH("avg_pool2d_backward", dt, n, avg_pool_bwd, (T *)gx, (const T *)gy, *s);
+    return 0;
+}
+
+int dl_cuda_adaptive_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y,
+                                        const void *x) {
+    if (check_pool("adaptive_avg_pool2d", s, true)) return -1;
+    int64_t n = s->P * s->OH * s->OW;
+    if (n == 0) return 0;
+    POOL_LAUNCH("adaptive_avg_pool2d", dt, n, adaptive_avg_fwd, (T *)y, (const T *)x, *s);
+    return 0;
+}
+
+int dl_cuda_adaptive_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx,
+                                         const void *gy) {
+    if (check_pool("adaptive_avg_pool2d_backward", s, true)) return -1;
+    int64_t n = s->P * s->H * s->W;
+    if (n == 0) return 0;
+    POOL_LAUNCH("adaptive_avg_pool2d_backward", dt, n, adaptive_avg_bwd, (T *)gx, (const T *)gy,
+                *s);
+    return 0;
+}
