@@ -101,7 +101,10 @@ static dl_tensor *convert_target(lua_State *L, const char *op, dl_tensor *target
     if (target->dtype != DL_DTYPE_I64)
         luaL_error(L, "%s: class-index target must be int64 (labels 1..C), got %s", op,
                    dl_dtype_name(target->dtype));
-    dl_tensor *t = dl_tensor_clone(target);
+    /* a device target is converted on a host copy and moved back */
+    dl_device dev = dl_tensor_device(target);
+    dl_tensor *t =
+        dev.type == DL_DEVICE_CPU ? dl_tensor_clone(target) : dl_tensor_to_device(target, DL_CPU);
     if (!t) dlL_fail(L);
     int64_t *d = dl_tensor_data_ptr(t), n = dl_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) {
@@ -114,6 +117,12 @@ static dl_tensor *convert_target(lua_State *L, const char *op, dl_tensor *target
             dlL_fail(L);
         }
         d[i] = (int64_t)((uint64_t)v - 1u);
+    }
+    if (dev.type != DL_DEVICE_CPU) {
+        dl_tensor *m = dl_tensor_to_device(t, dev);
+        dl_tensor_release(t);
+        if (!m) dlL_fail(L);
+        t = m;
     }
     return t;
 }

@@ -137,10 +137,23 @@ static int push_indices(lua_State *L, dl_tensor *idx) {
         dl_tensor_release(idx);
         idx = c;
     }
-    if (idx) {
-        int64_t *d = dl_tensor_data_ptr(idx), n = dl_tensor_numel(idx);
-        for (int64_t i = 0; i < n; i++) d[i] += 1;
+    /* a device tensor is shifted on a host copy, then copied back */
+    dl_tensor *h = idx && dl_tensor_device(idx).type != DL_DEVICE_CPU
+                       ? dl_tensor_to_device(idx, DL_CPU)
+                       : dl_tensor_retain(idx);
+    if (idx && !h) {
+        dl_tensor_release(idx);
+        idx = NULL;
     }
+    if (h) {
+        int64_t *d = dl_tensor_data_ptr(h), n = dl_tensor_numel(h);
+        for (int64_t i = 0; i < n; i++) d[i] += 1;
+        if (h != idx && dl_tensor_copy_(idx, h)) {
+            dl_tensor_release(idx);
+            idx = NULL;
+        }
+    }
+    dl_tensor_release(h);
     return dlL_pushtensor(L, idx);
 }
 

@@ -16,6 +16,7 @@
 #include "cpu/pad.h"
 #include "cpu/softmax.h"
 #include "ops/cuda_elementwise.h"
+#include "ops/cuda_reduce.h"
 #include "ops/random.h"
 #include "ops/reduce.h"
 
@@ -101,25 +102,6 @@ static int scalar_grad(const char *op, dl_tensor *g, double *out) {
     return dl_tensor_item(g, out);
 }
 
-/* Per-sample losses `per` (compute dtype, contiguous; consumed) as the op's
- * result: none -> reshaped to shape; sum and mean (divided by denom) -> a
- * 0-dim tensor.  The result has dtype dt. */
-static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, int ndim,
-                              const int64_t *shape, dl_dtype dt) {
-    if (!per) return NULL;
-    if (r == DL_REDUCTION_NONE) {
-        dl_tensor *v = dl_tensor_view(per, ndim, shape);
-        dl_tensor_release(per);
-        return finish(v, dt);
-    }
-    int64_t n = dl_tensor_numel(per);
-    double s =
-        per->dtype == DL_DTYPE_F64 ? dl_cpu_sum_f64(f64p(per), n) : dl_cpu_sum_f32(f32p(per), n);
-    dl_tensor_release(per);
-    if (r == DL_REDUCTION_MEAN) s /= denom;
-    return dl_tensor_scalar(s, dt);
-}
-
 int dl_reduction_parse(const char *op, const char *name, dl_reduction *out) {
     if (name && strcmp(name, "none") == 0)
         *out = DL_REDUCTION_NONE;
@@ -142,6 +124,85 @@ const char *dl_reduction_name(dl_reduction r) {
     return "?";
 }
 
+/* --- devices (softmax and the losses) ------------------------------------------------------
+ * A CUDA operand runs the CUDA twins of the kernels (cuda_reduce.h) on its
+ * device: results and scratch live there, and the host reads device values
+ * only through dl_tensor_item (the loss gradient's factor, the mean's
+ * denominator). */
+
+/* The device the n operands (NULLs skipped) share: the CPU, or a CUDA device
+ * (made current) whose reduce-family kernels are present. */
+static int op_device(const char *op, int n, dl_tensor *const *ts, dl_device *dev) {
+    if (dl_common_device(op, n, ts, dev)) return -1;
+    if (dev->type == DL_DEVICE_CPU) return 0;
+    if (dev->type != DL_DEVICE_CUDA || !dl_cuda_red || !dl_cuda_rt) return dl_cuda_missing(op);
+    return dl_cuda_rt->set_device(dev->index) < 0 ? -1 : 0;
+}
+
+static bool on_cuda(dl_device dev) {
+    return dev.type == DL_DEVICE_CUDA;
+}
+
+/* t must be floating point (op_device checks where it lives). */
+static int need_floating(const char *op, const char *what, const dl_tensor *t) {
+    if (!dl_dtype_is_floating(t->dtype))
+        return dl_error("%s: %s must be a floating-point tensor, got %s", op, what,
+                        dl_dtype_name(t->dtype));
+    return 0;
+}
+
+/* t (consumed) on dev: moved when it is elsewhere (a 0-dim CPU operand
+ * beside CUDA ones, or a gradient from another device). */
+static dl_tensor *onto(dl_tensor *t, dl_device dev) {
+    if (!t || dl_device_equal(dl_tensor_device(t), dev)) return t;
+    dl_tensor *m = dl_tensor_to_device(t, dev);
+    dl_tensor_release(t);
+    return m;
+}
+
+/* dense() on dev */
+static dl_tensor *dense_on(dl_tensor *t, dl_dtype cdt, dl_device dev) {
+    return onto(dense(t, cdt), dev);
+}
+
+static void *vp(const dl_tensor *t) {
+    return t ? dl_tensor_data_ptr(t) : NULL;
+}
+
+/* Runs CUDA entry fn of the reduce family, or refuses when this build lacks it. */
+#define CUDA_RUN(op, fn, ...) (dl_cuda_red->fn ? dl_cuda_red->fn(__VA_ARGS__) : dl_cuda_missing(op))
+
+/* Per-sample losses `per` (compute dtype, contiguous; consumed) as the op's
+ * result: none -> reshaped to shape; sum and mean (divided by denom) -> a
+ * 0-dim tensor.  The result has dtype dt and per's device. */
+static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, int ndim,
+                              const int64_t *shape, dl_dtype dt) {
+    if (!per) return NULL;
+    if (r == DL_REDUCTION_NONE) {
+        dl_tensor *v = dl_tensor_view(per, ndim, shape);
+        dl_tensor_release(per);
+        return finish(v, dt);
+    }
+    int64_t n = dl_tensor_numel(per);
+    dl_device dev = dl_tensor_device(per);
+    if (on_cuda(dev)) { /* the sum and the division on the device */
+        const char *op = "loss reduction";
+        dl_tensor *acc = dl_tensor_empty(0, NULL, DL_DTYPE_F64, dev);
+        int rc = acc ? CUDA_RUN(op, sum, vp(per), per->dtype, n, vp(acc)) : -1;
+        if (!rc && r == DL_REDUCTION_MEAN)
+            rc = CUDA_RUN(op, reduce_finish, DL_FIN_DIV, vp(acc), 1, denom, NULL);
+        dl_tensor_release(per);
+        dl_tensor *res = rc ? NULL : dl_tensor_to_dtype(acc, dt);
+        dl_tensor_release(acc);
+        return res;
+    }
+    double s =
+        per->dtype == DL_DTYPE_F64 ? dl_cpu_sum_f64(f64p(per), n) : dl_cpu_sum_f32(f32p(per), n);
+    dl_tensor_release(per);
+    if (r == DL_REDUCTION_MEAN) s /= denom;
+    return dl_tensor_scalar(s, dt);
+}
+
 /* --- softmax ------------------------------------------------------------------------------ */
 
 /* (outer, D, inner) of a shape around dim d (a 0-dim tensor is (1, 1, 1)). */
@@ -154,40 +215,58 @@ static void split3(const dl_tensor *t, int d, int64_t *outer, int64_t *D, int64_
 }
 
 static dl_tensor *softmax_fwd(const char *op, dl_tensor *x, int dim, bool log) {
-    if (check_float(op, "input", x)) return NULL;
+    dl_device dev;
+    if (need_floating(op, "input", x) || op_device(op, 1, &x, &dev)) return NULL;
     int d = dl_wrap_dim(op, dim, x->ndim);
     if (d < 0) return NULL;
     dl_dtype cdt = compute_dtype(x->dtype);
     dl_tensor *xc = dense(x, cdt);
     if (!xc) return NULL;
-    dl_tensor *y = dl_tensor_empty(x->ndim, x->shape, cdt, DL_CPU);
+    dl_tensor *y = dl_tensor_empty(x->ndim, x->shape, cdt, dev);
     if (y) {
         int64_t outer, D, inner;
         split3(x, d, &outer, &D, &inner);
-        if (cdt == DL_DTYPE_F64)
+        if (on_cuda(dev)) {
+            if (CUDA_RUN(op, softmax, vp(y), vp(xc), cdt, outer, D, inner, log)) {
+                dl_tensor_release(y);
+                y = NULL;
+            }
+        } else if (cdt == DL_DTYPE_F64) {
             dl_cpu_softmax_f64(f64p(y), f64p(xc), outer, D, inner, log);
-        else
+        } else {
             dl_cpu_softmax_f32(f32p(y), f32p(xc), outer, D, inner, log);
+        }
     }
     dl_tensor_release(xc);
     return finish(y, x->dtype);
 }
 
 static dl_tensor *softmax_bwd(const char *op, dl_tensor *gy, dl_tensor *y, int dim, bool log) {
-    if (check_float(op, "grad", gy) || check_float(op, "output", y)) return NULL;
+    dl_device dev;
+    dl_tensor *ts[2] = {gy, y};
+    if (need_floating(op, "grad", gy) || need_floating(op, "output", y) ||
+        op_device(op, 2, ts, &dev))
+        return NULL;
     if (check_same_shape(op, "grad", gy, "output", y)) return NULL;
     int d = dl_wrap_dim(op, dim, y->ndim);
     if (d < 0) return NULL;
     dl_dtype cdt = compute_dtype(dl_promote_types(gy->dtype, y->dtype));
-    dl_tensor *gyc = dense(gy, cdt), *yc = gyc ? dense(y, cdt) : NULL;
-    dl_tensor *gx = yc ? dl_tensor_empty(y->ndim, y->shape, cdt, DL_CPU) : NULL;
+    dl_tensor *gyc = dense_on(gy, cdt, dev), *yc = gyc ? dense_on(y, cdt, dev) : NULL;
+    dl_tensor *gx = yc ? dl_tensor_empty(y->ndim, y->shape, cdt, dev) : NULL;
     if (gx) {
         int64_t outer, D, inner;
         split3(y, d, &outer, &D, &inner);
-        if (cdt == DL_DTYPE_F64)
+        if (on_cuda(dev)) {
+            if (CUDA_RUN(op, softmax_backward, vp(gx), vp(gyc), vp(yc), cdt, outer, D, inner,
+                         log)) {
+                dl_tensor_release(gx);
+                gx = NULL;
+            }
+        } else if (cdt == DL_DTYPE_F64) {
             dl_cpu_softmax_backward_f64(f64p(gx), f64p(gyc), f64p(yc), outer, D, inner, log);
-        else
+        } else {
             dl_cpu_softmax_backward_f32(f32p(gx), f32p(gyc), f32p(yc), outer, D, inner, log);
+        }
     }
     dl_tensor_release(gyc);
     dl_tensor_release(yc);
@@ -213,12 +292,14 @@ typedef struct {
     int64_t N, C, S;
     int ndim; /* per-sample result: target's shape (input's without the class dim) */
     int64_t shape[DL_MAX_DIMS];
+    dl_device dev; /* the operands' device */
 } class_layout;
 
 /* Checks input x (C), (N, C) or (N, C, d...), the target's shape (probs: x's
- * shape; else x's without the class dim, int64) and weight. */
-static int class_check(const char *op, const dl_tensor *x, const dl_tensor *target,
-                       const dl_tensor *weight, bool probs, class_layout *L) {
+ * shape; else x's without the class dim, int64), weight, and that they share
+ * a device. */
+static int class_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
+                       bool probs, class_layout *L) {
     char s1[128], s2[128], s3[128];
     if (x->ndim == 0)
         return dl_error("%s: input must have a class dimension, got a 0-dim tensor", op);
@@ -229,7 +310,8 @@ static int class_check(const char *op, const dl_tensor *x, const dl_tensor *targ
     L->ndim = 0;
     for (int i = 0; i < x->ndim; i++)
         if (i != (x->ndim == 1 ? 0 : 1)) L->shape[L->ndim++] = x->shape[i];
-    if (check_cpu(op, "target", target)) return -1;
+    dl_tensor *ts[3] = {x, target, weight};
+    if (op_device(op, 3, ts, &L->dev)) return -1;
     if (probs) {
         if (check_same_shape(op, "probability target", target, "input", x)) return -1;
     } else {
@@ -245,7 +327,7 @@ static int class_check(const char *op, const dl_tensor *x, const dl_tensor *targ
                             dl_shape_str(target->ndim, target->shape, s3, sizeof s3));
     }
     if (weight) {
-        if (check_float(op, "weight", weight)) return -1;
+        if (need_floating(op, "weight", weight)) return -1;
         if (weight->ndim != 1 || weight->shape[0] != L->C)
             return dl_error("%s: weight must be 1-D with one entry per class (%lld), got shape %s",
                             op, (long long)L->C,
@@ -254,40 +336,77 @@ static int class_check(const char *op, const dl_tensor *x, const dl_tensor *targ
     return 0;
 }
 
-/* The target as a dense int64 tensor whose entries were all checked to be
- * ignore_index or in [0, C). */
-static dl_tensor *checked_target(const char *op, dl_tensor *target, int64_t C,
-                                 int64_t ignore_index) {
-    dl_tensor *t = dl_tensor_contiguous(target);
+/* The first target (dense int64 t on CUDA) that is neither ignore_index nor
+ * in [0, C): its position in *bad (-1 when none) and its value in *value. */
+static int cuda_first_bad(const char *op, dl_tensor *t, int64_t C, int64_t ignore_index,
+                          int64_t *bad, int64_t *value) {
+    int64_t n = dl_tensor_numel(t), first = n;
+    dl_tensor *fb = dl_tensor_empty(0, NULL, DL_DTYPE_I64, dl_tensor_device(t));
+    int rc = fb ? CUDA_RUN(op, target_check, vp(t), n, C, ignore_index, vp(fb)) : -1;
+    if (!rc) rc = dl_tensor_item_i64(fb, &first);
+    dl_tensor_release(fb);
+    *bad = -1;
+    if (rc || first >= n) return rc;
+    *bad = first;
+    dl_tensor *v = dl_tensor_as_strided(t, 0, NULL, NULL, t->offset + first);
+    rc = v ? dl_tensor_item_i64(v, value) : -1;
+    dl_tensor_release(v);
+    return rc;
+}
+
+/* The target as a dense int64 tensor on dev whose entries were all checked
+ * to be ignore_index or in [0, C). */
+static dl_tensor *checked_target(const char *op, dl_tensor *target, int64_t C, int64_t ignore_index,
+                                 dl_device dev) {
+    dl_tensor *t = onto(dl_tensor_contiguous(target), dev);
     if (!t) return NULL;
-    const int64_t *d = dl_tensor_data_ptr(t);
-    int64_t n = dl_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        if (d[i] != ignore_index && (d[i] < 0 || d[i] >= C)) {
-            dl_error("%s: target %lld is out of bounds for %lld classes (0-based; ignore_index is "
-                     "%lld)",
-                     op, (long long)d[i], (long long)C, (long long)ignore_index);
+    int64_t n = dl_tensor_numel(t), bad = -1, value = 0;
+    if (on_cuda(dev)) {
+        if (cuda_first_bad(op, t, C, ignore_index, &bad, &value)) {
             dl_tensor_release(t);
             return NULL;
         }
+    } else {
+        const int64_t *d = dl_tensor_data_ptr(t);
+        for (int64_t i = 0; i < n && bad < 0; i++)
+            if (d[i] != ignore_index && (d[i] < 0 || d[i] >= C)) bad = i, value = d[i];
+    }
+    if (bad >= 0) {
+        dl_error("%s: target %lld is out of bounds for %lld classes (0-based; ignore_index is "
+                 "%lld)",
+                 op, (long long)value, (long long)C, (long long)ignore_index);
+        dl_tensor_release(t);
+        return NULL;
+    }
     return t;
 }
 
-static double class_weight_sum(const dl_tensor *t, const dl_tensor *w, dl_dtype cdt,
-                               int64_t ignore_index) {
+/* *out = the sum of the weights of the non-ignored targets (t and w dense, on dev). */
+static int class_weight_sum(const char *op, const dl_tensor *t, const dl_tensor *w, dl_dtype cdt,
+                            int64_t ignore_index, dl_device dev, double *out) {
     const int64_t *td = dl_tensor_data_ptr(t);
     int64_t n = dl_tensor_numel(t);
-    return cdt == DL_DTYPE_F64 ? dl_cpu_class_weight_sum_f64(td, f64p(w), n, ignore_index)
+    if (on_cuda(dev)) {
+        dl_tensor *acc = dl_tensor_empty(0, NULL, DL_DTYPE_F64, dev);
+        int rc =
+            acc ? CUDA_RUN(op, class_weight_sum, td, vp(w), cdt, n, ignore_index, vp(acc)) : -1;
+        if (!rc) rc = dl_tensor_item(acc, out);
+        dl_tensor_release(acc);
+        return rc;
+    }
+    *out = cdt == DL_DTYPE_F64 ? dl_cpu_class_weight_sum_f64(td, f64p(w), n, ignore_index)
                                : dl_cpu_class_weight_sum_f32(td, f32p(w), n, ignore_index);
+    return 0;
 }
 
 /* Reads the loss gradient: per-sample (none: a dense compute-dtype tensor of
- * the per-sample shape in *g) or one factor g0 = gloss / denom. */
+ * the per-sample shape on dev in *g) or one factor g0 = gloss / denom. */
 static int loss_grad(const char *op, dl_tensor *gloss, dl_reduction r, int ndim,
-                     const int64_t *shape, dl_dtype cdt, double denom, dl_tensor **g, double *g0) {
+                     const int64_t *shape, dl_dtype cdt, double denom, dl_device dev, dl_tensor **g,
+                     double *g0) {
     *g = NULL;
     *g0 = 0;
-    if (check_float(op, "grad", gloss)) return -1;
+    if (need_floating(op, "grad", gloss)) return -1;
     if (r == DL_REDUCTION_NONE) {
         bool ok = gloss->ndim == ndim;
         for (int i = 0; ok && i < ndim; i++) ok = gloss->shape[i] == shape[i];
@@ -297,7 +416,7 @@ static int loss_grad(const char *op, dl_tensor *gloss, dl_reduction r, int ndim,
                             dl_shape_str(ndim, shape, s1, sizeof s1),
                             dl_shape_str(gloss->ndim, gloss->shape, s2, sizeof s2));
         }
-        *g = dense(gloss, cdt);
+        *g = dense_on(gloss, cdt, dev);
         return *g ? 0 : -1;
     }
     double v;
@@ -312,24 +431,34 @@ dl_tensor *dl_nll_loss_forward(dl_tensor *logp, dl_tensor *target, dl_tensor *we
                                int64_t ignore_index, dl_reduction reduction) {
     const char *op = "nll_loss";
     class_layout L;
-    if (check_float(op, "input", logp) || check_reduction(op, reduction) ||
+    if (need_floating(op, "input", logp) || check_reduction(op, reduction) ||
         class_check(op, logp, target, weight, false, &L))
         return NULL;
     dl_dtype cdt = compute_dtype(logp->dtype);
     int64_t R = L.N * L.S;
     dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, logp, weight, per */
-    if (!(h[0] = checked_target(op, target, L.C, ignore_index))) return NULL;
+    if (!(h[0] = checked_target(op, target, L.C, ignore_index, L.dev))) return NULL;
     if (!(h[1] = dense(logp, cdt)) || (weight && !(h[2] = dense(weight, cdt))) ||
-        !(h[3] = dl_tensor_empty(1, &R, cdt, DL_CPU))) {
+        !(h[3] = dl_tensor_empty(1, &R, cdt, L.dev))) {
         release_all(h, 4);
         return NULL;
     }
     const int64_t *td = dl_tensor_data_ptr(h[0]);
-    if (cdt == DL_DTYPE_F64)
+    int rc = 0;
+    if (on_cuda(L.dev))
+        rc = CUDA_RUN(op, nll_loss, vp(h[3]), vp(h[1]), td, vp(h[2]), cdt, L.N, L.C, L.S,
+                      ignore_index);
+    else if (cdt == DL_DTYPE_F64)
         dl_cpu_nll_loss_f64(f64p(h[3]), f64p(h[1]), td, f64p(h[2]), L.N, L.C, L.S, ignore_index);
     else
         dl_cpu_nll_loss_f32(f32p(h[3]), f32p(h[1]), td, f32p(h[2]), L.N, L.C, L.S, ignore_index);
-    double W = reduction == DL_REDUCTION_MEAN ? class_weight_sum(h[0], h[2], cdt, ignore_index) : 1;
+    double W = 1;
+    if (!rc && reduction == DL_REDUCTION_MEAN)
+        rc = class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &W);
+    if (rc) {
+        release_all(h, 4);
+        return NULL;
+    }
     dl_tensor *per = h[3];
     h[3] = NULL;
     release_all(h, 3);
@@ -340,30 +469,38 @@ dl_tensor *dl_nll_loss_backward(dl_tensor *gloss, dl_tensor *logp, dl_tensor *ta
                                 dl_tensor *weight, int64_t ignore_index, dl_reduction reduction) {
     const char *op = "nll_loss_backward";
     class_layout L;
-    if (check_float(op, "input", logp) || check_reduction(op, reduction) ||
+    if (need_floating(op, "input", logp) || check_reduction(op, reduction) ||
         class_check(op, logp, target, weight, false, &L))
         return NULL;
     dl_dtype cdt = compute_dtype(logp->dtype);
     dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, weight, g, gx */
-    if (!(h[0] = checked_target(op, target, L.C, ignore_index)) ||
+    if (!(h[0] = checked_target(op, target, L.C, ignore_index, L.dev)) ||
         (weight && !(h[1] = dense(weight, cdt)))) {
         release_all(h, 4);
         return NULL;
     }
-    double W = reduction == DL_REDUCTION_MEAN ? class_weight_sum(h[0], h[1], cdt, ignore_index) : 1;
-    double g0;
-    if (loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, W, &h[2], &g0) ||
-        !(h[3] = dl_tensor_empty(logp->ndim, logp->shape, cdt, DL_CPU))) {
+    double W = 1, g0;
+    if ((reduction == DL_REDUCTION_MEAN &&
+         class_weight_sum(op, h[0], h[1], cdt, ignore_index, L.dev, &W)) ||
+        loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, W, L.dev, &h[2], &g0) ||
+        !(h[3] = dl_tensor_empty(logp->ndim, logp->shape, cdt, L.dev))) {
         release_all(h, 4);
         return NULL;
     }
     const int64_t *td = dl_tensor_data_ptr(h[0]);
-    if (cdt == DL_DTYPE_F64)
+    if (on_cuda(L.dev)) {
+        if (CUDA_RUN(op, nll_loss_backward, vp(h[3]), vp(h[2]), g0, td, vp(h[1]), cdt, L.N, L.C,
+                     L.S, ignore_index)) {
+            release_all(h, 4);
+            return NULL;
+        }
+    } else if (cdt == DL_DTYPE_F64) {
         dl_cpu_nll_loss_backward_f64(f64p(h[3]), f64p(h[2]), g0, td, f64p(h[1]), L.N, L.C, L.S,
                                      ignore_index);
-    else
+    } else {
         dl_cpu_nll_loss_backward_f32(f32p(h[3]), f32p(h[2]), (float)g0, td, f32p(h[1]), L.N, L.C,
                                      L.S, ignore_index);
+    }
     dl_tensor *gx = h[3];
     h[3] = NULL;
     release_all(h, 3);
@@ -374,8 +511,7 @@ dl_tensor *dl_nll_loss_backward(dl_tensor *gloss, dl_tensor *logp, dl_tensor *ta
 
 static int ce_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
                     dl_reduction reduction, double eps, bool *probs, class_layout *L) {
-    if (check_float(op, "input", x) || check_reduction(op, reduction)) return -1;
-    if (check_cpu(op, "target", target)) return -1;
+    if (need_floating(op, "input", x) || check_reduction(op, reduction)) return -1;
     *probs = dl_dtype_is_floating(target->dtype);
     if (!*probs && target->dtype != DL_DTYPE_I64)
         return dl_error("%s: target must be int64 class indices or floating-point class "
@@ -384,6 +520,41 @@ static int ce_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tensor *
     if (!(eps >= 0 && eps <= 1))
         return dl_error("%s: label_smoothing must be in [0, 1], got %g", op, eps);
     return class_check(op, x, target, weight, *probs, L);
+}
+
+/* The target of a cross entropy on L's device: dense probabilities in the
+ * compute dtype, or checked class indices. */
+static dl_tensor *ce_target(const char *op, dl_tensor *target, bool probs, dl_dtype cdt,
+                            int64_t ignore_index, const class_layout *L) {
+    return probs ? dense_on(target, cdt, L->dev)
+                 : checked_target(op, target, L->C, ignore_index, L->dev);
+}
+
+/* Runs the forward kernel of a cross entropy into per (h: target, x, weight). */
+static int ce_forward_kernels(const char *op, dl_tensor *const *h, dl_tensor *per, bool probs,
+                              dl_dtype cdt, const class_layout *L, int64_t ignore_index,
+                              double eps) {
+    int64_t N = L->N, C = L->C, S = L->S;
+    if (on_cuda(L->dev))
+        return probs ? CUDA_RUN(op, cross_entropy_prob, vp(per), vp(h[1]), vp(h[0]), vp(h[2]), cdt,
+                                N, C, S, eps)
+                     : CUDA_RUN(op, cross_entropy, vp(per), vp(h[1]), vp(h[0]), vp(h[2]), cdt, N, C,
+                                S, ignore_index, eps);
+    if (probs) {
+        if (cdt == DL_DTYPE_F64)
+            dl_cpu_cross_entropy_prob_f64(f64p(per), f64p(h[1]), f64p(h[0]), f64p(h[2]), N, C, S,
+                                          eps);
+        else
+            dl_cpu_cross_entropy_prob_f32(f32p(per), f32p(h[1]), f32p(h[0]), f32p(h[2]), N, C, S,
+                                          eps);
+        return 0;
+    }
+    const int64_t *td = dl_tensor_data_ptr(h[0]);
+    if (cdt == DL_DTYPE_F64)
+        dl_cpu_cross_entropy_f64(f64p(per), f64p(h[1]), td, f64p(h[2]), N, C, S, ignore_index, eps);
+    else
+        dl_cpu_cross_entropy_f32(f32p(per), f32p(h[1]), td, f32p(h[2]), N, C, S, ignore_index, eps);
+    return 0;
 }
 
 dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
@@ -395,36 +566,56 @@ dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *
     if (ce_check(op, x, target, weight, reduction, label_smoothing, &probs, &L)) return NULL;
     dl_dtype cdt = compute_dtype(x->dtype);
     int64_t R = L.N * L.S;
-    double eps = label_smoothing;
     dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, x, weight, per */
-    h[0] = probs ? dense(target, cdt) : checked_target(op, target, L.C, ignore_index);
+    h[0] = ce_target(op, target, probs, cdt, ignore_index, &L);
     if (!h[0] || !(h[1] = dense(x, cdt)) || (weight && !(h[2] = dense(weight, cdt))) ||
-        !(h[3] = dl_tensor_empty(1, &R, cdt, DL_CPU))) {
+        !(h[3] = dl_tensor_empty(1, &R, cdt, L.dev))) {
         release_all(h, 4);
         return NULL;
     }
     double denom = (double)R;
-    if (probs) {
-        if (cdt == DL_DTYPE_F64)
-            dl_cpu_cross_entropy_prob_f64(f64p(h[3]), f64p(h[1]), f64p(h[0]), f64p(h[2]), L.N, L.C,
-                                          L.S, eps);
-        else
-            dl_cpu_cross_entropy_prob_f32(f32p(h[3]), f32p(h[1]), f32p(h[0]), f32p(h[2]), L.N, L.C,
-                                          L.S, eps);
-    } else {
-        const int64_t *td = dl_tensor_data_ptr(h[0]);
-        if (cdt == DL_DTYPE_F64)
-            dl_cpu_cross_entropy_f64(f64p(h[3]), f64p(h[1]), td, f64p(h[2]), L.N, L.C, L.S,
-                                     ignore_index, eps);
-        else
-            dl_cpu_cross_entropy_f32(f32p(h[3]), f32p(h[1]), td, f32p(h[2]), L.N, L.C, L.S,
-                                     ignore_index, eps);
-        if (reduction == DL_REDUCTION_MEAN) denom = class_weight_sum(h[0], h[2], cdt, ignore_index);
+    int rc = ce_forward_kernels(op, h, h[3], probs, cdt, &L, ignore_index, label_smoothing);
+    if (!rc && !probs && reduction == DL_REDUCTION_MEAN)
+        rc = class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &denom);
+    if (rc) {
+        release_all(h, 4);
+        return NULL;
     }
     dl_tensor *per = h[3];
     h[3] = NULL;
     release_all(h, 3);
     return reduce_loss(per, reduction, denom, L.ndim, L.shape, x->dtype);
+}
+
+/* Runs the backward kernel of a cross entropy (h: target, x, weight, g, gx, gtarget). */
+static int ce_backward_kernels(const char *op, dl_tensor *const *h, double g0, bool probs,
+                               dl_dtype cdt, const class_layout *L, int64_t ignore_index,
+                               double eps) {
+    int64_t N = L->N, C = L->C, S = L->S;
+    if (on_cuda(L->dev))
+        return probs ? CUDA_RUN(op, cross_entropy_prob_backward, vp(h[4]), vp(h[5]), vp(h[3]), g0,
+                                vp(h[1]), vp(h[0]), vp(h[2]), cdt, N, C, S, eps)
+                     : CUDA_RUN(op, cross_entropy_backward, vp(h[4]), vp(h[3]), g0, vp(h[1]),
+                                vp(h[0]), vp(h[2]), cdt, N, C, S, ignore_index, eps);
+    if (probs) {
+        if (cdt == DL_DTYPE_F64)
+            dl_cpu_cross_entropy_prob_backward_f64(f64p(h[4]), f64p(h[5]), f64p(h[3]), g0,
+                                                   f64p(h[1]), f64p(h[0]), f64p(h[2]), N, C, S,
+                                                   eps);
+        else
+            dl_cpu_cross_entropy_prob_backward_f32(f32p(h[4]), f32p(h[5]), f32p(h[3]), (float)g0,
+                                                   f32p(h[1]), f32p(h[0]), f32p(h[2]), N, C, S,
+                                                   eps);
+        return 0;
+    }
+    const int64_t *td = dl_tensor_data_ptr(h[0]);
+    if (cdt == DL_DTYPE_F64)
+        dl_cpu_cross_entropy_backward_f64(f64p(h[4]), f64p(h[3]), g0, f64p(h[1]), td, f64p(h[2]), N,
+                                          C, S, ignore_index, eps);
+    else
+        dl_cpu_cross_entropy_backward_f32(f32p(h[4]), f32p(h[3]), (float)g0, f32p(h[1]), td,
+                                          f32p(h[2]), N, C, S, ignore_index, eps);
+    return 0;
 }
 
 int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
@@ -437,41 +628,22 @@ int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target,
     bool probs;
     if (ce_check(op, x, target, weight, reduction, label_smoothing, &probs, &L)) return -1;
     dl_dtype cdt = compute_dtype(x->dtype);
-    double eps = label_smoothing;
     bool want_gt = probs && gtarget;
     dl_tensor *h[6] = {NULL}; /* target, x, weight, g, gx, gtarget */
-    h[0] = probs ? dense(target, cdt) : checked_target(op, target, L.C, ignore_index);
+    h[0] = ce_target(op, target, probs, cdt, ignore_index, &L);
     if (!h[0] || !(h[1] = dense(x, cdt)) || (weight && !(h[2] = dense(weight, cdt)))) {
         release_all(h, 6);
         return -1;
     }
-    double denom = probs ? (double)(L.N * L.S) : 1;
-    if (!probs && reduction == DL_REDUCTION_MEAN)
-        denom = class_weight_sum(h[0], h[2], cdt, ignore_index);
-    double g0;
-    if (loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, denom, &h[3], &g0) ||
-        !(h[4] = dl_tensor_empty(x->ndim, x->shape, cdt, DL_CPU)) ||
-        (want_gt && !(h[5] = dl_tensor_empty(x->ndim, x->shape, cdt, DL_CPU)))) {
+    double denom = probs ? (double)(L.N * L.S) : 1, g0;
+    if ((!probs && reduction == DL_REDUCTION_MEAN &&
+         class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &denom)) ||
+        loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, denom, L.dev, &h[3], &g0) ||
+        !(h[4] = dl_tensor_empty(x->ndim, x->shape, cdt, L.dev)) ||
+        (want_gt && !(h[5] = dl_tensor_empty(x->ndim, x->shape, cdt, L.dev))) ||
+        ce_backward_kernels(op, h, g0, probs, cdt, &L, ignore_index, label_smoothing)) {
         release_all(h, 6);
         return -1;
-    }
-    if (probs) {
-        if (cdt == DL_DTYPE_F64)
-            dl_cpu_cross_entropy_prob_backward_f64(f64p(h[4]), f64p(h[5]), f64p(h[3]), g0,
-                                                   f64p(h[1]), f64p(h[0]), f64p(h[2]), L.N, L.C,
-                                                   L.S, eps);
-        else
-            dl_cpu_cross_entropy_prob_backward_f32(f32p(h[4]), f32p(h[5]), f32p(h[3]), (float)g0,
-                                                   f32p(h[1]), f32p(h[0]), f32p(h[2]), L.N, L.C,
-                                                   L.S, eps);
-    } else {
-        const int64_t *td = dl_tensor_data_ptr(h[0]);
-        if (cdt == DL_DTYPE_F64)
-            dl_cpu_cross_entropy_backward_f64(f64p(h[4]), f64p(h[3]), g0, f64p(h[1]), td,
-                                              f64p(h[2]), L.N, L.C, L.S, ignore_index, eps);
-        else
-            dl_cpu_cross_entropy_backward_f32(f32p(h[4]), f32p(h[3]), (float)g0, f32p(h[1]), td,
-                                              f32p(h[2]), L.N, L.C, L.S, ignore_index, eps);
     }
     dl_tensor *rx = h[4], *rt = h[5];
     h[4] = h[5] = NULL;
@@ -499,7 +671,9 @@ typedef struct {
     int64_t shape[DL_MAX_DIMS];
     int64_t n;
     dl_dtype dt, cdt;
-    dl_tensor *x, *y, *w, *pw; /* dense, compute dtype, the common shape; w, pw may be NULL */
+    dl_device dev;
+    dl_tensor *x, *y, *w,
+        *pw; /* dense, compute dtype, the common shape, on dev; w, pw may be NULL */
 } pw_args;
 
 static void pw_release(pw_args *a) {
@@ -508,7 +682,7 @@ static void pw_release(pw_args *a) {
     a->x = a->y = a->w = a->pw = NULL;
 }
 
-/* An operand broadcast to the common shape, dense in the compute dtype. */
+/* An operand broadcast to the common shape, dense in the compute dtype, on a's device. */
 static dl_tensor *pw_operand(const char *op, const char *what, dl_tensor *t, const pw_args *a) {
     dl_tensor *e = dl_tensor_expand(t, a->ndim, a->shape);
     if (!e) {
@@ -518,7 +692,7 @@ static dl_tensor *pw_operand(const char *op, const char *what, dl_tensor *t, con
                  dl_shape_str(a->ndim, a->shape, s2, sizeof s2));
         return NULL;
     }
-    dl_tensor *d = dense(e, a->cdt);
+    dl_tensor *d = dense_on(e, a->cdt, a->dev);
     dl_tensor_release(e);
     return d;
 }
@@ -527,10 +701,12 @@ static dl_tensor *pw_operand(const char *op, const char *what, dl_tensor *t, con
 static int pw_prepare(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor *w, dl_tensor *pw,
                       dl_reduction r, bool same_shape, pw_args *a) {
     memset(a, 0, sizeof *a);
-    if (check_float(op, "input", x) || check_float(op, "target", y) || check_reduction(op, r))
+    if (need_floating(op, "input", x) || need_floating(op, "target", y) || check_reduction(op, r))
         return -1;
-    if (w && check_float(op, "weight", w)) return -1;
-    if (pw && check_float(op, "pos_weight", pw)) return -1;
+    if (w && need_floating(op, "weight", w)) return -1;
+    if (pw && need_floating(op, "pos_weight", pw)) return -1;
+    dl_tensor *ts[4] = {x, y, w, pw};
+    if (op_device(op, 4, ts, &a->dev)) return -1;
     if (same_shape) {
         if (check_same_shape(op, "target", y, "input", x)) return -1;
         a->ndim = x->ndim;
@@ -556,8 +732,14 @@ static dl_tensor *pw_forward(const char *op, dl_tensor *x, dl_tensor *y, dl_tens
                              dl_tensor *pw, dl_reduction r, dl_pointwise_loss kind) {
     pw_args a;
     if (pw_prepare(op, x, y, w, pw, r, kind == DL_POINTWISE_BCE_LOGITS, &a)) return NULL;
-    dl_tensor *per = dl_tensor_empty(a.ndim, a.shape, a.cdt, DL_CPU);
-    if (per) {
+    dl_tensor *per = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev);
+    if (per && on_cuda(a.dev)) {
+        if (CUDA_RUN(op, pointwise_loss, vp(per), vp(a.x), vp(a.y), vp(a.w), vp(a.pw), a.cdt, a.n,
+                     kind)) {
+            dl_tensor_release(per);
+            per = NULL;
+        }
+    } else if (per) {
         if (a.cdt == DL_DTYPE_F64)
             dl_cpu_pointwise_loss_f64(f64p(per), f64p(a.x), f64p(a.y), f64p(a.w), f64p(a.pw), a.n,
                                       kind);
@@ -594,22 +776,25 @@ static int pw_backward(const char *op, dl_tensor *gloss, dl_tensor *x, dl_tensor
     if (pw_prepare(op, x, y, w, pw, r, kind == DL_POINTWISE_BCE_LOGITS, &a)) return -1;
     dl_tensor *g = NULL, *rx = NULL, *ry = NULL;
     double g0;
-    if (loss_grad(op, gloss, r, a.ndim, a.shape, a.cdt, (double)a.n, &g, &g0) ||
-        (gx && !(rx = dl_tensor_empty(a.ndim, a.shape, a.cdt, DL_CPU))) ||
-        (gy && !(ry = dl_tensor_empty(a.ndim, a.shape, a.cdt, DL_CPU)))) {
-        dl_tensor_release(g);
-        dl_tensor_release(rx);
-        pw_release(&a);
-        return -1;
-    }
-    if (a.cdt == DL_DTYPE_F64)
+    int rc = loss_grad(op, gloss, r, a.ndim, a.shape, a.cdt, (double)a.n, a.dev, &g, &g0);
+    if (!rc && gx && !(rx = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev))) rc = -1;
+    if (!rc && gy && !(ry = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev))) rc = -1;
+    if (!rc && on_cuda(a.dev))
+        rc = CUDA_RUN(op, pointwise_loss_backward, vp(rx), vp(ry), vp(g), g0, vp(a.x), vp(a.y),
+                      vp(a.w), vp(a.pw), a.cdt, a.n, kind);
+    else if (!rc && a.cdt == DL_DTYPE_F64)
         dl_cpu_pointwise_loss_backward_f64(f64p(rx), f64p(ry), f64p(g), g0, f64p(a.x), f64p(a.y),
                                            f64p(a.w), f64p(a.pw), a.n, kind);
-    else
+    else if (!rc)
         dl_cpu_pointwise_loss_backward_f32(f32p(rx), f32p(ry), f32p(g), (float)g0, f32p(a.x),
                                            f32p(a.y), f32p(a.w), f32p(a.pw), a.n, kind);
     dl_tensor_release(g);
     pw_release(&a);
+    if (rc) {
+        dl_tensor_release(rx);
+        dl_tensor_release(ry);
+        return -1;
+    }
     if (gx && !(*gx = finish(sum_to(rx, x->ndim, x->shape), x->dtype))) {
         dl_tensor_release(ry);
         return -1;

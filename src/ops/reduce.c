@@ -11,6 +11,11 @@
  * last (RO == I == 1).  The kernel's O*I results come out in that kept-dim
  * order and are copied into the result through a view in the same order.
  *
+ * Devices: a CUDA input runs the CUDA twins of the kernels (cuda_reduce.h,
+ * through the k_* dispatchers below) on its device; results, scratch and the
+ * kernels' double accumulators live there, and finishing steps run there too
+ * (no device memory is read on the host).
+ *
  * Dtypes: float16/bfloat16 inputs are computed as float32; integer and bool
  * inputs of sum/prod/max/min/median/cumsum/cumprod as int64; float
  * accumulations run in double and are rounded once into the result.
@@ -21,6 +26,7 @@
 #include "ops/reduce.h"
 #include "autograd/autograd.h"
 #include "cpu/reduce.h"
+#include "ops/cuda_reduce.h"
 #include "ops/elementwise.h"
 #include "ops/grad_util.h"
 #include "ops/index.h"
@@ -31,10 +37,13 @@
 
 /* --- dims, shapes, checks ---------------------------------------------------------- */
 
-static int check_cpu(const char *op, const dl_tensor *x) {
-    if (dl_tensor_device(x).type != DL_DEVICE_CPU)
-        return dl_error("%s: only CPU tensors are supported", op);
-    return 0;
+/* x must be on the CPU, or on CUDA where the reduce kernels exist (its
+ * device is then made current). */
+static int check_device(const char *op, const dl_tensor *x) {
+    dl_device d = dl_tensor_device(x);
+    if (d.type == DL_DEVICE_CPU) return 0;
+    if (d.type != DL_DEVICE_CUDA || !dl_cuda_red || !dl_cuda_rt) return dl_cuda_missing(op);
+    return dl_cuda_rt->set_device(d.index) < 0 ? -1 : 0;
 }
 
 /* Marks the reduced dims of x in mask (every dim when ndims == 0). */
@@ -312,6 +321,8 @@ typedef struct {
     int64_t nred;   /* elements reduced into each result: RO*R */
     int nk;         /* kept dims of size > 1, in the order the kernel writes them */
     int kdims[DL_MAX_DIMS];
+    dl_device dev; /* x's device: the kernels' and the results' */
+    bool cuda;
 } rplan;
 
 /* logical: keep the dims in their logical order (for flat indices). */
@@ -320,6 +331,8 @@ static int plan_make(dl_tensor *x, const bool *mask, bool logical, rplan *p) {
     for (int d = 0; d < x->ndim; d++)
         if (x->shape[d] != 1) act[na++] = d;
     memset(p, 0, sizeof *p);
+    p->dev = dl_tensor_device(x);
+    p->cuda = p->dev.type == DL_DEVICE_CUDA;
     if (dl_tensor_numel(x) > 0) {
         if (!logical) /* memory order: strides descending, stable */
             for (int i = 1; i < na; i++)
@@ -403,7 +416,7 @@ static int sink_open(sink *s, dl_tensor *out, dl_dtype kt, const dl_tensor *x, c
         dense = strides[j] == expect;
         expect *= shape[j];
     }
-    if (!dense && !(s->tmp = dl_tensor_empty(p->nk, shape, kt, DL_CPU))) {
+    if (!dense && !(s->tmp = dl_tensor_empty(p->nk, shape, kt, p->dev))) {
         dl_tensor_release(s->view);
         s->view = NULL;
         return -1;
@@ -421,68 +434,139 @@ static int sink_close(sink *s, int rc) {
     return rc;
 }
 
+/* --- dispatch: the CPU kernels or their CUDA twins ------------------------------------------
+ * Each k_* runs one kernel of src/cpu/reduce.h on the plan's device; on CUDA
+ * every pointer is device memory. */
+
+static const void *plan_data(const rplan *p) {
+    return p->src ? dl_tensor_data_ptr(p->src) : NULL;
+}
+
+static int k_acc(const rplan *p, dl_acc_kind k, dl_dtype dt, double pw, const double *shift,
+                 double *out) {
+    if (!p->cuda) return dl_cpu_reduce_acc(k, plan_data(p), dt, &p->s, pw, shift, out);
+    if (!dl_cuda_red->reduce_acc) return dl_cuda_missing("reduce");
+    return dl_cuda_red->reduce_acc(k, plan_data(p), dt, &p->s, pw, shift, out);
+}
+
+static int k_finish(const rplan *p, dl_fin_kind k, double *a, int64_t n, double c,
+                    const double *shift) {
+    if (!p->cuda) {
+        dl_cpu_reduce_finish(k, a, n, c, shift);
+        return 0;
+    }
+    if (!dl_cuda_red->reduce_finish) return dl_cuda_missing("reduce");
+    return dl_cuda_red->reduce_finish(k, a, n, c, shift);
+}
+
+/* a[i] = 0 where a[i] is infinite */
+static int k_zero_inf(const rplan *p, double *a, int64_t n) {
+    if (!p->cuda) {
+        for (int64_t i = 0; i < n; i++)
+            if (isinf(a[i])) a[i] = 0;
+        return 0;
+    }
+    if (!dl_cuda_red->reduce_zero_inf) return dl_cuda_missing("logsumexp");
+    return dl_cuda_red->reduce_zero_inf(a, n);
+}
+
+static int k_acc_i64(const rplan *p, bool prod, int64_t *out) {
+    if (!p->cuda) return dl_cpu_reduce_acc_i64(prod, plan_data(p), &p->s, out);
+    if (!dl_cuda_red->reduce_acc_i64) return dl_cuda_missing(prod ? "prod" : "sum");
+    return dl_cuda_red->reduce_acc_i64(prod, plan_data(p), &p->s, out);
+}
+
+static int k_minmax(const rplan *p, bool mx, dl_dtype dt, void *vals, int64_t *idx) {
+    if (!p->cuda) return dl_cpu_reduce_minmax(mx, plan_data(p), dt, &p->s, vals, idx);
+    if (!dl_cuda_red->reduce_minmax) return dl_cuda_missing(mx ? "max" : "min");
+    return dl_cuda_red->reduce_minmax(mx, plan_data(p), dt, &p->s, vals, idx);
+}
+
+static int k_allany(const rplan *p, bool all, uint8_t *out) {
+    if (!p->cuda) return dl_cpu_reduce_allany(all, plan_data(p), &p->s, out);
+    if (!dl_cuda_red->reduce_allany) return dl_cuda_missing(all ? "all" : "any");
+    return dl_cuda_red->reduce_allany(all, plan_data(p), &p->s, out);
+}
+
+static int k_median(const rplan *p, dl_dtype dt, void *vals, int64_t *idx) {
+    if (!p->cuda) return dl_cpu_median(plan_data(p), dt, p->s.O, p->s.R, p->s.I, vals, idx);
+    if (!dl_cuda_red->median) return dl_cuda_missing("median");
+    return dl_cuda_red->median(plan_data(p), dt, p->s.O, p->s.R, p->s.I, vals, idx);
+}
+
+/* n doubles of scratch on the plan's device: host memory, or the data of a
+ * device tensor kept in *hold.  Freed by scratch_free. */
+static double *scratch(const rplan *p, int64_t n, dl_tensor **hold, const char *op) {
+    *hold = NULL;
+    if (n < 1) n = 1;
+    if (p->cuda) {
+        *hold = dl_tensor_empty(1, &n, DL_DTYPE_F64, p->dev);
+        return *hold ? dl_tensor_data_ptr(*hold) : NULL;
+    }
+    double *d = malloc(sizeof(double) * (size_t)n);
+    if (!d) dl_error("%s: out of memory", op);
+    return d;
+}
+
+static void scratch_free(double *d, dl_tensor *hold) {
+    if (hold)
+        dl_tensor_release(hold);
+    else
+        free(d);
+}
+
 /* --- float reductions ----------------------------------------------------------------- */
 
 typedef enum { F_SUM, F_MEAN, F_PROD, F_AMAX, F_AMIN, F_VAR, F_STD, F_NORM, F_LSE } fop;
 
-/* Runs the kernels of f over plan p into a[O*I]. */
+/* Runs the kernels of f over plan p into a[O*I] (on the plan's device). */
 static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, double *a) {
     int64_t n = p->s.O * p->s.I;
-    const void *x = p->src ? dl_tensor_data_ptr(p->src) : NULL;
     double R = (double)p->nred, *shift = NULL;
+    dl_tensor *hold = NULL;
     int rc = 0;
     switch (f) {
-    case F_SUM: return dl_cpu_reduce_acc(DL_ACC_SUM, x, dt, &p->s, 0, NULL, a);
-    case F_PROD: return dl_cpu_reduce_acc(DL_ACC_PROD, x, dt, &p->s, 0, NULL, a);
-    case F_AMAX: return dl_cpu_reduce_acc(DL_ACC_MAX, x, dt, &p->s, 0, NULL, a);
-    case F_AMIN: return dl_cpu_reduce_acc(DL_ACC_MIN, x, dt, &p->s, 0, NULL, a);
+    case F_SUM: return k_acc(p, DL_ACC_SUM, dt, 0, NULL, a);
+    case F_PROD: return k_acc(p, DL_ACC_PROD, dt, 0, NULL, a);
+    case F_AMAX: return k_acc(p, DL_ACC_MAX, dt, 0, NULL, a);
+    case F_AMIN: return k_acc(p, DL_ACC_MIN, dt, 0, NULL, a);
     case F_MEAN:
-        rc = dl_cpu_reduce_acc(DL_ACC_SUM, x, dt, &p->s, 0, NULL, a);
-        if (!rc) dl_cpu_reduce_finish(DL_FIN_DIV, a, n, R, NULL);
-        return rc;
+        rc = k_acc(p, DL_ACC_SUM, dt, 0, NULL, a);
+        return rc ? rc : k_finish(p, DL_FIN_DIV, a, n, R, NULL);
     case F_VAR:
     case F_STD:
         /* two passes: the mean, then the squared deviations from it */
-        if (!(shift = malloc(sizeof(double) * (size_t)(n ? n : 1))))
-            return dl_error("var: out of memory");
-        rc = dl_cpu_reduce_acc(DL_ACC_SUM, x, dt, &p->s, 0, NULL, shift);
-        if (!rc) {
-            dl_cpu_reduce_finish(DL_FIN_DIV, shift, n, R, NULL);
-            rc = dl_cpu_reduce_acc(DL_ACC_SQDEV, x, dt, &p->s, 0, shift, a);
-        }
+        if (!(shift = scratch(p, n, &hold, "var"))) return -1;
+        rc = k_acc(p, DL_ACC_SUM, dt, 0, NULL, shift);
+        if (!rc) rc = k_finish(p, DL_FIN_DIV, shift, n, R, NULL);
+        if (!rc) rc = k_acc(p, DL_ACC_SQDEV, dt, 0, shift, a);
         if (!rc)
-            dl_cpu_reduce_finish(f == F_STD ? DL_FIN_SQRT_DIV : DL_FIN_DIV, a, n,
-                                 R - param > 0 ? R - param : 0, NULL);
-        free(shift);
+            rc = k_finish(p, f == F_STD ? DL_FIN_SQRT_DIV : DL_FIN_DIV, a, n,
+                          R - param > 0 ? R - param : 0, NULL);
+        scratch_free(shift, hold);
         return rc;
     case F_LSE:
         /* max + log(sum(exp(x - max))); an infinite max is not subtracted */
-        if (!(shift = malloc(sizeof(double) * (size_t)(n ? n : 1))))
-            return dl_error("logsumexp: out of memory");
-        rc = dl_cpu_reduce_acc(DL_ACC_MAX, x, dt, &p->s, 0, NULL, shift);
-        if (!rc) {
-            for (int64_t i = 0; i < n; i++)
-                if (isinf(shift[i])) shift[i] = 0;
-            rc = dl_cpu_reduce_acc(DL_ACC_SUMEXP, x, dt, &p->s, 0, shift, a);
-        }
-        if (!rc) dl_cpu_reduce_finish(DL_FIN_LOG_SHIFT, a, n, 0, shift);
-        free(shift);
+        if (!(shift = scratch(p, n, &hold, "logsumexp"))) return -1;
+        rc = k_acc(p, DL_ACC_MAX, dt, 0, NULL, shift);
+        if (!rc) rc = k_zero_inf(p, shift, n);
+        if (!rc) rc = k_acc(p, DL_ACC_SUMEXP, dt, 0, shift, a);
+        if (!rc) rc = k_finish(p, DL_FIN_LOG_SHIFT, a, n, 0, shift);
+        scratch_free(shift, hold);
         return rc;
     case F_NORM: {
         double pw = param;
-        if (p->nred == 0) { /* the norm of nothing is 0 for every p, as PyTorch */
-            for (int64_t i = 0; i < n; i++) a[i] = 0;
-            return 0;
-        }
+        /* the norm of nothing is 0 for every p, as PyTorch (the sum's identity) */
+        if (p->nred == 0) return k_acc(p, DL_ACC_SUM, dt, 0, NULL, a);
         dl_acc_kind k = pw == 2           ? DL_ACC_SUMSQ
                         : pw == 1         ? DL_ACC_SUMABS
                         : pw == 0         ? DL_ACC_COUNTNZ
                         : pw == INFINITY  ? DL_ACC_MAXABS
                         : pw == -INFINITY ? DL_ACC_MINABS
                                           : DL_ACC_SUMPOW;
-        rc = dl_cpu_reduce_acc(k, x, dt, &p->s, pw, NULL, a);
-        if (!rc && k == DL_ACC_SUMSQ) dl_cpu_reduce_finish(DL_FIN_SQRT_DIV, a, n, 1, NULL);
-        if (!rc && k == DL_ACC_SUMPOW) dl_cpu_reduce_finish(DL_FIN_POW, a, n, 1 / pw, NULL);
+        rc = k_acc(p, k, dt, pw, NULL, a);
+        if (!rc && k == DL_ACC_SUMSQ) rc = k_finish(p, DL_FIN_SQRT_DIV, a, n, 1, NULL);
+        if (!rc && k == DL_ACC_SUMPOW) rc = k_finish(p, DL_FIN_POW, a, n, 1 / pw, NULL);
         return rc;
     }
     }
@@ -496,7 +580,7 @@ static dl_tensor *float_reduce(fop f, dl_tensor *xc, const bool *mask, bool keep
     int ond = reduced_shape(xc, mask, keepdim, oshape);
     rplan p;
     if (plan_make(xc, mask, false, &p)) return NULL;
-    dl_tensor *out = dl_tensor_empty(ond, oshape, odt, DL_CPU);
+    dl_tensor *out = dl_tensor_empty(ond, oshape, odt, p.dev);
     sink s = {NULL, NULL};
     void *a = NULL;
     int rc = out ? sink_open(&s, out, DL_DTYPE_F64, xc, mask, keepdim, &p, &a) : -1;
@@ -517,13 +601,11 @@ static dl_tensor *int_reduce(bool prod, dl_tensor *xc, const bool *mask, bool ke
     int ond = reduced_shape(xc, mask, keepdim, oshape);
     rplan p;
     if (plan_make(xc, mask, false, &p)) return NULL;
-    dl_tensor *out = dl_tensor_empty(ond, oshape, odt, DL_CPU);
+    dl_tensor *out = dl_tensor_empty(ond, oshape, odt, p.dev);
     sink s = {NULL, NULL};
     void *a = NULL;
     int rc = out ? sink_open(&s, out, DL_DTYPE_I64, xc, mask, keepdim, &p, &a) : -1;
-    if (!rc)
-        rc = sink_close(
-            &s, dl_cpu_reduce_acc_i64(prod, p.src ? dl_tensor_data_ptr(p.src) : NULL, &p.s, a));
+    if (!rc) rc = sink_close(&s, k_acc_i64(&p, prod, a));
     dl_tensor_release(p.src);
     if (rc) {
         dl_tensor_release(out);
@@ -537,7 +619,7 @@ static dl_tensor *int_reduce(bool prod, dl_tensor *xc, const bool *mask, bool ke
 static dl_tensor *sum_prod(const char *op, bool prod, dl_tensor *x, int ndims, const int *dims,
                            bool keepdim, dl_dtype dtype) {
     bool mask[DL_MAX_DIMS];
-    if (check_cpu(op, x) || dims_mask(op, x, ndims, dims, mask)) return NULL;
+    if (check_device(op, x) || dims_mask(op, x, ndims, dims, mask)) return NULL;
     bool given = dtype != DL_REDUCE_DTYPE_NONE;
     dl_dtype odt = given ? dtype : is_float(x->dtype) ? x->dtype : DL_DTYPE_I64;
     dl_tensor *xd = dl_tensor_to_dtype(x, given ? dtype : x->dtype);
@@ -655,7 +737,7 @@ static dl_tensor *float_op(const char *op, fop f, dl_tensor *x, int ndims, const
 }
 
 static int need_float(const char *op, const dl_tensor *x) {
-    if (check_cpu(op, x)) return -1;
+    if (check_device(op, x)) return -1;
     if (!is_float(x->dtype))
         return dl_error("%s: expected a floating point input, got %s", op, dl_dtype_name(x->dtype));
     return 0;
@@ -673,7 +755,7 @@ static int mean_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
 }
 
 dl_tensor *dl_mean(dl_tensor *x, int ndims, const int *dims, bool keepdim, dl_dtype dtype) {
-    if (check_cpu("mean", x)) return NULL;
+    if (check_device("mean", x)) return NULL;
     if (dtype != DL_REDUCE_DTYPE_NONE && !is_float(dtype)) {
         dl_error("mean: could not infer the output dtype: the dtype option must be a floating "
                  "point type, got %s",
@@ -843,7 +925,7 @@ static int logsumexp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gi
 }
 
 dl_tensor *dl_logsumexp(dl_tensor *x, int ndims, const int *dims, bool keepdim) {
-    if (check_cpu("logsumexp", x)) return NULL;
+    if (check_device("logsumexp", x)) return NULL;
     dl_dtype odt = is_float(x->dtype) ? x->dtype : DL_DTYPE_F32;
     dl_tensor *r = float_op("logsumexp", F_LSE, x, ndims, dims, keepdim, odt, 0);
     return record_red("LogsumexpBackward", logsumexp_backward, SAVE_X | SAVE_OUT, x, r, ndims, dims,
@@ -859,7 +941,7 @@ static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool 
                   dl_tensor **vals, dl_tensor **idx) {
     if (vals) *vals = NULL;
     if (idx) *idx = NULL;
-    if (check_cpu(op, x)) return -1;
+    if (check_device(op, x)) return -1;
     dl_dtype ct = is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64;
     dl_dtype kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     int64_t oshape[DL_MAX_DIMS];
@@ -873,26 +955,27 @@ static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool 
     }
     dl_tensor *vo = NULL, *io = NULL;
     sink sv = {NULL, NULL}, si = {NULL, NULL};
-    void *va = NULL, *ia = NULL, *own = NULL;
+    void *va = NULL, *ia = NULL;
+    double *own = NULL;
+    dl_tensor *own_hold = NULL;
     bool vopen = false, iopen = false;
     int rc = 0;
     if (p.nred == 0 && p.s.O * p.s.I > 0) rc = empty_error(op, x, mask, full);
     if (!rc && idx && p.s.RO != 1) rc = dl_error("%s: internal error: indices over split dims", op);
     if (!rc && vals) {
-        vo = dl_tensor_empty(ond, oshape, x->dtype, DL_CPU);
+        vo = dl_tensor_empty(ond, oshape, x->dtype, p.dev);
         rc = vo ? sink_open(&sv, vo, kt, xc, mask, keepdim, &p, &va) : -1;
         vopen = rc == 0;
     }
     if (!rc && idx) {
-        io = dl_tensor_empty(ond, oshape, DL_DTYPE_I64, DL_CPU);
+        io = dl_tensor_empty(ond, oshape, DL_DTYPE_I64, p.dev);
         rc = io ? sink_open(&si, io, DL_DTYPE_I64, xc, mask, keepdim, &p, &ia) : -1;
         iopen = rc == 0;
     }
-    if (!rc && !vals && !(va = own = malloc(8 * (size_t)(p.s.O * p.s.I + 1))))
-        rc = dl_error("%s: out of memory", op);
-    if (!rc)
-        rc = dl_cpu_reduce_minmax(mx, p.src ? dl_tensor_data_ptr(p.src) : NULL, ct, &p.s, va, ia);
-    free(own);
+    /* values nobody asked for still need a place (8 bytes each: double or int64) */
+    if (!rc && !vals && !(va = own = scratch(&p, p.s.O * p.s.I + 1, &own_hold, op))) rc = -1;
+    if (!rc) rc = k_minmax(&p, mx, ct, va, ia);
+    if (own) scratch_free(own, own_hold);
     if (vopen) rc = sink_close(&sv, rc);
     if (iopen) rc = sink_close(&si, rc);
     dl_tensor_release(p.src);
@@ -912,7 +995,7 @@ static dl_tensor *amax_amin(const char *op, bool mx, dl_tensor *x, int ndims, co
                             bool keepdim) {
     bool mask[DL_MAX_DIMS];
     dl_tensor *v;
-    if (check_cpu(op, x) || dims_mask(op, x, ndims, dims, mask)) return NULL;
+    if (check_device(op, x) || dims_mask(op, x, ndims, dims, mask)) return NULL;
     if (!is_float(x->dtype))
         return minmax(op, mx, x, mask, keepdim, ndims == 0, &v, NULL) ? NULL : v;
     int64_t numel = dl_tensor_numel(x), out = 1;
@@ -1011,7 +1094,7 @@ dl_tensor *dl_argmin(dl_tensor *x, const int *dim, bool keepdim) {
 static dl_tensor *all_any(const char *op, bool all, dl_tensor *x, int ndims, const int *dims,
                           bool keepdim) {
     bool mask[DL_MAX_DIMS];
-    if (check_cpu(op, x) || dims_mask(op, x, ndims, dims, mask)) return NULL;
+    if (check_device(op, x) || dims_mask(op, x, ndims, dims, mask)) return NULL;
     int64_t oshape[DL_MAX_DIMS];
     int ond = reduced_shape(x, mask, keepdim, oshape);
     dl_tensor *xc = dl_tensor_to_dtype(x, DL_DTYPE_BOOL);
@@ -1020,13 +1103,11 @@ static dl_tensor *all_any(const char *op, bool all, dl_tensor *x, int ndims, con
     dl_tensor *out = NULL;
     int rc = plan_make(xc, mask, false, &p);
     if (!rc) {
-        out = dl_tensor_empty(ond, oshape, DL_DTYPE_BOOL, DL_CPU);
+        out = dl_tensor_empty(ond, oshape, DL_DTYPE_BOOL, p.dev);
         sink s = {NULL, NULL};
         void *a = NULL;
         rc = out ? sink_open(&s, out, DL_DTYPE_BOOL, xc, mask, keepdim, &p, &a) : -1;
-        if (!rc)
-            rc = sink_close(
-                &s, dl_cpu_reduce_allany(all, p.src ? dl_tensor_data_ptr(p.src) : NULL, &p.s, a));
+        if (!rc) rc = sink_close(&s, k_allany(&p, all, a));
         dl_tensor_release(p.src);
     }
     dl_tensor_release(xc);
@@ -1051,7 +1132,7 @@ static int median(dl_tensor *x, const bool *mask, bool keepdim, dl_tensor **vals
     const char *op = "median";
     *vals = NULL;
     if (idx) *idx = NULL;
-    if (check_cpu(op, x)) return -1;
+    if (check_device(op, x)) return -1;
     dl_dtype ct = is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64;
     dl_dtype kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     int64_t oshape[DL_MAX_DIMS];
@@ -1063,25 +1144,27 @@ static int median(dl_tensor *x, const bool *mask, bool keepdim, dl_tensor **vals
         dl_tensor_release(xc);
         return -1;
     }
-    dl_tensor *vo = dl_tensor_empty(ond, oshape, x->dtype, DL_CPU);
-    dl_tensor *io = dl_tensor_empty(ond, oshape, DL_DTYPE_I64, DL_CPU);
+    dl_tensor *vo = dl_tensor_empty(ond, oshape, x->dtype, p.dev);
+    dl_tensor *io = dl_tensor_empty(ond, oshape, DL_DTYPE_I64, p.dev);
     sink sv = {NULL, NULL}, si = {NULL, NULL};
     void *va = NULL, *ia = NULL;
     int rc = vo && io ? sink_open(&sv, vo, kt, xc, mask, keepdim, &p, &va) : -1;
-    bool vopen = rc == 0, iopen = false;
+    bool vopen = rc == 0, iopen = false, nan_fill = false;
     if (!rc) iopen = (rc = sink_open(&si, io, DL_DTYPE_I64, xc, mask, keepdim, &p, &ia)) == 0;
     if (!rc && p.nred == 0 && p.s.O * p.s.I > 0) {
         if (idx)
             rc = empty_error(op, x, mask, false);
+        else if (p.cuda)
+            nan_fill = true; /* filled below, on the device */
         else
             *(double *)va = NAN; /* median of an empty tensor: nan, as PyTorch */
     } else if (!rc) {
         /* one reduced dim (or all of them): RO is 1 */
-        rc = dl_cpu_median(p.src ? dl_tensor_data_ptr(p.src) : NULL, ct, p.s.O, p.s.R, p.s.I, va,
-                           ia);
+        rc = k_median(&p, ct, va, ia);
     }
     if (iopen) rc = sink_close(&si, rc);
     if (vopen) rc = sink_close(&sv, rc);
+    if (!rc && nan_fill) rc = dl_tensor_fill_(vo, NAN);
     dl_tensor_release(p.src);
     dl_tensor_release(xc);
     if (rc) {
@@ -1122,7 +1205,7 @@ int dl_median_dim(dl_tensor *x, int dim, bool keepdim, dl_tensor **values, dl_te
  */
 
 static dl_tensor *scan(const char *op, bool prod, dl_tensor *x, int dim, dl_dtype dtype) {
-    if (check_cpu(op, x)) return NULL;
+    if (check_device(op, x)) return NULL;
     int d = dl_wrap_dim(op, dim, x->ndim);
     if (d < 0) return NULL;
     bool given = dtype != DL_REDUCE_DTYPE_NONE;
@@ -1141,12 +1224,18 @@ static dl_tensor *scan(const char *op, bool prod, dl_tensor *x, int dim, dl_dtyp
     dl_tensor *xd = dl_tensor_to_dtype(x, given ? dtype : x->dtype);
     dl_tensor *xt = xd ? dl_tensor_to_dtype(xd, ct) : NULL;
     dl_tensor *xc = xt ? dl_tensor_contiguous(xt) : NULL;
-    dl_tensor *out = xc ? dl_tensor_empty(x->ndim, x->shape, odt, DL_CPU) : NULL;
-    dl_tensor *tmp = out && odt != ct ? dl_tensor_empty(x->ndim, x->shape, ct, DL_CPU) : NULL;
+    dl_device dev = dl_tensor_device(x);
+    dl_tensor *out = xc ? dl_tensor_empty(x->ndim, x->shape, odt, dev) : NULL;
+    dl_tensor *tmp = out && odt != ct ? dl_tensor_empty(x->ndim, x->shape, ct, dev) : NULL;
     int rc = -1;
     if (out && (odt == ct || tmp)) {
-        rc = dl_cpu_scan(prod, dl_tensor_data_ptr(xc), ct, O, R, I,
-                         dl_tensor_data_ptr(tmp ? tmp : out));
+        const void *src = dl_tensor_data_ptr(xc);
+        void *dst = dl_tensor_data_ptr(tmp ? tmp : out);
+        if (dev.type != DL_DEVICE_CUDA)
+            rc = dl_cpu_scan(prod, src, ct, O, R, I, dst);
+        else
+            rc = dl_cuda_red->scan ? dl_cuda_red->scan(prod, src, ct, O, R, I, dst)
+                                   : dl_cuda_missing(op);
         if (!rc && tmp) rc = dl_tensor_copy_(out, tmp);
     }
     dl_tensor_release(tmp);
