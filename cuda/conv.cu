@@ -270,13 +270,116 @@ void cache_put(const Key &k, int algo, cudnnMathType_t math) {
     g_next = (g_next + 1) % CACHE_SIZE;
 }
 
-struct Cand {
-    int algo;
-    cudnnMathType_t math;
-    cudnnStatus_t status;
-    size_t memory;
+// Scaling factors in the compute type: double for float64, float otherwise.
+struct Scale {
+    double d1 = 1, d0 = 0;
+    float f1 = 1, f0 = 0;
+    const void *one, *zero;
+    explicit Scale(dl_dtype dt) {
+        one = dt == DL_DTYPE_F64 ? (const void *)&d1 : (const void *)&f1;
+        zero = dt == DL_DTYPE_F64 ? (const void *)&d0 : (const void *)&f0;
+    }
+    Scale(const Scale &) = delete;
+    Scale &operator=(const Scale &) = delete;
 };
-const int MAX_CANDS = 16;
+
+// What one cuDNN call reads and writes.  x, w, y are the forward's input,
+// filter and output (y is grad_output in the backward); out is what the
+// direction writes: y (forward), gx (backward data) or gw (backward filter).
+struct Call {
+    cudnnHandle_t h;
+    const Descs *d;
+    const Scale *k;
+    const void *x, *w, *y;
+    void *out;
+};
+
+// cuDNN's three directions behind one interface: find (timed, writes out),
+// heur (heuristics), wsize and run.
+template <Dir D> struct Api;
+template <> struct Api<FWD> {
+    using Perf = cudnnConvolutionFwdAlgoPerf_t;
+    using Algo = cudnnConvolutionFwdAlgo_t;
+    static const int count = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    static constexpr const char *name = "cudnnConvolutionForward";
+    static cudnnStatus_t find(const Call &c, int *got, Perf *p, void *ws, size_t n) {
+        const Descs &d = *c.d;
+        return cudnnFindConvolutionForwardAlgorithmEx(c.h, d.x, c.x, d.w, c.w, d.conv, d.y, c.out,
+                                                      count, got, p, ws, n);
+    }
+    static cudnnStatus_t heur(const Call &c, int *got, Perf *p) {
+        const Descs &d = *c.d;
+        return cudnnGetConvolutionForwardAlgorithm_v7(c.h, d.x, d.w, d.conv, d.y, count, got, p);
+    }
+    static cudnnStatus_t wsize(const Call &c, int algo, size_t *n) {
+        const Descs &d = *c.d;
+        return cudnnGetConvolutionForwardWorkspaceSize(c.h, d.x, d.w, d.conv, d.y, (Algo)algo, n);
+    }
+    static cudnnStatus_t run(const Call &c, int algo, void *ws, size_t n) {
+        const Descs &d = *c.d;
+        return cudnnConvolutionForward(c.h, c.k->one, d.x, c.x, d.w, c.w, d.conv, (Algo)algo, ws, n,
+                                       c.k->zero, d.y, c.out);
+    }
+};
+template <> struct Api<BWD_DATA> {
+    using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+    using Algo = cudnnConvolutionBwdDataAlgo_t;
+    static const int count = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    static constexpr const char *name = "cudnnConvolutionBackwardData";
+    static cudnnStatus_t find(const Call &c, int *got, Perf *p, void *ws, size_t n) {
+        const Descs &d = *c.d;
+        return cudnnFindConvolutionBackwardDataAlgorithmEx(c.h, d.w, c.w, d.y, c.y, d.conv, d.x,
+                                                           c.out, count, got, p, ws, n);
+    }
+    static cudnnStatus_t heur(const Call &c, int *got, Perf *p) {
+        const Descs &d = *c.d;
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(c.h, d.w, d.y, d.conv, d.x, count, got,
+                                                           p);
+    }
+    static cudnnStatus_t wsize(const Call &c, int algo, size_t *n) {
+        const Descs &d = *c.d;
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(c.h, d.w, d.y, d.conv, d.x, (Algo)algo,
+                                                            n);
+    }
+    static cudnnStatus_t run(const Call &c, int algo, void *ws, size_t n) {
+        const Descs &d = *c.d;
+        return cudnnConvolutionBackwardData(c.h, c.k->one, d.w, c.w, d.y, c.y, d.conv, (Algo)algo,
+                                            ws, n, c.k->zero, d.x, c.out);
+    }
+};
+template <> struct Api<BWD_FILTER> {
+    using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+    using Algo = cudnnConvolutionBwdFilterAlgo_t;
+    static const int count = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    static constexpr const char *name = "cudnnConvolutionBackwardFilter";
+    static cudnnStatus_t find(const Call &c, int *got, Perf *p, void *ws, size_t n) {
+        const Descs &d = *c.d;
+        return cudnnFindConvolutionBackwardFilterAlgorithmEx(c.h, d.x, c.x, d.y, c.y, d.conv, d.w,
+                                                             c.out, count, got, p, ws, n);
+    }
+    static cudnnStatus_t heur(const Call &c, int *got, Perf *p) {
+        const Descs &d = *c.d;
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(c.h, d.x, d.y, d.conv, d.w, count, got,
+                                                             p);
+    }
+    static cudnnStatus_t wsize(const Call &c, int algo, size_t *n) {
+        const Descs &d = *c.d;
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(c.h, d.x, d.y, d.conv, d.w,
+                                                              (Algo)algo, n);
+    }
+    static cudnnStatus_t run(const Call &c, int algo, void *ws, size_t n) {
+        const Descs &d = *c.d;
+        return cudnnConvolutionBackwardFilter(c.h, c.k->one, d.x, c.x, d.y, c.y, d.conv, (Algo)algo,
+                                              ws, n, c.k->zero, d.w, c.out);
+    }
+};
+
+// Statuses of an algorithm cuDNN will not run for these descriptors (the
+// BAD_PARAM and NOT_SUPPORTED families): the next candidate is tried.
+bool refused(cudnnStatus_t st) {
+    int family = (int)st / 1000;
+    return family == 2 || family == 3;
+}
 
 // A workspace for cudnnFind*Ex: the cap, or less when that much is not free.
 void *find_workspace(size_t *size) {
@@ -291,65 +394,55 @@ void *find_workspace(size_t *size) {
     return nullptr;
 }
 
-// Runs one direction: the cached algorithm, or the first candidate that runs.
-// cands(list, &n, ws_for_find) fills candidates; wsize(algo, &bytes) and
-// run(algo, ws, bytes) wrap cuDNN's calls.
-template <class Cands, class WSize, class Run>
-int run_dir(const char *op, const char *what, cudnnConvolutionDescriptor_t conv, dl_dtype dt,
-            const Key &key, Cands cands, WSize wsize, Run run) {
+// Runs direction D of a call: the cached algorithm, or else the first of
+// cuDNN's candidates (timed or heuristic) that is usable and runs.
+template <Dir D> int run_dir(const char *op, const Call &c, dl_dtype dt, const Key &key) {
+    using A = Api<D>;
+    cudnnConvolutionDescriptor_t conv = c.d->conv;
     int algo;
     cudnnMathType_t math;
+    size_t bytes = 0;
     if (cache_get(key, &algo, &math)) {
-        size_t bytes = 0;
         DL_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
-        DL_CUDNN_CHECK(wsize(algo, &bytes));
+        DL_CUDNN_CHECK(A::wsize(c, algo, &bytes));
         void *ws = bytes ? dl_cuda_workspace(bytes) : nullptr;
         if (bytes && !ws) return -1;
-        DL_CUDNN_CHECK(run(algo, ws, bytes));
+        DL_CUDNN_CHECK(A::run(c, algo, ws, bytes));
         return 0;
     }
-    Cand list[MAX_CANDS];
+    typename A::Perf perf[A::count];
     int n = 0;
-    if (cands(list, &n)) return -1;
-    for (int i = 0; i < n; i++) {
-        if (list[i].status != CUDNN_STATUS_SUCCESS || list[i].memory > WS_CAP) continue;
-        if (!usable_math(dt, list[i].math, &math)) continue;
+    cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
+    if (dl_flags.cudnn_benchmark) {
+        size_t fsize = 0;
+        void *fws = find_workspace(&fsize);
+        DL_CUDNN_CHECK(A::find(c, &n, perf, fws, fsize));
+    } else {
+        DL_CUDNN_CHECK(A::heur(c, &n, perf));
+    }
+    for (int i = 0; i < n && i < A::count; i++) {
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > WS_CAP) continue;
+        if (!usable_math(dt, perf[i].mathType, &math)) continue;
+        algo = (int)perf[i].algo;
         DL_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, math));
-        size_t bytes = 0;
-        if (wsize(list[i].algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > WS_CAP) continue;
+        if (A::wsize(c, algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > WS_CAP) continue;
         void *ws = bytes ? dl_cuda_workspace(bytes) : nullptr;
         if (bytes && !ws) continue;
-        cudnnStatus_t st = run(list[i].algo, ws, bytes);
-        if (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM) continue;
+        cudnnStatus_t st = A::run(c, algo, ws, bytes);
+        if (refused(st)) {
+            last = st;
+            continue;
+        }
         if (st != CUDNN_STATUS_SUCCESS)
-            return dl_cuda_fail(what, cudnnGetErrorString(st), __FILE__, __LINE__);
-        cache_put(key, list[i].algo, math);
+            return dl_cuda_fail(A::name, cudnnGetErrorString(st), __FILE__, __LINE__);
+        cache_put(key, algo, math);
         return 0;
     }
-    return dl_error("%s: cuDNN offers no usable %s algorithm for this shape (%d candidates, %s)",
-                    op, what, n, dl_dtype_name(dt));
+    return dl_error("%s: cuDNN offers no usable %s algorithm for this shape (%d candidates, "
+                    "%s%s%s)",
+                    op, A::name, n, dl_dtype_name(dt), last ? "; last refusal: " : "",
+                    last ? cudnnGetErrorString(last) : "");
 }
-
-// Copies cuDNN's performance results into candidates.
-template <class Perf> void to_cands(const Perf *perf, int n, Cand *list, int *count) {
-    if (n > MAX_CANDS) n = MAX_CANDS;
-    for (int i = 0; i < n; i++)
-        list[i] = Cand{(int)perf[i].algo, perf[i].mathType, perf[i].status, perf[i].memory};
-    *count = n;
-}
-
-// Scaling factors in the compute type: double for float64, float otherwise.
-struct Scale {
-    double d1 = 1, d0 = 0;
-    float f1 = 1, f0 = 0;
-    const void *one, *zero;
-    explicit Scale(dl_dtype dt) {
-        one = dt == DL_DTYPE_F64 ? (const void *)&d1 : (const void *)&f1;
-        zero = dt == DL_DTYPE_F64 ? (const void *)&d0 : (const void *)&f0;
-    }
-    Scale(const Scale &) = delete;
-    Scale &operator=(const Scale &) = delete;
-};
 
 cudnnHandle_t handle_on_stream(void) {
     cudnnHandle_t h = dl_cuda_cudnn();
@@ -375,33 +468,8 @@ int dl_cuda_conv2d_forward(int device, dl_dtype dt, const dl_conv2d_shape *s, bo
     cudnnHandle_t h = handle_on_stream();
     if (!h) return -1;
     Scale k(dt);
-    auto cands = [&](Cand *list, int *n) -> int {
-        cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        int got = 0;
-        if (dl_flags.cudnn_benchmark) {
-            size_t wsz = 0;
-            void *ws = find_workspace(&wsz);
-            DL_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, d.x, x, d.w, w, d.conv, d.y, y,
-                                                                  CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                                  &got, perf, ws, wsz));
-        } else {
-            DL_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(
-                h, d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf));
-        }
-        to_cands(perf, got, list, n);
-        return 0;
-    };
-    auto wsize = [&](int algo, size_t *bytes) {
-        return cudnnGetConvolutionForwardWorkspaceSize(h, d.x, d.w, d.conv, d.y,
-                                                       (cudnnConvolutionFwdAlgo_t)algo, bytes);
-    };
-    auto run = [&](int algo, void *ws, size_t bytes) {
-        return cudnnConvolutionForward(h, k.one, d.x, x, d.w, w, d.conv,
-                                       (cudnnConvolutionFwdAlgo_t)algo, ws, bytes, k.zero, d.y, y);
-    };
-    if (run_dir(op, "cudnnConvolutionForward", d.conv, dt, make_key(device, FWD, dt, s, nhwc),
-                cands, wsize, run))
-        return -1;
+    Call c = {h, &d, &k, x, w, y, y};
+    if (run_dir<FWD>(op, c, dt, make_key(device, FWD, dt, s, nhwc))) return -1;
     return b ? bias_op(dt, false, y, b, s, nhwc) : 0;
 }
 
@@ -415,68 +483,10 @@ int dl_cuda_conv2d_backward(int device, dl_dtype dt, const dl_conv2d_shape *s, b
         cudnnHandle_t h = handle_on_stream();
         if (!h) return -1;
         Scale k(dt);
-        if (gx) {
-            auto cands = [&](Cand *list, int *n) -> int {
-                cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-                int got = 0;
-                if (dl_flags.cudnn_benchmark) {
-                    size_t wsz = 0;
-                    void *ws = find_workspace(&wsz);
-                    DL_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-                        h, d.w, w, d.y, gy, d.conv, d.x, gx, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                        &got, perf, ws, wsz));
-                } else {
-                    DL_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                        h, d.w, d.y, d.conv, d.x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got,
-                        perf));
-                }
-                to_cands(perf, got, list, n);
-                return 0;
-            };
-            auto wsize = [&](int algo, size_t *bytes) {
-                return cudnnGetConvolutionBackwardDataWorkspaceSize(
-                    h, d.w, d.y, d.conv, d.x, (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
-            };
-            auto run = [&](int algo, void *ws, size_t bytes) {
-                return cudnnConvolutionBackwardData(h, k.one, d.w, w, d.y, gy, d.conv,
-                                                    (cudnnConvolutionBwdDataAlgo_t)algo, ws, bytes,
-                                                    k.zero, d.x, gx);
-            };
-            if (run_dir(op, "cudnnConvolutionBackwardData", d.conv, dt,
-                        make_key(device, BWD_DATA, dt, s, nhwc), cands, wsize, run))
-                return -1;
-        }
-        if (gw) {
-            auto cands = [&](Cand *list, int *n) -> int {
-                cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-                int got = 0;
-                if (dl_flags.cudnn_benchmark) {
-                    size_t wsz = 0;
-                    void *ws = find_workspace(&wsz);
-                    DL_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-                        h, d.x, x, d.y, gy, d.conv, d.w, gw,
-                        CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, perf, ws, wsz));
-                } else {
-                    DL_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                        h, d.x, d.y, d.conv, d.w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got,
-                        perf));
-                }
-                to_cands(perf, got, list, n);
-                return 0;
-            };
-            auto wsize = [&](int algo, size_t *bytes) {
-                return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                    h, d.x, d.y, d.conv, d.w, (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
-            };
-            auto run = [&](int algo, void *ws, size_t bytes) {
-                return cudnnConvolutionBackwardFilter(h, k.one, d.x, x, d.y, gy, d.conv,
-                                                      (cudnnConvolutionBwdFilterAlgo_t)algo, ws,
-                                                      bytes, k.zero, d.w, gw);
-            };
-            if (run_dir(op, "cudnnConvolutionBackwardFilter", d.conv, dt,
-                        make_key(device, BWD_FILTER, dt, s, nhwc), cands, wsize, run))
-                return -1;
-        }
+        Call cx = {h, &d, &k, x, w, gy, gx}, cw = {h, &d, &k, x, w, gy, gw};
+        if (gx && run_dir<BWD_DATA>(op, cx, dt, make_key(device, BWD_DATA, dt, s, nhwc))) return -1;
+        if (gw && run_dir<BWD_FILTER>(op, cw, dt, make_key(device, BWD_FILTER, dt, s, nhwc)))
+            return -1;
     }
     return gb ? bias_op(dt, true, gb, gy, s, nhwc) : 0;
 }

@@ -20,9 +20,10 @@ local F32, F64 = dl.float32, dl.float64
 local function cudnn_flags(benchmark)
   local c = dl.backends and dl.backends.cudnn
   if not c then return false end
-  c.allow_tf32 = false
-  c.benchmark = benchmark
-  return true
+  return (pcall(function()
+    c.allow_tf32 = false
+    c.benchmark = benchmark
+  end))
 end
 cudnn_flags(false)
 
