@@ -275,17 +275,22 @@ static dl_tensor *conv_batched(dl_tensor *t) {
     return t->ndim == 3 ? dl_tensor_unsqueeze(t, 0) : dl_tensor_retain(t);
 }
 
-/* conv2d's forward on CUDA: operands in the compute layout, y in it too. */
-static dl_tensor *conv2d_forward_cuda(const dl_conv2d_shape *s, dl_tensor *x, dl_tensor *w,
-                                      dl_tensor *b, dl_device dev) {
-    if (!dl_cuda_la || !dl_cuda_la->conv2d_forward) {
-        dl_cuda_missing("conv2d");
-        return NULL;
-    }
+/* Whether CUDA would compute x's convolution channels-last. */
+static bool conv_channels_last_input(dl_tensor *x) {
+    dl_tensor *x4 = conv_batched(x);
+    bool r = x4 && conv_nhwc(x4);
+    dl_tensor_release(x4);
+    return r;
+}
+
+/* conv2d's forward on CUDA: operands in the compute layout (channels-last
+ * only when nhwc_ok), y in it too. */
+static dl_tensor *conv2d_forward_cuda_in(const dl_conv2d_shape *s, dl_tensor *x, dl_tensor *w,
+                                         dl_tensor *b, dl_device dev, bool nhwc_ok) {
     dl_dtype dt = x->dtype;
     dl_tensor *x4 = conv_batched(x);
     if (!x4) return NULL;
-    bool nhwc = conv_nhwc(x4);
+    bool nhwc = nhwc_ok && conv_nhwc(x4);
     int64_t yshape[4] = {s->N, s->O, s->OH, s->OW};
     dl_tensor *t[4] = {conv_layout(x4, nhwc), conv_layout(w, nhwc),
                        b ? dl_tensor_contiguous(b) : NULL, conv_empty(yshape, dt, dev, nhwc)};
@@ -308,14 +313,14 @@ done:
     return y;
 }
 
-/* conv2d's backward on CUDA: gx in the compute layout (x's), gw in w's own. */
-static int conv2d_backward_cuda(const dl_conv2d_shape *s, dl_tensor *gy, dl_tensor *x, dl_tensor *w,
-                                const bool need[3], dl_device dev, dl_tensor **gx, dl_tensor **gw,
-                                dl_tensor **gb) {
-    if (!dl_cuda_la || !dl_cuda_la->conv2d_backward) return dl_cuda_missing("conv2d_backward");
+/* conv2d's backward on CUDA: gx in the compute layout (x's, when nhwc_ok),
+ * gw in w's own. */
+static int conv2d_backward_cuda_in(const dl_conv2d_shape *s, dl_tensor *gy, dl_tensor *x,
+                                   dl_tensor *w, const bool need[3], dl_device dev, bool nhwc_ok,
+                                   dl_tensor **gx, dl_tensor **gw, dl_tensor **gb) {
     dl_dtype dt = x->dtype;
     dl_tensor *x4 = conv_batched(x), *gy4 = conv_batched(gy);
-    bool nhwc = x4 && conv_nhwc(x4);
+    bool nhwc = nhwc_ok && x4 && conv_nhwc(x4);
     bool w_nhwc = !dl_tensor_is_contiguous(w) && conv_channels_last(w);
     int64_t xshape[4] = {s->N, s->C, s->H, s->W};
     /* in: gy x w; out: gx gw gb */
@@ -368,6 +373,30 @@ static int conv2d_backward_cuda(const dl_conv2d_shape *s, dl_tensor *gy, dl_tens
     t[3] = t[4] = t[5] = NULL;
 done:
     release_all(t, 6);
+    return rc;
+}
+
+/* The CUDA paths: channels-last first where x is; should cuDNN refuse that
+ * layout for this shape and dtype, contiguous NCHW (same values, results in
+ * NCHW). */
+static dl_tensor *conv2d_forward_cuda(const dl_conv2d_shape *s, dl_tensor *x, dl_tensor *w,
+                                      dl_tensor *b, dl_device dev) {
+    if (!dl_cuda_la || !dl_cuda_la->conv2d_forward) {
+        dl_cuda_missing("conv2d");
+        return NULL;
+    }
+    dl_tensor *y = conv2d_forward_cuda_in(s, x, w, b, dev, true);
+    if (!y && conv_channels_last_input(x)) y = conv2d_forward_cuda_in(s, x, w, b, dev, false);
+    return y;
+}
+
+static int conv2d_backward_cuda(const dl_conv2d_shape *s, dl_tensor *gy, dl_tensor *x, dl_tensor *w,
+                                const bool need[3], dl_device dev, dl_tensor **gx, dl_tensor **gw,
+                                dl_tensor **gb) {
+    if (!dl_cuda_la || !dl_cuda_la->conv2d_backward) return dl_cuda_missing("conv2d_backward");
+    int rc = conv2d_backward_cuda_in(s, gy, x, w, need, dev, true, gx, gw, gb);
+    if (rc && conv_channels_last_input(x))
+        rc = conv2d_backward_cuda_in(s, gy, x, w, need, dev, false, gx, gw, gb);
     return rc;
 }
 
