@@ -29,7 +29,7 @@ extern "C" {
 #include "ops/cuda_linalg.h"
 }
 
-int dl_cuda_use_device(int d); // linalg.cu
+int dl_cuda_la_use_device(int d); // linalg.cu
 
 namespace {
 
@@ -462,7 +462,7 @@ cudnnHandle_t handle_on_stream(void) {
 int dl_cuda_conv2d_forward(int device, dl_dtype dt, const dl_conv2d_shape *s, bool nhwc, void *y,
                            const void *x, const void *w, const void *b) {
     const char *op = "conv2d";
-    if (dl_cuda_use_device(device)) return -1;
+    if (dl_cuda_la_use_device(device)) return -1;
     Descs d;
     if (make_descs(d, op, dt, s, nhwc)) return -1;
     cudnnHandle_t h = handle_on_stream();
@@ -476,7 +476,7 @@ int dl_cuda_conv2d_forward(int device, dl_dtype dt, const dl_conv2d_shape *s, bo
 int dl_cuda_conv2d_backward(int device, dl_dtype dt, const dl_conv2d_shape *s, bool nhwc, void *gx,
                             void *gw, void *gb, const void *gy, const void *x, const void *w) {
     const char *op = "conv2d_backward";
-    if (dl_cuda_use_device(device)) return -1;
+    if (dl_cuda_la_use_device(device)) return -1;
     if (gx || gw) {
         Descs d;
         if (make_descs(d, op, dt, s, nhwc)) return -1;

@@ -29,7 +29,7 @@ int dl_cuda_conv2d_backward(int device, dl_dtype dt, const dl_conv2d_shape *s, b
                             void *gw, void *gb, const void *gy, const void *x, const void *w);
 
 // Makes CUDA device d current (shared with conv.cu).
-int dl_cuda_use_device(int d) {
+int dl_cuda_la_use_device(int d) {
     int cur = -1;
     DL_CUDA_CHECK(cudaGetDevice(&cur));
     if (cur != d) DL_CUDA_CHECK(cudaSetDevice(d));
@@ -259,7 +259,7 @@ int gemm_blas(dl_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, doubl
 
 int la_gemm(int device, dl_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, double alpha,
             const dl_gemm_matrix *A, const dl_gemm_matrix *B, double beta, void *out) {
-    if (dl_cuda_use_device(device)) return -1;
+    if (dl_cuda_la_use_device(device)) return -1;
     if (batch <= 0 || M <= 0 || N <= 0) return 0;
     switch (dt) {
     case DL_DTYPE_I64: return gemm_int<int64_t>(batch, M, N, K, alpha, A, B, beta, out);
