@@ -98,7 +98,7 @@ template <> __device__ inline __nv_bfloat16 from_double<__nv_bfloat16>(double v)
 template <typename T> __global__ void scale_kernel(T *out, int64_t n, double beta) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        if (std::is_same<T, double>::value)
+        if constexpr (std::is_same<T, double>::value)
             out[i] = from_double<T>(to_double(out[i]) * beta);
         else
             out[i] = from_double<T>((double)((float)to_double(out[i]) * (float)beta));
