@@ -1,12 +1,15 @@
 /* linalg.c - the linear-algebra op family (see linalg.h): checks, shapes and
- * dtypes, allocation, and dispatch to the CPU GEMM (src/cpu/gemm.c).
+ * dtypes, allocation, and dispatch to the CPU GEMM (src/cpu/gemm.c) or the
+ * CUDA one (cuda/linalg.cu: cuBLAS, and our own kernel for integers).
  *
  * Everything funnels into gemm_into: operands of >= 2 dims (a 1-D operand is
  * first viewed as a row or column), batch dims broadcast against the result's,
- * a contiguous result buffer.  float16/bfloat16 are converted to float32,
- * multiplied there, and rounded back once.  float32 operands that sgemm
- * cannot read in place (neither stride of the matrix dims is 1) are copied to
- * contiguous first; transposed ones are read as they are.
+ * a contiguous result buffer on the operands' device.  On the CPU
+ * float16/bfloat16 are converted to float32, multiplied there, and rounded
+ * back once; on CUDA cuBLAS takes them as they are (float32 accumulation).
+ * Floating operands that the BLAS cannot read in place (neither stride of the
+ * matrix dims is 1) are copied to contiguous first (on the CPU only float32
+ * goes to a BLAS); transposed ones are read as they are.
  * Invariants: operands are never written; every temporary is released on
  * every path; a failure returns NULL with dl_last_error() set. */
 #include "ops/linalg.h"
@@ -14,6 +17,7 @@
 #include "cpu/gemm.h"
 #include "autograd/autograd.h"
 #include "ops/elementwise.h"
+#include "ops/cuda_linalg.h"
 #include "ops/grad_util.h"
 
 #include <math.h>
@@ -22,15 +26,20 @@
 
 /* --- checks ----------------------------------------------------------------------- */
 
-static int check_cpu(const char *op, const dl_tensor *t) {
-    if (dl_tensor_device(t).type != DL_DEVICE_CPU)
-        return dl_error("%s: only CPU tensors are supported for now", op);
+/* The n tensors share a device (0-dim CPU scalars aside), and on CUDA the
+ * backend has a GEMM. */
+static int check_device(const char *op, int n, dl_tensor *const *ts) {
+    dl_device dev;
+    if (dl_common_device(op, n, ts, &dev)) return -1;
+    if (dev.type == DL_DEVICE_CUDA && (!dl_cuda_la || !dl_cuda_la->gemm))
+        return dl_cuda_missing(op);
     return 0;
 }
 
 /* Same device, same dtype, and a dtype we multiply. */
-static int check_pair(const char *op, const dl_tensor *a, const dl_tensor *b) {
-    if (check_cpu(op, a) || check_cpu(op, b)) return -1;
+static int check_pair(const char *op, dl_tensor *a, dl_tensor *b) {
+    dl_tensor *ts[2] = {a, b};
+    if (check_device(op, 2, ts)) return -1;
     if (a->dtype != b->dtype)
         return dl_error("%s: expected m1 and m2 to have the same dtype, but got %s and %s", op,
                         dl_dtype_name(a->dtype), dl_dtype_name(b->dtype));
@@ -96,10 +105,19 @@ static void batch_offsets(const dl_tensor *t, int nb, const int64_t *obs, int64_
  * (bbatch..., K, N), both >= 2-D, one dtype, K already checked; out is
  * contiguous, of a's dtype, holding prod(obs) * M * N elements, where obs (nb
  * dims) is the broadcast of the batch shapes. */
+/* Whether the GEMM reads a floating (rows, cols) operand with strides (rs, cs)
+ * in place (cuBLAS also takes leading dimensions as int). */
+static bool blas_readable(bool cuda, int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+    if (!dl_cpu_gemm_readable(rows, cols, rs, cs)) return false;
+    return !cuda || (rs <= INT32_MAX && cs <= INT32_MAX);
+}
+
 static int gemm_into(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, dl_tensor *out,
                      double alpha, double beta) {
     dl_dtype dt = a->dtype;
-    if (dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16) {
+    dl_device dev = dl_tensor_device(out);
+    bool cuda = dev.type == DL_DEVICE_CUDA;
+    if (!cuda && (dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16)) {
         int64_t n = dl_tensor_numel(out);
         dl_tensor *a32 = dl_tensor_to_dtype(a, DL_DTYPE_F32);
         dl_tensor *b32 = dl_tensor_to_dtype(b, DL_DTYPE_F32);
@@ -126,12 +144,12 @@ static int gemm_into(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, dl_
     if (batch == 0 || M == 0 || N == 0) return 0;
 
     dl_tensor *ac = NULL, *bc = NULL;
-    if (dt == DL_DTYPE_F32) {
-        if (!dl_cpu_gemm_readable(M, K, a->strides[an - 2], a->strides[an - 1])) {
+    if (dt == DL_DTYPE_F32 || (cuda && dl_dtype_is_floating(dt))) {
+        if (!blas_readable(cuda, M, K, a->strides[an - 2], a->strides[an - 1])) {
             if (!(ac = dl_tensor_contiguous(a))) return -1;
             a = ac;
         }
-        if (!dl_cpu_gemm_readable(K, N, b->strides[bn - 2], b->strides[bn - 1])) {
+        if (!blas_readable(cuda, K, N, b->strides[bn - 2], b->strides[bn - 1])) {
             if (!(bc = dl_tensor_contiguous(b))) {
                 dl_tensor_release(ac);
                 return -1;
@@ -149,7 +167,11 @@ static int gemm_into(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, dl_
         dl_gemm_matrix A = {dl_tensor_data_ptr(a), offs, a->strides[an - 2], a->strides[an - 1]};
         dl_gemm_matrix B = {dl_tensor_data_ptr(b), offs + batch, b->strides[bn - 2],
                             b->strides[bn - 1]};
-        rc = dl_cpu_gemm(dt, batch, M, N, K, alpha, &A, &B, beta, dl_tensor_data_ptr(out));
+        if (cuda)
+            rc = dl_cuda_la->gemm(dev.index, dt, batch, M, N, K, alpha, &A, &B, beta,
+                                  dl_tensor_data_ptr(out));
+        else
+            rc = dl_cpu_gemm(dt, batch, M, N, K, alpha, &A, &B, beta, dl_tensor_data_ptr(out));
         if (rc == 0) dl_tensor_bump_version(out);
     }
     free(offs);
@@ -162,7 +184,7 @@ static int gemm_into(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, dl_
  * checked). */
 static dl_tensor *gemm_new(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, int ndim,
                            const int64_t *shape, double alpha) {
-    dl_tensor *out = dl_tensor_empty(ndim, shape, a->dtype, DL_CPU);
+    dl_tensor *out = dl_tensor_empty(ndim, shape, a->dtype, dl_tensor_device(a));
     if (out && gemm_into(a, b, nb, obs, out, alpha, 0.0)) {
         dl_tensor_release(out);
         return NULL;
@@ -468,7 +490,8 @@ dl_tensor *dl_dot(dl_tensor *a, dl_tensor *b) {
 
 dl_tensor *dl_addmm(dl_tensor *input, dl_tensor *m1, dl_tensor *m2, double beta, double alpha) {
     const char *op = "addmm";
-    if (check_pair(op, m1, m2) || check_cpu(op, input)) return NULL;
+    dl_tensor *all[3] = {input, m1, m2};
+    if (check_pair(op, m1, m2) || check_device(op, 3, all)) return NULL;
     if (check_ndim(op, m1, m2, 2, 2, "2-D matrices for mat1 and mat2")) return NULL;
     if (input->dtype != m1->dtype) {
         dl_error("addmm: expected input and the matrices to have the same dtype, but got %s and %s",
@@ -494,10 +517,16 @@ dl_tensor *dl_addmm(dl_tensor *input, dl_tensor *m1, dl_tensor *m2, double beta,
                  dl_shape_str(2, shape, s2, sizeof s2));
         return NULL;
     }
-    dl_tensor *out = dl_tensor_empty(2, shape, m1->dtype, DL_CPU);
+    dl_device dev = dl_tensor_device(m1);
+    dl_tensor *out = dl_tensor_empty(2, shape, m1->dtype, dev);
     if (!out) return NULL;
-    if ((beta != 0 && dl_tensor_copy_(out, input)) ||
-        gemm_into(m1, m2, 0, NULL, out, alpha, beta)) {
+    int rc = 0;
+    if (beta != 0) { /* a 0-dim CPU input beside CUDA matrices moves first */
+        dl_tensor *in = dl_scalar_to(input, dev);
+        rc = in ? dl_tensor_copy_(out, in) : -1;
+        dl_tensor_release(in);
+    }
+    if (rc || gemm_into(m1, m2, 0, NULL, out, alpha, beta)) {
         dl_tensor_release(out);
         return NULL;
     }
@@ -505,12 +534,30 @@ dl_tensor *dl_addmm(dl_tensor *input, dl_tensor *m1, dl_tensor *m2, double beta,
     return record("AddmmBackward", out, m1, m2, input, c);
 }
 
+/* outer of two bool vectors on CUDA: the uint8 product of 0/1 values is their
+ * "and"; converted back to bool. */
+static dl_tensor *outer_bool_cuda(dl_tensor *a, dl_tensor *b, const int64_t *shape) {
+    dl_tensor *au = dl_tensor_to_dtype(a, DL_DTYPE_U8);
+    dl_tensor *bu = au ? dl_tensor_to_dtype(b, DL_DTYPE_U8) : NULL;
+    dl_tensor *col = bu ? dl_tensor_unsqueeze(au, 1) : NULL;
+    dl_tensor *row = col ? dl_tensor_unsqueeze(bu, 0) : NULL;
+    dl_tensor *p = row ? gemm_new(col, row, 0, NULL, 2, shape, 1.0) : NULL;
+    dl_tensor *out = p ? dl_tensor_to_dtype(p, DL_DTYPE_BOOL) : NULL;
+    dl_tensor_release(au);
+    dl_tensor_release(bu);
+    dl_tensor_release(col);
+    dl_tensor_release(row);
+    dl_tensor_release(p);
+    return out;
+}
+
 dl_tensor *dl_outer(dl_tensor *a, dl_tensor *b) {
-    if (check_cpu("outer", a) || check_cpu("outer", b) ||
-        check_ndim("outer", a, b, 1, 1, "1-D tensors"))
-        return NULL;
+    dl_tensor *ts[2] = {a, b};
+    if (check_device("outer", 2, ts) || check_ndim("outer", a, b, 1, 1, "1-D tensors")) return NULL;
     dl_dtype dt = dl_result_type(a, b);
     int64_t shape[2] = {a->shape[0], b->shape[0]};
+    if (dt == DL_DTYPE_BOOL && dl_tensor_device(a).type == DL_DEVICE_CUDA)
+        return outer_bool_cuda(a, b, shape);
     if (dt == DL_DTYPE_BOOL) { /* a[i] and b[j] */
         dl_tensor *out = dl_tensor_empty(2, shape, dt, DL_CPU);
         if (!out) return NULL;

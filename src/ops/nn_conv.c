@@ -81,7 +81,22 @@ static const char *shape_of(const dl_tensor *t, char *buf, size_t n) {
     return dl_shape_str(t->ndim, t->shape, buf, n);
 }
 
-/* --- conv2d ---------------------------------------------------------------------- */
+/* --- conv2d ----------------------------------------------------------------------
+ * On CUDA (cuDNN, cuda/conv.cu) the operands keep their dtype (float16 and
+ * bfloat16 compute in float32 inside cuDNN) and one of two memory layouts:
+ * channels-last when the input is channels-last (NHWC strides on an NCHW
+ * shape) and not float64, else contiguous NCHW; the weight, grad_output and
+ * every result follow that layout, except the weight's gradient, which takes
+ * the weight's own layout. */
+#include "ops/cuda_linalg.h"
+
+/* conv2d's operand checks: floating, on one device (checked by the caller). */
+static int conv_check_float(const char *op, const char *what, const dl_tensor *t) {
+    if (!dl_dtype_is_floating(t->dtype))
+        return dl_error("%s: %s must be a floating-point tensor, got %s", op, what,
+                        dl_dtype_name(t->dtype));
+    return 0;
+}
 
 dl_conv2d_params dl_conv2d_default_params(void) {
     dl_conv2d_params p = {{1, 1}, {0, 0}, {1, 1}, 1};
@@ -122,7 +137,7 @@ static int check_conv_params(const char *op, const dl_conv2d_params *p) {
 static int conv_geometry(const char *op, const dl_tensor *x, const dl_tensor *w, const dl_tensor *b,
                          const dl_conv2d_params *p, dl_conv2d_shape *s) {
     char sx[96], sw[96];
-    if (check_float(op, "input", x) || check_float(op, "weight", w)) return -1;
+    if (conv_check_float(op, "input", x) || conv_check_float(op, "weight", w)) return -1;
     if (check_conv_params(op, p)) return -1;
     if (x->ndim != 3 && x->ndim != 4)
         return dl_error("%s: expected a 3-D (C,H,W) or 4-D (N,C,H,W) input, got %d-D %s", op,
@@ -151,7 +166,7 @@ static int conv_geometry(const char *op, const dl_tensor *x, const dl_tensor *w,
         return dl_error("%s: out_channels (%lld) must be divisible by groups (%lld)", op,
                         (long long)s->O, (long long)p->groups);
     if (b) {
-        if (check_float(op, "bias", b)) return -1;
+        if (conv_check_float(op, "bias", b)) return -1;
         if (b->dtype != x->dtype)
             return dl_error("%s: bias (%s) must have the input's dtype (%s)", op,
                             dl_dtype_name(b->dtype), dl_dtype_name(x->dtype));
@@ -212,10 +227,187 @@ int dl_nn_conv_cache_capacity(void) {
     return DL_DNNL_CACHE_CAPACITY;
 }
 
+/* Whether t (4-D) is channels-last: dense NHWC strides (dims of size 1 aside). */
+static bool conv_channels_last(const dl_tensor *t) {
+    static const int inner_first[4] = {1, 3, 2, 0}; /* C, W, H, N */
+    if (t->ndim != 4) return false;
+    int64_t expect = 1;
+    for (int i = 0; i < 4; i++) {
+        int d = inner_first[i];
+        if (t->shape[d] != 1 && t->strides[d] != expect) return false;
+        expect *= t->shape[d];
+    }
+    return true;
+}
+
+/* The layout CUDA computes in for a 4-D input x: channels-last when x is (and
+ * is not also plain contiguous) and cuDNN supports it for the dtype. */
+static bool conv_nhwc(const dl_tensor *x) {
+    return x->dtype != DL_DTYPE_F64 && !dl_tensor_is_contiguous(x) && conv_channels_last(x);
+}
+
+static const int to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
+
+/* t (4-D) laid out channels-last (nhwc) or contiguous NCHW: t itself
+ * (retained) when it already is, else a copy. */
+static dl_tensor *conv_layout(dl_tensor *t, bool nhwc) {
+    if (!nhwc) return dl_tensor_contiguous(t);
+    if (conv_channels_last(t)) return dl_tensor_retain(t);
+    dl_tensor *p = dl_tensor_permute(t, to_nhwc);
+    dl_tensor *c = p ? dl_tensor_clone(p) : NULL;
+    dl_tensor *r = c ? dl_tensor_permute(c, to_nchw) : NULL;
+    dl_tensor_release(p);
+    dl_tensor_release(c);
+    return r;
+}
+
+/* A new tensor of the 4-D shape, laid out channels-last (nhwc) or NCHW. */
+static dl_tensor *conv_empty(const int64_t *shape, dl_dtype dt, dl_device dev, bool nhwc) {
+    if (!nhwc) return dl_tensor_empty(4, shape, dt, dev);
+    int64_t perm[4] = {shape[0], shape[2], shape[3], shape[1]};
+    dl_tensor *e = dl_tensor_empty(4, perm, dt, dev);
+    dl_tensor *r = e ? dl_tensor_permute(e, to_nchw) : NULL;
+    dl_tensor_release(e);
+    return r;
+}
+
+/* 4-D view of an (N,C,H,W) or unbatched (C,H,W) operand. */
+static dl_tensor *conv_batched(dl_tensor *t) {
+    return t->ndim == 3 ? dl_tensor_unsqueeze(t, 0) : dl_tensor_retain(t);
+}
+
+/* Whether CUDA would compute x's convolution channels-last. */
+static bool conv_channels_last_input(dl_tensor *x) {
+    dl_tensor *x4 = conv_batched(x);
+    bool r = x4 && conv_nhwc(x4);
+    dl_tensor_release(x4);
+    return r;
+}
+
+/* conv2d's forward on CUDA: operands in the compute layout (channels-last
+ * only when nhwc_ok), y in it too. */
+static dl_tensor *conv2d_forward_cuda_in(const dl_conv2d_shape *s, dl_tensor *x, dl_tensor *w,
+                                         dl_tensor *b, dl_device dev, bool nhwc_ok) {
+    dl_dtype dt = x->dtype;
+    dl_tensor *x4 = conv_batched(x);
+    if (!x4) return NULL;
+    bool nhwc = nhwc_ok && conv_nhwc(x4);
+    int64_t yshape[4] = {s->N, s->O, s->OH, s->OW};
+    dl_tensor *t[4] = {conv_layout(x4, nhwc), conv_layout(w, nhwc),
+                       b ? dl_tensor_contiguous(b) : NULL, conv_empty(yshape, dt, dev, nhwc)};
+    dl_tensor_release(x4);
+    dl_tensor *y = NULL;
+    if (!t[0] || !t[1] || (b && !t[2]) || !t[3]) goto done;
+    int rc;
+    if (s->N == 0 || s->O == 0)
+        rc = 0;
+    else if (s->C == 0 || s->H == 0 || s->W == 0)
+        rc = fill_bias(t[3], t[2]);
+    else
+        rc = dl_cuda_la->conv2d_forward(dev.index, dt, s, nhwc, dl_tensor_data_ptr(t[3]),
+                                        dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]),
+                                        t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
+    if (rc) goto done;
+    y = x->ndim == 4 ? dl_tensor_retain(t[3]) : dl_tensor_select(t[3], 0, 0);
+done:
+    release_all(t, 4);
+    return y;
+}
+
+/* conv2d's backward on CUDA: gx in the compute layout (x's, when nhwc_ok),
+ * gw in w's own. */
+static int conv2d_backward_cuda_in(const dl_conv2d_shape *s, dl_tensor *gy, dl_tensor *x,
+                                   dl_tensor *w, const bool need[3], dl_device dev, bool nhwc_ok,
+                                   dl_tensor **gx, dl_tensor **gw, dl_tensor **gb) {
+    dl_dtype dt = x->dtype;
+    dl_tensor *x4 = conv_batched(x), *gy4 = conv_batched(gy);
+    bool nhwc = nhwc_ok && x4 && conv_nhwc(x4);
+    bool w_nhwc = !dl_tensor_is_contiguous(w) && conv_channels_last(w);
+    int64_t xshape[4] = {s->N, s->C, s->H, s->W};
+    /* in: gy x w; out: gx gw gb */
+    dl_tensor *t[6] = {gy4 ? conv_layout(gy4, nhwc) : NULL,
+                       need[1] && x4 ? conv_layout(x4, nhwc) : NULL,
+                       need[0] ? conv_layout(w, nhwc) : NULL,
+                       need[0] ? conv_empty(xshape, dt, dev, nhwc) : NULL,
+                       need[1] ? conv_empty(w->shape, dt, dev, nhwc) : NULL,
+                       need[2] ? dl_tensor_empty(1, &s->O, dt, dev) : NULL};
+    dl_tensor_release(x4);
+    dl_tensor_release(gy4);
+    int rc = -1;
+    if (!t[0] || (need[1] && (!t[1] || !t[4])) || (need[0] && (!t[2] || !t[3])) ||
+        (need[2] && !t[5]))
+        goto done;
+    if (dl_tensor_numel(t[0]) == 0 || s->C == 0 || s->H == 0 || s->W == 0) {
+        /* nothing flows: zero gradients, gb the (possibly empty) sum */
+        rc = 0;
+        for (int i = 3; i < 6 && rc == 0; i++)
+            if (t[i]) rc = dl_tensor_fill_(t[i], 0);
+        if (rc == 0 && t[5] && dl_tensor_numel(t[0]) > 0)
+            rc = dl_cuda_la->conv2d_backward(dev.index, dt, s, nhwc, NULL, NULL,
+                                             dl_tensor_data_ptr(t[5]), dl_tensor_data_ptr(t[0]),
+                                             NULL, NULL);
+    } else {
+        rc = dl_cuda_la->conv2d_backward(
+            dev.index, dt, s, nhwc, t[3] ? dl_tensor_data_ptr(t[3]) : NULL,
+            t[4] ? dl_tensor_data_ptr(t[4]) : NULL, t[5] ? dl_tensor_data_ptr(t[5]) : NULL,
+            dl_tensor_data_ptr(t[0]), t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
+            t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
+    }
+    if (rc) goto done;
+    rc = -1;
+    if (t[3] && x->ndim == 3) { /* unbatched */
+        dl_tensor *v = dl_tensor_select(t[3], 0, 0);
+        if (!v) goto done;
+        dl_tensor_release(t[3]);
+        t[3] = v;
+    }
+    if (t[4] && w_nhwc != nhwc) {
+        dl_tensor *g = conv_layout(t[4], w_nhwc);
+        if (!g) goto done;
+        dl_tensor_release(t[4]);
+        t[4] = g;
+    }
+    rc = 0;
+    *gx = t[3];
+    *gw = t[4];
+    *gb = t[5];
+    t[3] = t[4] = t[5] = NULL;
+done:
+    release_all(t, 6);
+    return rc;
+}
+
+/* The CUDA paths: channels-last first where x is; should cuDNN refuse that
+ * layout for this shape and dtype, contiguous NCHW (same values, results in
+ * NCHW). */
+static dl_tensor *conv2d_forward_cuda(const dl_conv2d_shape *s, dl_tensor *x, dl_tensor *w,
+                                      dl_tensor *b, dl_device dev) {
+    if (!dl_cuda_la || !dl_cuda_la->conv2d_forward) {
+        dl_cuda_missing("conv2d");
+        return NULL;
+    }
+    dl_tensor *y = conv2d_forward_cuda_in(s, x, w, b, dev, true);
+    if (!y && conv_channels_last_input(x)) y = conv2d_forward_cuda_in(s, x, w, b, dev, false);
+    return y;
+}
+
+static int conv2d_backward_cuda(const dl_conv2d_shape *s, dl_tensor *gy, dl_tensor *x, dl_tensor *w,
+                                const bool need[3], dl_device dev, dl_tensor **gx, dl_tensor **gw,
+                                dl_tensor **gb) {
+    if (!dl_cuda_la || !dl_cuda_la->conv2d_backward) return dl_cuda_missing("conv2d_backward");
+    int rc = conv2d_backward_cuda_in(s, gy, x, w, need, dev, true, gx, gw, gb);
+    if (rc && conv_channels_last_input(x))
+        rc = conv2d_backward_cuda_in(s, gy, x, w, need, dev, false, gx, gw, gb);
+    return rc;
+}
+
 dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_params *p) {
     const char *op = "conv2d";
     dl_conv2d_shape s;
-    if (conv_geometry(op, x, w, b, p, &s)) return NULL;
+    dl_device dev;
+    dl_tensor *ts[3] = {x, w, b};
+    if (dl_common_device(op, 3, ts, &dev) || conv_geometry(op, x, w, b, p, &s)) return NULL;
+    if (dev.type == DL_DEVICE_CUDA) return conv2d_forward_cuda(&s, x, w, b, dev);
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t yshape[4] = {s.N, s.O, s.OH, s.OW};
     dl_tensor *t[4] = {prep(x, ct), prep(w, ct), b ? prep(b, ct) : NULL,
@@ -244,8 +436,12 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
                        const bool need[3], dl_tensor **gx, dl_tensor **gw, dl_tensor **gb) {
     const char *op = "conv2d_backward";
     dl_conv2d_shape s;
+    dl_device dev;
+    dl_tensor *ts[3] = {gy, x, w};
     *gx = *gw = *gb = NULL;
-    if (conv_geometry(op, x, w, NULL, p, &s) || check_float(op, "grad_output", gy)) return -1;
+    if (dl_common_device(op, 3, ts, &dev) || conv_geometry(op, x, w, NULL, p, &s) ||
+        conv_check_float(op, "grad_output", gy))
+        return -1;
     int64_t yshape[4] = {s.N, s.O, s.OH, s.OW};
     const int64_t *ys = x->ndim == 4 ? yshape : yshape + 1;
     if (gy->ndim != x->ndim || memcmp(gy->shape, ys, sizeof(int64_t) * (size_t)x->ndim) != 0) {
@@ -256,6 +452,8 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
     if (gy->dtype != x->dtype)
         return dl_error("%s: grad_output (%s) must have the input's dtype (%s)", op,
                         dl_dtype_name(gy->dtype), dl_dtype_name(x->dtype));
+    if (dev.type == DL_DEVICE_CUDA)
+        return conv2d_backward_cuda(&s, gy, x, w, need, dev, gx, gw, gb);
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t xshape[4] = {s.N, s.C, s.H, s.W};
     /* in: gy x w; out: gx gw gb */
