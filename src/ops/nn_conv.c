@@ -25,22 +25,9 @@
 
 /* --- shared helpers -------------------------------------------------------------- */
 
-static int check_cpu(const char *op, const dl_tensor *t) {
-    if (t->storage->device.type == DL_DEVICE_CPU) return 0;
-    return dl_error("%s: only CPU tensors are supported for now", op);
-}
-
 /* The dtype kernels compute in: float32 for the half types. */
 static dl_dtype compute_dtype(dl_dtype dt) {
     return (dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16) ? DL_DTYPE_F32 : dt;
-}
-
-static int check_float(const char *op, const char *what, const dl_tensor *t) {
-    if (check_cpu(op, t)) return -1;
-    if (!dl_dtype_is_floating(t->dtype))
-        return dl_error("%s: %s must be a floating-point tensor, got %s", op, what,
-                        dl_dtype_name(t->dtype));
-    return 0;
 }
 
 /* t in dtype dt, contiguous: a new reference (t itself when it already is). */
