@@ -347,7 +347,9 @@ local function main(argv)
         if o.channels_last and x:dim() == 4 then x = x:contiguous({memory_format = "channels_last"}) end
         local loss
         if amp_dtype then
-          loss = dl.autocast({dtype = amp_dtype}, function() return criterion(model(x), y) end)
+          -- x, y go in as arguments: a closure over the loop's variables
+          -- upsets the loader's to-be-closed iterator (goto continue above)
+          loss = dl.autocast({dtype = amp_dtype}, function(a, b) return criterion(model(a), b) end, x, y)
         else
           loss = criterion(model(x), y)
         end
