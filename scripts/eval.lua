@@ -21,6 +21,7 @@ local SPEC = {
   {name = "batch-size", type = "int", min = 1, default = 64, help = "images per batch"},
   {name = "workers", type = "int", min = 0, default = 2, help = "data-loader threads"},
   {name = "threads", type = "int", min = 1, default_text = "dl's default", help = "compute threads"},
+  {name = "device", default = "auto", metavar = "DEV", help = "auto, cpu, cuda or cuda:N (auto: a GPU when there is one)"},
 }
 
 local function main(argv)
@@ -33,9 +34,12 @@ local function main(argv)
   if #rest > 0 then error("unexpected argument '" .. rest[1] .. "' (see --help)", 0) end
   if not o.weights then error("--weights FILE is required (see --help)", 0) end
   if not o.data then error("--data DIR is required (see --help)", 0) end
+  local device, note = train.device.resolve(o.device)
+  if not device then error(note, 0) end
   if o.threads then dl.set_num_threads(o.threads) end
   if o.arch and not train.models.exists(o.arch) then train.models.build(o.arch, 1) end
   local model, info = train.models.from_weights(o.weights, o.arch)
+  if device ~= "cpu" then model:to(device) end
   local size = o.image_size or info.image_size or 224
   local tf = train.data.transform{image_size = size, resize = o.resize or info.resize}
   local ds = train.data.folder("--data", o.data, tf)
@@ -50,11 +54,12 @@ local function main(argv)
       end
     end
   end
-  local loader = dl.data.DataLoader(ds, {batch_size = o.batch_size, num_workers = o.workers})
+  local loader = dl.data.DataLoader(ds, {batch_size = o.batch_size, num_workers = o.workers,
+    pin_memory = device ~= "cpu"})
   local t0 = dl.clock()
-  local r = train.evaluate.run(model, loader)
+  local r = train.evaluate.run(model, loader, {device = device ~= "cpu" and device or nil})
   loader:close()
-  print(string.format("%s on %s: %d images", info.arch, o.data, r.n))
+  print(string.format("%s on %s (%s): %d images", info.arch, o.data, device, r.n))
   print(string.format("top-1: %.2f%%", 100 * r.top1))
   print(string.format("top-%d: %.2f%%", r.k, 100 * r.top5))
   print(string.format("loss: %.4f", r.loss))

@@ -23,6 +23,7 @@ local SPEC = {
    help = "shorter side before the centre crop"},
   {name = "top", type = "int", min = 1, default = 5, help = "classes to print per image"},
   {name = "threads", type = "int", min = 1, default_text = "dl's default", help = "compute threads"},
+  {name = "device", default = "auto", metavar = "DEV", help = "auto, cpu, cuda or cuda:N (auto: a GPU when there is one)"},
 }
 
 local function main(argv)
@@ -34,9 +35,12 @@ local function main(argv)
   local o, _, images = args.parse(argv, SPEC)
   if not o.weights then error("--weights FILE is required (see --help)", 0) end
   if #images == 0 then error("no images given (see --help)", 0) end
+  local device, note = train.device.resolve(o.device)
+  if not device then error(note, 0) end
   if o.threads then dl.set_num_threads(o.threads) end
   if o.arch and not train.models.exists(o.arch) then train.models.build(o.arch, 1) end
   local model, info = train.models.from_weights(o.weights, o.arch)
+  if device ~= "cpu" then model:to(device) end
   local classes = info.classes
   if o.classes then
     local f, err = io.open(o.classes, "r")
@@ -60,8 +64,8 @@ local function main(argv)
   for _, path in ipairs(images) do
     local ok, img = pcall(dl.image.load, path, {mode = "RGB"})
     if not ok then error(tostring(img):gsub("\n.*", ""), 0) end
-    local x = tf(img):unsqueeze(1)
-    local probs = dl.no_grad(function() return dl.nn.functional.softmax(model(x), 2)[1] end)
+    local x = tf(img):unsqueeze(1):to(device)
+    local probs = dl.no_grad(function() return dl.nn.functional.softmax(model(x), 2)[1] end):cpu()
     local p, idx = probs:topk(k)
     p, idx = p:tolist(), idx:tolist()
     print(path)

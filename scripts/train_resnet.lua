@@ -7,7 +7,14 @@
 --   dlua scripts/train_resnet.lua --data ./data/train --val ./data/val --arch resnet18
 --   dlua scripts/train_resnet.lua --preset fashion-mnist     # the README's default run
 --   dlua scripts/train_resnet.lua --resume checkpoints/last.safetensors
+--   dlua scripts/train_resnet.lua --device cuda --amp bf16 --channels-last
 --   dlua scripts/train_resnet.lua --help
+--
+-- --device auto (the default) trains on the GPU when there is one, else on
+-- the CPU, and prints which; --device cuda on a machine without one stops at
+-- once (status 2).  The model, the batches (pinned, copied without blocking)
+-- and the loss live on that device; checkpoints hold CPU copies, so one
+-- written on a GPU resumes on the CPU and the other way round.
 --
 -- Exit status: 0 when training finished (or stopped at --max-steps), 130
 -- after Ctrl-C (a checkpoint is written first), 2 for bad options or input
@@ -19,6 +26,7 @@ local progress = train.progress
 local checkpoint = train.checkpoint
 local tdata = train.data
 local tmodels = train.models
+local tdevice = train.device
 
 local PROG = "train_resnet"
 
@@ -44,8 +52,9 @@ local SPEC = {
   {name = "warmup-epochs", type = "number", min = 0, default = 0, help = "linear warmup from 0 (fractions allowed)"},
   {name = "workers", type = "int", min = 0, default = 4, help = "data-loader threads (0: load on the main thread)"},
   {name = "threads", type = "int", min = 1, metavar = "N", default_text = "dl's default", help = "compute threads (dl.set_num_threads)"},
-  {name = "device", type = "choice", choices = {"auto", "cpu", "cuda"}, default = "auto", help = "where to train"},
-  {name = "amp", type = "choice", choices = {"off", "bf16", "fp16"}, default = "off", help = "mixed precision (CUDA)"},
+  {name = "device", default = "auto", metavar = "DEV", help = "where to train: auto, cpu, cuda or cuda:N (auto: a GPU when there is one)"},
+  {name = "amp", type = "choice", choices = {"off", "bf16", "fp16"}, default = "off", help = "mixed precision on CUDA (fp16 adds loss scaling)"},
+  {name = "channels-last", type = "flag", default = false, help = "keep images and conv weights in NHWC memory order"},
   {name = "augment", type = "flag", default = false, help = "RandomResizedCrop + RandomHorizontalFlip instead of Resize + CenterCrop"},
   {name = "image-size", type = "int", min = 1, default = 224, help = "side of the square input"},
   {name = "resize", type = "int", min = 1, metavar = "N", default_text = "image-size*256/224", help = "shorter side before the centre crop"},
@@ -159,6 +168,10 @@ local function main(argv)
   local o, given, positional = args.parse(argv, SPEC)
   if #positional > 0 then die("unexpected argument '%s' (options start with --; see --help)", positional[1]) end
 
+  -- the device first: a run that cannot have it stops before any work
+  local device, device_note = tdevice.resolve(o.device)
+  if not device then die("%s", device_note) end
+
   -- resume: the checkpoint's options fill in what the command line leaves out
   local resume_path, ck
   if o.resume ~= nil then
@@ -166,8 +179,13 @@ local function main(argv)
     if not file_exists(resume_path) then die("--resume %s: no such file", resume_path) end
     ck = checked("--resume " .. resume_path, checkpoint.load, resume_path)
     local saved = ck.meta.options or {}
+    -- the device belongs to this machine, not to the checkpoint; so does
+    -- mixed precision when this run is on the CPU
+    local cpu = device == "cpu"
     for k, v in pairs(saved) do
-      if not given[k] and k ~= "resume" and k ~= "max_steps" then o[k] = v end
+      if not given[k] and k ~= "resume" and k ~= "max_steps" and k ~= "device" and not (cpu and k == "amp") then
+        o[k] = v
+      end
     end
   elseif o.preset ~= "none" then
     for k, v in pairs(PRESETS[o.preset]) do
@@ -179,15 +197,10 @@ local function main(argv)
   if o.threads then dl.set_num_threads(o.threads) end
   if not tmodels.exists(o.arch) then checked(nil, tmodels.build, o.arch, 1) end
 
-  -- device and precision
-  local device = o.device
-  if device == "auto" then device = dl.cuda.is_available() and "cuda" or "cpu" end
-  if device == "cuda" and not dl.cuda.is_available() then
-    die("--device cuda: %s", dl.cuda.compiled and "no CUDA device is available" or "this build has no CUDA backend")
-  end
-  if o.amp ~= "off" then
-    die("--amp %s: mixed precision is not available in this build (train in float32 with --amp off)", o.amp)
-  end
+  -- precision
+  local amp_dtype, amp_err = tdevice.amp_dtype(o.amp, device)
+  if amp_err then die("%s", amp_err) end
+  local on_gpu = device ~= "cpu"
 
   ensure_writable_dir(o.save_dir)
   local last_path = o.save_dir .. "/last.safetensors"
@@ -216,9 +229,9 @@ local function main(argv)
     if o.val_subset > 0 and o.val_subset < #vf then val_set = dl.data.Subset(vf, tdata.spread(#vf, o.val_subset)) end
   end
   local loader = dl.data.DataLoader(train_set, {batch_size = o.batch_size, shuffle = true,
-    num_workers = o.workers, seed = o.seed})
+    num_workers = o.workers, seed = o.seed, pin_memory = on_gpu})
   local val_loader = val_set and dl.data.DataLoader(val_set, {batch_size = 2 * o.batch_size,
-    num_workers = o.workers, seed = o.seed})
+    num_workers = o.workers, seed = o.seed, pin_memory = on_gpu})
   local nb = #loader
   local total_steps = nb * o.epochs
 
@@ -239,8 +252,10 @@ local function main(argv)
       print(string.format("weights: %s loaded", o.weights))
     end
   end
-  if device ~= "cpu" then model:to(device) end
+  checked("--device " .. device, model.to, model, {device = device,
+    memory_format = o.channels_last and "channels_last" or nil})
   local criterion = dl.nn.CrossEntropyLoss()
+  local scaler = amp_dtype == dl.float16 and dl.amp.GradScaler() or nil
   local optimizer = dl.optim.SGD(model:parameters(), {lr = o.lr, momentum = o.momentum,
     weight_decay = o.weight_decay})
 
@@ -255,6 +270,7 @@ local function main(argv)
       die("--resume %s: the checkpoint holds %s state, this program uses SGD", resume_path, ck.optimizer_name)
     end
     checked("--resume " .. resume_path, optimizer.load_state_dict, optimizer, ck.optimizer)
+    if scaler and ck.meta.grad_scaler then scaler:load_state_dict(ck.meta.grad_scaler) end
     if ck.rng_state then dl.set_rng_state(ck.rng_state) end
     local pos = ck.meta.position or {}
     epoch0, skip, step = pos.epoch or 1, pos.batch or 0, ck.meta.step or 0
@@ -276,7 +292,8 @@ local function main(argv)
     return {epoch = pos.epoch - (pos.batch == 0 and 1 or 0), step = step, position = pos, options = opts,
       classes = classes, arch = o.arch, num_classes = num_classes, image_size = o.image_size,
       resize = o.resize or tdata.default_resize(o.image_size), mean = tdata.MEAN, std = tdata.STD,
-      best_top1 = best_top1 >= 0 and best_top1 or nil, best_epoch = best_epoch, dlua = dl.__version__}
+      best_top1 = best_top1 >= 0 and best_top1 or nil, best_epoch = best_epoch, dlua = dl.__version__,
+      grad_scaler = scaler and scaler:state_dict() or nil}
   end
   local function history_tensors()
     local t = {["history.loss"] = #losses > 0 and dl.tensor(losses, {dtype = dl.float64})
@@ -300,10 +317,11 @@ local function main(argv)
     if not ok then io.stderr:write(PROG, ": warning: --plot ", o.plot, ": ", tostring(err):gsub("\n.*", ""), "\n") end
   end
 
-  print(string.format("%s: %d classes, %d training images (%d batches of %d)%s; %s on %s, %d threads",
+  print(device_note)
+  print(string.format("%s: %d classes, %d training images (%d batches of %d)%s; %s on %s%s, %d threads",
     PROG, #classes, #train_set, nb, o.batch_size,
     val_set and string.format(", %d validation images", #val_set) or "",
-    o.arch, device, dl.get_num_threads()))
+    o.arch, device, amp_dtype and (", " .. o.amp) or "", dl.get_num_threads()))
 
   local tty = progress.stdout_is_tty()
   dl._train.sigint_watch(true)
@@ -322,12 +340,28 @@ local function main(argv)
         step = step + 1
         local lr = lr_at(o, step, total_steps, nb)
         for _, g in ipairs(optimizer.param_groups) do g.lr = lr end
-        if device ~= "cpu" then x, y = x:to(device), y:to(device) end
-        local out = model(x)
-        local loss = criterion(out, y)
+        if on_gpu then
+          x = x:to({device = device, non_blocking = true})
+          y = y:to({device = device, non_blocking = true})
+        end
+        if o.channels_last and x:dim() == 4 then x = x:contiguous({memory_format = "channels_last"}) end
+        local loss
+        if amp_dtype then
+          -- x, y go in as arguments: a closure over the loop's variables
+          -- upsets the loader's to-be-closed iterator (goto continue above)
+          loss = dl.autocast({dtype = amp_dtype}, function(a, b) return criterion(model(a), b) end, x, y)
+        else
+          loss = criterion(model(x), y)
+        end
         optimizer:zero_grad()
-        loss:backward()
-        optimizer:step()
+        if scaler then
+          scaler:scale(loss):backward()
+          scaler:step(optimizer)
+          scaler:update()
+        else
+          loss:backward()
+          optimizer:step()
+        end
         local l = loss:item()
         losses[step] = l
         p:step(b, y.shape[1], l, wait)
@@ -356,7 +390,8 @@ local function main(argv)
       st.mean_loss or 0 / 0, st.images_per_s, progress.format_time(st.seconds))
     if val_loader then
       local t0 = dl.clock()
-      local r = checked("--val " .. o.val, train.evaluate.run, model, val_loader, {device = device ~= "cpu" and device or nil})
+      local r = checked("--val " .. o.val, train.evaluate.run, model, val_loader, {device = on_gpu and device or nil,
+        amp_dtype = amp_dtype, channels_last = o.channels_last})
       val_hist[#val_hist + 1] = {epoch = epoch, top1 = r.top1, top5 = r.top5, loss = r.loss}
       summary = string.format("%s; val top-1 %.2f%%, top-%d %.2f%%, loss %.4f (%d images, %s)", summary,
         100 * r.top1, r.k, 100 * r.top5, r.loss, r.n, progress.format_time(dl.clock() - t0))

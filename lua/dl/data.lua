@@ -313,6 +313,9 @@ function D.DataLoader(dataset, opts)
     _n = n,
   }, DataLoader)
   if self.collate ~= nil and not callable(self.collate) then fail("DataLoader", "collate must be a function") end
+  -- pin_memory: batches land in page-locked memory, so x:to("cuda", {non_blocking=true})
+  -- copies without blocking; a no-op on a machine without a GPU
+  self._pin = self.pin_memory and dl.cuda.is_available()
   if self.seed == nil then self.seed = C.seed()
   elseif math.type(self.seed) ~= "integer" then fail("DataLoader", "seed must be an integer") end
   if callable(dataset._c_source) then self._src = dataset:_c_source() end
@@ -336,6 +339,17 @@ DataLoader.__gc = DataLoader.close
 
 local function warn(msgs)
   for _, m in ipairs(msgs) do io.stderr:write("DataLoader: warning: skipped a sample: ", m, "\n") end
+end
+
+-- v with every tensor in it (through plain tables) copied into pinned memory.
+local function pin(v)
+  if dl.is_tensor(v) then return v:pin_memory() end
+  if type(v) == "table" and getmetatable(v) == nil then
+    local out = {}
+    for k, x in pairs(v) do out[k] = pin(x) end
+    return out
+  end
+  return v
 end
 
 -- Turns per-sample outputs of the C workers into the batch (Lua stages on
@@ -375,6 +389,7 @@ function DataLoader:_c_iter(epoch)
       if #warnings > 0 then warn(warnings) end
       if data ~= nil then
         local x, y = finish_c_batch(self, src, data, labels)
+        if self._pin then x, y = pin(x), pin(y) end
         if self.collate then return b, x end
         return b, x, y
       end
@@ -401,11 +416,17 @@ function DataLoader:_lua_iter(epoch)
       local it = dl.tensor(idx, {dtype = dl.int64})
       local out = {}
       for k, t in ipairs(tensors) do out[k] = t:index_select(1, it) end
+      if self._pin then out = pin(out) end
       return b, table.unpack(out)
     end
     local samples = {}
     for k, i in ipairs(idx) do samples[k] = table.pack(ds:get(i)) end
     local out = (self.collate or D.default_collate)(samples)
+    if self._pin then
+      local n = out.n
+      out = pin(out)
+      out.n = n
+    end
     if self.collate then return b, out end
     return b, table.unpack(out, 1, out.n)
   end

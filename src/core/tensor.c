@@ -61,6 +61,43 @@ dl_tensor *dl_tensor_empty(int ndim, const int64_t *shape, dl_dtype dtype, dl_de
     return t;
 }
 
+/* Whether t's elements fill a block of numel elements exactly once: sorted by
+ * stride (size-1 dimensions aside), each stride is the product of the sizes
+ * of the dimensions with smaller strides. */
+static bool dense_non_overlapping(const dl_tensor *t, int *order) {
+    int n = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0) return false;
+        if (t->shape[i] != 1) order[n++] = i;
+    }
+    for (int i = 1; i < n; i++) /* insertion sort: smallest stride first */
+        for (int j = i; j > 0 && t->strides[order[j]] < t->strides[order[j - 1]]; j--) {
+            int k = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = k;
+        }
+    int64_t expect = 1;
+    for (int i = 0; i < n; i++) {
+        if (t->strides[order[i]] != expect) return false;
+        expect *= t->shape[order[i]];
+    }
+    return true;
+}
+
+dl_tensor *dl_tensor_empty_like_layout(const dl_tensor *like, dl_dtype dtype, dl_device dev) {
+    int order[DL_MAX_DIMS];
+    if (dl_tensor_is_contiguous(like) || !dense_non_overlapping(like, order))
+        return dl_tensor_empty(like->ndim, like->shape, dtype, dev);
+    dl_tensor *t = dl_tensor_empty(like->ndim, like->shape, dtype, dev);
+    if (!t) return NULL;
+    /* same strides as like for every dimension longer than 1; a size-1
+     * dimension takes the stride a contiguous tensor would give it, which no
+     * index ever multiplies */
+    for (int i = 0; i < like->ndim; i++)
+        if (like->shape[i] != 1) t->strides[i] = like->strides[i];
+    return t;
+}
+
 dl_tensor *dl_tensor_full(int ndim, const int64_t *shape, double value, dl_dtype dtype,
                           dl_device dev) {
     dl_tensor *t = dl_tensor_empty(ndim, shape, dtype, dev);

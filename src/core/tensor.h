@@ -38,6 +38,12 @@ dl_tensor *dl_tensor_zeros(int ndim, const int64_t *shape, dl_dtype dtype, dl_de
 dl_tensor *dl_tensor_full(int ndim, const int64_t *shape, double value, dl_dtype dtype,
                           dl_device dev);
 dl_tensor *dl_tensor_scalar(double value, dl_dtype dtype); /* 0-dim, CPU */
+/* An uninitialised tensor of like's shape, of dtype on dev, whose strides
+ * follow like's layout when like is dense and non-overlapping (every element
+ * of a block of storage used once, in any dimension order: a channels-last
+ * NCHW tensor, a transposed matrix); contiguous strides otherwise.  PyTorch's
+ * empty_like with memory_format=preserve_format. */
+dl_tensor *dl_tensor_empty_like_layout(const dl_tensor *like, dl_dtype dtype, dl_device dev);
 /* A tensor over an existing storage (retained). */
 dl_tensor *dl_tensor_new_view(dl_storage *s, int64_t offset, int ndim, const int64_t *shape,
                               const int64_t *strides, dl_dtype dtype);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 int luaopen_dl(lua_State *L);
+void dlL_open_cuda(lua_State *L); /* l_cuda.c */
 
 static int l_clock(lua_State *L) {
     struct timespec ts;
@@ -46,25 +47,6 @@ static int l_manual_seed(lua_State *L) {
 
 static int l_initial_seed(lua_State *L) {
     lua_pushinteger(L, (lua_Integer)dl_default_generator()->seed);
-    return 1;
-}
-
-static int l_cuda_is_available(lua_State *L) {
-    lua_pushboolean(L, dl_cuda_available_devices() > 0);
-    return 1;
-}
-
-static int l_cuda_device_count(lua_State *L) {
-    lua_pushinteger(L, dl_cuda_available_devices());
-    return 1;
-}
-
-static int l_cuda_get_device_name(lua_State *L) {
-    char buf[256];
-    lua_Integer i = luaL_optinteger(L, 1, 1);
-    if (!dl_cuda_name((int)i - 1, buf, sizeof buf))
-        return luaL_error(L, "cuda: no device %d", (int)i);
-    lua_pushstring(L, buf);
     return 1;
 }
 
@@ -210,7 +192,7 @@ static int module_index(lua_State *L) {
     const char *k = lua_tostring(L, 2);
     if (!k) return 0;
     static const char *const lazy[] = {"nn",   "optim", "data",     "transforms", "models",
-                                       "util", "image", "autograd", NULL};
+                                       "util", "image", "autograd", "amp",        NULL};
     for (int i = 0; lazy[i]; i++)
         if (strcmp(k, lazy[i]) == 0) {
             lua_getglobal(L, "require");
@@ -218,6 +200,18 @@ static int module_index(lua_State *L) {
             lua_call(L, 1, 1);
             lua_pushvalue(L, -1);
             lua_setfield(L, 1, k); /* rawset would bypass nothing: no __newindex */
+            return 1;
+        }
+    /* mixed precision lives in dl.amp; its entry points are also dl's */
+    static const char *const amp[] = {"autocast",           "autocast_enter",
+                                      "autocast_exit",      "is_autocast_enabled",
+                                      "get_autocast_dtype", NULL};
+    for (int i = 0; amp[i]; i++)
+        if (strcmp(k, amp[i]) == 0) {
+            lua_getglobal(L, "require");
+            lua_pushliteral(L, "dl.amp");
+            lua_call(L, 1, 1);
+            lua_getfield(L, -1, k);
             return 1;
         }
     return 0;
@@ -263,16 +257,7 @@ int luaopen_dl(lua_State *L) {
     };
     luaL_setfuncs(L, functions, 0);
 
-    static const luaL_Reg cuda[] = {
-        {"is_available", l_cuda_is_available},
-        {"device_count", l_cuda_device_count},
-        {"get_device_name", l_cuda_get_device_name},
-        {NULL, NULL},
-    };
-    luaL_newlib(L, cuda);
-    lua_pushboolean(L, dl_cuda_compiled());
-    lua_setfield(L, -2, "compiled");
-    lua_setfield(L, mod, "cuda");
+    dlL_open_cuda(L); /* dl.cuda, dl.backends, device methods */
 
     lua_pushliteral(L, DL_VERSION);
     lua_setfield(L, mod, "__version__");

@@ -353,6 +353,8 @@ static int t_index(lua_State *L) {
             dlL_pushtensor(L, dl_tensor_retain(t->grad));
         else
             lua_pushnil(L);
+    } else if (strcmp(k, "data") == 0) {
+        dlL_pushtensor(L, dl_detach(t));
     } else if (strcmp(k, "is_leaf") == 0) {
         lua_pushboolean(L, t->grad_fn == NULL);
     } else if (strcmp(k, "grad_fn") == 0) {
@@ -366,8 +368,14 @@ static int t_index(lua_State *L) {
     return 1;
 }
 
-/* t.grad = tensor|nil, t.requires_grad = bool */
+/* t.grad = tensor|nil, t.requires_grad = bool, t.data = tensor */
 static int set_property(lua_State *L, dl_tensor *t, const char *k) {
+    if (strcmp(k, "data") == 0) {
+        dl_tensor *src = dlL_totensor(L, 3);
+        if (!src) return luaL_error(L, "data must be a tensor, got %s", luaL_typename(L, 3));
+        if (dl_set_data(t, src)) return dlL_fail(L);
+        return 0;
+    }
     if (strcmp(k, "grad") == 0) {
         dl_tensor *g = lua_isnil(L, 3) ? NULL : dlL_totensor(L, 3);
         if (!g && !lua_isnil(L, 3))
@@ -391,7 +399,8 @@ static int set_property(lua_State *L, dl_tensor *t, const char *k) {
         lua_call(L, 2, 0);
         return 0;
     }
-    return luaL_error(L, "cannot set field '%s' of a tensor (settable: grad, requires_grad)", k);
+    return luaL_error(L, "cannot set field '%s' of a tensor (settable: grad, requires_grad, data)",
+                      k);
 }
 
 static int t_newindex(lua_State *L) {
@@ -513,8 +522,33 @@ static int t_view_as(lua_State *L) {
     return dlL_pushtensor(L, dl_view(t, o->ndim, o->shape));
 }
 
+/* The memory_format asked for at idx (a string, or {memory_format=}):
+ * true for channels_last, false for contiguous_format (the default). */
+static bool want_channels_last(lua_State *L, int idx, const char *op) {
+    if (lua_isnoneornil(L, idx)) return false;
+    if (lua_istable(L, idx)) {
+        static const char *const opts[] = {"memory_format", NULL};
+        dlL_checkoptions(L, idx, op, opts);
+        lua_getfield(L, idx, "memory_format");
+    } else {
+        lua_pushvalue(L, idx);
+    }
+    const char *s = lua_tostring(L, -1);
+    bool cl = s && strcmp(s, "channels_last") == 0;
+    if (!cl && !lua_isnil(L, -1) && (!s || strcmp(s, "contiguous_format") != 0))
+        luaL_error(L,
+                   "%s: memory_format must be \"channels_last\" or \"contiguous_format\", got %s",
+                   op, s ? s : luaL_typename(L, -1));
+    lua_pop(L, 1);
+    return cl;
+}
+
+/* t:contiguous([{memory_format="channels_last"}]) */
 static int t_contiguous(lua_State *L) {
-    return dlL_pushtensor(L, dl_contiguous(dlL_checktensor(L, 1)));
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (want_channels_last(L, 2, "contiguous"))
+        return dlL_pushtensor(L, dl_contiguous_channels_last(t));
+    return dlL_pushtensor(L, dl_contiguous(t));
 }
 
 static int t_clone(lua_State *L) {
@@ -527,49 +561,15 @@ static int t_detach(lua_State *L) {
 }
 
 static int t_is_contiguous(lua_State *L) {
-    lua_pushboolean(L, dl_tensor_is_contiguous(dlL_checktensor(L, 1)));
+    dl_tensor *t = dlL_checktensor(L, 1);
+    if (want_channels_last(L, 2, "is_contiguous"))
+        lua_pushboolean(L, dl_is_channels_last(t));
+    else
+        lua_pushboolean(L, dl_tensor_is_contiguous(t));
     return 1;
 }
 
 /* --- conversion and inspection ---------------------------------------------- */
-
-static int t_to(lua_State *L) {
-    dl_tensor *t = dlL_checktensor(L, 1);
-    /* to(dtype) | to(device) | to(device, dtype) | to{dtype=, device=} */
-    dl_dtype dt = t->dtype;
-    dl_device dev = dl_tensor_device(t);
-    for (int i = 2; i <= lua_gettop(L); i++) {
-        if (lua_isnil(L, i)) continue;
-        if (lua_type(L, i) == LUA_TSTRING) {
-            dl_device d;
-            if (dl_device_parse(lua_tostring(L, i), &d) == 0)
-                dev = d;
-            else
-                dt = dlL_checkdtype(L, i);
-        } else if (lua_istable(L, i) && luaL_getmetafield(L, i, "__name") == LUA_TSTRING) {
-            lua_pop(L, 1);
-            dt = dlL_checkdtype(L, i);
-        } else if (lua_istable(L, i)) {
-            static const char *const opts[] = {"dtype", "device", NULL};
-            dlL_checkoptions(L, i, "to", opts);
-            if (dlL_optfield(L, i, "dtype") != LUA_TNIL) dt = dlL_checkdtype(L, -1);
-            lua_pop(L, 1);
-            if (dlL_optfield(L, i, "device") != LUA_TNIL) dev = dlL_checkdevice(L, -1);
-            lua_pop(L, 1);
-        } else if (dlL_totensor(L, i)) {
-            dl_tensor *o = dlL_totensor(L, i);
-            dt = o->dtype;
-            dev = dl_tensor_device(o);
-        } else {
-            return luaL_argerror(L, i, "dtype, device or options table expected");
-        }
-    }
-    dl_tensor *a = dl_to_dtype(t, dt);
-    if (!a) return dlL_fail(L);
-    dl_tensor *b = dl_to_device(a, dev);
-    dl_tensor_release(a);
-    return dlL_pushtensor(L, b);
-}
 
 static int convert_to(lua_State *L, dl_dtype dt) {
     return dlL_pushtensor(L, dl_to_dtype(dlL_checktensor(L, 1), dt));
@@ -598,13 +598,6 @@ static int t_byte(lua_State *L) {
 static int t_bool(lua_State *L) {
     return convert_to(L, DL_DTYPE_BOOL);
 }
-static int t_cpu(lua_State *L) {
-    return dlL_pushtensor(L, dl_to_device(dlL_checktensor(L, 1), DL_CPU));
-}
-static int t_cuda(lua_State *L) {
-    return dlL_pushtensor(L, dl_to_device(dlL_checktensor(L, 1), (dl_device){DL_DEVICE_CUDA, 0}));
-}
-
 /* Pushes one element as a Lua value of the natural type. */
 static void push_element(lua_State *L, const void *p, dl_dtype dt) {
     if (dt == DL_DTYPE_BOOL)
@@ -777,7 +770,6 @@ void dlL_open_tensor(lua_State *L) {
         {"clone", t_clone},
         {"detach", t_detach},
         {"is_contiguous", t_is_contiguous},
-        {"to", t_to},
         {"float", t_float},
         {"double", t_double},
         {"half", t_half},
@@ -786,8 +778,6 @@ void dlL_open_tensor(lua_State *L) {
         {"int", t_int},
         {"byte", t_byte},
         {"bool", t_bool},
-        {"cpu", t_cpu},
-        {"cuda", t_cuda},
         {"item", t_item},
         {"tolist", t_tolist},
         {"numel", t_numel},
@@ -836,6 +826,13 @@ void dlL_open_tensor(lua_State *L) {
         lua_setfield(L, -3, dl_dtype_name((dl_dtype)i)); /* dl.float32 = obj */
         lua_rawseti(L, -3, i + 1);
     }
+    /* memory formats, as PyTorch's torch.channels_last ... (plain strings) */
+    lua_pushliteral(L, "channels_last");
+    lua_setfield(L, -2, "channels_last");
+    lua_pushliteral(L, "contiguous_format");
+    lua_setfield(L, -2, "contiguous_format");
+    lua_pushliteral(L, "preserve_format");
+    lua_setfield(L, -2, "preserve_format");
     lua_pop(L, 1);
     lua_setfield(L, LUA_REGISTRYINDEX, dtype_registry_key);
 }

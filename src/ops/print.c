@@ -14,7 +14,9 @@
  *  - Every element is right-aligned to the common width; rows wrap so that
  *    a line holds floor((linewidth - indent) / (width + 2)) elements.
  * Elements are read through the tensor's strides, so any view prints without
- * a copy; tensors on other devices are copied to the CPU first. */
+ * a copy; tensors on other devices are copied to the CPU first (one copy of
+ * the whole tensor), so a CUDA tensor prints as its CPU copy plus
+ * device='cuda:N'. */
 #include "print.h"
 
 #include <math.h>
@@ -371,6 +373,13 @@ char *dl_tensor_format(dl_tensor *t) {
     snprintf(suffix + n, sizeof suffix - n, "}");
     int width = print_opts.linewidth;
     add_suffix(&b, suffix, indent, width);
+    /* then PyTorch's suffixes in PyTorch's order: device, dtype, requires_grad */
+    dl_device dev = dl_tensor_device(t);
+    if (dev.type != DL_DEVICE_CPU) {
+        char name[64];
+        snprintf(suffix, sizeof suffix, "device='%s'", dl_device_name(dev, name, sizeof name));
+        add_suffix(&b, suffix, indent, width);
+    }
     /* Defaults are not shown, as in PyTorch; an empty tensor has no elements
      * to tell an integer type by, so it shows any dtype but float32. */
     int show_dtype = numel == 0 ? t->dtype != DL_DTYPE_F32
@@ -378,12 +387,6 @@ char *dl_tensor_format(dl_tensor *t) {
                                       t->dtype != DL_DTYPE_BOOL;
     if (show_dtype) {
         snprintf(suffix, sizeof suffix, "dtype=dl.%s", dl_dtype_name(t->dtype));
-        add_suffix(&b, suffix, indent, width);
-    }
-    dl_device dev = dl_tensor_device(t);
-    if (dev.type != DL_DEVICE_CPU) {
-        char name[64];
-        snprintf(suffix, sizeof suffix, "device=\"%s\"", dl_device_name(dev, name, sizeof name));
         add_suffix(&b, suffix, indent, width);
     }
     if (t->requires_grad) add_suffix(&b, "requires_grad=true", indent, width);

@@ -2,8 +2,9 @@
  * float formatting (fixed 4 decimals, `1.` for integer-valued floats,
  * scientific when the dynamic range needs it), summarisation of large tensors
  * with `...`, wrapping at the line width; then dlua's suffixes: the shape
- * always, the dtype when not float32/int64/bool, the device when not the CPU,
- * requires_grad when set.  Pure C: no Lua here.
+ * always, then as PyTorch orders them: the device when not the CPU
+ * (device='cuda:0'), the dtype when not float32/int64/bool, requires_grad
+ * when set.  Pure C: no Lua here.
  * The options are process-wide, like PyTorch's PRINT_OPTS. */
 #ifndef DL_OPS_PRINT_H
 #define DL_OPS_PRINT_H

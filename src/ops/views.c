@@ -157,19 +157,100 @@ dl_tensor *dl_clone(dl_tensor *t) {
     return record(t, dl_tensor_clone(t), &(view_ctx){.kind = VIEW_IDENTITY});
 }
 
+bool dl_is_channels_last(const dl_tensor *t) {
+    if (t->ndim != 4) return false;
+    static const int order[4] = {1, 3, 2, 0}; /* C fastest, then W, H, N */
+    int64_t expect = 1;
+    for (int k = 0; k < 4; k++) {
+        int d = order[k];
+        if (t->shape[d] == 1) continue;
+        if (t->strides[d] != expect) return false;
+        expect *= t->shape[d];
+    }
+    return true;
+}
+
+/* A channels-last tensor that is not also plainly contiguous: the layout a
+ * conversion keeps. */
+static bool keeps_layout(const dl_tensor *t) {
+    return dl_is_channels_last(t) && !dl_tensor_is_contiguous(t);
+}
+
+/* t converted to dtype on dev (t itself, retained, when it already is). */
+static dl_tensor *convert(dl_tensor *t, dl_dtype dtype, dl_device dev) {
+    if (t->dtype == dtype && dl_device_equal(dl_tensor_device(t), dev)) return dl_tensor_retain(t);
+    if (!keeps_layout(t)) {
+        if (t->dtype == dtype) return dl_tensor_to_device(t, dev);
+        dl_tensor *a = dl_tensor_to_dtype(t, dtype);
+        dl_tensor *b = a ? dl_tensor_to_device(a, dev) : NULL;
+        dl_tensor_release(a);
+        return b;
+    }
+    dl_tensor *c = dl_tensor_empty_like_layout(t, dtype, dev);
+    if (c && dl_tensor_copy_(c, t)) {
+        dl_tensor_release(c);
+        return NULL;
+    }
+    return c;
+}
+
 dl_tensor *dl_to_dtype(dl_tensor *t, dl_dtype dtype) {
     if (t->requires_grad && !dl_dtype_is_floating(dtype) && dl_grad_enabled()) {
         /* integer results carry no gradient, as in PyTorch */
         dl_tensor *d = dl_tensor_detached(t);
-        dl_tensor *r = d ? dl_tensor_to_dtype(d, dtype) : NULL;
+        dl_tensor *r = d ? convert(d, dtype, dl_tensor_device(t)) : NULL;
         dl_tensor_release(d);
         return r;
     }
-    return record(t, dl_tensor_to_dtype(t, dtype), &(view_ctx){.kind = VIEW_TO});
+    return record(t, convert(t, dtype, dl_tensor_device(t)), &(view_ctx){.kind = VIEW_TO});
 }
 
 dl_tensor *dl_to_device(dl_tensor *t, dl_device dev) {
-    return record(t, dl_tensor_to_device(t, dev), &(view_ctx){.kind = VIEW_TO});
+    return record(t, convert(t, t->dtype, dev), &(view_ctx){.kind = VIEW_TO});
+}
+
+dl_tensor *dl_contiguous_channels_last(dl_tensor *t) {
+    if (t->ndim != 4) {
+        dl_error("contiguous: channels_last needs a 4-dimensional (N, C, H, W) tensor, got %d "
+                 "dimensions",
+                 t->ndim);
+        return NULL;
+    }
+    if (dl_is_channels_last(t)) return dl_tensor_retain(t);
+    const int64_t *s = t->shape;
+    int64_t st[4] = {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+    int64_t numel = dl_tensor_numel(t);
+    dl_tensor *c = dl_tensor_empty(1, &numel, t->dtype, dl_tensor_device(t));
+    dl_tensor *v = c ? dl_tensor_as_strided(c, 4, s, st, 0) : NULL;
+    dl_tensor_release(c);
+    if (v && dl_tensor_copy_(v, t)) {
+        dl_tensor_release(v);
+        v = NULL;
+    }
+    return record(t, v, &(view_ctx){.kind = VIEW_IDENTITY});
+}
+
+int dl_set_data(dl_tensor *t, dl_tensor *src) {
+    if (t->grad_fn)
+        return dl_error("data: cannot replace the data of a tensor computed by an operation "
+                        "(%s); only of a leaf",
+                        t->grad_fn->name);
+    if (t == src) return 0;
+    dl_storage_retain(src->storage);
+    dl_storage_release(t->storage);
+    t->storage = src->storage;
+    t->offset = src->offset;
+    t->ndim = src->ndim;
+    memcpy(t->shape, src->shape, sizeof t->shape);
+    memcpy(t->strides, src->strides, sizeof t->strides);
+    t->dtype = src->dtype;
+    dl_tensor *g = t->grad;
+    if (g && (!dl_shape_equal(g, t) || g->dtype != t->dtype ||
+              !dl_device_equal(dl_tensor_device(g), dl_tensor_device(t)))) {
+        t->grad = NULL;
+        dl_tensor_release(g);
+    }
+    return 0;
 }
 
 dl_tensor *dl_detach(dl_tensor *t) {

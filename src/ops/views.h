@@ -19,8 +19,22 @@ dl_tensor *dl_select(dl_tensor *t, int dim, int64_t index);
 dl_tensor *dl_expand(dl_tensor *t, int ndim, const int64_t *shape);
 dl_tensor *dl_contiguous(dl_tensor *t);
 dl_tensor *dl_clone(dl_tensor *t);
+/* Conversions: t itself when nothing changes, else a copy that records a
+ * node (backward converts the gradient back to t's dtype and device).  A
+ * channels-last 4-D tensor keeps its layout; anything else comes out
+ * contiguous. */
 dl_tensor *dl_to_dtype(dl_tensor *t, dl_dtype dtype);
 dl_tensor *dl_to_device(dl_tensor *t, dl_device dev);
+/* Channels-last (NHWC in memory, NCHW logical shape) for 4-D tensors:
+ * whether t is laid out so (size-1 dims aside, as PyTorch), and t itself or a
+ * copy laid out so (recording a node).  -1/NULL with an error for other ranks. */
+bool dl_is_channels_last(const dl_tensor *t);
+dl_tensor *dl_contiguous_channels_last(dl_tensor *t);
+/* PyTorch's `t.data = src`: t keeps its identity (every Lua value and graph
+ * edge that holds it) but now views src's storage with src's shape, strides
+ * and dtype.  t's gradient is dropped when it no longer matches; its
+ * requires_grad stays.  Refused for a non-leaf t. */
+int dl_set_data(dl_tensor *t, dl_tensor *src);
 /* dst <- src (broadcast, converted); records when src requires grad. */
 int dl_copy_(dl_tensor *dst, dl_tensor *src);
 /* A new tensor sharing t's storage, without autograd history. */

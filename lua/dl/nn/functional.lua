@@ -6,8 +6,16 @@
 --
 -- Conventions (PyTorch's signatures, the Lua way): dims are 1-based, class
 -- indices in targets are 1-based, options come as a trailing table.
+--
+-- Autocast (dl.amp): while dl.autocast is on, conv2d, linear and matmul cast
+-- float32 CUDA tensors to the half dtype; softmax, log_softmax, the losses
+-- and batch_norm cast half CUDA tensors up to float32 (batch_norm first tries
+-- half input with float32 weights and remembers whether the kernel takes
+-- it).  CPU tensors are never cast.  While autocast is off a wrapper costs
+-- one table read.
 local dl = require "dl"
 local util = require "dl.util"
+local amp = require "dl.amp"
 
 local fail = util.fail
 local F = {}
@@ -36,5 +44,57 @@ end
 local C = assert(rawget(dl, "_F"), "dl._F is missing: the C library is incomplete")
 for k, v in pairs(F) do
   if C[k] == nil then C[k] = v end
+end
+
+-- --- autocast wrappers (installed once per state: dl._F is shared) -----------------
+
+local state, to_half, to_float, applies = amp._state, amp._to_half, amp._to_float, amp._applies
+
+-- Every tensor among the arguments passed through cast.
+local function cast_all(cast, ...)
+  local n = select("#", ...)
+  local a = table.pack(...)
+  for i = 1, n do a[i] = cast(a[i]) end
+  return table.unpack(a, 1, n)
+end
+
+local function wrap(name, cast)
+  local f = C[name]
+  if f == nil then return end
+  C[name] = function(x, ...)
+    if state.enabled and applies(x) then return f(cast_all(cast, x, ...)) end
+    return f(x, ...)
+  end
+end
+
+if not rawget(C, "_autocast_wrapped") then
+  rawset(C, "_autocast_wrapped", true)
+  for _, name in ipairs {"conv2d", "linear", "matmul"} do wrap(name, to_half) end
+  for _, name in ipairs {"softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
+    "binary_cross_entropy_with_logits"} do
+    wrap(name, to_float)
+  end
+  -- batch_norm(x, running_mean, running_var, weight, bias, ...): the
+  -- statistics and affine parameters stay float32; x stays half when the
+  -- kernel takes mixed input, else it is cast up.
+  local bn = C.batch_norm
+  local half_ok -- nil: not tried yet
+  C.batch_norm = function(x, ...)
+    if not (state.enabled and applies(x)) then return bn(x, ...) end
+    local args = table.pack(...)
+    for i = 1, args.n do args[i] = to_float(args[i]) end
+    if half_ok == false or x.dtype == dl.float32 then
+      return bn(to_float(x), table.unpack(args, 1, args.n))
+    end
+    if half_ok then return bn(x, table.unpack(args, 1, args.n)) end
+    local ok, y = pcall(bn, x, table.unpack(args, 1, args.n))
+    if ok then
+      half_ok = true
+      return y
+    end
+    local y2 = bn(to_float(x), table.unpack(args, 1, args.n))
+    half_ok = false
+    return y2
+  end
 end
 return C

@@ -423,9 +423,11 @@ function Module:zero_grad(opts)
   end
 end
 
--- Applies fn to every parameter and buffer, children first, replacing the
--- tensors in place of the module's fields.  fn(t, is_param) returns the new
--- tensor or t itself.
+-- Applies fn to every parameter and buffer, children first.  fn(t, is_param)
+-- returns the new tensor or t itself.  A parameter keeps its identity (the
+-- tensor object an optimizer holds): its data is replaced in place, as
+-- PyTorch's `param.data = fn(param)`, and its grad is converted with it.
+-- Buffers are replaced by the new tensors.
 function Module:_apply(fn)
   for _, m in ipairs(self:children()) do m:_apply(fn) end
   local P = rawget(self, "_parameters")
@@ -434,9 +436,16 @@ function Module:_apply(fn)
       local q = dl.no_grad(fn, p, true)
       if q ~= p then
         local g = p.grad
-        q = q:detach():requires_grad_(p.requires_grad)
-        if g then q.grad = dl.no_grad(fn, g, true) end
-        P:set(k, q)
+        local gq = g and dl.no_grad(fn, g, true)
+        if p.is_leaf then
+          p.grad = nil
+          p.data = q
+          if gq then p.grad = gq end
+        else
+          q = q:detach():requires_grad_(p.requires_grad)
+          if gq then q.grad = gq end
+          P:set(k, q)
+        end
       end
     end
   end
@@ -457,26 +466,32 @@ local function is_device_string(s)
   return s:match("^cpu") ~= nil or s:match("^cuda") ~= nil
 end
 
--- m:to(dtype) | m:to(device) | m:to(device, dtype) | m:to{dtype=, device=} |
--- m:to(tensor): converts floating parameters and buffers to dtype, and all of
--- them to device.  Parameters keep requires_grad (and their grads follow).
--- The converted tensors are new objects: build optimizers after to().
+-- m:to(dtype) | m:to(device) | m:to(device, dtype) | m:to(tensor) |
+-- m:to{dtype=, device=, memory_format=, non_blocking=}: converts floating
+-- parameters and buffers to dtype, all of them to device, and 4-D ones to
+-- memory_format ("channels_last" or "contiguous_format").  Parameters stay
+-- the same tensor objects (their data is swapped in place, grads follow), so
+-- an optimizer built before to() keeps working, as in PyTorch.
 function Module:to(...)
-  local dtype, device
+  local dtype, device, memory_format, non_blocking
   for i = 1, select("#", ...) do
     local a = select(i, ...)
     if a == nil then
       -- skip
     elseif dl.is_tensor(a) then
       dtype, device = a.dtype, a.device
+    elseif type(a) == "boolean" then
+      non_blocking = a
     elseif type(a) == "string" and is_device_string(a) then
       device = a
     elseif type(a) == "string" or is_dtype(a) then
       dtype = a
     elseif type(a) == "table" then
-      util.check_options(a, "to", {"dtype", "device"})
+      util.check_options(a, "to", {"dtype", "device", "memory_format", "non_blocking"})
       dtype = a.dtype or dtype
       device = a.device or device
+      memory_format = a.memory_format or memory_format
+      if a.non_blocking ~= nil then non_blocking = a.non_blocking end
     else
       fail("to: dtype, device or options table expected, got %s", type(a))
     end
@@ -491,14 +506,30 @@ function Module:to(...)
   end
   if device ~= nil then
     local ok, probe = pcall(function() return dl.empty(0):to(device) end)
-    if not ok then fail("to: %s", tostring(probe)) end
+    if not ok then fail("%s", tostring(probe)) end
     device = probe.device
   end
+  local channels_last = false
+  if memory_format ~= nil then
+    if memory_format == "channels_last" then
+      channels_last = true
+    elseif memory_format ~= "contiguous_format" and memory_format ~= "preserve_format" then
+      fail("to: memory_format must be \"channels_last\", \"contiguous_format\" or \"preserve_format\", got %s",
+        tostring(memory_format))
+    end
+  end
+  local contiguous = memory_format == "contiguous_format"
   return self:_apply(function(t)
     local want_dt = (dtype and t.dtype.is_floating_point) and dtype or t.dtype
     local want_dev = device or t.device
-    if want_dt == t.dtype and want_dev == t.device then return t end
-    return t:to(want_dev, want_dt)
+    local four = t:dim() == 4
+    local relayout = four and ((channels_last and not t:is_contiguous({memory_format = "channels_last"}))
+      or (contiguous and not t:is_contiguous()))
+    if want_dt == t.dtype and want_dev == t.device and not relayout then return t end
+    local r = t:to({device = want_dev, dtype = want_dt, non_blocking = non_blocking,
+      memory_format = (four and channels_last) and "channels_last" or nil})
+    if four and contiguous then r = r:contiguous() end
+    return r
   end)
 end
 
@@ -507,7 +538,11 @@ function Module:double() return self:to(dl.float64) end
 function Module:half() return self:to(dl.float16) end
 function Module:bfloat16() return self:to(dl.bfloat16) end
 function Module:cpu() return self:to("cpu") end
-function Module:cuda() return self:to("cuda") end
+-- m:cuda([device]): device an ordinal (0 is cuda:0) or "cuda:N"
+function Module:cuda(device)
+  if math.type(device) == "integer" then device = "cuda:" .. device end
+  return self:to(device or "cuda")
+end
 
 -- --- state dict -------------------------------------------------------------
 

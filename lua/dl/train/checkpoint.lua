@@ -16,8 +16,10 @@
 -- train = JSON of meta (epoch, step, loader position, options, classes...),
 -- optimizer = JSON {name, param_groups, scalars} (scalars: non-tensor state).
 --
--- Invariants: save never changes the model or optimizer; load returns what
--- save was given (tensors on the CPU, JSON values back as Lua values);
+-- Invariants: save never changes the model or optimizer and writes CPU
+-- copies of tensors on other devices (a checkpoint written on a GPU loads on
+-- the CPU and the other way round); load returns what save was given
+-- (tensors on the CPU, JSON values back as Lua values);
 -- errors are one line naming the file.
 local dl = require "dl"
 local json = require "dl.train.json"
@@ -27,15 +29,20 @@ C.FORMAT = "dlua-train-checkpoint-1"
 
 local function fail(fmt, ...) error(string.format(fmt, ...), 0) end
 
+local function cpu(t)
+  if t:is_cuda() then return t:cpu() end
+  return t
+end
+
 function C.save(path, st)
   local tensors = {}
-  for k, v in pairs(st.model:state_dict()) do tensors["model." .. k] = v end
+  for k, v in pairs(st.model:state_dict()) do tensors["model." .. k] = cpu(v) end
   local osd = st.optimizer:state_dict()
   local scalars = {}
   for i, s in pairs(osd.state) do
     for k, v in pairs(s) do
       if dl.is_tensor(v) then
-        tensors["optimizer.state." .. i .. "." .. k] = v
+        tensors["optimizer.state." .. i .. "." .. k] = cpu(v)
       else
         scalars[tostring(i)] = scalars[tostring(i)] or {}
         scalars[tostring(i)][k] = v
@@ -43,7 +50,7 @@ function C.save(path, st)
     end
   end
   tensors.rng_state = dl.get_rng_state()
-  for k, v in pairs(st.tensors or {}) do tensors[k] = v end
+  for k, v in pairs(st.tensors or {}) do tensors[k] = cpu(v) end
   local metadata = {
     format = C.FORMAT,
     train = json.encode(st.meta or {}),

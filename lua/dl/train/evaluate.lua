@@ -1,7 +1,8 @@
 -- dl.train.evaluate: top-1 / top-5 accuracy and mean cross-entropy of a
 -- classifier over a data loader, in evaluation mode without autograd.
 --
---   local r = evaluate.run(model, loader, {device =, on_batch = function(done, total) end})
+--   local r = evaluate.run(model, loader, {device =, amp_dtype =, channels_last =,
+--                                          on_batch = function(done, total) end})
 --   -- r = {top1 =, top5 =, loss =, n =, k = 5}  (accuracies as fractions)
 --
 -- Invariants: the model is put in eval() mode and its previous mode
@@ -20,8 +21,17 @@ function E.run(model, loader, opts)
   local total = #loader
   local ok, err = pcall(dl.no_grad, function()
     for b, x, y in loader:iter(opts.epoch) do
-      if opts.device then x, y = x:to(opts.device), y:to(opts.device) end
-      local logits = model(x)
+      if opts.device then
+        x = x:to({device = opts.device, non_blocking = true})
+        y = y:to({device = opts.device, non_blocking = true})
+      end
+      if opts.channels_last and x:dim() == 4 then x = x:contiguous({memory_format = "channels_last"}) end
+      local logits
+      if opts.amp_dtype then
+        logits = dl.autocast({dtype = opts.amp_dtype}, model, x):float()
+      else
+        logits = model(x)
+      end
       k = k or math.min(5, logits.shape[2])
       local loss = dl.nn.functional.cross_entropy(logits, y, {reduction = "sum"})
       loss_sum = loss_sum + loss:item()

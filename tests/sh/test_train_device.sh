@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# test_train_device.sh - the --device and --amp options of train_resnet.lua,
+# eval.lua and predict.lua on whatever machine runs it.  Without a GPU:
+# --device cuda (and cuda:N) stops at once with one line naming the reason
+# and status 2; --amp on the CPU likewise; --device auto trains a tiny run on
+# the CPU and says so.  With a GPU: --device cuda runs 2 steps (also with
+# --amp bf16, --amp fp16 and --channels-last), and the checkpoint it writes
+# evaluates and predicts on the CPU.
+# Usage: bash test_train_device.sh <path-to-dlua> [build-dir]
+# Prints "N passed, N failed"; exits non-zero on any failure.
+
+DLUA=$(realpath "${1:?usage: test_train_device.sh <path-to-dlua> [build-dir]}")
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TRAIN="$ROOT/scripts/train_resnet.lua"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlua_device.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+cd "$TMP" || exit 1
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); }
+fail() {
+    failed=$((failed + 1))
+    echo "FAIL $1" >&2
+    echo "    rc=$rc" >&2
+    echo "    stdout: $(printf '%s' "$out" | tail -c 1500)" >&2
+    echo "    stderr: $(printf '%s' "$err" | head -c 1500)" >&2
+}
+run() {
+    out=$(timeout 120 "$@" 2>"$TMP/stderr")
+    rc=$?
+    err=$(cat "$TMP/stderr")
+}
+check() { if eval "$2"; then ok; else fail "$1"; fi; }
+expect_bad() {
+    if [ "$rc" -eq 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [[ "$err" == *"$2"* ]]; then ok
+    else fail "$1 (expected status 2 and one line with '$2')"; fi
+}
+
+"$DLUA" -e '
+dl.manual_seed(1)
+local colours = {red = {200, 40, 40}, green = {40, 200, 40}, blue = {40, 40, 200}}
+for name, c in pairs(colours) do
+  os.execute("mkdir -p tiny/" .. name)
+  for i = 1, 4 do
+    local img = dl.rand(3, 12, 12):mul(80):add(dl.tensor(c):view(3, 1, 1):float()):sub(40):clamp(0, 255)
+    dl.image.save(img:to(dl.uint8), string.format("tiny/%s/%02d.png", name, i))
+  end
+end' || { echo "cannot make the tiny dataset" >&2; exit 1; }
+
+COMMON=(--data tiny --arch tinycnn --image-size 8 --resize 8 --batch-size 4 --lr 0.05 --workers 1
+        --threads 1 --log-every 1 --seed 3 --max-steps 2)
+
+if "$DLUA" -e 'os.exit(dl.cuda.is_available() and 0 or 1)'; then GPU=1; else GPU=0; fi
+if "$DLUA" -e 'os.exit(dl.cuda.compiled and 0 or 1)'; then WHY="no GPU on this machine"; else WHY="not built with CUDA"; fi
+
+if [ "$GPU" -eq 0 ]; then
+    run "$DLUA" "$TRAIN" "${COMMON[@]}" --device cuda --save-dir A
+    expect_bad "--device cuda without a GPU" "train_resnet: --device cuda: $WHY"
+    check "--device cuda does no work first" '[ -z "$out" ] && [ ! -e A ]'
+    run "$DLUA" "$TRAIN" "${COMMON[@]}" --device cuda:1 --save-dir A
+    expect_bad "--device cuda:1 without a GPU" "--device cuda:1: $WHY"
+    run "$DLUA" "$TRAIN" "${COMMON[@]}" --device auto --save-dir B
+    check "--device auto trains on the CPU and says so" '[ "$rc" -eq 0 ] && [[ "$out" == *"device: cpu ("* ]] && [[ "$out" == *"tinycnn on cpu"* ]] && [ -f B/last.safetensors ]'
+    run "$DLUA" "$ROOT/scripts/eval.lua" --weights B/last.safetensors --data tiny --workers 0 --device cuda
+    expect_bad "eval --device cuda without a GPU" "--device cuda: $WHY"
+    run "$DLUA" "$ROOT/scripts/predict.lua" --weights B/last.safetensors --device cuda tiny/red/01.png
+    expect_bad "predict --device cuda without a GPU" "--device cuda: $WHY"
+else
+    run "$DLUA" "$TRAIN" "${COMMON[@]}" --device cuda --save-dir A
+    check "--device cuda runs 2 steps" '[ "$rc" -eq 0 ] && [[ "$out" == *"device: cuda:0 ("* ]] && [[ "$out" == *"stopped after 2 steps"* ]]'
+    run "$DLUA" "$TRAIN" "${COMMON[@]}" --device auto --save-dir B
+    check "--device auto picks the GPU" '[ "$rc" -eq 0 ] && [[ "$out" == *"device: cuda:0 ("* ]]'
+    for amp in bf16 fp16; do
+        run "$DLUA" "$TRAIN" "${COMMON[@]}" --device cuda --amp $amp --channels-last --save-dir C$amp
+        check "--amp $amp --channels-last runs 2 steps" '[ "$rc" -eq 0 ] && [[ "$out" == *"stopped after 2 steps"* ]]'
+    done
+    run "$DLUA" "$ROOT/scripts/eval.lua" --weights A/last.safetensors --data tiny --workers 0 --device cpu
+    check "a checkpoint written on CUDA evaluates on the CPU" '[ "$rc" -eq 0 ] && [[ "$out" == *"top-1: "* ]]'
+    run "$DLUA" "$ROOT/scripts/predict.lua" --weights A/last.safetensors --device cuda tiny/red/01.png
+    check "predict --device cuda" '[ "$rc" -eq 0 ] && [[ "$out" == *"%"* ]]'
+    run "$DLUA" "$TRAIN" "${COMMON[@]}" --device cpu --resume A/last.safetensors --max-steps 3
+    check "a checkpoint written on CUDA resumes on the CPU" '[ "$rc" -eq 0 ] && [[ "$out" == *"stopped after 3 steps"* ]]'
+    run "$DLUA" "$TRAIN" "${COMMON[@]}" --device cuda:99 --save-dir A
+    expect_bad "--device cuda:99" "--device cuda:99: this machine has"
+fi
+
+run "$DLUA" "$TRAIN" "${COMMON[@]}" --device cpu --amp bf16 --save-dir D
+expect_bad "--amp on the CPU" "--amp bf16: mixed precision runs on CUDA only"
+run "$DLUA" "$TRAIN" "${COMMON[@]}" --device tpu --save-dir D
+expect_bad "--device tpu" "--device tpu: expected auto, cpu, cuda or cuda:N"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
