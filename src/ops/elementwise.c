@@ -30,6 +30,7 @@
 #include "ops/cuda_elementwise.h"
 #include "ops/grad_util.h"
 #include "ops/reduce.h"
+#include "ops/views.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -469,6 +470,23 @@ static int run_binary(const char *name, dl_binary_op op, dl_tensor *out, dl_tens
     return rc ? -1 : 0;
 }
 
+/* The result tensor of an elementwise op: on CUDA, an operand of the result's
+ * shape stored channels-last passes its layout on (so a network run
+ * channels-last stays so between convolutions); contiguous otherwise. */
+static dl_tensor *new_output(int nd, const int64_t *shape, dl_dtype dt, dl_device dev,
+                             const dl_tensor *a, const dl_tensor *b) {
+    if (dev.type == DL_DEVICE_CUDA && nd == 4) {
+        const dl_tensor *like[2] = {a, b};
+        for (int i = 0; i < 2; i++) {
+            const dl_tensor *t = like[i];
+            if (t && t->ndim == 4 && t->shape[0] == shape[0] && t->shape[1] == shape[1] &&
+                t->shape[2] == shape[2] && t->shape[3] == shape[3] && dl_is_channels_last(t))
+                return dl_tensor_empty_like_layout(t, dt, dev);
+        }
+    }
+    return dl_tensor_empty(nd, shape, dt, dev);
+}
+
 static dl_tensor *binary_fwd(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha) {
     const char *name = dl_binary_op_name(op);
     op_types ty;
@@ -479,7 +497,7 @@ static dl_tensor *binary_fwd(dl_binary_op op, dl_tensor *a, dl_tensor *b, double
     if (nd < 0) return NULL;
     dl_tensor *in[2] = {a, b}, *ops[2];
     if (prepare(2, in, ty.common, ty.compute, nd, shape, dev, ops)) return NULL;
-    dl_tensor *out = dl_tensor_empty(nd, shape, out_dtype(dev, &ty), dev);
+    dl_tensor *out = new_output(nd, shape, out_dtype(dev, &ty), dev, a, b);
     if (out && run_binary(name, op, out, ops[0], ops[1], alpha)) {
         dl_tensor_release(out);
         out = NULL;
@@ -792,7 +810,7 @@ static dl_tensor *unary_fwd(dl_unary_op op, dl_tensor *x) {
         return dl_tensor_full(x->ndim, x->shape, op == DL_UNARY_ISFINITE, DL_DTYPE_BOOL, dev);
     dl_tensor *cx;
     if (prepare(1, &x, x->dtype, ty.compute, x->ndim, x->shape, dev, &cx)) return NULL;
-    dl_tensor *out = dl_tensor_empty(x->ndim, x->shape, out_dtype(dev, &ty), dev);
+    dl_tensor *out = new_output(x->ndim, x->shape, out_dtype(dev, &ty), dev, x, NULL);
     if (out && run_unary(name, op, out, cx)) {
         dl_tensor_release(out);
         out = NULL;
