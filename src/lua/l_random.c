@@ -6,11 +6,18 @@
  *                          permutation is one of 1..n here, ready to index with.
  *   dl.rand_like(t, opts)  dl.randn_like  dl.randint_like(t, [low,] high, opts)
  *   dl.bernoulli(p)        0/1 samples with probabilities p (also p:bernoulli())
+ *   dl.normal(mean, std, size_table, opts)   numbers: a new tensor, like randn
+ *   dl.normal(mean, std)   mean and/or std tensors (the other may be a number):
+ *                          the broadcast shape, on the tensors' device, each
+ *                          element z * std + mean with z standard normal
  *   t:uniform_(a=0, b=1)  t:normal_(mean=0, std=1)  t:random_([low,] high)
  *   t:bernoulli_(p=0.5)   p a number or a tensor broadcast to t
- * opts are {dtype=, device=, requires_grad=}.  All draw from the default
- * generator, which dl.manual_seed(s) (in ldl.c) resets. */
+ * opts are {dtype=, device=, requires_grad=}; a CUDA device fills on the
+ * GPU with the CPU's values (src/ops/random.h).  All draw from the default
+ * generator, which dl.manual_seed(s) (in ldl.c) resets; there is one
+ * generator for both devices. */
 #include "lbind.h"
+#include "ops/elementwise.h"
 #include "ops/random.h"
 
 typedef struct {
@@ -140,6 +147,50 @@ static int l_bernoulli(lua_State *L) {
     return dlL_pushtensor(L, dl_bernoulli(p, NULL));
 }
 
+/* normal(mean, std, size [, opts]) or normal(mean, std) with tensors. */
+static int l_normal(lua_State *L) {
+    const char *op = "normal";
+    dl_tensor *mt = dlL_totensor(L, 1), *st = dlL_totensor(L, 2);
+    if (!mt && !st) {
+        double mean = luaL_checknumber(L, 1), sd = luaL_checknumber(L, 2);
+        if (!lua_istable(L, 3))
+            return luaL_argerror(L, 3,
+                                 lua_pushfstring(L,
+                                                 "normal: size table (such as {2, 3}) expected "
+                                                 "when mean and std are numbers, got %s",
+                                                 luaL_typename(L, 3)));
+        int64_t shape[DL_MAX_DIMS];
+        int n = dlL_checkshape(L, 3, shape, NULL);
+        random_opts o = read_opts(L, 4, op, DL_DTYPE_F32, DL_CPU);
+        need_floating(L, op, o.dtype);
+        dl_tensor *t = dl_tensor_empty(n, shape, o.dtype, o.device);
+        if (!t) return dlL_fail(L);
+        if (dl_normal_(t, mean, sd, NULL)) {
+            dl_tensor_release(t);
+            return dlL_fail(L);
+        }
+        return push_new(L, t, &o);
+    }
+    if (!lua_isnone(L, 3))
+        return luaL_argerror(L, 3, "normal: no size or options when mean or std is a tensor");
+    need_floating(L, op, (mt ? mt : st)->dtype);
+    dl_tensor *m = dlL_checktensorish(L, 1, st);
+    dl_tensor *s = dlL_checktensorish(L, 2, mt);
+    /* the broadcast of mean and std gives the shape, dtype and device */
+    dl_tensor *shape = dl_add(m, s, 1);
+    dl_tensor *z =
+        shape ? dl_randn(shape->ndim, shape->shape, shape->dtype, dl_tensor_device(shape), NULL)
+              : NULL;
+    dl_tensor *zs = z ? dl_mul(z, s) : NULL;
+    dl_tensor *r = zs ? dl_add(zs, m, 1) : NULL;
+    dl_tensor_release(zs);
+    dl_tensor_release(z);
+    dl_tensor_release(shape);
+    dl_tensor_release(s);
+    dl_tensor_release(m);
+    return dlL_pushtensor(L, r);
+}
+
 /* --- in place ------------------------------------------------------------- */
 
 static int done_inplace(lua_State *L, int rc) {
@@ -190,6 +241,7 @@ void dlL_open_random(lua_State *L) {
         {"randn_like", l_randn_like},
         {"randint_like", l_randint_like},
         {"bernoulli", l_bernoulli},
+        {"normal", l_normal},
         {NULL, NULL},
     };
     static const luaL_Reg methods[] = {

@@ -98,5 +98,6 @@ void dlL_open_train(lua_State *L); /* l_train.c: RNG state, dl._train (SIGINT, t
  * NULL when idx holds something else. */
 struct dl_pipeline *dlL_topipeline(lua_State *L, int idx);
 void dlL_open_nn_conv(lua_State *L); /* l_nn_conv.c: dl._nn conv/bn/pool kernels */
+void dlL_open_optim(lua_State *L);   /* l_optim.c: dl._optim fused optimizer steps */
 
 #endif

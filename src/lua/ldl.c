@@ -245,6 +245,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_data(L);
     dlL_open_nn_conv(L);
     dlL_open_train(L);
+    dlL_open_optim(L);
 
     static const luaL_Reg functions[] = {
         {"clock", l_clock},

@@ -1,9 +1,18 @@
 /* random.c - the random op family (see random.h): checks arguments, reserves
- * counter blocks from the generator and runs the CPU kernel straight into a
- * contiguous CPU tensor, or into a contiguous CPU scratch tensor that is then
- * copied into a strided view or a tensor on another device. */
+ * counter blocks from the generator and runs the kernel.  On the CPU the
+ * kernel writes straight into a contiguous tensor, or into a contiguous
+ * scratch tensor that is then copied into a strided view.  On CUDA the
+ * kernel (cuda/random.cu) draws the same Philox words from the same (seed,
+ * base) on the device, into the tensor or a contiguous device scratch tensor
+ * that is copied into a strided view, so a CUDA fill equals the CPU fill of
+ * the same generator state; both devices share one generator, and a fill
+ * advances it by the same number of blocks on either.  randperm is
+ * sequential (Fisher-Yates): it is built on the CPU and copied to the device.
+ * Per-element bernoulli probabilities are checked on the CPU (as doubles) and
+ * copied to the device for the kernel. */
 #include "random.h"
 #include "cpu/random.h"
+#include "cuda_random.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -50,14 +59,46 @@ static double float_max(dl_dtype dt) {
     }
 }
 
-static int random_fill(dl_tensor *t, const dl_random_params *p, dl_generator *g) {
+/* The CUDA fill: t on a GPU, p->kind not PERM; probs, when not NULL, is the
+ * CPU float64 tensor of per-element probabilities (t's shape). */
+static int cuda_fill(dl_tensor *t, const dl_random_params *p, dl_tensor *probs, uint64_t seed,
+                     uint64_t base) {
+    dl_device dev = dl_tensor_device(t);
+    dl_random_params dp = *p;
+    dl_tensor *dprobs = NULL, *tmp = NULL;
+    if (probs) {
+        dprobs = dl_tensor_to_device(probs, dev);
+        if (!dprobs) return -1;
+        dp.probs = dl_tensor_data_ptr(dprobs);
+    }
+    int rc;
+    if (dl_tensor_is_contiguous(t)) {
+        rc = dl_cuda_rnd->random_fill(t, &dp, seed, base);
+    } else {
+        tmp = dl_tensor_empty(t->ndim, t->shape, t->dtype, dev);
+        rc = tmp ? dl_cuda_rnd->random_fill(tmp, &dp, seed, base) : -1;
+        if (rc == 0) rc = dl_tensor_copy_(t, tmp);
+    }
+    dl_tensor_release(tmp);
+    dl_tensor_release(dprobs);
+    return rc;
+}
+
+/* Fills t from g (NULL: the default generator).  probs: as for cuda_fill
+ * (p->probs already points at its data). */
+static int random_fill(const char *op, dl_tensor *t, const dl_random_params *p, dl_tensor *probs,
+                       dl_generator *g) {
     int64_t n = dl_tensor_numel(t);
     if (n == 0) return 0;
+    int on_cuda = dl_tensor_device(t).type == DL_DEVICE_CUDA && p->kind != DL_RANDOM_PERM;
+    if (on_cuda && (!dl_cuda_rnd || !dl_cuda_rnd->random_fill)) return dl_cuda_missing(op);
     if (!g) g = dl_default_generator();
     uint64_t seed = g->seed;
     uint64_t base = dl_generator_reserve(g, dl_cpu_random_blocks(p, t->dtype, n));
     int rc;
-    if (dl_tensor_device(t).type == DL_DEVICE_CPU && dl_tensor_is_contiguous(t)) {
+    if (on_cuda) {
+        rc = cuda_fill(t, p, probs, seed, base);
+    } else if (dl_tensor_device(t).type == DL_DEVICE_CPU && dl_tensor_is_contiguous(t)) {
         rc = dl_cpu_random_fill(dl_tensor_data_ptr(t), t->dtype, n, p, seed, base);
     } else {
         dl_tensor *tmp = dl_tensor_empty(t->ndim, t->shape, t->dtype, DL_CPU);
@@ -82,7 +123,7 @@ static int uniform_op(const char *op, dl_tensor *t, double low, double high, dl_
         return dl_error("%s: high - low = %g overflows %s", op, high - low,
                         dl_dtype_name(t->dtype));
     dl_random_params p = {.kind = DL_RANDOM_UNIFORM, .a = low, .b = high};
-    return random_fill(t, &p, g);
+    return random_fill(op, t, &p, NULL, g);
 }
 
 static int normal_op(const char *op, dl_tensor *t, double mean, double std, dl_generator *g) {
@@ -91,7 +132,7 @@ static int normal_op(const char *op, dl_tensor *t, double mean, double std, dl_g
         return dl_error("%s: mean and std must be finite, got mean=%g std=%g", op, mean, std);
     if (std < 0) return dl_error("%s: expects std >= 0, but got std=%g", op, std);
     dl_random_params p = {.kind = DL_RANDOM_NORMAL, .a = mean, .b = std};
-    return random_fill(t, &p, g);
+    return random_fill(op, t, &p, NULL, g);
 }
 
 static int random_op(const char *op, dl_tensor *t, int64_t low, int64_t high, dl_generator *g) {
@@ -103,7 +144,7 @@ static int random_op(const char *op, dl_tensor *t, int64_t low, int64_t high, dl
                         (long long)high, dl_dtype_name(t->dtype));
     dl_random_params p = {
         .kind = DL_RANDOM_INT, .low = low, .range = (uint64_t)high - (uint64_t)low};
-    return random_fill(t, &p, g);
+    return random_fill(op, t, &p, NULL, g);
 }
 
 int dl_uniform_(dl_tensor *t, double low, double high, dl_generator *g) {
@@ -122,7 +163,7 @@ int dl_bernoulli_(dl_tensor *t, double p, dl_generator *g) {
     if (!(p >= 0 && p <= 1))
         return dl_error("bernoulli_: probability must be in [0, 1], got %g", p);
     dl_random_params rp = {.kind = DL_RANDOM_BERNOULLI, .a = p};
-    return random_fill(t, &rp, g);
+    return random_fill("bernoulli_", t, &rp, NULL, g);
 }
 
 static int bernoulli_tensor(const char *op, dl_tensor *t, dl_tensor *p, dl_generator *g) {
@@ -149,7 +190,7 @@ static int bernoulli_tensor(const char *op, dl_tensor *t, dl_tensor *p, dl_gener
             return dl_error("%s: probabilities must be in [0, 1], found %g", op, probs[i]);
         }
     dl_random_params rp = {.kind = DL_RANDOM_BERNOULLI, .probs = probs};
-    rc = random_fill(t, &rp, g);
+    rc = random_fill(op, t, &rp, pd, g);
     dl_tensor_release(pd);
     return rc;
 }
@@ -164,7 +205,7 @@ static dl_tensor *new_filled(const char *op, int ndim, const int64_t *shape, dl_
                              dl_device dev, const dl_random_params *p, dl_generator *g) {
     if (check_shape(op, ndim, shape)) return NULL;
     dl_tensor *t = dl_tensor_empty(ndim, shape, dtype, dev);
-    if (t && random_fill(t, p, g)) {
+    if (t && random_fill(op, t, p, NULL, g)) {
         dl_tensor_release(t);
         return NULL;
     }

@@ -5,8 +5,13 @@
  * counter blocks up front (see src/cpu/random.h for the block/lane map), so
  * results depend only on the seed and the order of calls - not on the thread
  * count.  Element i is the i-th element of the tensor in row-major order,
- * whatever its strides.  Tensors on other devices are filled through a CPU
- * copy.  Functions follow tensor.h: new references, NULL/-1 with an error. */
+ * whatever its strides.  CUDA tensors are filled on the device with the CPU's
+ * values: one generator serves both devices, so dl.manual_seed(0) then a CUDA
+ * rand equals the CPU rand moved to the GPU, bit for bit for uniform,
+ * integers and bernoulli, and within an ulp or two for normal (the CPU's
+ * glibc logf/sinf/cosf are not reproducible on the GPU); randperm is built
+ * on the CPU and copied.  Functions follow tensor.h: new references,
+ * NULL/-1 with an error. */
 #ifndef DL_OPS_RANDOM_H
 #define DL_OPS_RANDOM_H
 

@@ -15,12 +15,21 @@
 --  * state_dict() numbers parameters 1, 2, ... across the groups in order
 --    (PyTorch numbers them from 0): {state = {[i] = {...}}, param_groups =
 --    {{lr=..., params={1, 2}}, ...}}.  load_state_dict copies the state.
+--  * Fused steps: when every parameter of a group that has a gradient is a
+--    contiguous float32 tensor (as are its gradient and state, on its
+--    device), SGD and Adam/AdamW update the group with one C call per device
+--    (dl._optim, src/ops/optim.c) instead of a few tensor ops per parameter.
+--    The C step computes the same operations in the same order and gives the
+--    same values; the state it keeps is the same tables of the same tensors.
+--    Set dl.optim.use_fused = false to always take the tensor-op path.
 local dl = require "dl"
 local util = require "dl.util"
 
 local fail, pyrepr = util.fail, util.pyrepr
 
 local optim = {}
+
+optim.use_fused = true
 
 local REQUIRED = setmetatable({}, {__tostring = function() return "<required parameter>" end})
 optim.required = REQUIRED
@@ -251,6 +260,60 @@ local function check_flag(g, key, name)
   if type(g[key]) ~= "boolean" then fail("%s: %s must be a boolean, got %s", name, key, type(g[key])) end
 end
 
+-- --- fused steps -------------------------------------------------------------
+
+local F32 = dl.float32
+
+-- t can join a fused step as p's gradient or state: a contiguous float32
+-- tensor of p's shape on p's device.
+local function fusable(t, p)
+  if not dl.is_tensor(t) or t.dtype ~= F32 or t.device ~= p.device or not t:is_contiguous() then
+    return false
+  end
+  local a, b = t.shape, p.shape
+  if #a ~= #b then return false end
+  for i = 1, #a do if a[i] ~= b[i] then return false end end
+  return true
+end
+
+-- The parameters of g that have a gradient, when a fused step can take them
+-- all (each a contiguous float32 tensor, as are its gradient and the state
+-- tensors `keys` it already has); nil otherwise.
+local function fused_params(self, g, keys)
+  if not optim.use_fused then return nil end
+  local ps = {}
+  for _, p in ipairs(g.params) do
+    local grad = p.grad
+    if grad ~= nil then
+      if p.dtype ~= F32 or not p:is_contiguous() or not fusable(grad, p) then return nil end
+      local st = self.state[p]
+      if st ~= nil then
+        for _, k in ipairs(keys) do
+          if st[k] ~= nil and not fusable(st[k], p) then return nil end
+        end
+      end
+      ps[#ps + 1] = p
+    end
+  end
+  return ps
+end
+
+-- Splits ps by device, keeping their order: an array of arrays.
+local function by_device(ps)
+  local buckets, index = {}, {}
+  for _, p in ipairs(ps) do
+    local d = p.device
+    local b = index[d]
+    if b == nil then
+      b = {}
+      index[d] = b
+      buckets[#buckets + 1] = b
+    end
+    b[#b + 1] = p
+  end
+  return buckets
+end
+
 -- --- SGD --------------------------------------------------------------------
 
 local SGD = util.class("SGD", Optimizer)
@@ -276,7 +339,34 @@ function SGD:_check_group(g)
   end
 end
 
+-- The fused SGD step over ps (see src/cpu/optim.h): a new momentum buffer
+-- is created empty and flagged fresh, and the C step sets it to the
+-- direction, as the tensor-op path's clone does.
+function SGD:_fused_update(g, ps)
+  local opts = {lr = g.lr, momentum = g.momentum, dampening = g.dampening,
+    weight_decay = g.weight_decay, nesterov = g.nesterov, maximize = g.maximize}
+  for _, b in ipairs(by_device(ps)) do
+    local grads, bufs, fresh = {}, {}, {}
+    for i, p in ipairs(b) do
+      grads[i] = p.grad
+      if g.momentum ~= 0 then
+        local st = self.state[p]
+        if st == nil then
+          st = {}
+          self.state[p] = st
+        end
+        fresh[i] = st.momentum_buffer == nil
+        if fresh[i] then st.momentum_buffer = dl.empty_like(p) end
+        bufs[i] = st.momentum_buffer
+      end
+    end
+    dl._optim.sgd_step(b, grads, bufs, fresh, opts)
+  end
+end
+
 function SGD:_update_group(g)
+  local ps = fused_params(self, g, {"momentum_buffer"})
+  if ps ~= nil then return self:_fused_update(g, ps) end
   local lr, momentum, dampening, wd = g.lr, g.momentum, g.dampening, g.weight_decay
   for _, p in ipairs(g.params) do
     local d_p = p.grad
@@ -320,8 +410,34 @@ local function check_adam_group(g, name)
   check_flag(g, "maximize", name)
 end
 
+-- The fused Adam/AdamW step over ps: state as the tensor-op path keeps it,
+-- the step counts advanced here and the bias corrections computed in C.
+local function adam_fused(self, g, ps, decoupled)
+  local opts = {lr = g.lr, beta1 = g.betas[1], beta2 = g.betas[2], eps = g.eps,
+    weight_decay = g.weight_decay, decoupled = decoupled, amsgrad = g.amsgrad,
+    maximize = g.maximize}
+  for _, b in ipairs(by_device(ps)) do
+    local grads, m, v, mx, steps = {}, {}, {}, {}, {}
+    for i, p in ipairs(b) do
+      local st = self.state[p]
+      if st == nil then
+        st = {step = 0, exp_avg = dl.zeros_like(p), exp_avg_sq = dl.zeros_like(p)}
+        self.state[p] = st
+      end
+      if g.amsgrad and st.max_exp_avg_sq == nil then st.max_exp_avg_sq = dl.zeros_like(p) end
+      st.step = st.step + 1
+      grads[i], m[i], v[i], mx[i], steps[i] = p.grad, st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq, st.step
+    end
+    dl._optim.adam_step(b, grads, m, v, mx, steps, opts)
+  end
+end
+
+local ADAM_STATE = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}
+
 -- The shared Adam/AdamW update; decoupled = AdamW's weight decay.
 local function adam_update(self, g, decoupled)
+  local ps = fused_params(self, g, ADAM_STATE)
+  if ps ~= nil then return adam_fused(self, g, ps, decoupled) end
   local lr, eps, wd = g.lr, g.eps, g.weight_decay
   local beta1, beta2 = g.betas[1], g.betas[2]
   for _, p in ipairs(g.params) do
