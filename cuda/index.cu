@@ -12,7 +12,7 @@
 // Data-dependent outputs (nonzero, masked ops) place elements with an
 // exclusive scan (CUB) of int64 flags in row-major order, so their order is
 // the CPU's.
-#include "common.cuh"
+#include "index.cuh"
 
 #include <cub/device/device_scan.cuh>
 
@@ -26,16 +26,12 @@ int dl_cuda_sort(const dl_tensor *x, int dim, bool descending, int64_t k, dl_ten
 
 namespace {
 
-constexpr int kThreads = 256;
+using dl_idx::by_size;
+using dl_idx::Dims;
+using dl_idx::kThreads;
 
 // A tensor's own shape and strides (in elements), dims not merged, a 0-dim
 // tensor seen as [1]: kernels that need coordinates per dim use this.
-struct Dims {
-    int nd;
-    int64_t shape[DL_MAX_DIMS];
-    int64_t strides[DL_MAX_DIMS];
-};
-
 Dims dims_of(const dl_tensor *t) {
     Dims d;
     if (t->ndim == 0) {
@@ -107,16 +103,22 @@ __device__ inline void atomic_add(bool *q, bool v) {
 
 // --- kernels -----------------------------------------------------------------------------
 
+// Element i of an (outer, nidx, inner) tensor sits, in an (outer, size,
+// inner) one, at the offset this returns (its row k replaced by idx[k]).
+__device__ inline int64_t selected_offset(int64_t i, const int64_t *idx, int64_t nidx, int64_t size,
+                                          int64_t inner) {
+    int64_t c = i % inner, r = i / inner;
+    int64_t k = r % nidx, o = r / nidx;
+    return (o * size + idx[k]) * inner + c;
+}
+
 // out is (outer, nidx, inner), x is (outer, size, inner), idx is (nidx).
 template <typename W>
 __global__ void index_select_kernel(W *out, const W *x, const int64_t *idx, int64_t n, int64_t nidx,
                                     int64_t size, int64_t inner) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % inner, r = i / inner;
-        int64_t k = r % nidx, o = r / nidx;
-        out[i] = x[(o * size + idx[k]) * inner + c];
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = x[selected_offset(i, idx, nidx, size, inner)];
 }
 
 // out is (outer, size, inner), src is (outer, nidx, inner), idx is (nidx).
@@ -124,11 +126,8 @@ template <typename T>
 __global__ void index_add_kernel(T *out, const T *src, const int64_t *idx, int64_t n, int64_t nidx,
                                  int64_t size, int64_t inner) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % inner, r = i / inner;
-        int64_t k = r % nidx, o = r / nidx;
-        atomic_add(&out[(o * size + idx[k]) * inner + c], src[i]);
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        atomic_add(&out[selected_offset(i, idx, nidx, size, inner)], src[i]);
 }
 
 // out and idx are contiguous of shape ix.shape; x is read through xs (x's
@@ -205,23 +204,21 @@ __global__ void nonzero_kernel(int64_t *out, const int64_t *pos, const char *x, 
     }
 }
 
-// out (count) gets x's elements where the mask is true, at pos[i].
-template <typename W>
-__global__ void masked_select_kernel(W *out, const int64_t *pos, const W *x, dl_cuda_layout lx,
-                                     const uint8_t *mask, dl_cuda_layout lm, int64_t n) {
+// The masked ops move elements between a strided tensor (layout ls) and a
+// dense 1-D one, in row-major order of the mask: masked_select
+// (ToDense: dense[pos[i]] = strided[i]) and masked_scatter (strided[i] =
+// dense[pos[i]]), for the elements i where the mask is true.
+template <typename W, bool ToDense>
+__global__ void masked_move_kernel(W *strided, dl_cuda_layout ls, const uint8_t *mask,
+                                   dl_cuda_layout lm, const int64_t *pos, W *dense, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        if (mask[dl_cuda_offset(lm, i)]) out[pos[i]] = x[dl_cuda_offset(lx, i)];
-}
-
-// out's elements where the mask is true get src[pos[i]].
-template <typename W>
-__global__ void masked_scatter_kernel(W *out, dl_cuda_layout lo, const uint8_t *mask,
-                                      dl_cuda_layout lm, const int64_t *pos, const W *src,
-                                      int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        if (mask[dl_cuda_offset(lm, i)]) out[dl_cuda_offset(lo, i)] = src[pos[i]];
+         i += (int64_t)gridDim.x * blockDim.x) {
+        if (!mask[dl_cuda_offset(lm, i)]) continue;
+        if constexpr (ToDense)
+            dense[pos[i]] = strided[dl_cuda_offset(ls, i)];
+        else
+            strided[dl_cuda_offset(ls, i)] = dense[pos[i]];
+    }
 }
 
 // Zeroes the elements of x (shape s, last two dims rows x cols) outside the
@@ -233,12 +230,7 @@ __global__ void tri_kernel(W *x, Dims s, int64_t diagonal, bool upper, int64_t n
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t j = i % cols, r = (i / cols) % rows;
         bool keep = upper ? j - r >= diagonal : j - r <= diagonal;
-        if (keep) continue;
-        int64_t c[DL_MAX_DIMS];
-        coords_of(s, i, c);
-        int64_t off = 0;
-        for (int d = 0; d < s.nd; d++) off += c[d] * s.strides[d];
-        x[off] = 0;
+        if (!keep) x[dl_idx::dims_offset(s, i)] = 0;
     }
 }
 
@@ -273,31 +265,30 @@ struct PadShape {
     int64_t o[3], i[3];
 };
 
+// The input element that output element i reads through the maps (m holds
+// m0, then m1, then m2).
+__device__ inline int64_t pad_source(const PadShape &p, const int64_t *m, int64_t i) {
+    const int64_t *m0 = m, *m1 = m0 + p.o[0], *m2 = m1 + p.o[1];
+    int64_t c = i % p.o[0], r = i / p.o[0];
+    int64_t b = r % p.o[1], r2 = r / p.o[1];
+    int64_t a = r2 % p.o[2], s = r2 / p.o[2];
+    return ((s * p.i[2] + m2[a]) * p.i[1] + m1[b]) * p.i[0] + m0[c];
+}
+
 // out (outer, o2, o1, o0) = in (outer, i2, i1, i0) through maps m0, m1, m2
-// (m holds m0, then m1, then m2).
 template <typename W>
 __global__ void pad_gather_kernel(W *out, const W *in, const int64_t *m, PadShape p, int64_t n) {
-    const int64_t *m0 = m, *m1 = m0 + p.o[0], *m2 = m1 + p.o[1];
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % p.o[0], r = i / p.o[0];
-        int64_t b = r % p.o[1], r2 = r / p.o[1];
-        int64_t a = r2 % p.o[2], s = r2 / p.o[2];
-        out[i] = in[((s * p.i[2] + m2[a]) * p.i[1] + m1[b]) * p.i[0] + m0[c]];
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = in[pad_source(p, m, i)];
 }
 
 // gin (outer, i2, i1, i0, zeroed) += gout (outer, o2, o1, o0) at the mapped places.
 template <typename T>
 __global__ void pad_scatter_kernel(T *gin, const T *gout, const int64_t *m, PadShape p, int64_t n) {
-    const int64_t *m0 = m, *m1 = m0 + p.o[0], *m2 = m1 + p.o[1];
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = i % p.o[0], r = i / p.o[0];
-        int64_t b = r % p.o[1], r2 = r / p.o[1];
-        int64_t a = r2 % p.o[2], s = r2 / p.o[2];
-        atomic_add(&gin[((s * p.i[2] + m2[a]) * p.i[1] + m1[b]) * p.i[0] + m0[c]], gout[i]);
-    }
+         i += (int64_t)gridDim.x * blockDim.x)
+        atomic_add(&gin[pad_source(p, m, i)], gout[i]);
 }
 
 // --- launchers -------------------------------------------------------------------------------
@@ -323,24 +314,11 @@ int index_select(dl_tensor *out, const dl_tensor *x, int dim, const int64_t *idx
     cudaStream_t st = dl_cuda_stream();
     void *o = dl_tensor_data_ptr(out);
     const void *p = dl_tensor_data_ptr(x);
-    switch (dl_dtype_size(x->dtype)) {
-    case 1:
-        index_select_kernel<<<blocks, kThreads, 0, st>>>((uint8_t *)o, (const uint8_t *)p, idx, n,
-                                                         nidx, size, inner);
-        break;
-    case 2:
-        index_select_kernel<<<blocks, kThreads, 0, st>>>((uint16_t *)o, (const uint16_t *)p, idx, n,
-                                                         nidx, size, inner);
-        break;
-    case 4:
-        index_select_kernel<<<blocks, kThreads, 0, st>>>((uint32_t *)o, (const uint32_t *)p, idx, n,
-                                                         nidx, size, inner);
-        break;
-    default:
-        index_select_kernel<<<blocks, kThreads, 0, st>>>((uint64_t *)o, (const uint64_t *)p, idx, n,
-                                                         nidx, size, inner);
-        break;
-    }
+    by_size(dl_dtype_size(x->dtype), [&](auto w) {
+        using W = decltype(w);
+        index_select_kernel<<<blocks, kThreads, 0, st>>>((W *)o, (const W *)p, idx, n, nidx, size,
+                                                         inner);
+    });
     DL_CUDA_LAUNCHED();
     return 0;
 }
@@ -381,24 +359,10 @@ int gather(dl_tensor *out, const dl_tensor *x, int dim, const dl_tensor *index) 
     void *o = dl_tensor_data_ptr(out);
     const void *p = dl_tensor_data_ptr(x);
     const int64_t *idx = (const int64_t *)dl_tensor_data_ptr(index);
-    switch (dl_dtype_size(x->dtype)) {
-    case 1:
-        gather_kernel<<<blocks, kThreads, 0, st>>>((uint8_t *)o, (const uint8_t *)p, idx, ix, xs,
-                                                   dim, n);
-        break;
-    case 2:
-        gather_kernel<<<blocks, kThreads, 0, st>>>((uint16_t *)o, (const uint16_t *)p, idx, ix, xs,
-                                                   dim, n);
-        break;
-    case 4:
-        gather_kernel<<<blocks, kThreads, 0, st>>>((uint32_t *)o, (const uint32_t *)p, idx, ix, xs,
-                                                   dim, n);
-        break;
-    default:
-        gather_kernel<<<blocks, kThreads, 0, st>>>((uint64_t *)o, (const uint64_t *)p, idx, ix, xs,
-                                                   dim, n);
-        break;
-    }
+    by_size(dl_dtype_size(x->dtype), [&](auto w) {
+        using W = decltype(w);
+        gather_kernel<<<blocks, kThreads, 0, st>>>((W *)o, (const W *)p, idx, ix, xs, dim, n);
+    });
     DL_CUDA_LAUNCHED();
     return 0;
 }
@@ -418,12 +382,10 @@ int scatter(dl_tensor *self, int dim, const dl_tensor *index, const dl_tensor *s
     if (dl_cuda_use(self)) return -1;
     if (dl_tensor_numel(index) == 0) return 0;
     if (!add) {
-        switch (dl_dtype_size(self->dtype)) {
-        case 1: return scatter_as<uint8_t, false>(self, dim, index, src);
-        case 2: return scatter_as<uint16_t, false>(self, dim, index, src);
-        case 4: return scatter_as<uint32_t, false>(self, dim, index, src);
-        default: return scatter_as<uint64_t, false>(self, dim, index, src);
-        }
+        int rc = 0;
+        by_size(dl_dtype_size(self->dtype),
+                [&](auto w) { rc = scatter_as<decltype(w), false>(self, dim, index, src); });
+        return rc;
     }
     switch (self->dtype) {
     case DL_DTYPE_F32: return scatter_as<float, true>(self, dim, index, src);
@@ -521,66 +483,43 @@ int nonzero(dl_tensor *out, const dl_tensor *x) {
     return 0;
 }
 
-template <typename W>
-void launch_masked_select(dl_tensor *out, const int64_t *pos, const dl_tensor *x,
-                          const dl_cuda_layout &lx, const dl_tensor *mask, const dl_cuda_layout &lm,
-                          int64_t n) {
-    masked_select_kernel<<<dl_cuda_blocks(n, kThreads), kThreads, 0, dl_cuda_stream()>>>(
-        (W *)dl_tensor_data_ptr(out), pos, (const W *)dl_tensor_data_ptr(x), lx,
-        (const uint8_t *)dl_tensor_data_ptr(mask), lm, n);
+// Moves elements between strided (the mask's shape) and dense (1-D,
+// contiguous, one element per true mask element), see masked_move_kernel.
+int masked_move(const char *op, dl_tensor *strided, const dl_tensor *mask, dl_tensor *dense,
+                bool to_dense) {
+    if (dl_cuda_use(strided)) return -1;
+    int64_t n = dl_tensor_numel(strided);
+    if (n == 0 || dl_tensor_numel(dense) == 0) return 0;
+    const dl_tensor *ts[2] = {strided, mask};
+    dl_cuda_layout ls[2];
+    dl_cuda_layouts(2, ts, ls);
+    int64_t *pos;
+    if (positions((const char *)dl_tensor_data_ptr(mask), ls[1], mask->dtype, n, &pos)) return -1;
+    void *sp = dl_tensor_data_ptr(strided), *dp = dl_tensor_data_ptr(dense);
+    const uint8_t *mp = (const uint8_t *)dl_tensor_data_ptr(mask);
+    by_size(dl_dtype_size(strided->dtype), [&](auto w) {
+        using W = decltype(w);
+        unsigned blocks = dl_cuda_blocks(n, kThreads);
+        if (to_dense)
+            masked_move_kernel<W, true><<<blocks, kThreads, 0, dl_cuda_stream()>>>(
+                (W *)sp, ls[0], mp, ls[1], pos, (W *)dp, n);
+        else
+            masked_move_kernel<W, false><<<blocks, kThreads, 0, dl_cuda_stream()>>>(
+                (W *)sp, ls[0], mp, ls[1], pos, (W *)dp, n);
+    });
+    cudaError_t e = cudaGetLastError();
+    dl_cuda_free(pos);
+    if (e != cudaSuccess) return dl_cuda_fail(op, cudaGetErrorString(e), __FILE__, __LINE__);
+    return 0;
 }
 
 int masked_select(dl_tensor *out, const dl_tensor *x, const dl_tensor *mask) {
-    if (dl_cuda_use(out)) return -1;
-    int64_t n = dl_tensor_numel(x);
-    if (n == 0 || dl_tensor_numel(out) == 0) return 0;
-    const dl_tensor *ts[2] = {x, mask};
-    dl_cuda_layout ls[2];
-    dl_cuda_layouts(2, ts, ls);
-    int64_t *pos;
-    if (positions((const char *)dl_tensor_data_ptr(mask), ls[1], mask->dtype, n, &pos)) return -1;
-    switch (dl_dtype_size(x->dtype)) {
-    case 1: launch_masked_select<uint8_t>(out, pos, x, ls[0], mask, ls[1], n); break;
-    case 2: launch_masked_select<uint16_t>(out, pos, x, ls[0], mask, ls[1], n); break;
-    case 4: launch_masked_select<uint32_t>(out, pos, x, ls[0], mask, ls[1], n); break;
-    default: launch_masked_select<uint64_t>(out, pos, x, ls[0], mask, ls[1], n); break;
-    }
-    cudaError_t e = cudaGetLastError();
-    dl_cuda_free(pos);
-    if (e != cudaSuccess)
-        return dl_cuda_fail("masked_select_kernel", cudaGetErrorString(e), __FILE__, __LINE__);
-    return 0;
-}
-
-template <typename W>
-void launch_masked_scatter(dl_tensor *out, const dl_cuda_layout &lo, const dl_tensor *mask,
-                           const dl_cuda_layout &lm, const int64_t *pos, const dl_tensor *src,
-                           int64_t n) {
-    masked_scatter_kernel<<<dl_cuda_blocks(n, kThreads), kThreads, 0, dl_cuda_stream()>>>(
-        (W *)dl_tensor_data_ptr(out), lo, (const uint8_t *)dl_tensor_data_ptr(mask), lm, pos,
-        (const W *)dl_tensor_data_ptr(src), n);
+    // x is only read: the kernel's strided side is written in masked_scatter alone
+    return masked_move("masked_select_kernel", (dl_tensor *)x, mask, out, true);
 }
 
 int masked_scatter(dl_tensor *out, const dl_tensor *mask, const dl_tensor *src) {
-    if (dl_cuda_use(out)) return -1;
-    int64_t n = dl_tensor_numel(out);
-    if (n == 0) return 0;
-    const dl_tensor *ts[2] = {out, mask};
-    dl_cuda_layout ls[2];
-    dl_cuda_layouts(2, ts, ls);
-    int64_t *pos;
-    if (positions((const char *)dl_tensor_data_ptr(mask), ls[1], mask->dtype, n, &pos)) return -1;
-    switch (dl_dtype_size(out->dtype)) {
-    case 1: launch_masked_scatter<uint8_t>(out, ls[0], mask, ls[1], pos, src, n); break;
-    case 2: launch_masked_scatter<uint16_t>(out, ls[0], mask, ls[1], pos, src, n); break;
-    case 4: launch_masked_scatter<uint32_t>(out, ls[0], mask, ls[1], pos, src, n); break;
-    default: launch_masked_scatter<uint64_t>(out, ls[0], mask, ls[1], pos, src, n); break;
-    }
-    cudaError_t e = cudaGetLastError();
-    dl_cuda_free(pos);
-    if (e != cudaSuccess)
-        return dl_cuda_fail("masked_scatter_kernel", cudaGetErrorString(e), __FILE__, __LINE__);
-    return 0;
+    return masked_move("masked_scatter_kernel", out, mask, (dl_tensor *)src, false);
 }
 
 int tri_(dl_tensor *x, int64_t diagonal, bool upper) {
@@ -591,12 +530,10 @@ int tri_(dl_tensor *x, int64_t diagonal, bool upper) {
     unsigned blocks = dl_cuda_blocks(n, kThreads);
     cudaStream_t st = dl_cuda_stream();
     void *p = dl_tensor_data_ptr(x);
-    switch (dl_dtype_size(x->dtype)) {
-    case 1: tri_kernel<<<blocks, kThreads, 0, st>>>((uint8_t *)p, s, diagonal, upper, n); break;
-    case 2: tri_kernel<<<blocks, kThreads, 0, st>>>((uint16_t *)p, s, diagonal, upper, n); break;
-    case 4: tri_kernel<<<blocks, kThreads, 0, st>>>((uint32_t *)p, s, diagonal, upper, n); break;
-    default: tri_kernel<<<blocks, kThreads, 0, st>>>((uint64_t *)p, s, diagonal, upper, n); break;
-    }
+    by_size(dl_dtype_size(x->dtype), [&](auto w) {
+        using W = decltype(w);
+        tri_kernel<<<blocks, kThreads, 0, st>>>((W *)p, s, diagonal, upper, n);
+    });
     DL_CUDA_LAUNCHED();
     return 0;
 }
@@ -670,20 +607,10 @@ int pad_gather(dl_tensor *out, const dl_tensor *in, int64_t outer, const int64_t
     cudaStream_t st = dl_cuda_stream();
     void *o = dl_tensor_data_ptr(out);
     const void *s = dl_tensor_data_ptr(in);
-    switch (dl_dtype_size(out->dtype)) {
-    case 1:
-        pad_gather_kernel<<<blocks, kThreads, 0, st>>>((uint8_t *)o, (const uint8_t *)s, m, p, n);
-        break;
-    case 2:
-        pad_gather_kernel<<<blocks, kThreads, 0, st>>>((uint16_t *)o, (const uint16_t *)s, m, p, n);
-        break;
-    case 4:
-        pad_gather_kernel<<<blocks, kThreads, 0, st>>>((uint32_t *)o, (const uint32_t *)s, m, p, n);
-        break;
-    default:
-        pad_gather_kernel<<<blocks, kThreads, 0, st>>>((uint64_t *)o, (const uint64_t *)s, m, p, n);
-        break;
-    }
+    by_size(dl_dtype_size(out->dtype), [&](auto w) {
+        using W = decltype(w);
+        pad_gather_kernel<<<blocks, kThreads, 0, st>>>((W *)o, (const W *)s, m, p, n);
+    });
     cudaError_t e = cudaGetLastError();
     dl_cuda_free(m);
     if (e != cudaSuccess)

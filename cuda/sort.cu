@@ -14,7 +14,7 @@
 // CUB's segmented sort counts items in int, so slices are sorted in batches
 // of at most INT32_MAX items (a slice longer than that alone, with the 64-bit
 // single-range sort).
-#include "common.cuh"
+#include "index.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
@@ -26,23 +26,14 @@ int dl_cuda_sort(const dl_tensor *x, int dim, bool descending, int64_t k, dl_ten
 
 namespace {
 
-constexpr int kThreads = 256;
+using dl_idx::by_size;
+using dl_idx::kThreads;
 
 // The dims of x other than the sort dim (slices run over them, row-major).
-struct Slices {
-    int nd;
-    int64_t shape[DL_MAX_DIMS];
-    int64_t strides[DL_MAX_DIMS];
-};
+using Slices = dl_idx::Dims;
 
 __device__ inline int64_t slice_offset(const Slices &s, int64_t i) {
-    int64_t off = 0;
-    for (int d = s.nd - 1; d >= 0; d--) {
-        int64_t q = i / s.shape[d];
-        off += (i - q * s.shape[d]) * s.strides[d];
-        i = q;
-    }
-    return off;
+    return dl_idx::dims_offset(s, i);
 }
 
 __device__ inline uint64_t key_of_double(double v) {
@@ -208,12 +199,9 @@ int dl_cuda_sort(const dl_tensor *x, int dim, bool descending, int64_t k, dl_ten
         return -1;
     }
     int64_t wtotal = nseg * k;
-    switch (isz) {
-    case 1: launch_write<uint8_t>(indices, values, pout, x, sl, n, k, inner, step, wtotal); break;
-    case 2: launch_write<uint16_t>(indices, values, pout, x, sl, n, k, inner, step, wtotal); break;
-    case 4: launch_write<uint32_t>(indices, values, pout, x, sl, n, k, inner, step, wtotal); break;
-    default: launch_write<uint64_t>(indices, values, pout, x, sl, n, k, inner, step, wtotal); break;
-    }
+    by_size(isz, [&](auto w) {
+        launch_write<decltype(w)>(indices, values, pout, x, sl, n, k, inner, step, wtotal);
+    });
     e = cudaGetLastError();
     dl_cuda_free(buf);
     if (e != cudaSuccess) return cub_fail("write_kernel", e, __LINE__);

@@ -146,17 +146,19 @@ end)
 
 -- --- sort / argsort / topk -----------------------------------------------------------
 
+-- Appends both results of t:sort(...) (or t:topk(...)) to the list out.
+local function push2(out, v, i)
+  out[#out + 1] = v
+  out[#out + 1] = i
+end
+
 T.cuda_case("sort: every dim, both directions, repeats and NaN, non-contiguous", function(dev)
   local x = repeats(23, {4, 5, 6}, true):to(dev)
   local out = {}
   for d = 1, 3 do
     for _, desc in ipairs({false, true}) do
-      local v, i = x:sort(d, desc)
-      out[#out + 1] = v
-      out[#out + 1] = i
-      v, i = x:transpose(1, 3):sort(d, desc)
-      out[#out + 1] = v
-      out[#out + 1] = i
+      push2(out, x:sort(d, desc))
+      push2(out, x:transpose(1, 3):sort(d, desc))
     end
   end
   return out
@@ -169,9 +171,7 @@ T.cuda_case("sort: signed zeros, infinities, int64, bool, 0-dim, empty", functio
   local out = {}
   for _, desc in ipairs({false, true}) do
     for _, t in ipairs({f, xi, b, dl.tensor(2.5):to(dev), dl.zeros(3, 0):to(dev)}) do
-      local v, i = t:sort(-1, desc)
-      out[#out + 1] = v
-      out[#out + 1] = i
+      push2(out, t:sort(-1, desc))
     end
   end
   return out
@@ -190,18 +190,10 @@ T.cuda_case("argsort and topk: largest/smallest, k = 1 and k = n", function(dev)
   local x = repeats(37, {6, 9}, true):to(dev)
   local out = {x:argsort(), x:argsort(1, true), x:t():argsort(2)}
   for _, k in ipairs({1, 4, 9}) do
-    for _, largest in ipairs({true, false}) do
-      local v, i = x:topk(k, 2, largest)
-      out[#out + 1] = v
-      out[#out + 1] = i
-    end
+    for _, largest in ipairs({true, false}) do push2(out, x:topk(k, 2, largest)) end
   end
-  local v, i = x:topk(3, 1)
-  out[#out + 1] = v
-  out[#out + 1] = i
-  v, i = randn(41, 100000):to(dev):topk(10)
-  out[#out + 1] = v
-  out[#out + 1] = i
+  push2(out, x:topk(3, 1))
+  push2(out, randn(41, 100000):to(dev):topk(10))
   return out
 end)
 
