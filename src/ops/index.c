@@ -558,7 +558,7 @@ static dl_tensor *index_select_impl(dl_tensor *x, int dim, dl_tensor *index) {
     dl_tensor *idx = index_prepare("index_select", index, true, dev);
     if (!idx) return NULL;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(x, d);
-    dl_tensor *out = NULL, *xc = NULL;
+    dl_tensor *out = NULL, *xc = NULL, *xd = NULL; /* x on dev, contiguous */
     if (x->ndim == 0 && n != 1) {
         dl_error("index_select: a 0-dimensional input takes exactly one index, got %lld",
                  (long long)n);
@@ -568,7 +568,7 @@ static dl_tensor *index_select_impl(dl_tensor *x, int dim, dl_tensor *index) {
     int64_t shape[DL_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     if (x->ndim) shape[d] = n;
-    if (!(xc = dl_tensor_contiguous(x))) goto done;
+    if (!(xd = moved_to(x, dev)) || !(xc = dl_tensor_contiguous(xd))) goto done;
     if (!(out = dl_tensor_empty(x->ndim, shape, x->dtype, dev))) goto done;
     if (dl_tensor_numel(out) == 0) goto done;
     if (on_cuda(out)) {
@@ -584,6 +584,7 @@ static dl_tensor *index_select_impl(dl_tensor *x, int dim, dl_tensor *index) {
     }
 done:
     dl_tensor_release(xc);
+    dl_tensor_release(xd);
     dl_tensor_release(idx);
     return out;
 }
@@ -666,18 +667,20 @@ static dl_tensor *gather_impl(dl_tensor *x, int dim, dl_tensor *index) {
     if (d < 0) return NULL;
     dl_tensor *idx = index_prepare("gather", index, false, dev);
     if (!idx) return NULL;
-    dl_tensor *out = NULL;
+    dl_tensor *out = NULL, *xd = NULL;
     if (check_index_shape("gather", x, d, idx, NULL, "input")) goto done;
     if (check_index_tensor("gather", idx, size_nonempty(x, d), d, false)) goto done;
+    if (!(xd = moved_to(x, dev))) goto done; /* a 0-dim CPU x beside a CUDA index */
     if (!(out = dl_tensor_empty(idx->ndim, idx->shape, x->dtype, dev))) goto done;
     if (!on_cuda(out)) {
-        dl_cpu_gather(out, x, d, idx);
+        dl_cpu_gather(out, xd, d, idx);
     } else if (!dl_cuda_idx || !dl_cuda_idx->gather ? dl_cuda_missing("gather")
-                                                    : dl_cuda_idx->gather(out, x, d, idx)) {
+                                                    : dl_cuda_idx->gather(out, xd, d, idx)) {
         dl_tensor_release(out);
         out = NULL;
     }
 done:
+    dl_tensor_release(xd);
     dl_tensor_release(idx);
     return out;
 }

@@ -52,6 +52,7 @@ T.cuda_case("index_select: dims, repeats, non-contiguous, dtypes, empty", functi
     xi:index_select(2, idx), xi:gt(17):index_select(1, idx),
     x:index_select(1, empty_index():to(dev)),
     dl.zeros(0, 7):to(dev):index_select(2, idx),
+    x:index_select(2, I(3)), -- a 0-dim CPU index is moved to the data's device
   }
 end)
 
@@ -282,11 +283,13 @@ T.cuda_case("cat and stack: mixed sizes, dim -1, promotion, non-contiguous", fun
   }
 end)
 
+-- (each leaf used once, so no gradient accumulation is involved)
 T.cuda_case("cat and stack gradients", function(dev)
   local other = randn(83, 2, 5):to(dev)
   return {
-    grad_on(dev, randn(89, 2, 3), function(t) return dl.cat({t, other, t}, 2) end),
-    grad_on(dev, randn(97, 2, 3), function(t) return dl.stack({t, t:t():t()}, 3) end),
+    grad_on(dev, randn(89, 2, 3), function(t) return dl.cat({other, t, other}, 2) end),
+    grad_on(dev, randn(91, 3, 2), function(t) return dl.cat({t:t(), other}, -1) end),
+    grad_on(dev, randn(97, 2, 5), function(t) return dl.stack({other, t:t():t()}, 3) end),
   }
 end)
 
