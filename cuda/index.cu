@@ -260,6 +260,18 @@ __global__ void range_kernel(long long *r, const int64_t *idx, int64_t n) {
     }
 }
 
+// t[i] += delta (+1 or -1), held at the int64 limits.
+__global__ void shift_kernel(int64_t *t, int64_t delta, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t v = t[i];
+        if (delta < 0)
+            t[i] = v == INT64_MIN ? v : v - 1;
+        else
+            t[i] = v == INT64_MAX ? v : v + 1;
+    }
+}
+
 // The three sizes of a pad buffer (outer, D2, D1, D0), passed by value.
 struct PadShape {
     int64_t o[3], i[3];
@@ -565,6 +577,16 @@ int index_range(const dl_tensor *idx, int64_t *lo, int64_t *hi) {
     return 0;
 }
 
+int shift_i64(dl_tensor *t, int64_t delta) {
+    if (dl_cuda_use(t)) return -1;
+    int64_t n = dl_tensor_numel(t);
+    if (n == 0) return 0;
+    shift_kernel<<<dl_cuda_blocks(n, kThreads), kThreads, 0, dl_cuda_stream()>>>(
+        (int64_t *)dl_tensor_data_ptr(t), delta, n);
+    DL_CUDA_LAUNCHED();
+    return 0;
+}
+
 // The three maps in one device buffer (m0, then m1, then m2); NULL + error.
 int64_t *maps_to_device(const PadShape &p, const int64_t *const map[3]) {
     size_t total = (size_t)(p.o[0] + p.o[1] + p.o[2]);
@@ -663,6 +685,7 @@ const dl_cuda_index_kernels dl_cuda_index_table = {
     .masked_scatter = masked_scatter,
     .tri_ = tri_,
     .index_range = index_range,
+    .shift_i64 = shift_i64,
     .pad_gather = pad_gather,
     .pad_scatter = pad_scatter,
 };

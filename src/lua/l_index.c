@@ -9,8 +9,8 @@
  * return (sort, argsort, topk, nonzero) get + 1 in place; they are fresh
  * tensors nobody else holds.  All arguments are checked before any tensor is
  * made; tensors held when a C call fails are released before dlL_fail.
- * Index tensors on CUDA are converted on a host copy and moved back, so the
- * op sees them on the data's device. */
+ * Index tensors on CUDA are converted on the device (those whose negatives
+ * wrap on a host copy, moved back), so the op sees them on the data's device. */
 #include "lbind.h"
 #include "ops/index.h"
 
@@ -52,7 +52,15 @@ static dl_tensor *check_index(lua_State *L, int idx, const char *op, int allow_i
         luaL_error(L, "%s: index must be an int64 tensor%s, got %s", op,
                    allow_i32 ? " (or int32)" : "", dl_dtype_name(t->dtype));
     dl_device dev = dl_tensor_device(t);
-    dl_tensor *h = NULL; /* the host copy of a CUDA index */
+    if (dev.type != DL_DEVICE_CPU && !allow_negative) { /* converted on the device */
+        dl_tensor *c = dl_tensor_empty(t->ndim, t->shape, DL_DTYPE_I64, dev);
+        if (!c || dl_tensor_copy_(c, t) || dl_index_shift_(c, -1)) {
+            dl_tensor_release(c);
+            dlL_fail(L);
+        }
+        return c;
+    }
+    dl_tensor *h = NULL; /* the host copy of a CUDA index whose negatives wrap */
     if (dev.type != DL_DEVICE_CPU && !(t = h = dl_tensor_to_device(t, DL_CPU))) dlL_fail(L);
     dl_tensor *c = dl_tensor_empty(t->ndim, t->shape, DL_DTYPE_I64, DL_CPU);
     if (!c) {
@@ -89,23 +97,14 @@ static dl_tensor *check_index(lua_State *L, int idx, const char *op, int allow_i
     return d;
 }
 
-/* Turns a fresh 0-based int64 result into 1-based: in place on the CPU; a
- * CUDA one is replaced by its converted copy (NULL, t released, on error). */
+/* Turns a fresh 0-based int64 result into 1-based, in place on its device
+ * (NULL, t released, on error). */
 static dl_tensor *one_based(dl_tensor *t) {
-    if (!t) return NULL;
-    dl_device dev = dl_tensor_device(t);
-    dl_tensor *h = dev.type == DL_DEVICE_CPU ? t : dl_tensor_to_device(t, DL_CPU);
-    if (!h) {
+    if (t && dl_index_shift_(t, 1)) {
         dl_tensor_release(t);
         return NULL;
     }
-    int64_t *p = dl_tensor_data_ptr(h), n = dl_tensor_numel(h);
-    for (int64_t i = 0; i < n; i++) p[i] += 1;
-    if (h == t) return t;
-    dl_tensor *d = dl_tensor_to_device(h, dev);
-    dl_tensor_release(h);
-    dl_tensor_release(t);
-    return d;
+    return t;
 }
 
 /* Optional dim argument (Lua 1-based) at idx; def is a C dim. */

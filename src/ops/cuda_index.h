@@ -48,6 +48,8 @@ typedef struct dl_cuda_index_kernels {
     int (*tri_)(dl_tensor *x, int64_t diagonal, bool upper);
     /* *lo and *hi = min and max of a non-empty contiguous int64 tensor; synchronises. */
     int (*index_range)(const dl_tensor *idx, int64_t *lo, int64_t *hi);
+    /* t (contiguous int64) += delta (+1 or -1), saturating, in place. */
+    int (*shift_i64)(dl_tensor *t, int64_t delta);
     /* Padding through index maps, as dl_cpu_pad_gather / dl_cpu_pad_scatter_*:
      * out/in (gin/gout) contiguous, viewed as (outer, D2, D1, D0); the maps are
      * host arrays (copied to the device here).  pad_scatter takes float32 or

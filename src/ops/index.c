@@ -1362,6 +1362,23 @@ dl_tensor *dl_nonzero(dl_tensor *x) {
     return out;
 }
 
+/* v + delta for delta = +1 or -1, held at the int64 limits. */
+static inline int64_t shifted(int64_t v, int64_t delta) {
+    if (delta < 0) return v == INT64_MIN ? v : v - 1;
+    return v == INT64_MAX ? v : v + 1;
+}
+
+int dl_index_shift_(dl_tensor *t, int64_t delta) {
+    if (t->dtype != DL_DTYPE_I64 || !dl_tensor_is_contiguous(t) || (delta != 1 && delta != -1))
+        return dl_error("index_shift_: expected a contiguous int64 tensor and a shift of 1 or -1");
+    if (on_cuda(t))
+        return !dl_cuda_idx || !dl_cuda_idx->shift_i64 ? dl_cuda_missing("index_shift_")
+                                                       : dl_cuda_idx->shift_i64(t, delta);
+    int64_t *p = dl_tensor_data_ptr(t), n = dl_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) p[i] = shifted(p[i], delta);
+    return 0;
+}
+
 /* --- flip, roll -------------------------------------------------------------------------- */
 
 static dl_tensor *flip_impl(dl_tensor *x, int ndims, const int *dims) {
