@@ -8,6 +8,8 @@
 -- contiguous and non-contiguous inputs, float32/int64/bool, empty and large
 -- sizes; gradients compared across devices; bad indices refused with the
 -- CPU's message on both devices.  Skipped (exit 77) without a GPU.
+-- Inputs and masks are built on the CPU, so only this family's CUDA kernels
+-- (and the core's copies) run, except in the masked_fill case (elementwise).
 local T = require "testlib"
 T.require_cuda()
 
@@ -49,7 +51,7 @@ T.cuda_case("index_select: dims, repeats, non-contiguous, dtypes, empty", functi
   return {
     x:index_select(1, idx), x:index_select(2, idx), x:index_select(-1, idx),
     x:t():index_select(1, idx), x:t():index_select(2, idx),
-    xi:index_select(2, idx), xi:gt(17):index_select(1, idx),
+    xi:index_select(2, idx), dl.arange(35):view(5, 7):gt(17):to(dev):index_select(1, idx),
     x:index_select(1, empty_index():to(dev)),
     dl.zeros(0, 7):to(dev):index_select(2, idx),
     x:index_select(2, I(3)), -- a 0-dim CPU index is moved to the data's device
@@ -84,7 +86,7 @@ T.cuda_case("gather: every dim, non-contiguous, int64 and bool", function(dev)
   return {
     x:gather(1, i1), x:gather(2, i2), x:gather(3, i3), x:gather(-1, i3),
     x:transpose(1, 3):gather(1, dl.randint(1, 6, {5, 3, 4}):to(dev)),
-    xi:gather(3, i3), xi:gt(30):gather(3, i3),
+    xi:gather(3, i3), dl.arange(60):view(4, 3, 5):gt(30):to(dev):gather(3, i3),
     x:gather(1, dl.zeros(0, 3, 5, {dtype = dl.int64}):to(dev)),
   }
 end)
@@ -214,10 +216,11 @@ T.cuda_case("one_hot", function(dev)
 end)
 
 T.cuda_case("nonzero and its count: floats with NaN, bool, int64, non-contiguous, empty, large", function(dev)
-  local x = repeats(47, {5, 6}, true):to(dev) -- zeros, NaN and non-zeros
+  local xc = repeats(47, {5, 6}, true) -- zeros, NaN and non-zeros
+  local x = xc:to(dev)
   local big = repeats(53, {1000, 1000}, false):to(dev)
   local out = {
-    x:nonzero(), x:t():nonzero(), x:gt(1):nonzero(), x:long():nonzero(),
+    x:nonzero(), x:t():nonzero(), xc:gt(1):to(dev):nonzero(), x:long():nonzero(),
     dl.zeros(4, 0):to(dev):nonzero(), dl.zeros(7):to(dev):nonzero(), big:nonzero(),
     dl.tensor(3):to(dev):nonzero(), x:nonzero({as_tuple = true}),
   }
@@ -226,14 +229,16 @@ T.cuda_case("nonzero and its count: floats with NaN, bool, int64, non-contiguous
 end)
 
 T.cuda_case("masked_select: broadcast mask, non-contiguous, dtypes, large", function(dev)
-  local x = randn(59, 4, 5):to(dev)
-  local m = x:gt(0)
+  local xc = randn(59, 4, 5)
+  local x, m = xc:to(dev), xc:gt(0):to(dev)
   local row = dl.tensor({true, false, true, true, false}):to(dev)
-  local big = randn(61, 1000, 1000):to(dev)
+  local bigc = randn(61, 1000, 1000)
+  local big = bigc:to(dev)
   return {
     x:masked_select(m), x:masked_select(row), x:t():masked_select(m:t()),
     dl.arange(20):view(4, 5):to(dev):masked_select(row), m:masked_select(row),
-    x:masked_select(dl.zeros(4, 5, {dtype = dl.bool}):to(dev)), big:masked_select(big:lt(0.3)),
+    x:masked_select(dl.zeros(4, 5, {dtype = dl.bool}):to(dev)),
+    big:masked_select(bigc:lt(0.3):to(dev)),
   }
 end)
 
@@ -254,7 +259,8 @@ end)
 -- --- triangles ---------------------------------------------------------------------------
 
 T.cuda_case("tril and triu: diagonals, batches, non-contiguous, in place, dtypes", function(dev)
-  local x = randn(71, 3, 4, 6):to(dev)
+  local xc = randn(71, 3, 4, 6)
+  local x = xc:to(dev)
   local out = {}
   for _, k in ipairs({-2, -1, 0, 1, 3, 100, -100}) do
     out[#out + 1] = x:tril(k)
@@ -265,7 +271,7 @@ T.cuda_case("tril and triu: diagonals, batches, non-contiguous, in place, dtypes
   y:triu_(1)
   out[#out + 1] = y
   out[#out + 1] = dl.arange(24):view(4, 6):to(dev):tril()
-  out[#out + 1] = x:gt(0):triu(-1)
+  out[#out + 1] = xc:gt(0):to(dev):triu(-1)
   out[#out + 1] = dl.zeros(0, 3):to(dev):tril()
   return out
 end)
@@ -273,13 +279,14 @@ end)
 -- --- joining, splitting, rearranging -------------------------------------------------------
 
 T.cuda_case("cat and stack: mixed sizes, dim -1, promotion, non-contiguous", function(dev)
-  local a, b = randn(73, 2, 3):to(dev), randn(79, 2, 5):to(dev)
+  local ac, bc = randn(73, 2, 3), randn(79, 2, 5)
+  local a, b = ac:to(dev), bc:to(dev)
   local c = dl.arange(6):view(3, 2):to(dev)
   return {
     dl.cat({a, b}, 2), dl.cat({a, b, a}, -1), dl.cat({a, a:t():t()}), dl.cat({a:t(), c}),
     dl.cat({dl.zeros(0):to(dev), a}), dl.cat({a, dl.zeros(2, 0):to(dev)}, 2),
     dl.stack({a, a:flip(1)}), dl.stack({a, a}, -1), dl.stack({c, c:flip(1)}, 2),
-    dl.cat({a:gt(0), b:gt(0)}, 2),
+    dl.cat({ac:gt(0):to(dev), bc:gt(0):to(dev)}, 2),
   }
 end)
 
@@ -319,7 +326,8 @@ T.cuda_case("flip and roll", function(dev)
   local xi = dl.arange(12):view(3, 4):to(dev)
   return {
     x:flip(1), x:flip({2, 3}), x:transpose(1, 3):flip(-1), xi:flip(1, 2),
-    x:roll(2, 1), x:roll({1, -2}, {2, 3}), x:roll(7), xi:t():roll(1, 2), xi:gt(5):roll(-1, 1),
+    x:roll(2, 1), x:roll({1, -2}, {2, 3}), x:roll(7), xi:t():roll(1, 2),
+    dl.arange(12):view(3, 4):gt(5):to(dev):roll(-1, 1),
   }
 end)
 
