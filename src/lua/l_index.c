@@ -8,7 +8,9 @@
  * where the op wraps them) before the op runs, and index tensors the ops
  * return (sort, argsort, topk, nonzero) get + 1 in place; they are fresh
  * tensors nobody else holds.  All arguments are checked before any tensor is
- * made; tensors held when a C call fails are released before dlL_fail. */
+ * made; tensors held when a C call fails are released before dlL_fail.
+ * Index tensors on CUDA are converted on the device (those whose negatives
+ * wrap on a host copy, moved back), so the op sees them on the data's device. */
 #include "lbind.h"
 #include "ops/index.h"
 
@@ -49,18 +51,32 @@ static dl_tensor *check_index(lua_State *L, int idx, const char *op, int allow_i
     if (t->dtype != DL_DTYPE_I64 && !(allow_i32 && t->dtype == DL_DTYPE_I32))
         luaL_error(L, "%s: index must be an int64 tensor%s, got %s", op,
                    allow_i32 ? " (or int32)" : "", dl_dtype_name(t->dtype));
-    if (dl_tensor_device(t).type != DL_DEVICE_CPU)
-        luaL_error(L, "%s: index tensors on the GPU are not supported yet", op);
+    dl_device dev = dl_tensor_device(t);
+    if (dev.type != DL_DEVICE_CPU && !allow_negative) { /* converted on the device */
+        dl_tensor *c = dl_tensor_empty(t->ndim, t->shape, DL_DTYPE_I64, dev);
+        if (!c || dl_tensor_copy_(c, t) || dl_index_shift_(c, -1)) {
+            dl_tensor_release(c);
+            dlL_fail(L);
+        }
+        return c;
+    }
+    dl_tensor *h = NULL; /* the host copy of a CUDA index whose negatives wrap */
+    if (dev.type != DL_DEVICE_CPU && !(t = h = dl_tensor_to_device(t, DL_CPU))) dlL_fail(L);
     dl_tensor *c = dl_tensor_empty(t->ndim, t->shape, DL_DTYPE_I64, DL_CPU);
-    if (!c) dlL_fail(L);
+    if (!c) {
+        dl_tensor_release(h);
+        dlL_fail(L);
+    }
     int64_t *p = dl_tensor_data_ptr(c), n = dl_tensor_numel(c);
     if (t->dtype == DL_DTYPE_I64 && dl_tensor_is_contiguous(t)) { /* one pass */
         const int64_t *s = dl_tensor_data_ptr(t);
         for (int64_t i = 0; i < n; i++) p[i] = s[i];
     } else if (dl_tensor_copy_(c, t)) {
         dl_tensor_release(c);
+        dl_tensor_release(h);
         dlL_fail(L);
     }
+    dl_tensor_release(h);
     int64_t zero_at = -1;
     if (allow_negative) {
         for (int64_t i = 0; i < n; i++) {
@@ -74,14 +90,20 @@ static dl_tensor *check_index(lua_State *L, int idx, const char *op, int allow_i
         dl_tensor_release(c);
         luaL_error(L, "%s: index 0 is invalid (indices are 1-based; -1 is the last)", op);
     }
-    return c;
+    if (dev.type == DL_DEVICE_CPU) return c;
+    dl_tensor *d = dl_tensor_to_device(c, dev);
+    dl_tensor_release(c);
+    if (!d) dlL_fail(L);
+    return d;
 }
 
-/* Turns a fresh 0-based int64 result into 1-based, in place. */
+/* Turns a fresh 0-based int64 result into 1-based, in place on its device
+ * (NULL, t released, on error). */
 static dl_tensor *one_based(dl_tensor *t) {
-    if (!t) return NULL;
-    int64_t *p = dl_tensor_data_ptr(t), n = dl_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) p[i] += 1;
+    if (t && dl_index_shift_(t, 1)) {
+        dl_tensor_release(t);
+        return NULL;
+    }
     return t;
 }
 
@@ -413,7 +435,7 @@ static int l_nonzero(lua_State *L) {
     for (int d = 0; d < cols; d++) {
         dl_tensor *c;
         if (t->ndim == 0)
-            c = dl_tensor_full(1, nz->shape, 1, DL_DTYPE_I64, DL_CPU);
+            c = dl_tensor_full(1, nz->shape, 1, DL_DTYPE_I64, dl_tensor_device(nz));
         else {
             dl_tensor *s = dl_tensor_select(nz, 1, d);
             c = s ? dl_tensor_contiguous(s) : NULL;

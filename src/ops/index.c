@@ -1,9 +1,14 @@
 /* index.c - the joining and indexing ops (see ops/index.h): argument checks,
  * shape and dtype inference, output allocation and dispatch to the CPU
- * kernels of cpu/index.c.  Joining, splitting, flip and roll are built from
- * core views and dl_tensor_copy_.
+ * kernels of cpu/index.c or the CUDA ones (ops/cuda_index.h).  Joining,
+ * splitting, flip and roll are built from core views and dl_tensor_copy_.
  * Invariant: every index is checked before a kernel runs, so kernels never
  * read or write out of bounds and in-place ops leave self untouched on error.
+ * Devices: index tensors live on the data's device (a 0-dim CPU index or
+ * value beside CUDA data is moved); outputs are allocated there.  CUDA
+ * indices are checked on the device (their min and max read back) and copied
+ * to the host only to name the first bad one; data-dependent sizes
+ * (nonzero, masked_select) read one count back.
  *
  * Autograd: the public ops record a node when grad mode is on, an input
  * requires grad and the result is floating (index results never record).
@@ -19,6 +24,7 @@
 #include "autograd/autograd.h"
 #include "core/iter.h"
 #include "cpu/index.h"
+#include "ops/cuda_index.h"
 #include "ops/elementwise.h"
 #include "ops/grad_util.h"
 #include "ops/reduce.h"
@@ -29,11 +35,20 @@
 
 /* --- shared checks ---------------------------------------------------------- */
 
-static int check_cpu(const char *op, const dl_tensor *t) {
-    if (t->storage->device.type == DL_DEVICE_CPU) return 0;
-    char b[32];
-    return dl_error("%s: tensors on %s are not supported yet (CPU only)", op,
-                    dl_device_name(t->storage->device, b, sizeof b));
+static bool on_cuda(const dl_tensor *t) {
+    return dl_tensor_device(t).type == DL_DEVICE_CUDA;
+}
+
+/* The device of n tensors (NULLs skipped), as dl_common_device. */
+static int device_of(const char *op, int n, dl_tensor *const *ts, dl_device *dev) {
+    return dl_common_device(op, n, ts, dev);
+}
+
+/* t on dev: t retained when it is there, else (a 0-dim CPU tensor beside
+ * CUDA data, as dl_common_device allows) a copy moved there. */
+static dl_tensor *moved_to(dl_tensor *t, dl_device dev) {
+    if (dl_device_equal(dl_tensor_device(t), dev)) return dl_tensor_retain(t);
+    return dl_scalar_to(t, dev);
 }
 
 /* In-place ops refuse views whose elements alias each other (expanded). */
@@ -55,8 +70,7 @@ static int64_t size_nonempty(const dl_tensor *t, int d) {
 
 /* A contiguous int64 copy (or the tensor itself) of an index tensor, after
  * checking its dtype (int64, or int32 when allow_i32). */
-static dl_tensor *index_prepare(const char *op, dl_tensor *index, bool allow_i32) {
-    if (check_cpu(op, index)) return NULL;
+static dl_tensor *index_prepare(const char *op, dl_tensor *index, bool allow_i32, dl_device dev) {
     if (index->dtype != DL_DTYPE_I64 && !(allow_i32 && index->dtype == DL_DTYPE_I32)) {
         dl_error("%s: index must be an int64 tensor%s, got %s", op, allow_i32 ? " (or int32)" : "",
                  dl_dtype_name(index->dtype));
@@ -66,7 +80,9 @@ static dl_tensor *index_prepare(const char *op, dl_tensor *index, bool allow_i32
     if (!a) return NULL;
     dl_tensor *c = dl_tensor_contiguous(a);
     dl_tensor_release(a);
-    return c;
+    dl_tensor *m = c ? moved_to(c, dev) : NULL;
+    dl_tensor_release(c);
+    return m;
 }
 
 /* Checks idx[0..n) against a dim of `size`: 0 <= i < size, or -size <= i <
@@ -83,6 +99,34 @@ static int check_indices(const char *op, const int64_t *idx, int64_t n, int64_t 
                             (long long)shown, dim + 1, (long long)size);
         }
     return 0;
+}
+
+/* check_indices for a contiguous int64 index tensor on any device: a CUDA
+ * one is checked by its min and max, and copied to the host only to report
+ * the first bad index the way the CPU does. */
+static int check_index_tensor(const char *op, dl_tensor *idx, int64_t size, int dim,
+                              bool allow_negative) {
+    int64_t n = dl_tensor_numel(idx);
+    if (!on_cuda(idx))
+        return check_indices(op, dl_tensor_data_ptr(idx), n, size, dim, allow_negative);
+    if (n == 0) return 0;
+    if (!dl_cuda_idx || !dl_cuda_idx->index_range) return dl_cuda_missing(op);
+    int64_t lo, hi;
+    if (dl_cuda_idx->index_range(idx, &lo, &hi)) return -1;
+    if (lo >= (allow_negative ? -size : 0) && hi < size) return 0;
+    dl_tensor *h = dl_tensor_to_device(idx, DL_CPU);
+    int rc = h ? check_indices(op, dl_tensor_data_ptr(h), n, size, dim, allow_negative) : -1;
+    dl_tensor_release(h);
+    if (rc == 0) /* the device saw a value the host copy does not have */
+        rc = dl_error("%s: an index (range %lld to %lld) is out of range for dimension %d of "
+                      "size %lld",
+                      op, (long long)lo, (long long)hi, dim + 1, (long long)size);
+    return rc;
+}
+
+/* A host copy of an index tensor (retained when it is on the CPU). */
+static dl_tensor *host_indices(dl_tensor *idx) {
+    return on_cuda(idx) ? dl_tensor_to_device(idx, DL_CPU) : dl_tensor_retain(idx);
 }
 
 /* --- recording helpers ----------------------------------------------------- */
@@ -193,7 +237,6 @@ static dl_tensor *cat_impl(int n, dl_tensor *const *ts, int dim) {
     dl_dtype dtype = ts[0]->dtype;
     int ref = -1;
     for (int i = 0; i < n; i++) {
-        if (check_cpu("cat", ts[i])) return NULL;
         if (ts[i]->ndim == 0) {
             dl_error("cat: tensor %d is zero-dimensional and cannot be concatenated", i + 1);
             return NULL;
@@ -201,10 +244,12 @@ static dl_tensor *cat_impl(int n, dl_tensor *const *ts, int dim) {
         if (i) dtype = dl_promote_types(dtype, ts[i]->dtype);
         if (ref < 0 && !skipped_in_cat(ts[i])) ref = i;
     }
+    dl_device dev;
+    if (device_of("cat", n, ts, &dev)) return NULL;
     if (ref < 0) { /* only 1-D empty tensors */
         if (dl_wrap_dim("cat", dim, 1) < 0) return NULL;
         int64_t zero = 0;
-        return dl_tensor_empty(1, &zero, dtype, DL_CPU);
+        return dl_tensor_empty(1, &zero, dtype, dev);
     }
     const dl_tensor *r = ts[ref];
     int d = dl_wrap_dim("cat", dim, r->ndim);
@@ -234,7 +279,7 @@ static dl_tensor *cat_impl(int n, dl_tensor *const *ts, int dim) {
             }
         shape[d] += t->shape[d];
     }
-    dl_tensor *out = dl_tensor_empty(r->ndim, shape, dtype, DL_CPU);
+    dl_tensor *out = dl_tensor_empty(r->ndim, shape, dtype, dev);
     if (!out) return NULL;
     int64_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -501,31 +546,45 @@ int dl_unbind(dl_tensor *t, int dim, dl_tensor ***out) {
 /* --- index_select / gather --------------------------------------------------------- */
 
 static dl_tensor *index_select_impl(dl_tensor *x, int dim, dl_tensor *index) {
-    if (check_cpu("index_select", x)) return NULL;
+    dl_tensor *both[2] = {x, index};
+    dl_device dev;
+    if (device_of("index_select", 2, both, &dev)) return NULL;
     if (index->ndim > 1) {
         dl_error("index_select: index must be a 1-D tensor, got %d dimensions", index->ndim);
         return NULL;
     }
     int d = dl_wrap_dim("index_select", dim, x->ndim);
     if (d < 0) return NULL;
-    dl_tensor *idx = index_prepare("index_select", index, true);
+    dl_tensor *idx = index_prepare("index_select", index, true, dev);
     if (!idx) return NULL;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(x, d);
-    dl_tensor *out = NULL, *xc = NULL;
+    dl_tensor *out = NULL, *xc = NULL, *xd = NULL; /* x on dev, contiguous */
     if (x->ndim == 0 && n != 1) {
         dl_error("index_select: a 0-dimensional input takes exactly one index, got %lld",
                  (long long)n);
         goto done;
     }
-    if (check_indices("index_select", dl_tensor_data_ptr(idx), n, size, d, false)) goto done;
+    if (check_index_tensor("index_select", idx, size, d, false)) goto done;
     int64_t shape[DL_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     if (x->ndim) shape[d] = n;
-    if (!(xc = dl_tensor_contiguous(x))) goto done;
-    if (!(out = dl_tensor_empty(x->ndim, shape, x->dtype, DL_CPU))) goto done;
-    if (dl_tensor_numel(out) > 0) dl_cpu_index_select(out, xc, d, dl_tensor_data_ptr(idx), n);
+    if (!(xd = moved_to(x, dev)) || !(xc = dl_tensor_contiguous(xd))) goto done;
+    if (!(out = dl_tensor_empty(x->ndim, shape, x->dtype, dev))) goto done;
+    if (dl_tensor_numel(out) == 0) goto done;
+    if (on_cuda(out)) {
+        int rc = !dl_cuda_idx || !dl_cuda_idx->index_select
+                     ? dl_cuda_missing("index_select")
+                     : dl_cuda_idx->index_select(out, xc, d, dl_tensor_data_ptr(idx), n);
+        if (rc) {
+            dl_tensor_release(out);
+            out = NULL;
+        }
+    } else {
+        dl_cpu_index_select(out, xc, d, dl_tensor_data_ptr(idx), n);
+    }
 done:
     dl_tensor_release(xc);
+    dl_tensor_release(xd);
     dl_tensor_release(idx);
     return out;
 }
@@ -543,11 +602,23 @@ static int index_select_backward(dl_node *n, dl_tensor *const *gout, dl_tensor *
         dl_tensor_release(g0);
         return gin[0] ? 0 : -1;
     }
-    dl_tensor *idx = index_prepare("index_select", index, true);
+    dl_tensor *idx = index_prepare("index_select", index, true, dl_tensor_device(g));
     dl_tensor *gc = idx ? dl_tensor_contiguous(g) : NULL;
-    dl_tensor *r = gc ? dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device) : NULL;
-    if (r && dl_tensor_numel(gc) > 0)
-        dl_cpu_index_add(r, d, dl_tensor_data_ptr(idx), dl_tensor_numel(idx), gc);
+    dl_tensor *r = gc ? dl_tensor_zeros(m->ndim, m->shape, g->dtype, dl_tensor_device(g)) : NULL;
+    if (r && dl_tensor_numel(gc) > 0) {
+        int64_t nidx = dl_tensor_numel(idx);
+        int rc = 0;
+        if (!on_cuda(r))
+            dl_cpu_index_add(r, d, dl_tensor_data_ptr(idx), nidx, gc);
+        else if (!dl_cuda_idx || !dl_cuda_idx->index_add)
+            rc = dl_cuda_missing("index_select backward");
+        else
+            rc = dl_cuda_idx->index_add(r, d, dl_tensor_data_ptr(idx), nidx, gc);
+        if (rc) {
+            dl_tensor_release(r);
+            r = NULL;
+        }
+    }
     dl_tensor_release(gc);
     dl_tensor_release(idx);
     gin[0] = r ? dl_tensor_to_dtype(r, m->dtype) : NULL;
@@ -589,19 +660,27 @@ static int check_index_shape(const char *op, const dl_tensor *x, int d, const dl
 }
 
 static dl_tensor *gather_impl(dl_tensor *x, int dim, dl_tensor *index) {
-    if (check_cpu("gather", x)) return NULL;
+    dl_tensor *both[2] = {x, index};
+    dl_device dev;
+    if (device_of("gather", 2, both, &dev)) return NULL;
     int d = dl_wrap_dim("gather", dim, x->ndim);
     if (d < 0) return NULL;
-    dl_tensor *idx = index_prepare("gather", index, false);
+    dl_tensor *idx = index_prepare("gather", index, false, dev);
     if (!idx) return NULL;
-    dl_tensor *out = NULL;
+    dl_tensor *out = NULL, *xd = NULL;
     if (check_index_shape("gather", x, d, idx, NULL, "input")) goto done;
-    if (check_indices("gather", dl_tensor_data_ptr(idx), dl_tensor_numel(idx), size_nonempty(x, d),
-                      d, false))
-        goto done;
-    if (!(out = dl_tensor_empty(idx->ndim, idx->shape, x->dtype, DL_CPU))) goto done;
-    dl_cpu_gather(out, x, d, idx);
+    if (check_index_tensor("gather", idx, size_nonempty(x, d), d, false)) goto done;
+    if (!(xd = moved_to(x, dev))) goto done; /* a 0-dim CPU x beside a CUDA index */
+    if (!(out = dl_tensor_empty(idx->ndim, idx->shape, x->dtype, dev))) goto done;
+    if (!on_cuda(out)) {
+        dl_cpu_gather(out, xd, d, idx);
+    } else if (!dl_cuda_idx || !dl_cuda_idx->gather ? dl_cuda_missing("gather")
+                                                    : dl_cuda_idx->gather(out, xd, d, idx)) {
+        dl_tensor_release(out);
+        out = NULL;
+    }
 done:
+    dl_tensor_release(xd);
     dl_tensor_release(idx);
     return out;
 }
@@ -636,13 +715,20 @@ dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index) {
 
 static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src,
                         bool add) {
-    if (check_cpu(op, self) || check_cpu(op, src)) return -1;
+    dl_tensor *all[3] = {self, index, src};
+    dl_device dev;
+    if (device_of(op, 3, all, &dev)) return -1;
+    if (!dl_device_equal(dl_tensor_device(self), dev)) {
+        char b[32];
+        return dl_error("%s: self is on cpu but src and index are on %s", op,
+                        dl_device_name(dev, b, sizeof b));
+    }
     int d = dl_wrap_dim(op, dim, self->ndim);
     if (d < 0) return -1;
     if (src->dtype != self->dtype)
         return dl_error("%s: src dtype %s does not match self dtype %s", op,
                         dl_dtype_name(src->dtype), dl_dtype_name(self->dtype));
-    dl_tensor *idx = index_prepare(op, index, false);
+    dl_tensor *idx = index_prepare(op, index, false, dev);
     if (!idx) return -1;
     int rc = -1;
     if (dl_tensor_numel(idx) == 0) {
@@ -650,14 +736,19 @@ static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *ind
         goto done;
     }
     if (check_index_shape(op, self, d, idx, src, "self")) goto done;
-    if (check_indices(op, dl_tensor_data_ptr(idx), dl_tensor_numel(idx), size_nonempty(self, d), d,
-                      false))
-        goto done;
+    if (check_index_tensor(op, idx, size_nonempty(self, d), d, false)) goto done;
     if (check_writable(op, self)) goto done;
-    /* src sharing self's memory is read from a copy, so writes cannot feed reads */
-    dl_tensor *s = src->storage == self->storage ? dl_tensor_clone(src) : dl_tensor_retain(src);
+    /* src sharing self's memory is read from a copy, so writes cannot feed
+     * reads; a 0-dim CPU src beside CUDA self is moved */
+    dl_tensor *s = src->storage == self->storage ? dl_tensor_clone(src) : moved_to(src, dev);
     if (!s) goto done;
-    dl_cpu_scatter(self, d, idx, s, add);
+    if (!on_cuda(self)) {
+        dl_cpu_scatter(self, d, idx, s, add);
+    } else if (!dl_cuda_idx || !dl_cuda_idx->scatter ? dl_cuda_missing(op)
+                                                     : dl_cuda_idx->scatter(self, d, idx, s, add)) {
+        dl_tensor_release(s);
+        goto done;
+    }
     dl_tensor_release(s);
     dl_tensor_bump_version(self);
     rc = 0;
@@ -670,8 +761,8 @@ static int scatter_value_impl(dl_tensor *self, int dim, dl_tensor *index, dl_ten
     if (dl_tensor_numel(value) != 1)
         return dl_error("scatter: the value must be a single number, got %lld elements",
                         (long long)dl_tensor_numel(value));
-    if (check_cpu("scatter", value)) return -1;
-    dl_tensor *v = dl_tensor_empty(0, NULL, self->dtype, DL_CPU);
+    /* the value as a 0-dim tensor of self's dtype on self's device */
+    dl_tensor *v = dl_tensor_empty(0, NULL, self->dtype, dl_tensor_device(self));
     if (!v) return -1;
     dl_tensor *flat = dl_tensor_reshape(value, 0, NULL);
     int rc = flat ? dl_tensor_copy_(v, flat) : -1;
@@ -806,7 +897,9 @@ dl_tensor *dl_scatter_add(dl_tensor *self, int dim, dl_tensor *index, dl_tensor 
 
 static int index_fill_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index,
                            dl_tensor *value) {
-    if (check_cpu(op, self) || check_cpu(op, value)) return -1;
+    dl_tensor *all[3] = {self, index, value};
+    dl_device dev;
+    if (device_of(op, 3, all, &dev)) return -1;
     if (value->ndim != 0)
         return dl_error("%s: the value must be a number or a 0-dimensional tensor, got "
                         "%d dimensions",
@@ -815,7 +908,8 @@ static int index_fill_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
         return dl_error("%s: index must be a 1-D tensor, got %d dimensions", op, index->ndim);
     int d = dl_wrap_dim(op, dim, self->ndim);
     if (d < 0) return -1;
-    dl_tensor *idx = index_prepare(op, index, false);
+    /* the slices are written one by one from the host, so the indices are read there */
+    dl_tensor *idx = index_prepare(op, index, false, DL_CPU);
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data_ptr(idx);
@@ -844,7 +938,9 @@ done:
 
 static int index_copy_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index,
                            dl_tensor *src) {
-    if (check_cpu(op, self) || check_cpu(op, src)) return -1;
+    dl_tensor *all[3] = {self, index, src};
+    dl_device dev;
+    if (device_of(op, 3, all, &dev)) return -1;
     if (index->ndim > 1)
         return dl_error("%s: index must be a 1-D tensor, got %d dimensions", op, index->ndim);
     if (src->dtype != self->dtype)
@@ -852,7 +948,8 @@ static int index_copy_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
                         dl_dtype_name(src->dtype), dl_dtype_name(self->dtype));
     int d = dl_wrap_dim(op, dim, self->ndim);
     if (d < 0) return -1;
-    dl_tensor *idx = index_prepare(op, index, false);
+    /* the slices are copied one by one from the host, so the indices are read there */
+    dl_tensor *idx = index_prepare(op, index, false, DL_CPU);
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data_ptr(idx);
@@ -920,7 +1017,7 @@ static int index_write_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **
         if (c->copy) {
             r = index_select_impl(g, c->dim, index);
         } else { /* sum(g * mask of the filled slices) */
-            dl_tensor *mask = dl_tensor_zeros(g->ndim, g->shape, g->dtype, DL_CPU);
+            dl_tensor *mask = dl_tensor_zeros(g->ndim, g->shape, g->dtype, dl_tensor_device(g));
             dl_tensor *one = mask ? dl_tensor_scalar(1, g->dtype) : NULL;
             dl_tensor *p =
                 one && index_fill_impl(op, mask, c->dim, index, one) == 0 ? dl_mul(g, mask) : NULL;
@@ -993,7 +1090,6 @@ static int sort_impl(const char *op, dl_tensor *x, int dim, bool descending, int
                      dl_tensor **values, dl_tensor **indices) {
     if (values) *values = NULL;
     *indices = NULL;
-    if (check_cpu(op, x)) return -1;
     int d = dl_wrap_dim(op, dim, x->ndim);
     if (d < 0) return -1;
     /* a 0-dim input is sorted as the 1-D view [1], then viewed back */
@@ -1014,12 +1110,20 @@ static int sort_impl(const char *op, dl_tensor *x, int dim, bool descending, int
     shape[d] = k;
     bool scalar_out = x->ndim == 0 && k == 1;
     int ond = scalar_out ? 0 : x1->ndim;
-    if (values && !(v = dl_tensor_empty(ond, shape, x->dtype, DL_CPU))) goto done;
-    if (!(i = dl_tensor_empty(ond, shape, DL_DTYPE_I64, DL_CPU))) goto done;
+    dl_device dev = dl_tensor_device(x);
+    if (values && !(v = dl_tensor_empty(ond, shape, x->dtype, dev))) goto done;
+    if (!(i = dl_tensor_empty(ond, shape, DL_DTYPE_I64, dev))) goto done;
     /* the kernel sees the outputs with x1's rank */
     dl_tensor *vk = v && scalar_out ? dl_tensor_reshape(v, 1, &one) : dl_tensor_retain(v);
     dl_tensor *ik = scalar_out ? dl_tensor_reshape(i, 1, &one) : dl_tensor_retain(i);
-    if ((!v || vk) && ik) rc = dl_cpu_sort(x1, d, descending, k, vk, ik);
+    if ((!v || vk) && ik) {
+        if (!on_cuda(x1))
+            rc = dl_cpu_sort(x1, d, descending, k, vk, ik);
+        else if (!dl_cuda_idx || !dl_cuda_idx->sort)
+            rc = dl_cuda_missing(op);
+        else
+            rc = dl_cuda_idx->sort(x1, d, descending, k, vk, ik);
+    }
     dl_tensor_release(vk);
     dl_tensor_release(ik);
 done:
@@ -1093,8 +1197,21 @@ int dl_topk(dl_tensor *x, int64_t k, int dim, bool largest, bool sorted, dl_tens
 
 /* --- one_hot, masked_select, nonzero --------------------------------------------------- */
 
+/* The smallest and largest of n > 0 labels (contiguous int64, any device). */
+static int label_range(dl_tensor *lab, int64_t n, int64_t *lo, int64_t *hi) {
+    if (on_cuda(lab))
+        return !dl_cuda_idx || !dl_cuda_idx->index_range ? dl_cuda_missing("one_hot")
+                                                         : dl_cuda_idx->index_range(lab, lo, hi);
+    const int64_t *lp = dl_tensor_data_ptr(lab);
+    *lo = *hi = lp[0];
+    for (int64_t i = 1; i < n; i++) {
+        if (lp[i] < *lo) *lo = lp[i];
+        if (lp[i] > *hi) *hi = lp[i];
+    }
+    return 0;
+}
+
 dl_tensor *dl_one_hot(dl_tensor *labels, int64_t num_classes) {
-    if (check_cpu("one_hot", labels)) return NULL;
     if (labels->dtype != DL_DTYPE_I64) {
         dl_error("one_hot: labels must be an int64 tensor, got %s", dl_dtype_name(labels->dtype));
         return NULL;
@@ -1106,38 +1223,67 @@ dl_tensor *dl_one_hot(dl_tensor *labels, int64_t num_classes) {
     }
     dl_tensor *lab = dl_tensor_contiguous(labels);
     if (!lab) return NULL;
-    int64_t n = dl_tensor_numel(lab);
-    const int64_t *lp = dl_tensor_data_ptr(lab);
-    dl_tensor *out = NULL;
-    if (num_classes < 0) {
-        if (n == 0) {
-            dl_error("one_hot: cannot infer the number of classes from empty labels; pass "
-                     "num_classes");
-            goto done;
-        }
-        int64_t mx = lp[0];
-        for (int64_t i = 1; i < n; i++)
-            if (lp[i] > mx) mx = lp[i];
-        num_classes = mx + 1;
+    int64_t n = dl_tensor_numel(lab), lo = 0, hi = -1;
+    dl_tensor *out = NULL, *host = NULL;
+    if (num_classes < 0 && n == 0) {
+        dl_error("one_hot: cannot infer the number of classes from empty labels; pass "
+                 "num_classes");
+        goto done;
     }
-    for (int64_t i = 0; i < n; i++)
-        if (lp[i] < 0 || lp[i] >= num_classes) {
-            dl_error("one_hot: class %lld is out of range (classes are 1 to %lld)",
-                     (long long)lp[i] + 1, (long long)num_classes);
-            goto done;
-        }
+    if (n > 0 && label_range(lab, n, &lo, &hi)) goto done;
+    if (num_classes < 0) num_classes = hi + 1;
+    if (n > 0 && (lo < 0 || hi >= num_classes)) { /* name the first bad label, on the host */
+        if (!(host = host_indices(lab))) goto done;
+        const int64_t *lp = dl_tensor_data_ptr(host);
+        for (int64_t i = 0; i < n; i++)
+            if (lp[i] < 0 || lp[i] >= num_classes) {
+                dl_error("one_hot: class %lld is out of range (classes are 1 to %lld)",
+                         (long long)lp[i] + 1, (long long)num_classes);
+                goto done;
+            }
+    }
     int64_t shape[DL_MAX_DIMS];
     memcpy(shape, lab->shape, sizeof(int64_t) * lab->ndim);
     shape[lab->ndim] = num_classes;
-    if (!(out = dl_tensor_zeros(lab->ndim + 1, shape, DL_DTYPE_I64, DL_CPU))) goto done;
-    dl_cpu_one_hot(out, lab);
+    if (!(out = dl_tensor_zeros(lab->ndim + 1, shape, DL_DTYPE_I64, dl_tensor_device(lab))))
+        goto done;
+    if (!on_cuda(out)) {
+        dl_cpu_one_hot(out, lab);
+    } else if (!dl_cuda_idx || !dl_cuda_idx->one_hot ? dl_cuda_missing("one_hot")
+                                                     : dl_cuda_idx->one_hot(out, lab)) {
+        dl_tensor_release(out);
+        out = NULL;
+    }
 done:
+    dl_tensor_release(host);
     dl_tensor_release(lab);
     return out;
 }
 
+/* The number of non-zero elements of x on its device; -1 with an error. */
+static int64_t count_nonzero(const char *op, const dl_tensor *x) {
+    if (!on_cuda(x)) return dl_cpu_count_nonzero(x);
+    if (!dl_cuda_idx || !dl_cuda_idx->count_nonzero) return dl_cuda_missing(op);
+    int64_t count;
+    return dl_cuda_idx->count_nonzero(x, &count) ? -1 : count;
+}
+
+/* out (mask's shape, non-overlapping) gets src's values where the mask is
+ * true, on out's device. */
+static int masked_scatter_dispatch(const char *op, dl_tensor *out, dl_tensor *mask,
+                                   dl_tensor *src) {
+    if (!on_cuda(out)) {
+        dl_cpu_masked_scatter(out, mask, src);
+        return 0;
+    }
+    if (!dl_cuda_idx || !dl_cuda_idx->masked_scatter) return dl_cuda_missing(op);
+    return dl_cuda_idx->masked_scatter(out, mask, src);
+}
+
 static dl_tensor *masked_select_impl(dl_tensor *x, dl_tensor *mask) {
-    if (check_cpu("masked_select", x) || check_cpu("masked_select", mask)) return NULL;
+    dl_tensor *both[2] = {x, mask};
+    dl_device dev;
+    if (device_of("masked_select", 2, both, &dev)) return NULL;
     if (mask->dtype != DL_DTYPE_BOOL) {
         dl_error("masked_select: mask must be a bool tensor, got %s", dl_dtype_name(mask->dtype));
         return NULL;
@@ -1146,16 +1292,29 @@ static dl_tensor *masked_select_impl(dl_tensor *x, dl_tensor *mask) {
     int nd =
         dl_broadcast_shapes("masked_select", x->ndim, x->shape, mask->ndim, mask->shape, shape);
     if (nd < 0) return NULL;
-    dl_tensor *xe = dl_tensor_expand(x, nd, shape);
-    dl_tensor *me = xe ? dl_tensor_expand(mask, nd, shape) : NULL;
+    dl_tensor *xd = moved_to(x, dev), *md = xd ? moved_to(mask, dev) : NULL;
+    dl_tensor *xe = md ? dl_tensor_expand(xd, nd, shape) : NULL;
+    dl_tensor *me = xe ? dl_tensor_expand(md, nd, shape) : NULL;
     dl_tensor *out = NULL;
-    if (me) {
-        int64_t count = dl_cpu_count_nonzero(me);
-        out = dl_tensor_empty(1, &count, x->dtype, DL_CPU);
-        if (out && count) dl_cpu_masked_select(out, xe, me);
+    int64_t count = me ? count_nonzero("masked_select", me) : -1;
+    if (count >= 0) out = dl_tensor_empty(1, &count, x->dtype, dev);
+    if (out && count) {
+        int rc = 0;
+        if (!on_cuda(out))
+            dl_cpu_masked_select(out, xe, me);
+        else if (!dl_cuda_idx || !dl_cuda_idx->masked_select)
+            rc = dl_cuda_missing("masked_select");
+        else
+            rc = dl_cuda_idx->masked_select(out, xe, me);
+        if (rc) {
+            dl_tensor_release(out);
+            out = NULL;
+        }
     }
     dl_tensor_release(me);
     dl_tensor_release(xe);
+    dl_tensor_release(md);
+    dl_tensor_release(xd);
     return out;
 }
 
@@ -1169,13 +1328,16 @@ static int masked_select_backward(dl_node *n, dl_tensor *const *gout, dl_tensor 
     int nd =
         dl_broadcast_shapes("masked_select", m->ndim, m->shape, mask->ndim, mask->shape, shape);
     if (nd < 0) return -1;
-    dl_tensor *r = dl_tensor_zeros(nd, shape, gout[0]->dtype, m->device);
-    dl_tensor *me = r ? dl_tensor_expand(mask, nd, shape) : NULL;
+    dl_device dev = dl_tensor_device(gout[0]);
+    dl_tensor *r = dl_tensor_zeros(nd, shape, gout[0]->dtype, dev);
+    dl_tensor *md = r ? moved_to(mask, dev) : NULL;
+    dl_tensor *me = md ? dl_tensor_expand(md, nd, shape) : NULL;
     dl_tensor *gc = me ? dl_tensor_contiguous(gout[0]) : NULL;
-    if (gc) dl_cpu_masked_scatter(r, me, gc);
-    gin[0] = gc ? dl_grad_for_input(r, m) : NULL;
+    if (gc && masked_scatter_dispatch("masked_select backward", r, me, gc) == 0)
+        gin[0] = dl_grad_for_input(r, m);
     dl_tensor_release(gc);
     dl_tensor_release(me);
+    dl_tensor_release(md);
     dl_tensor_release(r);
     return gin[0] ? 0 : -1;
 }
@@ -1186,17 +1348,40 @@ dl_tensor *dl_masked_select(dl_tensor *x, dl_tensor *mask) {
 }
 
 dl_tensor *dl_nonzero(dl_tensor *x) {
-    if (check_cpu("nonzero", x)) return NULL;
-    int64_t shape[2] = {dl_cpu_count_nonzero(x), x->ndim};
-    dl_tensor *out = dl_tensor_empty(2, shape, DL_DTYPE_I64, DL_CPU);
-    if (out && shape[0] && x->ndim) dl_cpu_nonzero(out, x);
+    int64_t shape[2] = {count_nonzero("nonzero", x), x->ndim};
+    if (shape[0] < 0) return NULL;
+    dl_tensor *out = dl_tensor_empty(2, shape, DL_DTYPE_I64, dl_tensor_device(x));
+    if (!out || !shape[0] || !x->ndim) return out;
+    if (!on_cuda(out)) {
+        dl_cpu_nonzero(out, x);
+    } else if (!dl_cuda_idx || !dl_cuda_idx->nonzero ? dl_cuda_missing("nonzero")
+                                                     : dl_cuda_idx->nonzero(out, x)) {
+        dl_tensor_release(out);
+        out = NULL;
+    }
     return out;
+}
+
+/* v + delta for delta = +1 or -1, held at the int64 limits. */
+static inline int64_t shifted(int64_t v, int64_t delta) {
+    if (delta < 0) return v == INT64_MIN ? v : v - 1;
+    return v == INT64_MAX ? v : v + 1;
+}
+
+int dl_index_shift_(dl_tensor *t, int64_t delta) {
+    if (t->dtype != DL_DTYPE_I64 || !dl_tensor_is_contiguous(t) || (delta != 1 && delta != -1))
+        return dl_error("index_shift_: expected a contiguous int64 tensor and a shift of 1 or -1");
+    if (on_cuda(t))
+        return !dl_cuda_idx || !dl_cuda_idx->shift_i64 ? dl_cuda_missing("index_shift_")
+                                                       : dl_cuda_idx->shift_i64(t, delta);
+    int64_t *p = dl_tensor_data_ptr(t), n = dl_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) p[i] = shifted(p[i], delta);
+    return 0;
 }
 
 /* --- flip, roll -------------------------------------------------------------------------- */
 
 static dl_tensor *flip_impl(dl_tensor *x, int ndims, const int *dims) {
-    if (check_cpu("flip", x)) return NULL;
     int64_t strides[DL_MAX_DIMS], offset = x->offset;
     memcpy(strides, x->strides, sizeof strides);
     bool seen[DL_MAX_DIMS] = {0};
@@ -1217,7 +1402,7 @@ static dl_tensor *flip_impl(dl_tensor *x, int ndims, const int *dims) {
     /* a view walking the flipped dims backwards, copied out */
     dl_tensor *v = dl_tensor_new_view(x->storage, offset, x->ndim, x->shape, strides, x->dtype);
     if (!v) return NULL;
-    dl_tensor *out = dl_tensor_empty(x->ndim, x->shape, x->dtype, DL_CPU);
+    dl_tensor *out = dl_tensor_empty(x->ndim, x->shape, x->dtype, dl_tensor_device(x));
     if (out && dl_tensor_copy_(out, v)) {
         dl_tensor_release(out);
         out = NULL;
@@ -1265,7 +1450,6 @@ static dl_tensor *roll_one(dl_tensor *x, int64_t shift, int d) {
 
 static dl_tensor *roll_impl(dl_tensor *x, int nshifts, const int64_t *shifts, int ndims,
                             const int *dims) {
-    if (check_cpu("roll", x)) return NULL;
     if (ndims == 0 && nshifts != 1) {
         dl_error("roll: without dims, exactly one shift is expected (got %d)", nshifts);
         return NULL;
@@ -1333,7 +1517,6 @@ dl_tensor *dl_roll(dl_tensor *x, int nshifts, const int64_t *shifts, int ndims, 
 /* --- tril / triu ------------------------------------------------------------------------ */
 
 static int tri_inplace(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {
-    if (check_cpu(op, x)) return -1;
     if (x->ndim < 2)
         return dl_error("%s: input must have at least 2 dimensions, got %d", op, x->ndim);
     if (check_writable(op, x)) return -1;
@@ -1342,7 +1525,11 @@ static int tri_inplace(const char *op, dl_tensor *x, int64_t diagonal, bool uppe
     int64_t lim = x->shape[x->ndim - 2] + x->shape[x->ndim - 1];
     if (diagonal > lim) diagonal = lim;
     if (diagonal < -lim) diagonal = -lim;
-    dl_cpu_tri_(x, diagonal, upper);
+    if (!on_cuda(x))
+        dl_cpu_tri_(x, diagonal, upper);
+    else if (!dl_cuda_idx || !dl_cuda_idx->tri_ ? dl_cuda_missing(op)
+                                                : dl_cuda_idx->tri_(x, diagonal, upper))
+        return -1;
     dl_tensor_bump_version(x);
     return 0;
 }

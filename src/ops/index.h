@@ -85,6 +85,10 @@ dl_tensor *dl_one_hot(dl_tensor *labels, int64_t num_classes);
 dl_tensor *dl_masked_select(dl_tensor *x, dl_tensor *mask);
 /* (n, ndim) int64 of the indices of non-zero elements, row-major order. */
 dl_tensor *dl_nonzero(dl_tensor *x);
+/* Adds delta (+1 or -1) in place to every element of a contiguous int64
+ * tensor on any device, saturating at the int64 limits (the bindings' 0- and
+ * 1-based index conversions). */
+int dl_index_shift_(dl_tensor *t, int64_t delta);
 /* A copy with the given dims reversed. */
 dl_tensor *dl_flip(dl_tensor *x, int ndims, const int *dims);
 /* A copy rolled by shifts[i] along dims[i]; ndims == 0: over the flattened

@@ -14,6 +14,7 @@
 #include "cpu/activation.h"
 #include "cpu/loss.h"
 #include "cpu/pad.h"
+#include "ops/cuda_index.h"
 #include "cpu/softmax.h"
 #include "ops/cuda_elementwise.h"
 #include "ops/cuda_reduce.h"
@@ -1097,10 +1098,10 @@ dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_m
                           double value) {
     const char *op = "pad";
     int64_t oshape[DL_MAX_DIMS];
-    if (check_cpu(op, "input", x) || pad_check(op, x->ndim, x->shape, npads, pads, mode, oshape))
-        return NULL;
+    if (pad_check(op, x->ndim, x->shape, npads, pads, mode, oshape)) return NULL;
+    dl_device dev = dl_tensor_device(x);
     if (mode == DL_PAD_CONSTANT) {
-        dl_tensor *out = dl_tensor_full(x->ndim, oshape, value, x->dtype, DL_CPU);
+        dl_tensor *out = dl_tensor_full(x->ndim, oshape, value, x->dtype, dev);
         int64_t is[DL_MAX_DIMS], os[DL_MAX_DIMS], len[DL_MAX_DIMS];
         if (!out || !pad_regions(x->ndim, x->shape, npads, pads, is, os, len)) return out;
         dl_tensor *src = narrow_last(x, npads / 2, is, len);
@@ -1117,10 +1118,18 @@ dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_m
     pad_plan p;
     if (pad_plan_make(op, x->ndim, x->shape, oshape, npads, pads, mode, &p)) return NULL;
     dl_tensor *xc = dl_tensor_contiguous(x);
-    dl_tensor *out = xc ? dl_tensor_empty(x->ndim, oshape, x->dtype, DL_CPU) : NULL;
-    if (out)
+    dl_tensor *out = xc ? dl_tensor_empty(x->ndim, oshape, x->dtype, dev) : NULL;
+    if (out && dev.type == DL_DEVICE_CUDA) {
+        if (!dl_cuda_idx || !dl_cuda_idx->pad_gather
+                ? dl_cuda_missing(op)
+                : dl_cuda_idx->pad_gather(out, xc, p.outer, p.osz, p.isz, p.map)) {
+            dl_tensor_release(out);
+            out = NULL;
+        }
+    } else if (out) {
         dl_cpu_pad_gather(dl_tensor_data_ptr(out), dl_tensor_data_ptr(xc), dl_dtype_size(x->dtype),
                           p.outer, p.osz, p.isz, p.map);
+    }
     free(p.buf);
     dl_tensor_release(xc);
     return out;
@@ -1130,7 +1139,11 @@ dl_tensor *dl_pad_backward(dl_tensor *gy, int ndim, const int64_t *shape, int np
                            const int64_t *pads, dl_pad_mode mode) {
     const char *op = "pad_backward";
     int64_t oshape[DL_MAX_DIMS];
-    if (check_float(op, "grad", gy)) return NULL;
+    if (!dl_dtype_is_floating(gy->dtype)) {
+        dl_error("%s: grad must be a floating-point tensor, got %s", op, dl_dtype_name(gy->dtype));
+        return NULL;
+    }
+    dl_device dev = dl_tensor_device(gy);
     if (ndim < 0 || ndim > DL_MAX_DIMS) {
         dl_error("%s: invalid input rank %d", op, ndim);
         return NULL;
@@ -1151,7 +1164,7 @@ dl_tensor *dl_pad_backward(dl_tensor *gy, int ndim, const int64_t *shape, int np
         return NULL;
     }
     if (mode == DL_PAD_CONSTANT) {
-        dl_tensor *gx = dl_tensor_zeros(ndim, shape, gy->dtype, DL_CPU);
+        dl_tensor *gx = dl_tensor_zeros(ndim, shape, gy->dtype, dev);
         int64_t is[DL_MAX_DIMS], os[DL_MAX_DIMS], len[DL_MAX_DIMS];
         if (!gx || !pad_regions(ndim, shape, npads, pads, is, os, len)) return gx;
         dl_tensor *src = narrow_last(gy, npads / 2, os, len);
@@ -1169,8 +1182,15 @@ dl_tensor *dl_pad_backward(dl_tensor *gy, int ndim, const int64_t *shape, int np
     if (pad_plan_make(op, ndim, shape, oshape, npads, pads, mode, &p)) return NULL;
     dl_dtype cdt = compute_dtype(gy->dtype);
     dl_tensor *gyc = dense(gy, cdt);
-    dl_tensor *gx = gyc ? dl_tensor_empty(ndim, shape, cdt, DL_CPU) : NULL;
-    if (gx) {
+    dl_tensor *gx = gyc ? dl_tensor_empty(ndim, shape, cdt, dev) : NULL;
+    if (gx && dev.type == DL_DEVICE_CUDA) {
+        if (!dl_cuda_idx || !dl_cuda_idx->pad_scatter
+                ? dl_cuda_missing(op)
+                : dl_cuda_idx->pad_scatter(gx, gyc, p.outer, p.osz, p.isz, p.map)) {
+            dl_tensor_release(gx);
+            gx = NULL;
+        }
+    } else if (gx) {
         if (cdt == DL_DTYPE_F64)
             dl_cpu_pad_scatter_f64(f64p(gx), f64p(gyc), p.outer, p.osz, p.isz, p.map);
         else
