@@ -27,21 +27,6 @@
 
 /* --- shared helpers ----------------------------------------------------------------------- */
 
-static int check_cpu(const char *op, const char *what, const dl_tensor *t) {
-    if (dl_tensor_device(t).type != DL_DEVICE_CPU)
-        return dl_error("%s: %s must be a CPU tensor (only the CPU backend implements it)", op,
-                        what);
-    return 0;
-}
-
-static int check_float(const char *op, const char *what, const dl_tensor *t) {
-    if (check_cpu(op, what, t)) return -1;
-    if (!dl_dtype_is_floating(t->dtype))
-        return dl_error("%s: %s must be a floating-point tensor, got %s", op, what,
-                        dl_dtype_name(t->dtype));
-    return 0;
-}
-
 static int check_reduction(const char *op, dl_reduction r) {
     if (r != DL_REDUCTION_NONE && r != DL_REDUCTION_MEAN && r != DL_REDUCTION_SUM)
         return dl_error("%s: invalid reduction %d", op, (int)r);
