@@ -101,7 +101,10 @@ if on_gpu then
     return train, per
   end
   local rows = {}
-  local function add(name, unit, v, key) rows[#rows + 1] = {name, unit, v, key} end
+  local function add(name, unit, v, key)
+    rows[#rows + 1] = {name, unit, v, key}
+    io.stderr:write(string.format("dlua %s: %.2f %s\n", name, v, unit))
+  end
   local tr, per = run({batch = opts.batch, train = true})
   add("train fp32/tf32", "img/s", tr, "train_tf32")
   add("infer fp32/tf32", "img/s", opts.batch / per, "infer_tf32")
