@@ -246,7 +246,7 @@ T.cuda_case("masked_select gradient (masked_scatter) and masked_fill", function(
   local row = dl.tensor({true, false, true, true, false}):to(dev)
   local x = randn(67, 4, 5)
   local m = x:gt(0):to(dev)
-  local y = x:to(dev)
+  local y = x:clone():to(dev) -- a copy on the CPU too: x stays as it is
   y:masked_fill_(m, 0)
   return {
     grad_on(dev, x, function(t) return t:masked_select(row) end),
