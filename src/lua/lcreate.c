@@ -2,6 +2,7 @@
  * the *_like forms, and dl.tensor(nested table) with PyTorch's type
  * inference (Lua integers -> int64, any float -> float32, booleans -> bool). */
 #include "lbind.h"
+#include "ops/views.h"
 
 #include <math.h>
 #include <string.h>
@@ -113,8 +114,14 @@ static int create_like(lua_State *L, const char *op, int kind) {
         next = 3;
     }
     create_opts o = read_opts(L, next, op, t->dtype, dl_tensor_device(t));
-    dl_tensor *r = kind == -1 ? dl_tensor_empty(t->ndim, t->shape, o.dtype, o.device)
-                              : dl_tensor_full(t->ndim, t->shape, value, o.dtype, o.device);
+    /* a channels-last t gives a channels-last result (PyTorch's preserve_format) */
+    bool keep = dl_is_channels_last(t) && !dl_tensor_is_contiguous(t);
+    dl_tensor *r = keep ? dl_tensor_empty_like_layout(t, o.dtype, o.device)
+                        : dl_tensor_empty(t->ndim, t->shape, o.dtype, o.device);
+    if (r && kind != -1 && dl_tensor_fill_(r, value)) {
+        dl_tensor_release(r);
+        r = NULL;
+    }
     return finish(L, r, &o);
 }
 

@@ -5,6 +5,7 @@
 #include "optim.h"
 #include "cpu/optim.h"
 #include "cuda_random.h"
+#include "views.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +16,15 @@ static double lua_pow(double a, double b) {
 }
 
 /* Checks that t (state `what` of parameter i, 0-based) matches the parameter. */
+/* t's elements lie in the same order as p's (equal strides wherever a size
+ * is above 1), so both are read as flat arrays from their first element. */
+static bool same_layout(const dl_tensor *t, const dl_tensor *p) {
+    if (t->ndim != p->ndim) return false;
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] > 1 && t->strides[d] != p->strides[d]) return false;
+    return true;
+}
+
 static int check_like(const char *op, const char *what, int i, dl_tensor *t, dl_tensor *p) {
     char b1[64], b2[64], d1[16], d2[16];
     if (!t) return dl_error("%s: parameter %d has no %s", op, i + 1, what);
@@ -32,8 +42,10 @@ static int check_like(const char *op, const char *what, int i, dl_tensor *t, dl_
         return dl_error("%s: %s of parameter %d has shape %s but the parameter has %s", op, what,
                         i + 1, dl_shape_str(t->ndim, t->shape, b1, sizeof b1),
                         dl_shape_str(p->ndim, p->shape, b2, sizeof b2));
-    if (!dl_tensor_is_contiguous(t))
-        return dl_error("%s: %s of parameter %d is not contiguous", op, what, i + 1);
+    if (!same_layout(t, p))
+        return dl_error("%s: %s of parameter %d is not laid out as the parameter (both must be "
+                        "contiguous or both channels-last)",
+                        op, what, i + 1);
     if (t != p && t->storage == p->storage)
         return dl_error("%s: %s of parameter %d shares its storage with the parameter", op, what,
                         i + 1);
@@ -63,8 +75,8 @@ static int check_params(const char *op, int n, dl_tensor *const *params, dl_devi
             return dl_error("%s: float64 parameters are stepped on the CPU only (parameter %d is "
                             "on %s)",
                             op, i + 1, dl_device_name(d, d1, sizeof d1));
-        if (!dl_tensor_is_contiguous(p))
-            return dl_error("%s: parameter %d is not contiguous", op, i + 1);
+        if (!dl_tensor_is_contiguous(p) && !dl_is_channels_last(p))
+            return dl_error("%s: parameter %d is neither contiguous nor channels-last", op, i + 1);
     }
     return 0;
 }

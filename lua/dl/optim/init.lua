@@ -264,15 +264,29 @@ end
 
 local F32 = dl.float32
 
--- t can join a fused step as p's gradient or state: a contiguous float32
--- tensor of p's shape on p's device.
+local CL = {memory_format = "channels_last"}
+
+-- p's layout, when a fused step can read it as a flat array: "c" (contiguous)
+-- or "cl" (channels-last); nil otherwise.
+local function layout(p)
+  if p:is_contiguous() then return "c" end
+  if p:dim() == 4 and p:is_contiguous(CL) then return "cl" end
+  return nil
+end
+
+-- t can join a fused step as p's gradient or state: a float32 tensor of p's
+-- shape on p's device, laid out as p is.
 local function fusable(t, p)
-  if not dl.is_tensor(t) or t.dtype ~= F32 or t.device ~= p.device or not t:is_contiguous() then
-    return false
-  end
+  if not dl.is_tensor(t) or t.dtype ~= F32 or t.device ~= p.device then return false end
   local a, b = t.shape, p.shape
   if #a ~= #b then return false end
   for i = 1, #a do if a[i] ~= b[i] then return false end end
+  local lt, lp = layout(t), layout(p)
+  if lt == nil or lp == nil then return false end
+  if lt == lp then return true end
+  -- both readings can hold when sizes of 1 make the strides ambiguous
+  local st, sp = t:stride(), p:stride()
+  for i = 1, #a do if a[i] > 1 and st[i] ~= sp[i] then return false end end
   return true
 end
 
@@ -285,7 +299,7 @@ local function fused_params(self, g, keys)
   for _, p in ipairs(g.params) do
     local grad = p.grad
     if grad ~= nil then
-      if p.dtype ~= F32 or not p:is_contiguous() or not fusable(grad, p) then return nil end
+      if p.dtype ~= F32 or layout(p) == nil or not fusable(grad, p) then return nil end
       local st = self.state[p]
       if st ~= nil then
         for _, k in ipairs(keys) do
