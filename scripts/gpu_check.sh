@@ -11,6 +11,7 @@
 # carried with the tree: bin/dlua plus its non-CUDA libraries) or from
 # build-cuda/dlua when the machine could build it.
 # Usage: bash scripts/gpu_check.sh [--tests-only|--bench-only]
+#        (DL_GPU_CHECK_OPS=1 adds scripts/bench_ops_gpu.lua's per-op table)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -91,6 +92,12 @@ if [ "$mode" != "--tests-only" ]; then
     cat "$logs/bench.txt" | tee -a "$logs/summary.txt"
     tail -5 "$logs/bench_err.txt"
   fi
+fi
+# --- per-op timings (DL_GPU_CHECK_OPS=1): where the network's time goes --------------------
+if [ "${DL_GPU_CHECK_OPS:-0}" = 1 ]; then
+  timeout 120 "$dlua" scripts/bench_ops_gpu.lua --python "$py" >"$logs/ops.txt" 2>"$logs/ops_err.txt"
+  cat "$logs/ops.txt"
+  tail -5 "$logs/ops_err.txt"
 fi
 say "gpu_check finished in $(( $(date +%s) - start )) s"
 [ "$fails" = 0 ]
