@@ -90,6 +90,10 @@ dl_cuda_layout dl_cuda_layout_of(const dl_tensor *t);
 // Layouts of n tensors of one shape (out first), with dims merged only where
 // every tensor allows it.  ls[i] describes ts[i].
 void dl_cuda_layouts(int n, const dl_tensor *const *ts, dl_cuda_layout *ls);
+// The same for work whose element order does not matter (elementwise maps,
+// copies): the i-th element is the i-th in ts[0]'s memory order, so tensors
+// that share a permuted dense layout (channels-last) read as one dense run.
+void dl_cuda_layouts_any_order(int n, const dl_tensor *const *ts, dl_cuda_layout *ls);
 
 // Element offset of the i-th element (row-major order) of a layout.
 __host__ __device__ inline int64_t dl_cuda_offset(const dl_cuda_layout &l, int64_t i) {

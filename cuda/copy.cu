@@ -20,12 +20,17 @@ dl_cuda_layout dl_cuda_layout_of(const dl_tensor *t) {
     return l;
 }
 
-void dl_cuda_layouts(int n, const dl_tensor *const *ts, dl_cuda_layout *ls) {
+// Layouts of n tensors of one shape, walking ts[0]'s dims in the order
+// given (size-1 dims skipped) and merging neighbours wherever every tensor
+// allows it.
+static void layouts_in_order(int n, const dl_tensor *const *ts, const int *order, int norder,
+                             dl_cuda_layout *ls) {
     const dl_tensor *t0 = ts[0];
     int nd = 0;
     int64_t shape[DL_MAX_DIMS];
     int64_t st[8][DL_MAX_DIMS];
-    for (int d = 0; d < t0->ndim; d++) {
+    for (int j = 0; j < norder; j++) {
+        int d = order[j];
         if (t0->shape[d] == 1) continue; // size-1 dims never move the offset
         bool merge = nd > 0;
         for (int k = 0; k < n && merge; k++)
@@ -46,6 +51,27 @@ void dl_cuda_layouts(int n, const dl_tensor *const *ts, dl_cuda_layout *ls) {
             ls[k].strides[d] = st[k][d];
         }
     }
+}
+
+void dl_cuda_layouts(int n, const dl_tensor *const *ts, dl_cuda_layout *ls) {
+    int order[DL_MAX_DIMS];
+    for (int d = 0; d < ts[0]->ndim; d++) order[d] = d;
+    layouts_in_order(n, ts, order, ts[0]->ndim, ls);
+}
+
+void dl_cuda_layouts_any_order(int n, const dl_tensor *const *ts, dl_cuda_layout *ls) {
+    const dl_tensor *t0 = ts[0];
+    int order[DL_MAX_DIMS];
+    for (int d = 0; d < t0->ndim; d++) order[d] = d;
+    // ts[0]'s memory order: strides descending (stable), so tensors sharing a
+    // permuted layout (channels-last) merge into one dense run
+    for (int i = 1; i < t0->ndim; i++)
+        for (int j = i; j > 0 && t0->strides[order[j - 1]] < t0->strides[order[j]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    layouts_in_order(n, ts, order, t0->ndim, ls);
 }
 
 // --- element conversion (mirrors src/core/dtype.c) ----------------------------------------
@@ -154,7 +180,7 @@ int device_copy(dl_tensor *dst, dl_tensor *src) {
     if (n == 0) return 0;
     const dl_tensor *ts[2] = {dst, src};
     dl_cuda_layout l[2];
-    dl_cuda_layouts(2, ts, l);
+    dl_cuda_layouts_any_order(2, ts, l);
     char *d = (char *)dl_tensor_data_ptr(dst);
     const char *s = (const char *)dl_tensor_data_ptr(src);
     size_t isz = dl_tensor_itemsize(dst);
@@ -195,7 +221,9 @@ int device_copy(dl_tensor *dst, dl_tensor *src) {
 int device_fill(dl_tensor *dst, const void *v) {
     int64_t n = dl_tensor_numel(dst);
     if (n == 0) return 0;
-    dl_cuda_layout l = dl_cuda_layout_of(dst);
+    const dl_tensor *ts[1] = {dst};
+    dl_cuda_layout l;
+    dl_cuda_layouts_any_order(1, ts, &l); // a fill writes every element once, in any order
     bool dense = l.ndim == 0 || (l.ndim == 1 && l.strides[0] == 1);
     void *d = dl_tensor_data_ptr(dst);
     unsigned blocks = dl_cuda_blocks(n, kThreads);

@@ -573,7 +573,7 @@ int begin(const char *op, dl_tensor *out, int k, dl_tensor *const *in, dl_cuda_l
         ts[1 + j] = t;
     }
     if (dl_cuda_use(out)) return -1;
-    dl_cuda_layouts(k + 1, ts, ls);
+    dl_cuda_layouts_any_order(k + 1, ts, ls); // each element is independent
     return 0;
 }
 

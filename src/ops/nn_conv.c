@@ -11,6 +11,7 @@
  * excepted); every temporary is released on every path; kernels only see
  * validated sizes, so they never read or write out of bounds. */
 #include "ops/nn_conv.h"
+#include "ops/views.h"
 #include "core/error.h"
 #include "cpu/batchnorm.h"
 #include "cpu/conv.h"
@@ -1003,6 +1004,19 @@ static bool pool_cuda_has(pool_kind kind, bool backward) {
     return false;
 }
 
+/* On CUDA, a pooling result (*t, contiguous NCHW) of a channels-last x is
+ * handed back channels-last, so a channels-last network stays so after its
+ * pooling layers (the kernels themselves read NCHW).  *t is replaced; on
+ * failure it is released, set to NULL, and -1 returned. */
+static int keep_channels_last(const dl_tensor *x, dl_tensor **t) {
+    if (dl_tensor_device(x).type != DL_DEVICE_CUDA || x->ndim != 4 || !is_channels_last(x))
+        return 0;
+    dl_tensor *c = dl_contiguous_channels_last(*t);
+    dl_tensor_release(*t);
+    *t = c;
+    return c ? 0 : -1;
+}
+
 /* The forward of every pooling op: y (and indices for max kinds), on x's
  * device.  (A channels-last CUDA input is made contiguous, as on the CPU.) */
 static int pool_forward(const char *op, pool_kind kind, dl_tensor *x, const dl_pool2d_shape *s,
@@ -1041,7 +1055,7 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x, const dl_p
         case POOL_ADAPTIVE_MAX: rc = dl_cpu_adaptive_max_pool2d_forward(ct, s, yp, ip, xp); break;
         }
     }
-    if (rc || finish(&t[1], dt, x->ndim, shape)) {
+    if (rc || finish(&t[1], dt, x->ndim, shape) || keep_channels_last(x, &t[1])) {
         rc = -1;
         goto done;
     }
@@ -1102,7 +1116,7 @@ static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, d
     if (rc) goto done;
     gx = t[2];
     t[2] = NULL;
-    if (finish(&gx, dt, x->ndim, xshape)) gx = NULL;
+    if (finish(&gx, dt, x->ndim, xshape) || keep_channels_last(x, &gx)) gx = NULL;
 done:
     release_all(t, 3);
     return gx;
