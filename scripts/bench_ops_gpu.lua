@@ -95,6 +95,17 @@ add("SGD step resnet50 params", timed(function() opt:step() end))
 add("autocast bf16 cast of resnet50 weights", timed(function()
   for _, p in ipairs(model:parameters()) do local _ = p:to(dl.bfloat16) end
 end))
+-- what the Lua side costs: a full collection with the model loaded, and
+-- batch-1 inference with the collector running and stopped
+add("full Lua GC (resnet50 loaded)", timed(function() collectgarbage("collect") end))
+model:eval()
+local x1 = dl.randn(1, 3, 224, 224):to("cuda")
+dl.no_grad(function()
+  add("resnet50 batch-1 forward", timed(function() return model(x1) end))
+  collectgarbage("stop")
+  add("resnet50 batch-1 forward, GC stopped", timed(function() return model(x1) end))
+  collectgarbage("restart")
+end)
 
 local torch = {}
 local script = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/bench_ops_gpu.py"
