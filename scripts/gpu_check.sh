@@ -75,8 +75,16 @@ if [ "$mode" != "--bench-only" ]; then
     [ "$rc" != 0 ] && fails=$((fails + 1))
     say "$(printf '%-34s %8s %8s %8s' "$name" "$p" "$fl" $(( $(date +%s) - t0 )))"
   done
+  # the training program on the GPU: --device cuda, --amp bf16/fp16, --channels-last
+  t0=$(date +%s)
+  timeout 120 bash tests/sh/test_train_device.sh "$dlua" >"$logs/test_train_device.log" 2>&1
+  rc=$?
+  line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$logs/test_train_device.log" | tail -1)
+  [ "$rc" != 0 ] && fails=$((fails + 1))
+  say "$(printf '%-34s %8s %8s %8s' test_train_device "$(echo "$line" | awk '{print $1}')" \
+    "$(echo "$line" | awk '{print $3}')" $(( $(date +%s) - t0 )))"
   # the first failures of each file, for the log
-  grep -h -A4 '^FAIL' "$logs"/test_cuda_*.log 2>/dev/null | head -150 >"$logs/failures.txt"
+  grep -h -A4 '^FAIL' "$logs"/test_cuda_*.log "$logs"/test_train_device.log 2>/dev/null | head -150 >"$logs/failures.txt"
   say "test files failing: $fails"
 fi
 
