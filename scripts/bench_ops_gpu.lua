@@ -95,6 +95,22 @@ add("SGD step resnet50 params", timed(function() opt:step() end))
 add("autocast bf16 cast of resnet50 weights", timed(function()
   for _, p in ipairs(model:parameters()) do local _ = p:to(dl.bfloat16) end
 end))
+-- a ResNet-50 training step at batch 128 in parts: forward, + backward, + step
+do
+  model:train()
+  local xb = dl.randn(128, 3, 224, 224):to("cuda")
+  local yb = dl.randint(1, 1001, {128}):to("cuda")
+  add("resnet50 b128 f32 train forward", timed(function() return F.cross_entropy(model(xb), yb) end))
+  add("resnet50 b128 f32 forward+backward", timed(function()
+    opt:zero_grad()
+    F.cross_entropy(model(xb), yb):backward()
+  end))
+  add("resnet50 b128 f32 full step", timed(function()
+    opt:zero_grad()
+    F.cross_entropy(model(xb), yb):backward()
+    opt:step()
+  end))
+end
 -- what the Lua side costs: a full collection with the model loaded, and
 -- batch-1 inference with the collector running and stopped
 add("full Lua GC (resnet50 loaded)", timed(function() collectgarbage("collect") end))
