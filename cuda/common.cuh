@@ -82,7 +82,6 @@ static inline unsigned dl_cuda_blocks(int64_t n, int threads) {
 // contiguous neighbours merged, so the common cases take few divisions.
 struct dl_cuda_layout {
     int ndim;
-    bool narrow; // fewer than 2^32 elements: index arithmetic in 32 bits
     int64_t shape[DL_MAX_DIMS];
     int64_t strides[DL_MAX_DIMS];
 };
@@ -99,15 +98,6 @@ void dl_cuda_layouts_any_order(int n, const dl_tensor *const *ts, dl_cuda_layout
 // Element offset of the i-th element (row-major order) of a layout.
 __host__ __device__ inline int64_t dl_cuda_offset(const dl_cuda_layout &l, int64_t i) {
     int64_t off = 0;
-    if (l.narrow) { // 32-bit divisions: several times cheaper on the GPU
-        unsigned u = (unsigned)i;
-        for (int d = l.ndim - 1; d >= 0; d--) {
-            unsigned s = (unsigned)l.shape[d], q = u / s;
-            off += (int64_t)(u - q * s) * l.strides[d];
-            u = q;
-        }
-        return off;
-    }
     for (int d = l.ndim - 1; d >= 0; d--) {
         int64_t s = l.shape[d];
         int64_t q = i / s;

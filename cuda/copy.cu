@@ -44,11 +44,8 @@ static void layouts_in_order(int n, const dl_tensor *const *ts, const int *order
             nd++;
         }
     }
-    int64_t numel = 1;
-    for (int d = 0; d < nd; d++) numel *= shape[d];
     for (int k = 0; k < n; k++) {
         ls[k].ndim = nd;
-        ls[k].narrow = numel <= 0xffffffffLL;
         for (int d = 0; d < nd; d++) {
             ls[k].shape[d] = shape[d];
             ls[k].strides[d] = st[k][d];

@@ -73,17 +73,6 @@ template <int MODE, typename A> __device__ inline void accum(A xv, A gv, A m, A 
 const int kThreads = 256;
 const int kRowsX = 32, kRowsY = 8; // block shape of the rows reduction
 
-// The channel of element k of an (N,C,S) block (S = 1: of a (M,C) one).
-// Below 2^32 elements the division runs on 32-bit integers, which the GPU
-// does far faster than 64-bit ones.
-__device__ inline int64_t bn_channel(int64_t k, int64_t C, int64_t S, bool narrow) {
-    if (narrow) {
-        unsigned kk = (unsigned)k;
-        return S == 1 ? kk % (unsigned)C : kk / (unsigned)S % (unsigned)C;
-    }
-    return (k / S) % C;
-}
-
 // --- kernels ----------------------------------------------------------------------------
 
 // Rows layout.  x, gy are (M,C); mean is (C) (unused for R_SUM); part is
@@ -134,9 +123,8 @@ __global__ void bn_reduce_planes(A *part, const T *x, const T *gy, const A *mean
     int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < M ? r0 + chunk : M;
     A m = 0, s0 = 0, s1 = 0;
     if constexpr (MODE != R_SUM) m = mean[c];
-    bool narrow = M <= 0xffffffffLL;
     for (int64_t r = r0 + t; r < r1; r += kThreads) {
-        int64_t n = narrow ? (int64_t)((unsigned)r / (unsigned)S) : r / S, i = r - n * S;
+        int64_t n = r / S, i = r - n * S;
         int64_t k = (n * C + c) * S + i;
         A gv = 0;
         if constexpr (MODE == R_GRAD) gv = ld(gy[k]);
@@ -191,10 +179,9 @@ __global__ void bn_forward_coefs(A *scale, A *shift, const A *var, const A *w, c
 template <typename T, typename A>
 __global__ void bn_normalize(T *y, const T *x, const A *mean, const A *scale, const A *shift,
                              int64_t n, int64_t C, int64_t S) {
-    bool narrow = n <= 0xffffffffLL;
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n;
          k += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = bn_channel(k, C, S, narrow);
+        int64_t c = (k / S) % C;
         y[k] = st<T>(((A)ld(x[k]) - mean[c]) * scale[c] + shift[c]);
     }
 }
@@ -223,10 +210,9 @@ __global__ void bn_backward_coefs(A *gw, A *gb, A *sc, A *mdy, A *k2, const A *s
 template <typename T, typename A, bool TRAIN>
 __global__ void bn_grad_input(T *gx, const T *gy, const T *x, const A *mean, const A *sc,
                               const A *mdy, const A *k2, int64_t n, int64_t C, int64_t S) {
-    bool narrow = n <= 0xffffffffLL;
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n;
          k += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = bn_channel(k, C, S, narrow);
+        int64_t c = (k / S) % C;
         A g = ld(gy[k]);
         if constexpr (TRAIN) g = g - mdy[c] - ((A)ld(x[k]) - mean[c]) * k2[c];
         gx[k] = st<T>(g * sc[c]);
