@@ -293,41 +293,6 @@ struct BinaryVec4Fn {
     }
 };
 
-// float16/bfloat16 (H), all dense, 16-byte aligned, arithmetic only: eight
-// elements (one 16-byte word) per index v, each computed in float and rounded
-// once on store, exactly as the scalar path does.  a or b null: as or bs.
-template <typename H> struct BinaryVec8Fn {
-    H *o;       // o is (n,)
-    const H *a; // a is (n,) or null
-    const H *b; // b is (n,) or null
-    float as, bs;
-    int op;
-    float alpha;
-    bool scalar_exponent;
-    int64_t n;
-    __device__ void operator()(int64_t v) const {
-        int64_t i = v * 8;
-        if (i + 8 <= n) {
-            uint4 wa = make_uint4(0, 0, 0, 0), wb = wa, wr;
-            if (a) wa = ((const uint4 *)a)[v];
-            if (b) wb = ((const uint4 *)b)[v];
-            const H *ha = (const H *)&wa, *hb = (const H *)&wb;
-            H *hr = (H *)&wr;
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float x = a ? dl_to_float<H>(ha[k]) : as, y = b ? dl_to_float<H>(hb[k]) : bs;
-                hr[k] = dl_from_float<H>(arith(op, x, y, alpha, scalar_exponent, nullptr));
-            }
-            ((uint4 *)o)[v] = wr;
-        } else {
-            for (; i < n; i++) {
-                float x = a ? dl_to_float<H>(a[i]) : as, y = b ? dl_to_float<H>(b[i]) : bs;
-                o[i] = dl_from_float<H>(arith(op, x, y, alpha, scalar_exponent, nullptr));
-            }
-        }
-    }
-};
-
 // --- unary ----------------------------------------------------------------------------------
 
 template <typename T> __device__ inline T unary_value(int op, T x) {
@@ -432,28 +397,6 @@ struct UnaryVec4Fn {
             ((float4 *)o)[v] = r;
         } else {
             for (; i < n; i++) o[i] = unary_value(op, x[i]);
-        }
-    }
-};
-
-// float16/bfloat16 (H), dense, 16-byte aligned, not a predicate: eight
-// elements per index v, computed in float, rounded once.
-template <typename H> struct UnaryVec8Fn {
-    H *o;       // o is (n,)
-    const H *x; // x is (n,)
-    int op;
-    int64_t n;
-    __device__ void operator()(int64_t v) const {
-        int64_t i = v * 8;
-        if (i + 8 <= n) {
-            uint4 w = ((const uint4 *)x)[v], r;
-            const H *h = (const H *)&w;
-            H *hr = (H *)&r;
-#pragma unroll
-            for (int k = 0; k < 8; k++) hr[k] = dl_from_float<H>(unary_value(op, dl_to_float<H>(h[k])));
-            ((uint4 *)o)[v] = r;
-        } else {
-            for (; i < n; i++) o[i] = dl_from_float<H>(unary_value(op, dl_to_float<H>(x[i])));
         }
     }
 };
@@ -713,19 +656,6 @@ bool binary_vec4(const BinaryFn<float> &f, int64_t n) {
     return true;
 }
 
-// The eight-halves path: every tensor operand a dense, 16-byte aligned
-// float16 (or every one bfloat16) tensor of the output's dtype.
-bool binary_vec8(const BinaryFn<float> &f, int64_t n) {
-    int dt = f.o.dt;
-    if (n < 8 || is_comparison(f.op) || (dt != DL_DTYPE_BF16 && dt != DL_DTYPE_F16) ||
-        !f.o.dense || !aligned16(f.o.p))
-        return false;
-    const In<float> *ins[2] = {&f.a, &f.b};
-    for (const In<float> *x : ins)
-        if (x->p && (x->dt != dt || !x->dense || !aligned16(x->p))) return false;
-    return true;
-}
-
 template <typename C>
 int binary_run(int op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha) {
     const char *name = "binary";
@@ -756,18 +686,6 @@ int binary_run(int op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha)
                            f.scalar_exponent,
                            n};
             return launch(v, (n + 3) / 4);
-        }
-        if (binary_vec8(f, n)) {
-            if (f.o.dt == DL_DTYPE_BF16)
-                return launch(BinaryVec8Fn<__nv_bfloat16>{(__nv_bfloat16 *)f.o.p,
-                                                          (const __nv_bfloat16 *)f.a.p,
-                                                          (const __nv_bfloat16 *)f.b.p, f.a.s,
-                                                          f.b.s, op, f.alpha, f.scalar_exponent, n},
-                              (n + 7) / 8);
-            return launch(BinaryVec8Fn<__half>{(__half *)f.o.p, (const __half *)f.a.p,
-                                               (const __half *)f.b.p, f.a.s, f.b.s, op, f.alpha,
-                                               f.scalar_exponent, n},
-                          (n + 7) / 8);
         }
     }
     if (!std::is_same<C, int64_t>::value || !is_int_division(op)) return launch(f, n);
@@ -807,16 +725,6 @@ template <typename C> int unary_run(int op, dl_tensor *out, dl_tensor *x) {
         if (n >= 4 && !pred && f.o.dt == DL_DTYPE_F32 && f.x.dt == DL_DTYPE_F32 && f.x.p &&
             f.o.dense && f.x.dense && aligned16(f.o.p) && aligned16(f.x.p))
             return launch(UnaryVec4Fn{(float *)f.o.p, (const float *)f.x.p, op, n}, (n + 3) / 4);
-        bool half = f.o.dt == DL_DTYPE_BF16 || f.o.dt == DL_DTYPE_F16;
-        if (n >= 8 && !pred && half && f.x.dt == f.o.dt && f.x.p && f.o.dense && f.x.dense &&
-            aligned16(f.o.p) && aligned16(f.x.p)) {
-            if (f.o.dt == DL_DTYPE_BF16)
-                return launch(UnaryVec8Fn<__nv_bfloat16>{(__nv_bfloat16 *)f.o.p,
-                                                         (const __nv_bfloat16 *)f.x.p, op, n},
-                              (n + 7) / 8);
-            return launch(UnaryVec8Fn<__half>{(__half *)f.o.p, (const __half *)f.x.p, op, n},
-                          (n + 7) / 8);
-        }
     }
     return launch(f, n);
 }
