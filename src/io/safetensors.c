@@ -292,8 +292,11 @@ static dl_safetensors *load_mapped(const char *path, char *base, size_t size, st
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | (unsigned char)base[i];
     if (hlen > DL_SAFETENSORS_MAX_HEADER) {
-        load_fail(path, "header length %" PRIu64 " is too large (the limit is %u bytes)", hlen,
-                  DL_SAFETENSORS_MAX_HEADER);
+        /* another kind of file (a PNG, a .pth) reads as a huge length */
+        load_fail(path,
+                  "header length %" PRIu64 " is too large (the limit is %u bytes; "
+                  "not a safetensors file?)",
+                  hlen, DL_SAFETENSORS_MAX_HEADER);
         return NULL;
     }
     if (hlen > size - 8) {
@@ -701,7 +704,17 @@ int dl_safetensors_save(const char *path, size_t n, const char *const *names,
     rc = 0;
 done:
     if (f) fclose(f);
-    if (rc != 0 && tmp) unlink(tmp); /* may not exist: harmless */
+    if (rc != 0 && tmp) {
+        unlink(tmp); /* may not exist: harmless */
+        /* say what the user most wants to know after a failed checkpoint write
+         * (a full disk): the previous file at path is still there and whole */
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s (the previous '%s' is intact)", dl_last_error(), path);
+            dl_error("%s", msg);
+        }
+    }
     free(tmp);
     free(h.buf);
     free(entries);
