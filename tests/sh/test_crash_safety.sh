@@ -11,7 +11,8 @@
 #    (same seed, CPU); a finished chain must equal the uninterrupted run's
 #    losses and weights exactly.  100 kills in all (DL_CRASH_TRIALS overrides).
 #    Kills that landed inside a checkpoint write are counted from the
-#    temporary files they left behind.
+#    temporary files they left behind; the next save must remove those (a
+#    finished chain's folder holds no temporary file).
 # 2. A full disk: the save folder is a 512 KB tmpfs (needs root and mount;
 #    skipped with a message otherwise).  After a first checkpoint, the disk is
 #    filled; the next save must fail with one line saying the disk is full
@@ -103,10 +104,9 @@ while [ "$kills" -lt "$TRIALS" ]; do
     rc=$? # 137: killed; anything else: the run had ended by itself
     if [ "$rc" -eq 137 ]; then
         kills=$((kills + 1))
-        if ls "$dir"/last.safetensors.tmp.* >/dev/null 2>&1; then
-            in_write=$((in_write + 1))
-            rm -f "$dir"/*.tmp.* # the stale temporary file of the killed writer
-        fi
+        # the killed writer's temporary file: left here on purpose, the next
+        # save to the same path must remove it
+        [ -e "$dir/last.safetensors.tmp.$pid" ] && in_write=$((in_write + 1))
         if [ -e "$dir/last.safetensors" ]; then
             msg=$("$DLUA" check.lua A/last.safetensors "$dir/last.safetensors" 2>&1)
             if [ $? -ne 0 ]; then
@@ -125,6 +125,10 @@ while [ "$kills" -lt "$TRIALS" ]; do
             if [ $? -ne 0 ]; then
                 bad=$((bad + 1))
                 fail "chain $chains finished with other losses or weights than the uninterrupted run: $msg"
+            fi
+            if ls "$dir"/*.tmp.* >/dev/null 2>&1; then
+                bad=$((bad + 1))
+                fail "chain $chains: killed writers' temporary files were not cleaned up: $(ls "$dir")"
             fi
         fi
         chains=$((chains + 1))
