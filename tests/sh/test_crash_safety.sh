@@ -143,7 +143,7 @@ if [ -s "$dir/last.safetensors" ]; then
     chains=$((chains + 1))
 fi
 if [ "$bad" -eq 0 ]; then ok; fi
-echo "crash safety: $kills SIGKILLs ($in_write inside a checkpoint write), $resumes resumes, $chains chains finished equal to the uninterrupted run"
+echo "crash safety: $kills SIGKILLs ($in_write inside a checkpoint write), $resumes resumes, $chains chains finished, $bad checks failed"
 if [ "$in_write" -eq 0 ]; then
     echo "note: no kill landed inside a checkpoint write this time (tests/sh/test_train.sh kills big writes on purpose)"
 fi
