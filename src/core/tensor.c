@@ -36,10 +36,13 @@ static dl_tensor *tensor_alloc(void) {
 }
 
 void dl_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
-    int64_t s = 1;
+    /* unsigned: a zero-size tensor may have other dimensions whose product
+     * overflows (its strides are never used to address memory); wrapping is
+     * defined where signed overflow is not */
+    uint64_t s = 1;
     for (int i = ndim - 1; i >= 0; i--) {
-        strides[i] = s;
-        s *= shape[i] > 1 ? shape[i] : 1;
+        strides[i] = (int64_t)s;
+        s *= shape[i] > 1 ? (uint64_t)shape[i] : 1u;
     }
 }
 

@@ -56,7 +56,7 @@ dl_tensor *dl_idx_read(const char *path) {
     }
     int nd = head[3];
     int64_t shape[DL_MAX_DIMS];
-    uint64_t numel = 1;
+    uint64_t numel = 1, span = 1; /* span: the product of the non-zero sizes */
     for (int i = 0; i < nd; i++) {
         uint8_t b[4];
         if (read_exact(f, b, 4, NULL)) {
@@ -66,7 +66,8 @@ dl_tensor *dl_idx_read(const char *path) {
         shape[i] =
             (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3]);
         numel *= (uint64_t)shape[i];
-        if (numel > ((uint64_t)1 << 40)) {
+        if (shape[i]) span *= (uint64_t)shape[i];
+        if (span > ((uint64_t)1 << 40)) { /* also when a zero size makes numel 0 */
             dl_error("idx: '%s': implausible size", path);
             goto done;
         }
