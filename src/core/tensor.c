@@ -131,12 +131,12 @@ int64_t dl_tensor_numel(const dl_tensor *t) {
 }
 
 bool dl_tensor_is_contiguous(const dl_tensor *t) {
-    int64_t s = 1;
+    uint64_t s = 1; /* unsigned, as in dl_contiguous_strides (zero-size tensors) */
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] == 1) continue;
         if (t->shape[i] == 0) return true;
-        if (t->strides[i] != s) return false;
-        s *= t->shape[i];
+        if (t->strides[i] != (int64_t)s) return false;
+        s *= (uint64_t)t->shape[i];
     }
     return true;
 }

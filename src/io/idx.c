@@ -65,12 +65,14 @@ dl_tensor *dl_idx_read(const char *path) {
         }
         shape[i] =
             (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3]);
-        numel *= (uint64_t)shape[i];
-        if (shape[i]) span *= (uint64_t)shape[i];
-        if (span > ((uint64_t)1 << 40)) { /* also when a zero size makes numel 0 */
-            dl_error("idx: '%s': implausible size", path);
+        /* checked before multiplying, so nothing wraps; the non-zero sizes
+         * count too, so a zero size cannot hide huge ones (numel <= span) */
+        if (shape[i] && span > ((uint64_t)1 << 40) / (uint64_t)shape[i]) {
+            dl_error("idx: '%s': implausible shape (more than 2^40 elements)", path);
             goto done;
         }
+        numel *= (uint64_t)shape[i];
+        if (shape[i]) span *= (uint64_t)shape[i];
     }
     size_t nbytes = (size_t)numel * (size_t)es;
     /* Nothing is allocated beyond what the file can hold: a plain file must
