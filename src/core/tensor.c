@@ -36,10 +36,13 @@ static dl_tensor *tensor_alloc(void) {
 }
 
 void dl_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides) {
-    int64_t s = 1;
+    /* unsigned: a zero-size tensor may have other dimensions whose product
+     * overflows (its strides are never used to address memory); wrapping is
+     * defined where signed overflow is not */
+    uint64_t s = 1;
     for (int i = ndim - 1; i >= 0; i--) {
-        strides[i] = s;
-        s *= shape[i] > 1 ? shape[i] : 1;
+        strides[i] = (int64_t)s;
+        s *= shape[i] > 1 ? (uint64_t)shape[i] : 1u;
     }
 }
 
@@ -165,12 +168,12 @@ int64_t dl_tensor_numel(const dl_tensor *t) {
 }
 
 bool dl_tensor_is_contiguous(const dl_tensor *t) {
-    int64_t s = 1;
+    uint64_t s = 1; /* unsigned, as in dl_contiguous_strides (zero-size tensors) */
     for (int i = t->ndim - 1; i >= 0; i--) {
         if (t->shape[i] == 1) continue;
         if (t->shape[i] == 0) return true;
-        if (t->strides[i] != s) return false;
-        s *= t->shape[i];
+        if (t->strides[i] != (int64_t)s) return false;
+        s *= (uint64_t)t->shape[i];
     }
     return true;
 }

@@ -46,7 +46,9 @@ static inline float dl_cpu_expf(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    int32_t eb = (tb - 0x4B400000 + 127) * (1 << 23); /* 2^n; n = -127 gives 0 */
+    /* 2^n; n = -127 gives 0.  Unsigned arithmetic: the same bits for every
+     * finite x, and defined (no signed overflow) when x is NaN */
+    uint32_t eb = ((uint32_t)tb - 0x4B400000u + 127u) << 23;
     float scale;
     memcpy(&scale, &eb, sizeof scale);
     return p * scale;

@@ -93,10 +93,27 @@ static int list_dir(const char *dir, strvec *dirs, strvec *files, const char *wh
     return rc;
 }
 
-/* All folders under top (top included), as full paths, depth-limited. */
-static int walk_dirs(const char *top, strvec *out, int depth) {
+/* The folders on the path from a class folder down to the one being walked,
+ * by identity, so a symlink back to one of them is seen at once: without it
+ * two such links in one folder make the walk exponential (2^depth folders). */
+typedef struct {
+    dev_t dev[65];
+    ino_t ino[65];
+} ancestors;
+
+/* All folders under top (top included), as full paths, depth-limited; a
+ * folder that is its own ancestor (a symlink loop) is an error naming it. */
+static int walk_dirs(const char *top, strvec *out, int depth, ancestors *up) {
     if (depth > 64)
         return dl_error("ImageFolder: folders nested too deeply under '%s' (a symlink loop?)", top);
+    struct stat st;
+    if (stat(top, &st) != 0)
+        return dl_error("ImageFolder: cannot open '%s': %s", top, strerror(errno));
+    for (int i = 0; i < depth; i++)
+        if (up->dev[i] == st.st_dev && up->ino[i] == st.st_ino)
+            return dl_error("ImageFolder: symlink loop: '%s' leads back to a folder above it", top);
+    up->dev[depth] = st.st_dev;
+    up->ino[depth] = st.st_ino;
     if (sv_push(out, strdup(top))) return dl_error("ImageFolder: out of memory");
     strvec sub = {0};
     if (list_dir(top, &sub, NULL, "ImageFolder")) {
@@ -105,7 +122,7 @@ static int walk_dirs(const char *top, strvec *out, int depth) {
     }
     for (int64_t i = 0; i < sub.n; i++) {
         char *p = join(top, sub.v[i]);
-        int rc = p ? walk_dirs(p, out, depth + 1) : dl_error("ImageFolder: out of memory");
+        int rc = p ? walk_dirs(p, out, depth + 1, up) : dl_error("ImageFolder: out of memory");
         free(p);
         if (rc) {
             sv_free(&sub);
@@ -158,7 +175,8 @@ dl_file_index *dl_folder_scan(const char *root, int n_ext, const char *const *ex
     for (int64_t c = 0; c < classes.n; c++) {
         char *cdir = join(root, classes.v[c]);
         strvec dirs = {0};
-        int rc = cdir ? walk_dirs(cdir, &dirs, 0) : dl_error("ImageFolder: out of memory");
+        ancestors up;
+        int rc = cdir ? walk_dirs(cdir, &dirs, 0, &up) : dl_error("ImageFolder: out of memory");
         free(cdir);
         if (rc) {
             sv_free(&dirs);

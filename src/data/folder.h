@@ -9,6 +9,7 @@
  *    folders visited in sorted path order and the files of each folder sorted
  *    by name, as sorted(os.walk(...)) does; a file is kept when its name ends
  *    (case-insensitively) with one of the extensions.
+ *  - A symlink back to a folder above it (a loop) is an error naming it.
  *  - A missing root, a root without class folders and a class folder without
  *    images are errors with a message naming them.
  *  - The index is immutable once built and refcounted, so loader threads share it. */

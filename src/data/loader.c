@@ -302,10 +302,31 @@ static void stop_locked(dl_loader *l) {
     for (int i = 0; i < l->window; i++) slot_clear(&l->slots[i]);
 }
 
+/* Ends the worker threads (lock not held, no epoch running): a loader between
+ * epochs holds no threads, so a program that drops loaders mid-epoch (a
+ * `break` closes the iteration) never piles up idle workers waiting for Lua's
+ * collector to run __gc.  The next dl_loader_start creates them again. */
+static void join_workers(dl_loader *l) {
+    pthread_mutex_lock(&l->mu);
+    int n = l->nthreads;
+    pthread_t *threads = l->threads;
+    l->quit = 1;
+    pthread_cond_broadcast(&l->work);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < n; i++) pthread_join(threads[i], NULL);
+    pthread_mutex_lock(&l->mu);
+    free(threads);
+    l->threads = NULL;
+    l->nthreads = 0;
+    l->quit = 0;
+    pthread_mutex_unlock(&l->mu);
+}
+
 void dl_loader_stop(dl_loader *l) {
     pthread_mutex_lock(&l->mu);
     stop_locked(l);
     pthread_mutex_unlock(&l->mu);
+    join_workers(l);
 }
 
 static int start_threads(dl_loader *l) {
@@ -383,6 +404,7 @@ int dl_loader_next(dl_loader *l, dl_loader_batch *out) {
         if (!l->running || l->consumed >= l->nbatches) {
             l->running = 0;
             pthread_mutex_unlock(&l->mu);
+            join_workers(l);
             return 0;
         }
         int64_t b = l->consumed;
@@ -417,6 +439,7 @@ int dl_loader_next(dl_loader *l, dl_loader_batch *out) {
             slot_clear(&got);
             stop_locked(l);
             pthread_mutex_unlock(&l->mu);
+            join_workers(l);
             return -1;
         }
         pthread_mutex_unlock(&l->mu);

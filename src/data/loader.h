@@ -14,6 +14,8 @@
  *    dl_loader_next for its batch, which then cancels the epoch; with
  *    skip_bad the sample is dropped from its batch and the message is handed
  *    back as a warning instead.
+ *  - Worker threads live for one epoch: the end of an epoch, an error and
+ *    dl_loader_stop join them, so an idle loader holds no threads.
  *  - dl_loader_stop cancels an epoch and waits for running samples; nothing
  *    ever blocks forever (workers always finish their current sample). */
 #ifndef DL_DATA_LOADER_H

@@ -2,8 +2,10 @@
 #include "idx.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 static int type_info(int code, dl_dtype *dt, int *size) {
@@ -54,7 +56,7 @@ dl_tensor *dl_idx_read(const char *path) {
     }
     int nd = head[3];
     int64_t shape[DL_MAX_DIMS];
-    uint64_t numel = 1;
+    uint64_t numel = 1, span = 1; /* span: the product of the non-zero sizes */
     for (int i = 0; i < nd; i++) {
         uint8_t b[4];
         if (read_exact(f, b, 4, NULL)) {
@@ -63,13 +65,36 @@ dl_tensor *dl_idx_read(const char *path) {
         }
         shape[i] =
             (int64_t)((uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3]);
+        /* checked before multiplying, so nothing wraps; the non-zero sizes
+         * count too, so a zero size cannot hide huge ones (numel <= span) */
+        if (shape[i] && span > ((uint64_t)1 << 40) / (uint64_t)shape[i]) {
+            dl_error("idx: '%s': implausible shape (more than 2^40 elements)", path);
+            goto done;
+        }
         numel *= (uint64_t)shape[i];
-        if (numel > ((uint64_t)1 << 40)) {
-            dl_error("idx: '%s': implausible size", path);
+        if (shape[i]) span *= (uint64_t)shape[i];
+    }
+    size_t nbytes = (size_t)numel * (size_t)es;
+    /* Nothing is allocated beyond what the file can hold: a plain file must
+     * have the bytes; a gzip stream inflates at most ~1032:1 (deflate's limit),
+     * so a tiny file claiming gigabytes is refused before the allocation. */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        uint64_t have = (uint64_t)sb.st_size, hdr = 4 + 4 * (uint64_t)nd;
+        int direct = gzdirect(f);
+        uint64_t cap = direct ? (have > hdr ? have - hdr : 0) : have * 1032u + 4096u;
+        if ((uint64_t)nbytes > cap) {
+            if (direct)
+                dl_error("idx: '%s': truncated (expected %zu bytes of data, the file has %" PRIu64
+                         " after its %" PRIu64 "-byte header)",
+                         path, nbytes, cap, hdr);
+            else
+                dl_error("idx: '%s': truncated (expected %zu bytes of data, more than a %" PRIu64
+                         "-byte gzip file can hold)",
+                         path, nbytes, have);
             goto done;
         }
     }
-    size_t nbytes = (size_t)numel * (size_t)es;
     uint8_t *raw = malloc(nbytes ? nbytes : 1);
     if (!raw) {
         dl_error("idx: '%s': out of memory for %zu bytes", path, nbytes);

@@ -7,8 +7,10 @@
 #include "safetensors.h"
 #include "io/json.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -292,8 +294,11 @@ static dl_safetensors *load_mapped(const char *path, char *base, size_t size, st
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | (unsigned char)base[i];
     if (hlen > DL_SAFETENSORS_MAX_HEADER) {
-        load_fail(path, "header length %" PRIu64 " is too large (the limit is %u bytes)", hlen,
-                  DL_SAFETENSORS_MAX_HEADER);
+        /* another kind of file (a PNG, a .pth) reads as a huge length */
+        load_fail(path,
+                  "header length %" PRIu64 " is too large (the limit is %u bytes; "
+                  "not a safetensors file?)",
+                  hlen, DL_SAFETENSORS_MAX_HEADER);
         return NULL;
     }
     if (hlen > size - 8) {
@@ -606,6 +611,39 @@ static int write_tensor(const char *path, FILE *f, dl_tensor *t, const char *nam
     return 0;
 }
 
+/* Removes "<path>.tmp.<pid>" files left by writers that were killed mid-write
+ * (SIGKILL, power loss): their process no longer exists.  Without this every
+ * crash during a checkpoint write leaves a checkpoint-sized file behind, and a
+ * run that crashes and resumes often fills the disk.  A live writer's file
+ * (another process saving to the same path) is left alone. */
+static void remove_stale_temporaries(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    size_t bl = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (strncmp(n, base, bl) != 0 || strncmp(n + bl, ".tmp.", 5) != 0) continue;
+        char *end;
+        long pid = strtol(n + bl + 5, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+        char full[4096 + 256];
+        snprintf(full, sizeof full, "%s/%s", dir, n);
+        unlink(full);
+    }
+    closedir(d);
+}
+
 /* fsync of the directory holding path, so the rename itself is durable. */
 static void sync_parent_dir(const char *path) {
     char dir[4096];
@@ -665,6 +703,7 @@ int dl_safetensors_save(const char *path, size_t n, const char *const *names,
         save_fail(path, "out of memory");
         goto done;
     }
+    remove_stale_temporaries(path);
     snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
     f = fopen(tmp, "wb");
     if (!f) {
@@ -701,7 +740,17 @@ int dl_safetensors_save(const char *path, size_t n, const char *const *names,
     rc = 0;
 done:
     if (f) fclose(f);
-    if (rc != 0 && tmp) unlink(tmp); /* may not exist: harmless */
+    if (rc != 0 && tmp) {
+        unlink(tmp); /* may not exist: harmless */
+        /* say what the user most wants to know after a failed checkpoint write
+         * (a full disk): the previous file at path is still there and whole */
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s (the previous '%s' is intact)", dl_last_error(), path);
+            dl_error("%s", msg);
+        }
+    }
     free(tmp);
     free(h.buf);
     free(entries);

@@ -18,7 +18,9 @@
  * Writing goes to "<path>.tmp.<pid>" in the same directory, is flushed and
  * fsync'ed, then renamed over path, so a crash or a write error never leaves a
  * half-written file (on error the temporary file is removed and an existing
- * file at path is untouched).  Header keys are sorted by name; the data is laid
+ * file at path is untouched; the message says so).  Temporary files of
+ * writers that died mid-write (their pid no longer exists) are removed by the
+ * next save to the same path.  Header keys are sorted by name; the data is laid
  * out by element size (largest first), then name, so every tensor is aligned
  * for its dtype and the output is deterministic.  The header is padded with
  * spaces so the data starts 8-byte aligned.  Host byte order must be little-

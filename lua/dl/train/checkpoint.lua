@@ -56,7 +56,10 @@ function C.save(path, st)
     train = json.encode(st.meta or {}),
     optimizer = json.encode({name = st.optimizer.__name, param_groups = osd.param_groups, scalars = scalars}),
   }
-  dl.save(path, tensors, metadata)
+  -- one line naming the file ("save: <path>: ... (the previous '<path>' is
+  -- intact)"), without this file's position in front of it
+  local ok, err = pcall(dl.save, path, tensors, metadata)
+  if not ok then error((tostring(err):gsub("^[^\n]-%.lua:%d+: ", "")), 0) end
 end
 
 local function read(path)

@@ -8,6 +8,7 @@
 --   evaluate    top-1 / top-5 accuracy over a loader
 --   json        JSON for checkpoint metadata
 --   data        the image pipelines and folders the scripts share
+--   guard       stops at the first non-finite loss
 -- Submodules load on first access (dl.train.plot ...).
 local T = {}
 
