@@ -55,6 +55,8 @@ local SPEC = {
   {name = "device", default = "auto", metavar = "DEV", help = "where to train: auto, cpu, cuda or cuda:N (auto: a GPU when there is one)"},
   {name = "amp", type = "choice", choices = {"off", "bf16", "fp16"}, default = "off", help = "mixed precision on CUDA (fp16 adds loss scaling)"},
   {name = "channels-last", type = "flag", default = false, help = "keep images and conv weights in NHWC memory order"},
+  {name = "stop-on-nonfinite", type = "flag", default = true,
+   help = "stop with one line at the first NaN or infinite loss, before the step"},
   {name = "augment", type = "flag", default = false, help = "RandomResizedCrop + RandomHorizontalFlip instead of Resize + CenterCrop"},
   {name = "image-size", type = "int", min = 1, default = 224, help = "side of the square input"},
   {name = "resize", type = "int", min = 1, metavar = "N", default_text = "image-size*256/224", help = "shorter side before the centre crop"},
@@ -354,21 +356,22 @@ local function main(argv)
           loss = criterion(model(x), y)
         end
         optimizer:zero_grad()
+        if scaler then scaler:scale(loss):backward() else loss:backward() end
+        local l = loss:item()
+        if o.stop_on_nonfinite and train.guard.nonfinite(l) then
+          -- before the step: the weights and the next checkpoint stay finite
+          p:finish()
+          local ok, msg = pcall(train.guard.check_loss, l, string.format("epoch %d, batch %d", epoch, b))
+          die("%s", ok and "the loss is not finite" or msg)
+        end
         if scaler then
-          scaler:scale(loss):backward()
           scaler:step(optimizer)
           scaler:update()
         else
-          loss:backward()
           optimizer:step()
         end
-        local l = loss:item()
         losses[step] = l
         p:step(b, y.shape[1], l, wait)
-        if l ~= l then
-          p:finish()
-          die("the loss became NaN at epoch %d, batch %d (try a lower --lr)", epoch, b)
-        end
         if dl._train.sigint_pending() > 0 then stopped = "interrupt" end
         if o.max_steps > 0 and step >= o.max_steps then stopped = stopped or "max-steps" end
         if stopped then

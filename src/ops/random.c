@@ -186,8 +186,9 @@ static int bernoulli_tensor(const char *op, dl_tensor *t, dl_tensor *p, dl_gener
     int64_t n = dl_tensor_numel(pd);
     for (int64_t i = 0; i < n; i++)
         if (!(probs[i] >= 0 && probs[i] <= 1)) {
+            double bad = probs[i]; /* read before pd (which holds probs) is released */
             dl_tensor_release(pd);
-            return dl_error("%s: probabilities must be in [0, 1], found %g", op, probs[i]);
+            return dl_error("%s: probabilities must be in [0, 1], found %g", op, bad);
         }
     dl_random_params rp = {.kind = DL_RANDOM_BERNOULLI, .probs = probs};
     rc = random_fill(op, t, &rp, pd, g);
