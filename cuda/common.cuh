@@ -27,29 +27,30 @@ extern "C" {
 // Each sets "CUDA error in <call> (<file>:<line>): <message>" and returns -1.
 int dl_cuda_fail(const char *call, const char *msg, const char *file, int line);
 
-#define DL_CUDA_CHECK(call)                                                                  \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) return dl_cuda_fail(#call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+#define DL_CUDA_CHECK(call)                                                                        \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return dl_cuda_fail(#call, cudaGetErrorString(e_), __FILE__, __LINE__);                \
     } while (0)
-#define DL_CUBLAS_CHECK(call)                                                                \
-    do {                                                                                     \
-        cublasStatus_t s_ = (call);                                                          \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                     \
-            return dl_cuda_fail(#call, cublasGetStatusString(s_), __FILE__, __LINE__);       \
+#define DL_CUBLAS_CHECK(call)                                                                      \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return dl_cuda_fail(#call, cublasGetStatusString(s_), __FILE__, __LINE__);             \
     } while (0)
-#define DL_CUDNN_CHECK(call)                                                                 \
-    do {                                                                                     \
-        cudnnStatus_t s_ = (call);                                                           \
-        if (s_ != CUDNN_STATUS_SUCCESS)                                                      \
-            return dl_cuda_fail(#call, cudnnGetErrorString(s_), __FILE__, __LINE__);         \
+#define DL_CUDNN_CHECK(call)                                                                       \
+    do {                                                                                           \
+        cudnnStatus_t s_ = (call);                                                                 \
+        if (s_ != CUDNN_STATUS_SUCCESS)                                                            \
+            return dl_cuda_fail(#call, cudnnGetErrorString(s_), __FILE__, __LINE__);               \
     } while (0)
 // After a kernel launch: reports a bad launch configuration at once.
 #define DL_CUDA_LAUNCHED() DL_CUDA_CHECK(cudaGetLastError())
 
 // --- device, stream, handles ----------------------------------------------------
-int dl_cuda_device(void);           // current device (0-based)
-cudaStream_t dl_cuda_stream(void);  // compute stream of the current device
+int dl_cuda_device(void);          // current device (0-based)
+cudaStream_t dl_cuda_stream(void); // compute stream of the current device
 cudaStream_t dl_cuda_copy_stream(void);
 cublasHandle_t dl_cuda_cublas(void);     // bound to the compute stream; NULL + error
 cublasLtHandle_t dl_cuda_cublaslt(void); // NULL + error
@@ -108,13 +109,21 @@ __host__ __device__ inline int64_t dl_cuda_offset(const dl_cuda_layout &l, int64
 }
 
 // --- element conversions (compute in float for the half types) ----------------------
-template <typename T> __device__ inline float dl_to_float(T v) { return (float)v; }
-template <> __device__ inline float dl_to_float<__half>(__half v) { return __half2float(v); }
+template <typename T> __device__ inline float dl_to_float(T v) {
+    return (float)v;
+}
+template <> __device__ inline float dl_to_float<__half>(__half v) {
+    return __half2float(v);
+}
 template <> __device__ inline float dl_to_float<__nv_bfloat16>(__nv_bfloat16 v) {
     return __bfloat162float(v);
 }
-template <typename T> __device__ inline T dl_from_float(float v) { return (T)v; }
-template <> __device__ inline __half dl_from_float<__half>(float v) { return __float2half_rn(v); }
+template <typename T> __device__ inline T dl_from_float(float v) {
+    return (T)v;
+}
+template <> __device__ inline __half dl_from_float<__half>(float v) {
+    return __float2half_rn(v);
+}
 template <> __device__ inline __nv_bfloat16 dl_from_float<__nv_bfloat16>(float v) {
     return __float2bfloat16_rn(v);
 }

@@ -153,8 +153,7 @@ __global__ void convert_kernel(char *dst, dl_cuda_layout dl, int ddt, int dsz, c
 
 // Same dtype, element size T: a strided gather/scatter of words.
 template <typename T>
-__global__ void move_kernel(T *dst, dl_cuda_layout dl, const T *src, dl_cuda_layout sl,
-                            int64_t n) {
+__global__ void move_kernel(T *dst, dl_cuda_layout dl, const T *src, dl_cuda_layout sl, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
         dst[dl_cuda_offset(dl, i)] = src[dl_cuda_offset(sl, i)];
@@ -186,10 +185,10 @@ int device_copy(dl_tensor *dst, dl_tensor *src) {
     size_t isz = dl_tensor_itemsize(dst);
     unsigned blocks = dl_cuda_blocks(n, kThreads);
     if (dst->dtype == src->dtype) {
-        if (l[0].ndim <= 1 && l[1].ndim <= 1 && (l[0].ndim == 0 || (l[0].strides[0] == 1 &&
-                                                                     l[1].strides[0] == 1))) {
-            DL_CUDA_CHECK(cudaMemcpyAsync(d, s, (size_t)n * isz, cudaMemcpyDeviceToDevice,
-                                          dl_cuda_stream()));
+        if (l[0].ndim <= 1 && l[1].ndim <= 1 &&
+            (l[0].ndim == 0 || (l[0].strides[0] == 1 && l[1].strides[0] == 1))) {
+            DL_CUDA_CHECK(
+                cudaMemcpyAsync(d, s, (size_t)n * isz, cudaMemcpyDeviceToDevice, dl_cuda_stream()));
             return 0;
         }
         switch (isz) {
@@ -312,8 +311,7 @@ int dl_cuda_copy(dl_tensor *dst, dl_tensor *src) {
     if (!dcuda && dl_cuda_use(src)) return -1;
 
     if (dcuda && scuda) {
-        if (dst->storage->device.index == src->storage->device.index)
-            return device_copy(dst, src);
+        if (dst->storage->device.index == src->storage->device.index) return device_copy(dst, src);
         // across GPUs: pack on the source device, move, then convert in place
         dl_tensor *a = nullptr, *b = nullptr;
         int rc = -1;

@@ -58,8 +58,8 @@ struct Device {
     void *workspace = nullptr;
     size_t workspace_size = 0;
     // allocator
-    std::multimap<size_t, Block> pool;       // cached free blocks by size
-    std::unordered_map<void *, Block> used;  // handed-out blocks by pointer
+    std::multimap<size_t, Block> pool;      // cached free blocks by size
+    std::unordered_map<void *, Block> used; // handed-out blocks by pointer
     int64_t allocated = 0, reserved = 0, peak = 0;
 };
 
@@ -135,8 +135,8 @@ void *device_alloc(size_t nbytes, int d) {
     }
     if (e != cudaSuccess) {
         cudaGetLastError();
-        dl_error("cuda:%d: out of memory: %zu bytes requested, %lld allocated, %lld reserved",
-                 d, nbytes, (long long)dv.allocated, (long long)dv.reserved);
+        dl_error("cuda:%d: out of memory: %zu bytes requested, %lld allocated, %lld reserved", d,
+                 nbytes, (long long)dv.allocated, (long long)dv.reserved);
         return nullptr;
     }
     Block b = {p, size, nullptr, false};
@@ -157,8 +157,7 @@ void device_free(void *p, int d) {
     dv.used.erase(it);
     dv.allocated -= (int64_t)b.size;
     DeviceGuard guard(d);
-    if (!b.has_event &&
-        cudaEventCreateWithFlags(&b.freed, cudaEventDisableTiming) == cudaSuccess)
+    if (!b.has_event && cudaEventCreateWithFlags(&b.freed, cudaEventDisableTiming) == cudaSuccess)
         b.has_event = true;
     if (b.has_event) cudaEventRecord(b.freed, 0);
     cudaGetLastError();
@@ -195,9 +194,13 @@ int device_ready(int d) {
 
 // --- C++ helpers for cuda/*.cu ------------------------------------------------------------
 
-int dl_cuda_device(void) { return current(); }
+int dl_cuda_device(void) {
+    return current();
+}
 
-cudaStream_t dl_cuda_stream(void) { return 0; }
+cudaStream_t dl_cuda_stream(void) {
+    return 0;
+}
 
 cudaStream_t dl_cuda_copy_stream(void) {
     int d = current();
@@ -265,9 +268,13 @@ cudnnHandle_t dl_cuda_cudnn(void) {
     return dv.cudnn;
 }
 
-void *dl_cuda_malloc(size_t nbytes) { return device_alloc(nbytes, current()); }
+void *dl_cuda_malloc(size_t nbytes) {
+    return device_alloc(nbytes, current());
+}
 
-void dl_cuda_free(void *p) { device_free(p, current()); }
+void dl_cuda_free(void *p) {
+    device_free(p, current());
+}
 
 void *dl_cuda_workspace(size_t nbytes) {
     int d = current();
@@ -297,7 +304,9 @@ cudaEvent_t dl_cuda_block_event(void *p, int d) {
 
 namespace {
 
-int rt_device_count(void) { return g_count; }
+int rt_device_count(void) {
+    return g_count;
+}
 
 int rt_set_device(int d) {
     if (d < 0 || d >= g_count)
@@ -306,7 +315,9 @@ int rt_set_device(int d) {
     return device_ready(d);
 }
 
-int rt_current_device(void) { return current(); }
+int rt_current_device(void) {
+    return current();
+}
 
 int rt_synchronize(int d) {
     if (d < 0 || d >= g_count) return dl_error("cuda.synchronize: no device %d", d + 1);
@@ -427,12 +438,14 @@ int rt_event_elapsed(void *a, void *b, double *ms) {
     return 0;
 }
 
-int rt_dtype_supported(dl_dtype dt) { return dt != DL_DTYPE_COUNT; }
+int rt_dtype_supported(dl_dtype dt) {
+    return dt != DL_DTYPE_COUNT;
+}
 
 const dl_cuda_runtime runtime_table = {
-    rt_device_count, rt_set_device, rt_current_device, rt_synchronize, rt_allocated,
-    rt_reserved,     rt_peak,       rt_reset_peak,      rt_empty_cache, rt_host_alloc,
-    rt_host_free,    rt_copy_async, rt_event_new,       rt_event_free,  rt_event_record,
+    rt_device_count,      rt_set_device,    rt_current_device,  rt_synchronize, rt_allocated,
+    rt_reserved,          rt_peak,          rt_reset_peak,      rt_empty_cache, rt_host_alloc,
+    rt_host_free,         rt_copy_async,    rt_event_new,       rt_event_free,  rt_event_record,
     rt_event_synchronize, rt_event_elapsed, rt_dtype_supported,
 };
 

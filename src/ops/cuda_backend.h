@@ -78,8 +78,8 @@ extern const struct dl_cuda_random_kernels *dl_cuda_rnd;     /* cuda_random.h */
  * honour them.  Defaults keep float32 results within float32 rounding of the
  * CPU's: TF32 off, no benchmarking of convolution algorithms. */
 typedef struct dl_backend_flags {
-    bool allow_tf32;       /* float32 matmul and convolutions may use TF32 tensor cores */
-    bool cudnn_benchmark;  /* time cuDNN's algorithms per shape and keep the fastest */
+    bool allow_tf32;      /* float32 matmul and convolutions may use TF32 tensor cores */
+    bool cudnn_benchmark; /* time cuDNN's algorithms per shape and keep the fastest */
 } dl_backend_flags;
 extern dl_backend_flags dl_flags;
 

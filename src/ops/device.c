@@ -31,7 +31,8 @@ static void init_backends(void) {
     dl_cuda_init();
     if (!dl_cuda_rt) dl_device_unavailable_reason = "no GPU found on this machine (CUDA build)";
 #else
-    dl_device_unavailable_reason = "this build has no CUDA backend (built without the CUDA toolkit)";
+    dl_device_unavailable_reason =
+        "this build has no CUDA backend (built without the CUDA toolkit)";
 #endif
 }
 
