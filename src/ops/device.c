@@ -32,7 +32,7 @@ static void init_backends(void) {
     if (!dl_cuda_rt) dl_device_unavailable_reason = "no GPU found on this machine (CUDA build)";
 #else
     dl_device_unavailable_reason =
-        "this build has no CUDA backend (built without the CUDA toolkit)";
+        "CUDA is not in this build (built without the CUDA toolkit)";
 #endif
 }
 

@@ -216,7 +216,7 @@ T.case("devices on the CPU", function()
   T.eq(type(dl.cuda.compiled), "boolean")
   T.eq(dl.cuda.is_available(), dl.cuda.device_count() > 0)
   if T.cuda then return end
-  local why = dl.cuda.compiled and "no GPU on this machine" or "not in this build"
+  local why = dl.cuda.compiled and "no GPU on this machine" or "CUDA is not in this build"
   for _, f in ipairs {"synchronize", "current_device", "memory_allocated", "memory_reserved",
     "max_memory_allocated", "reset_peak_memory_stats", "empty_cache", "Event", "get_device_name"} do
     T.raises(function() dl.cuda[f]() end, "cuda." .. f .. ": " .. why)

@@ -52,7 +52,7 @@ COMMON=(--data tiny --arch tinycnn --image-size 8 --resize 8 --batch-size 4 --lr
         --threads 1 --log-every 1 --seed 3 --max-steps 2)
 
 if "$DLUA" -e 'os.exit(dl.cuda.is_available() and 0 or 1)'; then GPU=1; else GPU=0; fi
-if "$DLUA" -e 'os.exit(dl.cuda.compiled and 0 or 1)'; then WHY="no GPU on this machine"; else WHY="not built with CUDA"; fi
+if "$DLUA" -e 'os.exit(dl.cuda.compiled and 0 or 1)'; then WHY="no GPU on this machine"; else WHY="this dlua is not built with CUDA"; fi
 
 if [ "$GPU" -eq 0 ]; then
     run "$DLUA" "$TRAIN" "${COMMON[@]}" --device cuda --save-dir A
