@@ -42,7 +42,7 @@ void dl_register_allocator(dl_device_type type, const dl_allocator *a);
  * allocated, M reserved") for out-of-memory messages. */
 extern const char *(*dl_device_memory_describe)(int device, char *buf, size_t n);
 /* Why a CUDA storage cannot be allocated ("no GPU found on this machine",
- * "this build has no CUDA backend"), set when the backends start. */
+ * "CUDA is not in this build"), set when the backends start. */
 extern const char *dl_device_unavailable_reason;
 
 /* New storage of nbytes (uninitialised) on dev; NULL with an error message. */
