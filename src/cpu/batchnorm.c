@@ -5,9 +5,9 @@
  *
  * float32: per channel, sums in double over 16 lanes (vectorised; clones for
  * AVX-512, Haswell's AVX2 + FMA and baseline x86-64, built without implicit
- * FMA contraction so they round alike): the training forward takes the mean,
- * then the sum of squared deviations corrected by the residual sum (two
- * passes, the second from cache), and stores them as float.
+ * FMA contraction so they round alike): the training forward takes the sums
+ * of x - x0 and its square (x0 the channel's first element) in one pass and
+ * stores mean and biased variance as float.
  * y = fmaf(x, a, b) with a = w / sqrt(var + eps) and b = bias - mean * a
  * rounded to float: PyTorch's vectorised CPU formula, so the roundings (and
  * the ReLU boundaries after them) fall as PyTorch's do; the golden ResNet-50
@@ -125,11 +125,13 @@ static int forward_f32(const dl_bn_shape *s, double eps, bool training, float *y
         const float *xc = x + c * s->S;
         double m, v;
         if (training) {
-            double sum, sq;
-            f32_moments(s, xc, 0.0, &sum, &sq);
-            m = sum / M;
-            f32_moments(s, xc, m, &sum, &sq);
-            /* the first sum is the rounding left in m; it corrects sq */
+            /* one pass, shifted by the channel's first element: with d = x - x0,
+             * mean = x0 + sum(d)/M, var = (sum(d^2) - sum(d)^2/M) / M; in
+             * double the cancellation stays below float resolution unless x0
+             * lies some 10^4 standard deviations from the mean */
+            double sum, sq, x0 = xc[0];
+            f32_moments(s, xc, x0, &sum, &sq);
+            m = x0 + sum / M;
             v = (sq - sum * sum / M) / M;
             if (v < 0) v = 0;
             mean[c] = (float)m;

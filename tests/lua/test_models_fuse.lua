@@ -27,8 +27,9 @@ local function trained(arch, dtype)
   return m:eval()
 end
 
-for _, arch in ipairs({"resnet18", "resnet50"}) do
-  for _, dtype in ipairs({dl.float32, dl.float64}) do
+for _, c in ipairs({{"resnet18", dl.float32}, {"resnet18", dl.float64}, {"resnet50", dl.float32}}) do
+  local arch, dtype = c[1], c[2]
+  do
     T.case(arch .. " " .. tostring(dtype), function()
       local m = trained(arch, dtype)
       local x = dl.randn(2, 3, 32, 32):to(dtype)
