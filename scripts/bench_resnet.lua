@@ -161,23 +161,22 @@ local t0 = dl.clock()
 for _ = 1, opts.steps do train_step() end
 local train_ips = opts.batch * opts.steps / (dl.clock() - t0)
 
-model:eval()
-local infer_ips = dl.no_grad(function()
-  for _ = 1, opts.warmup do model(x) end
-  local t1 = dl.clock()
-  for _ = 1, opts.steps do model(x) end
-  return opts.batch * opts.steps / (dl.clock() - t1)
-end)
+-- images/s of evaluation-mode forwards
+local function infer_rate()
+  return dl.no_grad(function()
+    for _ = 1, opts.warmup do model(x) end
+    local t1 = dl.clock()
+    for _ = 1, opts.steps do model(x) end
+    return opts.batch * opts.steps / (dl.clock() - t1)
+  end)
+end
 
+model:eval()
+local infer_ips = infer_rate()
 -- the same model with its batch norms folded into the convolutions
 -- (dl.models.optimize_for_inference); PyTorch's figure is its plain eval
 dl.models.optimize_for_inference(model)
-local folded_ips = dl.no_grad(function()
-  for _ = 1, opts.warmup do model(x) end
-  local t1 = dl.clock()
-  for _ = 1, opts.steps do model(x) end
-  return opts.batch * opts.steps / (dl.clock() - t1)
-end)
+local folded_ips = infer_rate()
 
 local torch = torch_figures()
 
