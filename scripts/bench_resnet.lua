@@ -4,7 +4,9 @@
 -- and threads), and the ratio dlua / PyTorch.
 --
 -- On the CPU (the default): float32, --batch images, --threads threads;
--- PyTorch is Debian's /usr/bin/python3.
+-- PyTorch is Debian's /usr/bin/python3.  A third row times inference after
+-- dl.models.optimize_for_inference (batch norms folded into the
+-- convolutions), against PyTorch's plain evaluation.
 -- With --device cuda: five rows, each timed between device synchronisations:
 -- training at --batch (default 256) in float32 with TF32 and in bfloat16
 -- autocast with channels-last, inference throughput in both, and batch-1
@@ -159,22 +161,31 @@ local t0 = dl.clock()
 for _ = 1, opts.steps do train_step() end
 local train_ips = opts.batch * opts.steps / (dl.clock() - t0)
 
+-- images/s of evaluation-mode forwards
+local function infer_rate()
+  return dl.no_grad(function()
+    for _ = 1, opts.warmup do model(x) end
+    local t1 = dl.clock()
+    for _ = 1, opts.steps do model(x) end
+    return opts.batch * opts.steps / (dl.clock() - t1)
+  end)
+end
+
 model:eval()
-local infer_ips = dl.no_grad(function()
-  for _ = 1, opts.warmup do model(x) end
-  local t1 = dl.clock()
-  for _ = 1, opts.steps do model(x) end
-  return opts.batch * opts.steps / (dl.clock() - t1)
-end)
+local infer_ips = infer_rate()
+-- the same model with its batch norms folded into the convolutions
+-- (dl.models.optimize_for_inference); PyTorch's figure is its plain eval
+dl.models.optimize_for_inference(model)
+local folded_ips = infer_rate()
 
 local torch = torch_figures()
 
 print(string.format("%s, batch %d, %dx%d, %d threads, float32 CPU", opts.arch, opts.batch,
   opts.size, opts.size, opts.threads))
-print(string.format("%-10s %12s %12s %8s", "", "dlua img/s", "torch img/s", "ratio"))
-for _, row in ipairs({{"train", train_ips}, {"infer", infer_ips}}) do
-  local t = torch[row[1]]
-  print(string.format("%-10s %12.2f %12s %8s", row[1], row[2], t and string.format("%.2f", t) or "-",
+print(string.format("%-18s %12s %12s %8s", "", "dlua img/s", "torch img/s", "ratio"))
+for _, row in ipairs({{"train", train_ips}, {"infer", infer_ips}, {"infer (folded BN)", folded_ips, "infer"}}) do
+  local t = torch[row[3] or row[1]]
+  print(string.format("%-18s %12.2f %12s %8s", row[1], row[2], t and string.format("%.2f", t) or "-",
     t and string.format("%.2fx", row[2] / t) or "-"))
 end
 print(string.format("dlua peak RSS: %.0f MB", rss_mb()))

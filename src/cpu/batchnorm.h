@@ -1,8 +1,8 @@
 /* batchnorm.h - CPU batch-normalization kernels, forward (training and
  * evaluation) and backward.
  *
- * float32 runs on oneDNN batch-normalization primitives (cached per shape);
- * float64 on plain OpenMP loops over channels (two-pass statistics).  All
+ * Both dtypes run OpenMP loops over channels, float32 with its sums in
+ * double.  All
  * buffers are contiguous and of one dtype (F32 or F64): x, y, gx, gy are
  * (N,C,S), with S the product of the spatial sizes (1 for (N,C) input); the
  * per-channel vectors are (C).  w (scale) and b (shift) may be NULL (1 and 0).

@@ -29,6 +29,7 @@
 #include "cpu/elementwise.h"
 #include "ops/cuda_elementwise.h"
 #include "ops/grad_util.h"
+#include "ops/nn_func.h"
 #include "ops/reduce.h"
 #include "ops/views.h"
 
@@ -919,7 +920,11 @@ static int unary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     case DL_UNARY_NEG: gx = sc_un(S, DL_UNARY_NEG, g); break;
     case DL_UNARY_ABS: gx = sc_bin(S, DL_BINARY_MUL, g, sc_un(S, DL_UNARY_SIGN, x)); break;
     case DL_UNARY_RELU: /* 0 where the result is <= 0 (threshold_backward) */
-        gx = sc_drop_where(S, sc_bin(S, DL_BINARY_LE, r, sc_const(S, r, 0)), g);
+        if (dl_tensor_device(r).type == DL_DEVICE_CPU &&
+            dl_tensor_device(g).type == DL_DEVICE_CPU && g->dtype == r->dtype)
+            gx = sc_keep(S, dl_relu_backward(g, r)); /* one pass, not a mask and a where */
+        else
+            gx = sc_drop_where(S, sc_bin(S, DL_BINARY_LE, r, sc_const(S, r, 0)), g);
         break;
     case DL_UNARY_SQUARE: gx = sc_bin(S, DL_BINARY_MUL, g, sc_mulc(S, x, 2)); break;
     case DL_UNARY_EXP: gx = sc_bin(S, DL_BINARY_MUL, g, r); break;

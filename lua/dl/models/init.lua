@@ -3,6 +3,7 @@
 --   local model = dl.models.resnet50({num_classes=10})
 --   local model = dl.models.get_model("resnet18", {weights="resnet18.safetensors"})
 --   dl.models.list_models()  -> sorted array of names
+--   dl.models.optimize_for_inference(model)  -> the ResNet with batch norms folded (fuse.lua)
 --
 -- Asking for a model that does not exist (dl.models.resnet51 or
 -- get_model("resnet51")) raises an error that lists the known ones.
@@ -16,6 +17,9 @@ for name, fn in pairs(resnet.archs) do registry[name] = fn end
 models.ResNet = resnet.ResNet
 models.BasicBlock = resnet.BasicBlock
 models.Bottleneck = resnet.Bottleneck
+local fuse = require "dl.models.fuse"
+models.fuse_conv_bn_eval = fuse.fuse_conv_bn_eval
+models.optimize_for_inference = fuse.optimize_for_inference
 
 function models.list_models()
   local names = {}

@@ -128,6 +128,15 @@ function ResNet:__init(block, layers, opts)
   end
 end
 
+-- A model folded by dl.models.optimize_for_inference has no batch norms left.
+function ResNet:train(mode)
+  if mode ~= false and self._folded then
+    fail("ResNet: this model was folded for inference (dl.models.optimize_for_inference); " ..
+      "its batch norms are gone, so it cannot be put in training mode")
+  end
+  return nn.Module.train(self, mode)
+end
+
 function ResNet:_make_layer(block, planes, blocks, stride, dilate)
   stride = stride or 1
   local downsample
