@@ -173,6 +173,15 @@ end
 
 model:eval()
 local infer_ips = infer_rate()
+-- batch-1 latency, ms per evaluation-mode forward
+local latency_ms = dl.no_grad(function()
+  local x1 = dl.randn(1, 3, opts.size, opts.size)
+  for _ = 1, opts.warmup do model(x1) end
+  local n = math.max(5, opts.steps)
+  local t1 = dl.clock()
+  for _ = 1, n do model(x1) end
+  return (dl.clock() - t1) / n * 1000
+end)
 -- the same model with its batch norms folded into the convolutions
 -- (dl.models.optimize_for_inference); PyTorch's figure is its plain eval
 dl.models.optimize_for_inference(model)
@@ -188,4 +197,9 @@ for _, row in ipairs({{"train", train_ips}, {"infer", infer_ips}, {"infer (folde
   print(string.format("%-18s %12.2f %12s %8s", row[1], row[2], t and string.format("%.2f", t) or "-",
     t and string.format("%.2fx", row[2] / t) or "-"))
 end
-print(string.format("dlua peak RSS: %.0f MB", rss_mb()))
+local tl = torch.latency_ms
+print(string.format("%-18s %9.2f ms %9s ms %8s", "latency batch 1", latency_ms,
+  tl and string.format("%.2f", tl) or "-", tl and string.format("%.2fx", tl / latency_ms) or "-"))
+local rss, tr = rss_mb(), torch.peak_rss_mb
+print(string.format("%-18s %9.0f MB %9s MB %8s", "peak RSS", rss, tr and string.format("%.0f", tr) or "-",
+  tr and string.format("%.2fx", tr / rss) or "-"))

@@ -13,6 +13,7 @@ With --device cuda it measures what bench_resnet.lua measures on a GPU:
 Usage: /usr/bin/python3 scripts/bench_resnet.py [--arch resnet50] [--batch 8]
        [--size 224] [--threads 2] [--steps 5] [--warmup 2] [--device cpu]"""
 import argparse
+import resource
 import time
 
 import torch
@@ -64,6 +65,16 @@ def main():
             model(x)
         dt = (time.perf_counter() - t0) / a.steps
     print("infer %.3f" % (a.batch / dt), flush=True)
+    with torch.no_grad():
+        x1 = torch.randn(1, 3, a.size, a.size)
+        for _ in range(a.warmup):
+            model(x1)
+        n = max(5, a.steps)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            model(x1)
+        print("latency_ms %.3f" % ((time.perf_counter() - t0) / n * 1000), flush=True)
+    print("peak_rss_mb %.1f" % (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), flush=True)
 
 
 def gpu(a):
