@@ -31,8 +31,7 @@ static void init_backends(void) {
     dl_cuda_init();
     if (!dl_cuda_rt) dl_device_unavailable_reason = "no GPU found on this machine (CUDA build)";
 #else
-    dl_device_unavailable_reason =
-        "CUDA is not in this build (built without the CUDA toolkit)";
+    dl_device_unavailable_reason = "CUDA is not in this build (built without the CUDA toolkit)";
 #endif
 }
 
