@@ -5,7 +5,9 @@
 -- output to scripts/bench_profile_dnnl.awk.
 -- Usage: dlua scripts/bench_profile.lua [--arch resnet50] [--batch 8] [--size 224]
 --        [--threads 1] [--steps 3] [--mode train|infer|both]
-local opts = {arch = "resnet50", batch = 8, size = 224, threads = 1, steps = 3, mode = "both"}
+--        [--memory_format contiguous_format|channels_last]
+local opts = {arch = "resnet50", batch = 8, size = 224, threads = 1, steps = 3, mode = "both",
+  memory_format = "contiguous_format"}
 local i = 1
 while arg[i] do
   local k = arg[i]:match("^%-%-(.+)$")
@@ -38,8 +40,13 @@ end
 local x = dl.randn(opts.batch, 3, opts.size, opts.size)
 local mt = getmetatable(x)
 mt.__add = timed("fwd add", mt.__add)
+if type(mt.__index) == "table" and mt.__index.add_ then
+  mt.__index.add_ = timed("fwd add", mt.__index.add_)
+end
 
 local model = dl.models[opts.arch]()
+model:to({memory_format = opts.memory_format})
+x = x:contiguous({memory_format = opts.memory_format})
 local y = dl.randint(1, 1001, {opts.batch})
 local opt = dl.optim.SGD(model:parameters(), {lr = 0.001, momentum = 0.9})
 

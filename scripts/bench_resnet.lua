@@ -13,15 +13,19 @@
 -- latency (ms, float32/TF32); PyTorch is --python (default python3).
 -- Usage: dlua scripts/bench_resnet.lua [--arch resnet50] [--batch 8] [--size 224]
 --        [--threads 2] [--steps 5] [--warmup 2] [--device cpu|cuda]
---        [--python /usr/bin/python3] [--no-torch]
+--        [--python /usr/bin/python3] [--no-torch] [--channels-last]
+-- --channels-last (CPU): both frameworks run the model and its input
+-- channels-last (NHWC memory order), dlua through oneDNN's NHWC kernels.
 local opts = {arch = "resnet50", batch = 0, size = 224, threads = 2, steps = 0, warmup = 0,
   device = "cpu", python = ""}
-local with_torch = true
+local with_torch, channels_last = true, false
 local i = 1
 while arg[i] do
   local k = arg[i]:match("^%-%-(.+)$")
   if k == "no-torch" then
     with_torch = false
+  elseif k == "channels-last" then
+    channels_last = true
   elseif k and opts[k] ~= nil and arg[i + 1] then
     opts[k] = type(opts[k]) == "number" and assert(tonumber(arg[i + 1]), "bad number for --" .. k)
       or arg[i + 1]
@@ -139,6 +143,11 @@ local nn, F = dl.nn, dl.nn.functional
 local model = dl.models[opts.arch]()
 local x = dl.randn(opts.batch, 3, opts.size, opts.size)
 local y = dl.randint(1, 1001, {opts.batch})
+local memory_format = channels_last and "channels_last" or "contiguous_format"
+if channels_last then
+  model:to({memory_format = memory_format})
+  x = x:contiguous({memory_format = memory_format})
+end
 local opt = dl.optim.SGD(model:parameters(), {lr = 0.001, momentum = 0.9})
 
 local function train_step()
@@ -175,7 +184,7 @@ model:eval()
 local infer_ips = infer_rate()
 -- batch-1 latency, ms per evaluation-mode forward
 local latency_ms = dl.no_grad(function()
-  local x1 = dl.randn(1, 3, opts.size, opts.size)
+  local x1 = dl.randn(1, 3, opts.size, opts.size):contiguous({memory_format = memory_format})
   for _ = 1, opts.warmup do model(x1) end
   local n = math.max(5, opts.steps)
   local t1 = dl.clock()
@@ -187,10 +196,10 @@ end)
 dl.models.optimize_for_inference(model)
 local folded_ips = infer_rate()
 
-local torch = torch_figures()
+local torch = torch_figures(channels_last and " --channels-last" or "")
 
-print(string.format("%s, batch %d, %dx%d, %d threads, float32 CPU", opts.arch, opts.batch,
-  opts.size, opts.size, opts.threads))
+print(string.format("%s, batch %d, %dx%d, %d threads, float32 CPU%s", opts.arch, opts.batch,
+  opts.size, opts.size, opts.threads, channels_last and ", channels-last" or ""))
 print(string.format("%-18s %12s %12s %8s", "", "dlua img/s", "torch img/s", "ratio"))
 for _, row in ipairs({{"train", train_ips}, {"infer", infer_ips}, {"infer (folded BN)", folded_ips, "infer"}}) do
   local t = torch[row[3] or row[1]]

@@ -11,7 +11,8 @@ With --device cuda it measures what bench_resnet.lua measures on a GPU:
   latency_ms                  batch 1, float32 with TF32
   peak_mb                     peak GPU memory
 Usage: /usr/bin/python3 scripts/bench_resnet.py [--arch resnet50] [--batch 8]
-       [--size 224] [--threads 2] [--steps 5] [--warmup 2] [--device cpu]"""
+       [--size 224] [--threads 2] [--steps 5] [--warmup 2] [--device cpu]
+       [--channels-last]   (CPU: model and input in torch.channels_last)"""
 import argparse
 import resource
 import time
@@ -29,6 +30,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--channels-last", action="store_true")
     a = ap.parse_args()
     if a.device.startswith("cuda"):
         gpu(a)
@@ -38,6 +40,9 @@ def main():
     model = getattr(torchvision.models, a.arch)()
     x = torch.randn(a.batch, 3, a.size, a.size)
     y = torch.randint(0, 1000, (a.batch,))
+    cl = torch.channels_last if a.channels_last else torch.contiguous_format
+    model = model.to(memory_format=cl)
+    x = x.contiguous(memory_format=cl)
     opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -66,7 +71,7 @@ def main():
         dt = (time.perf_counter() - t0) / a.steps
     print("infer %.3f" % (a.batch / dt), flush=True)
     with torch.no_grad():
-        x1 = torch.randn(1, 3, a.size, a.size)
+        x1 = torch.randn(1, 3, a.size, a.size).contiguous(memory_format=cl)
         for _ in range(a.warmup):
             model(x1)
         n = max(5, a.steps)

@@ -212,12 +212,29 @@ static int accumulate(dl_tensor **dst, dl_tensor *g) {
     return 0;
 }
 
+/* Whether a and b (same shape) step through memory alike: equal strides on
+ * every dimension longer than 1. */
+static bool same_strides(const dl_tensor *a, const dl_tensor *b) {
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != 1 && a->strides[i] != b->strides[i]) return false;
+    return true;
+}
+
 /* A leaf's .grad owns its memory: never alias a tensor that another gradient
- * or the user may still hold. */
+ * or the user may still hold.  As in PyTorch, it is laid out as the leaf is
+ * when the leaf is dense (a channels-last weight gets a channels-last
+ * gradient, which fused optimizer steps read as one flat array), else
+ * contiguous. */
 static int accumulate_leaf(dl_tensor *leaf, dl_tensor *g) {
     if (leaf->grad) return accumulate(&leaf->grad, g);
-    dl_tensor *c =
-        g->refcount == 1 && dl_tensor_is_contiguous(g) ? dl_tensor_retain(g) : dl_tensor_clone(g);
+    dl_tensor *like = dl_tensor_empty_like_layout(leaf, g->dtype, dl_tensor_device(g));
+    if (!like) return -1;
+    dl_tensor *c = NULL;
+    if (g->refcount == 1 && same_strides(g, like))
+        c = dl_tensor_retain(g);
+    else if (dl_tensor_copy_(like, g) == 0)
+        c = dl_tensor_retain(like);
+    dl_tensor_release(like);
     if (!c) return -1;
     leaf->grad = c;
     return 0;

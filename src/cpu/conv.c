@@ -16,6 +16,13 @@
  * (gemm-based), reorders included; forward + backward over the layers, AUTO
  * took ~10% less time than either layout alone.
  *
+ * A channels-last network (DL_CONV_FMT_NHWC) binds its NHWC activations
+ * directly and lets oneDNN pick only the weights' layout: on NHWC oneDNN runs
+ * its brgemm forward kernels and its AVX-512 backward kernels about as fast
+ * as on its blocked layouts, so no activation is reordered at all (measured
+ * over ResNet-50's convolutions at batch 8, 2 threads: forward 198 ms vs 192
+ * blocked without reorders and 270 on NCHW).
+ *
  * float64: im2col + GEMM per (sample, group); backward is GEMM + col2im for
  * gx and GEMM accumulated over samples for gw.  A 1x1 / stride 1 / no padding
  * convolution skips im2col (the input already is the column matrix).
@@ -52,9 +59,19 @@ static dl_conv_layout layout_for(const dl_conv2d_shape *s) {
 }
 
 /* gb[o] = sum over n and positions of gy[n][o][:], double accumulators.
- * gb is (O), gy is (N,O,OH*OW). */
-static void bias_grad_float(const dl_conv2d_shape *s, float *gb, const float *gy) {
+ * gb is (O), gy is (N,O,OH*OW), or with nhwc (N*OH*OW,O). */
+static void bias_grad_float(const dl_conv2d_shape *s, bool nhwc, float *gb, const float *gy) {
     int64_t S = s->OH * s->OW;
+    if (nhwc) {
+        int64_t R = s->N * S;
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (s->O * R >= DL_PARALLEL_GRAIN)
+        for (int64_t o = 0; o < s->O; o++) {
+            double acc = 0;
+            for (int64_t r = 0; r < R; r++) acc += gy[r * s->O + o];
+            gb[o] = (float)acc;
+        }
+        return;
+    }
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (s->O * s->N * S >= DL_PARALLEL_GRAIN)
     for (int64_t o = 0; o < s->O; o++) {
         double acc = 0;
@@ -102,6 +119,7 @@ typedef struct {
     int bias; /* forward: has bias; backward: gb computed by oneDNN */
     int need_gx, need_gw;
     dl_conv_layout layout;
+    int fmt; /* DL_CONV_FMT_* */
 } conv_ctx;
 
 typedef struct {
@@ -116,12 +134,21 @@ static int make_mds(const conv_ctx *c, conv_mds *m) {
     int64_t g = s->groups;
     int64_t wei[5] = {g, s->O / g, s->C / g, s->KH, s->KW};
     int grouped = g > 1;
-    if (dl_dnnl_md(&m->src, 4, src, dnnl_nchw) || dl_dnnl_md(&m->dst, 4, dst, dnnl_nchw) ||
-        dl_dnnl_md(&m->wei, grouped ? 5 : 4, grouped ? wei : wei + 1,
-                   grouped ? dnnl_goihw : dnnl_oihw) ||
+    bool nhwc = c->fmt & DL_CONV_FMT_NHWC, ohwi = c->fmt & DL_CONV_FMT_W_OHWI;
+    dnnl_format_tag_t act = nhwc ? dnnl_nhwc : dnnl_nchw;
+    dnnl_format_tag_t wtag =
+        grouped ? (ohwi ? dnnl_gohwi : dnnl_goihw) : (ohwi ? dnnl_ohwi : dnnl_oihw);
+    if (dl_dnnl_md(&m->src, 4, src, act) || dl_dnnl_md(&m->dst, 4, dst, act) ||
+        dl_dnnl_md(&m->wei, grouped ? 5 : 4, grouped ? wei : wei + 1, wtag) ||
         dl_dnnl_md(&m->bias, 1, &s->O, dnnl_x))
         return -1;
-    if (c->layout == DL_CONV_LAYOUT_ANY) {
+    if (nhwc) {
+        /* activations bound as they are; the weights' layout is oneDNN's */
+        m->src_p = m->src;
+        m->dst_p = m->dst;
+        if (dl_dnnl_md(&m->wei_p, grouped ? 5 : 4, grouped ? wei : wei + 1, dnnl_format_tag_any))
+            return -1;
+    } else if (c->layout == DL_CONV_LAYOUT_ANY) {
         if (dl_dnnl_md(&m->src_p, 4, src, dnnl_format_tag_any) ||
             dl_dnnl_md(&m->dst_p, 4, dst, dnnl_format_tag_any) ||
             dl_dnnl_md(&m->wei_p, grouped ? 5 : 4, grouped ? wei : wei + 1, dnnl_format_tag_any))
@@ -266,17 +293,17 @@ static void conv_key(char *key, const char *what, const conv_ctx *c) {
     const dl_conv2d_shape *s = c->s;
     snprintf(key, DL_DNNL_KEY_LEN,
              "conv2d_%s f32 x%lld,%lld,%lld,%lld w%lld,%lld,%lld y%lld,%lld s%lld,%lld "
-             "p%lld,%lld d%lld,%lld g%lld b%d n%d%d l%d",
+             "p%lld,%lld d%lld,%lld g%lld b%d n%d%d l%d f%d",
              what, (long long)s->N, (long long)s->C, (long long)s->H, (long long)s->W,
              (long long)s->O, (long long)s->KH, (long long)s->KW, (long long)s->OH,
              (long long)s->OW, (long long)s->sh, (long long)s->sw, (long long)s->ph,
              (long long)s->pw, (long long)s->dh, (long long)s->dw, (long long)s->groups, c->bias,
-             c->need_gx, c->need_gw, (int)c->layout);
+             c->need_gx, c->need_gw, (int)c->layout, c->fmt);
 }
 
-static int forward_f32(const dl_conv2d_shape *s, float *y, const float *x, const float *w,
+static int forward_f32(const dl_conv2d_shape *s, int fmt, float *y, const float *x, const float *w,
                        const float *b) {
-    conv_ctx c = {s, b != NULL, 0, 0, layout_for(s)};
+    conv_ctx c = {s, b != NULL, 0, 0, layout_for(s), fmt};
     char key[DL_DNNL_KEY_LEN];
     conv_key(key, "fwd", &c);
     dl_dnnl_entry *e = dl_dnnl_cache_get(key, build_fwd, &c);
@@ -300,11 +327,11 @@ done:
     return rc;
 }
 
-static int backward_f32(const dl_conv2d_shape *s, float *gx, float *gw, float *gb, const float *gy,
-                        const float *x, const float *w) {
+static int backward_f32(const dl_conv2d_shape *s, int fmt, float *gx, float *gw, float *gb,
+                        const float *gy, const float *x, const float *w) {
     /* oneDNN computes gb with gw; alone it is a reduction */
-    conv_ctx c = {s, gw && gb, gx != NULL, gw != NULL, layout_for(s)};
-    if (gb && !gw) bias_grad_float(s, gb, gy);
+    conv_ctx c = {s, gw && gb, gx != NULL, gw != NULL, layout_for(s), fmt};
+    if (gb && !gw) bias_grad_float(s, fmt & DL_CONV_FMT_NHWC, gb, gy);
     if (!gx && !gw) return 0;
     char key[DL_DNNL_KEY_LEN];
     conv_key(key, "bwd", &c);
@@ -464,19 +491,24 @@ static int backward_f64(const dl_conv2d_shape *s, double *gx, double *gw, double
 
 /* --- entry points --------------------------------------------------------------- */
 
-int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, void *y, const void *x,
+int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, void *y, const void *x,
                           const void *w, const void *b) {
+    if (fmt && dt != DL_DTYPE_F32)
+        return dl_error("conv2d: channels-last operands need float32, got %s", dl_dtype_name(dt));
     switch (dt) {
-    case DL_DTYPE_F32: return forward_f32(s, y, x, w, b);
+    case DL_DTYPE_F32: return forward_f32(s, fmt, y, x, w, b);
     case DL_DTYPE_F64: return forward_f64(s, y, x, w, b);
     default: return dl_error("conv2d: no CPU kernel for %s", dl_dtype_name(dt));
     }
 }
 
-int dl_cpu_conv2d_backward(dl_dtype dt, const dl_conv2d_shape *s, void *gx, void *gw, void *gb,
-                           const void *gy, const void *x, const void *w) {
+int dl_cpu_conv2d_backward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, void *gx, void *gw,
+                           void *gb, const void *gy, const void *x, const void *w) {
+    if (fmt && dt != DL_DTYPE_F32)
+        return dl_error("conv2d_backward: channels-last operands need float32, got %s",
+                        dl_dtype_name(dt));
     switch (dt) {
-    case DL_DTYPE_F32: return backward_f32(s, gx, gw, gb, gy, x, w);
+    case DL_DTYPE_F32: return backward_f32(s, fmt, gx, gw, gb, gy, x, w);
     case DL_DTYPE_F64: return backward_f64(s, gx, gw, gb, gy, x, w);
     default: return dl_error("conv2d_backward: no CPU kernel for %s", dl_dtype_name(dt));
     }

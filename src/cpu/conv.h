@@ -2,7 +2,8 @@
  *
  * float32 runs on oneDNN convolution primitives (cached per shape, see
  * dnnl_util.h); float64 runs on im2col + our GEMM (src/cpu/gemm.h) and exists
- * for gradient checks.  All buffers are contiguous, row-major, of one dtype;
+ * for gradient checks.  All buffers are dense, of one dtype (float32 may be
+ * channels-last, see DL_CONV_FMT_*), otherwise contiguous row-major;
  * shapes are described by dl_conv2d_shape and were validated by the op layer
  * (src/ops/nn_conv.c): every size is positive, OH/OW follow PyTorch's formula
  * floor((H + 2*ph - dh*(KH-1) - 1) / sh) + 1.  No Lua, no allocation of
@@ -24,18 +25,23 @@ typedef struct dl_conv2d_shape {
     int64_t groups;     /* C and O are multiples of it */
 } dl_conv2d_shape;
 
+/* Memory layouts of the operands, a bit mask (0: all as below).  NHWC: x, y,
+ * gx, gy are (N,H,W,C)/(N,OH,OW,O) in memory (channels-last); W_OHWI: w and
+ * gw are (O,KH,KW,C/groups).  float32 only. */
+enum { DL_CONV_FMT_NHWC = 1, DL_CONV_FMT_W_OHWI = 2 };
+
 /* y = conv(x, w) + b.  dt is F32 or F64.
- * y is (N,O,OH,OW), x is (N,C,H,W), w is (O,C/groups,KH,KW), b is (O) or NULL.
- * Returns 0, or -1 with dl_last_error set. */
-int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, void *y, const void *x,
+ * y is (N,O,OH,OW), x is (N,C,H,W), w is (O,C/groups,KH,KW), b is (O) or NULL
+ * (in memory as fmt says).  Returns 0, or -1 with dl_last_error set. */
+int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, void *y, const void *x,
                           const void *w, const void *b);
 
 /* Gradients of conv2d given gy = dL/dy.  Each output may be NULL (not wanted).
  * gx is (N,C,H,W), gw is (O,C/groups,KH,KW), gb is (O); gy is (N,O,OH,OW),
  * x is (N,C,H,W) (read only when gw is wanted), w is (O,C/groups,KH,KW) (read
  * only when gx is wanted). */
-int dl_cpu_conv2d_backward(dl_dtype dt, const dl_conv2d_shape *s, void *gx, void *gw, void *gb,
-                           const void *gy, const void *x, const void *w);
+int dl_cpu_conv2d_backward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, void *gx, void *gw,
+                           void *gb, const void *gy, const void *x, const void *w);
 
 /* How float32 convolutions hand tensors to oneDNN: PLAIN binds our NCHW/OIHW
  * buffers directly; ANY lets oneDNN pick blocked layouts and reorders to and

@@ -365,6 +365,23 @@ done:
     return rc;
 }
 
+/* The CPU kernels' operand layouts (DL_CONV_FMT_*) for float32 x and w:
+ * channels-last activations when x (4-D) is channels-last and not also plain
+ * contiguous, OHWI weights when w is; float64 and the half types run NCHW. */
+static int cpu_conv_fmt(const dl_tensor *x, const dl_tensor *w) {
+    if (x->dtype != DL_DTYPE_F32 || w->dtype != DL_DTYPE_F32) return 0;
+    int fmt = 0;
+    if (x->ndim == 4 && conv_nhwc(x)) fmt |= DL_CONV_FMT_NHWC;
+    if (!dl_tensor_is_contiguous(w) && conv_channels_last(w)) fmt |= DL_CONV_FMT_W_OHWI;
+    return fmt;
+}
+
+/* t in the compute dtype ct and laid out channels-last (cl) or contiguous. */
+static dl_tensor *prep_conv(dl_tensor *t, dl_dtype ct, bool cl) {
+    if (!cl) return prep(t, ct);
+    return conv_layout(t, true); /* cl implies float32 = ct */
+}
+
 /* The CUDA paths: channels-last first where x is; should cuDNN refuse that
  * layout for this shape and dtype, contiguous NCHW (same values, results in
  * NCHW). */
@@ -398,8 +415,10 @@ dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_
     if (dev.type == DL_DEVICE_CUDA) return conv2d_forward_cuda(&s, x, w, b, dev);
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t yshape[4] = {s.N, s.O, s.OH, s.OW};
-    dl_tensor *t[4] = {prep(x, ct), prep(w, ct), b ? prep(b, ct) : NULL,
-                       dl_tensor_empty(4, yshape, ct, DL_CPU)};
+    int fmt = cpu_conv_fmt(x, w);
+    bool nhwc = fmt & DL_CONV_FMT_NHWC;
+    dl_tensor *t[4] = {prep_conv(x, ct, nhwc), prep_conv(w, ct, fmt & DL_CONV_FMT_W_OHWI),
+                       b ? prep(b, ct) : NULL, conv_empty(yshape, ct, DL_CPU, nhwc)};
     dl_tensor *y = NULL;
     if (!t[0] || !t[1] || (b && !t[2]) || !t[3]) goto done;
     int rc;
@@ -409,12 +428,13 @@ dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_
         rc = fill_bias(t[3], t[2]);
     else
         rc =
-            dl_cpu_conv2d_forward(ct, &s, dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[0]),
+            dl_cpu_conv2d_forward(ct, &s, fmt, dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[0]),
                                   dl_tensor_data_ptr(t[1]), t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
     if (rc) goto done;
     y = t[3];
     t[3] = NULL;
-    if (finish(&y, dt, x->ndim, x->ndim == 4 ? yshape : yshape + 1)) y = NULL;
+    /* (a channels-last y is float32 and 4-D already) */
+    if (!nhwc && finish(&y, dt, x->ndim, x->ndim == 4 ? yshape : yshape + 1)) y = NULL;
 done:
     release_all(t, 4);
     return y;
@@ -444,12 +464,15 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
         return conv2d_backward_cuda(&s, gy, x, w, need, dev, gx, gw, gb);
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t xshape[4] = {s.N, s.C, s.H, s.W};
+    /* gy, x and gx channels-last when x is; w and gw in w's layout */
+    int fmt = gy->dtype == DL_DTYPE_F32 ? cpu_conv_fmt(x, w) : 0;
+    bool nhwc = fmt & DL_CONV_FMT_NHWC, ohwi = fmt & DL_CONV_FMT_W_OHWI;
     /* in: gy x w; out: gx gw gb */
-    dl_tensor *t[6] = {prep(gy, ct),
-                       need[1] ? prep(x, ct) : NULL,
-                       need[0] ? prep(w, ct) : NULL,
-                       need[0] ? dl_tensor_empty(4, xshape, ct, DL_CPU) : NULL,
-                       need[1] ? dl_tensor_empty(4, w->shape, ct, DL_CPU) : NULL,
+    dl_tensor *t[6] = {prep_conv(gy, ct, nhwc),
+                       need[1] ? prep_conv(x, ct, nhwc) : NULL,
+                       need[0] ? prep_conv(w, ct, ohwi) : NULL,
+                       need[0] ? conv_empty(xshape, ct, DL_CPU, nhwc) : NULL,
+                       need[1] ? conv_empty(w->shape, ct, DL_CPU, ohwi) : NULL,
                        need[2] ? dl_tensor_empty(1, &s.O, ct, DL_CPU) : NULL};
     int rc = -1;
     if (!t[0] || (need[1] && (!t[1] || !t[4])) || (need[0] && (!t[2] || !t[3])) ||
@@ -463,18 +486,20 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
         if (rc == 0 && t[5] && dl_tensor_numel(t[0]) > 0) {
             dl_conv2d_shape s1 = s;
             s1.C = s1.groups; /* only gb is computed: no input read */
-            rc = dl_cpu_conv2d_backward(ct, &s1, NULL, NULL, dl_tensor_data_ptr(t[5]),
+            rc = dl_cpu_conv2d_backward(ct, &s1, fmt, NULL, NULL, dl_tensor_data_ptr(t[5]),
                                         dl_tensor_data_ptr(t[0]), NULL, NULL);
         }
     } else {
         rc = dl_cpu_conv2d_backward(
-            ct, &s, t[3] ? dl_tensor_data_ptr(t[3]) : NULL, t[4] ? dl_tensor_data_ptr(t[4]) : NULL,
-            t[5] ? dl_tensor_data_ptr(t[5]) : NULL, dl_tensor_data_ptr(t[0]),
-            t[1] ? dl_tensor_data_ptr(t[1]) : NULL, t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
+            ct, &s, fmt, t[3] ? dl_tensor_data_ptr(t[3]) : NULL,
+            t[4] ? dl_tensor_data_ptr(t[4]) : NULL, t[5] ? dl_tensor_data_ptr(t[5]) : NULL,
+            dl_tensor_data_ptr(t[0]), t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
+            t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
     }
     if (rc) goto done;
-    if (finish(&t[3], dt, x->ndim, x->ndim == 4 ? xshape : xshape + 1) ||
-        finish(&t[4], dt, 4, w->shape) || finish(&t[5], dt, 1, &s.O)) {
+    /* (channels-last gx and OHWI gw are float32 and 4-D already) */
+    if ((!nhwc && finish(&t[3], dt, x->ndim, x->ndim == 4 ? xshape : xshape + 1)) ||
+        (!ohwi && finish(&t[4], dt, 4, w->shape)) || finish(&t[5], dt, 1, &s.O)) {
         rc = -1;
         goto done;
     }

@@ -48,7 +48,10 @@ function BasicBlock:forward(x)
   local out = self.relu(self.bn1(self.conv1(x)))
   out = self.bn2(self.conv2(out))
   if self.downsample then identity = self.downsample(x) end
-  return self.relu(out + identity)
+  -- in place, as torchvision's `out += identity`: batch norm's backward does
+  -- not read its output, so autograd allows it, and it saves a buffer
+  out:add_(identity)
+  return self.relu(out)
 end
 
 -- Bottleneck: 1x1 reduce, 3x3 (stride, groups), 1x1 expand (x4)
@@ -76,7 +79,10 @@ function Bottleneck:forward(x)
   out = self.relu(self.bn2(self.conv2(out)))
   out = self.bn3(self.conv3(out))
   if self.downsample then identity = self.downsample(x) end
-  return self.relu(out + identity)
+  -- in place, as torchvision's `out += identity`: batch norm's backward does
+  -- not read its output, so autograd allows it, and it saves a buffer
+  out:add_(identity)
+  return self.relu(out)
 end
 
 local ResNet = nn.Module:extend("ResNet")

@@ -1,0 +1,115 @@
+-- test_channels_last_cpu.lua - float32 networks run channels-last on the CPU:
+-- conv2d binds NHWC activations (and OHWI weights) to oneDNN directly, keeps
+-- the layout for its output and gradients, and agrees with the NCHW path to
+-- float32 rounding; a leaf's gradient takes the leaf's layout; a whole ResNet
+-- trained channels-last matches the same ResNet trained NCHW.
+local T = require "testlib"
+local dl = require "dl"
+local F = dl.nn.functional
+
+local CL = {memory_format = "channels_last"}
+
+local function is_cl(t) return t:dim() == 4 and t:is_contiguous(CL) and not t:is_contiguous() end
+
+-- max |a - b| / (1 + max |b|)
+local function rel_err(a, b)
+  return (a - b):abs():max():item() / (1 + b:abs():max():item())
+end
+
+T.case("conv2d channels-last: values, layouts and gradients match NCHW", function()
+  dl.manual_seed(3)
+  -- C, O, kernel, stride, padding, dilation, groups, bias
+  local configs = {
+    {3, 16, 7, 2, 3, 1, 1, false},
+    {16, 24, 3, 1, 1, 1, 1, true},
+    {16, 32, 1, 2, 0, 1, 1, false},
+    {16, 32, 3, 1, 2, 2, 1, true},
+    {16, 32, 3, 2, 1, 1, 4, true},
+    {8, 8, 3, 1, 1, 1, 8, false},
+  }
+  for _, c in ipairs(configs) do
+    local C, O, k, st, pad, dil, g, has_b = table.unpack(c)
+    local opts = {stride = st, padding = pad, dilation = dil, groups = g}
+    local x = dl.randn(2, C, 13, 11)
+    local w = dl.randn(O, C // g, k, k)
+    local b = has_b and dl.randn(O) or nil
+    local xr, wr = x:clone():requires_grad_(), w:clone():requires_grad_()
+    local br = b and b:clone():requires_grad_() or nil
+    local y = F.conv2d(xr, wr, br, opts)
+    local gy = dl.randn(y.shape)
+    y:backward(gy)
+    for _, wcl in ipairs({false, true}) do
+      local xc = x:contiguous(CL):requires_grad_()
+      local wc = (wcl and w:contiguous(CL) or w:clone()):requires_grad_()
+      local bc = b and b:clone():requires_grad_() or nil
+      local yc = F.conv2d(xc, wc, bc, opts)
+      local what = string.format("C%d O%d k%d s%d p%d d%d g%d w%s", C, O, k, st, pad, dil, g,
+        wcl and "CL" or "plain")
+      T.truthy(is_cl(yc), what .. ": output channels-last")
+      T.truthy(rel_err(yc, y) < 1e-5, what .. ": output")
+      yc:backward(gy)
+      T.truthy(is_cl(xc.grad), what .. ": input gradient channels-last")
+      T.truthy(rel_err(xc.grad, xr.grad) < 1e-5, what .. ": input gradient")
+      T.truthy(wc.grad:is_contiguous(wcl and CL or nil), what .. ": weight gradient in the weight's layout")
+      T.truthy(rel_err(wc.grad, wr.grad) < 1e-5, what .. ": weight gradient")
+      if b then T.truthy(rel_err(bc.grad, br.grad) < 1e-5, what .. ": bias gradient") end
+    end
+  end
+end)
+
+T.case("conv2d channels-last: gradient of a channels-last grad_output, bias alone", function()
+  dl.manual_seed(4)
+  local x = dl.randn(2, 8, 9, 9):contiguous(CL)
+  local w = dl.randn(16, 8, 3, 3)
+  local b = dl.randn(16):requires_grad_()
+  local y = F.conv2d(x, w, b, {padding = 1})
+  local gy = dl.randn(2, 16, 9, 9):contiguous(CL)
+  y:backward(gy)
+  -- the bias gradient alone (no weight gradient): sum of gy over N, H, W
+  T.truthy(rel_err(b.grad, gy:sum({1, 3, 4})) < 1e-6, "bias gradient")
+end)
+
+T.case("leaf gradients take the leaf's layout", function()
+  local p = dl.randn(4, 3, 2, 2):contiguous(CL):requires_grad_()
+  local q = dl.randn(4, 3, 2, 2):requires_grad_()
+  local loss = (p * 2):sum() + (q:contiguous(CL) * 3):sum()
+  loss:backward()
+  T.truthy(is_cl(p.grad), "channels-last leaf: channels-last gradient")
+  T.truthy(q.grad:is_contiguous(), "contiguous leaf: contiguous gradient")
+  T.tensor_eq(p.grad, dl.full({4, 3, 2, 2}, 2), 0)
+  T.tensor_eq(q.grad, dl.full({4, 3, 2, 2}, 3), 0)
+end)
+
+T.case("resnet18 trained channels-last matches NCHW", function()
+  local function run(cl)
+    dl.manual_seed(11)
+    local model = dl.models.resnet18({num_classes = 10})
+    local x = dl.randn(2, 3, 64, 64)
+    local y = dl.tensor({3, 7})
+    if cl then
+      model:to(CL)
+      x = x:contiguous(CL)
+    end
+    local opt = dl.optim.SGD(model:parameters(), {lr = 0.01, momentum = 0.9})
+    local losses = {}
+    for i = 1, 3 do
+      opt:zero_grad()
+      local loss = F.cross_entropy(model(x), y)
+      loss:backward()
+      opt:step()
+      losses[i] = loss:item()
+    end
+    model:eval()
+    local out = dl.no_grad(function() return model(x) end)
+    return losses, out, model.conv1.weight.grad, model.fc.weight
+  end
+  local l0, o0, g0, f0 = run(false)
+  local l1, o1, g1, f1 = run(true)
+  for i = 1, #l0 do T.truthy(math.abs(l0[i] - l1[i]) < 1e-4, "loss at step " .. i) end
+  T.truthy(rel_err(o1, o0) < 1e-4, "evaluation output")
+  T.truthy(is_cl(g1), "stem weight gradient channels-last")
+  T.truthy(rel_err(g1, g0) < 1e-3, "stem weight gradient")
+  T.truthy(rel_err(f1, f0) < 1e-4, "fc weight after 3 steps")
+end)
+
+T.done()
