@@ -109,6 +109,7 @@ typedef struct {
 typedef struct {
     conv_arg a[A_N];
     dnnl_memory_desc_t bias; /* (O), plain */
+    int dst_in_slot;         /* forward with a sum post-op: reorder of y in, or -1 */
 } conv_layouts;
 
 /* Slots of a cache entry. */
@@ -119,7 +120,8 @@ typedef struct {
     int bias; /* forward: has bias; backward: gb computed by oneDNN */
     int need_gx, need_gw;
     dl_conv_layout layout;
-    int fmt; /* DL_CONV_FMT_* */
+    int fmt;  /* DL_CONV_FMT_* */
+    int post; /* DL_CONV_POST_* (forward) */
 } conv_ctx;
 
 typedef struct {
@@ -208,11 +210,20 @@ static int build_fwd(dl_dnnl_entry *e, const void *vctx) {
             &d, dnnl_forward_training, dnnl_convolution_direct, &m.src_p, &m.wei_p,
             c->bias ? &m.bias : NULL, &m.dst_p, m.strides, m.dil, m.pad, m.pad)))
         return -1;
-    if (dl_dnnl_entry_add(e, S_FWD, &d, NULL, 1)) return -1;
+    if (dl_dnnl_entry_add_post(e, S_FWD, &d, NULL, 1, c->post & DL_CONV_POST_SUM,
+                               c->post & DL_CONV_POST_RELU))
+        return -1;
     if (set_arg(e, L, A_SRC, &m.src, S_FWD, dnnl_query_src_md, S_REORDER + 0, 0) ||
         set_arg(e, L, A_WEI, &m.wei, S_FWD, dnnl_query_weights_md, S_REORDER + 1, 0) ||
         set_arg(e, L, A_DST, &m.dst, S_FWD, dnnl_query_dst_md, S_REORDER + 2, 1))
         return -1;
+    /* a sum post-op reads y: in oneDNN's layout, y goes in through a reorder */
+    L->dst_in_slot = -1;
+    if ((c->post & DL_CONV_POST_SUM) && L->a[A_DST].slot >= 0) {
+        L->dst_in_slot = S_REORDER + 3;
+        if (dl_dnnl_entry_add_reorder(e, L->dst_in_slot, &L->a[A_DST].user, &L->a[A_DST].prim))
+            return -1;
+    }
     return 0;
 }
 
@@ -293,17 +304,17 @@ static void conv_key(char *key, const char *what, const conv_ctx *c) {
     const dl_conv2d_shape *s = c->s;
     snprintf(key, DL_DNNL_KEY_LEN,
              "conv2d_%s f32 x%lld,%lld,%lld,%lld w%lld,%lld,%lld y%lld,%lld s%lld,%lld "
-             "p%lld,%lld d%lld,%lld g%lld b%d n%d%d l%d f%d",
+             "p%lld,%lld d%lld,%lld g%lld b%d n%d%d l%d f%d o%d",
              what, (long long)s->N, (long long)s->C, (long long)s->H, (long long)s->W,
              (long long)s->O, (long long)s->KH, (long long)s->KW, (long long)s->OH,
              (long long)s->OW, (long long)s->sh, (long long)s->sw, (long long)s->ph,
              (long long)s->pw, (long long)s->dh, (long long)s->dw, (long long)s->groups, c->bias,
-             c->need_gx, c->need_gw, (int)c->layout, c->fmt);
+             c->need_gx, c->need_gw, (int)c->layout, c->fmt, c->post);
 }
 
-static int forward_f32(const dl_conv2d_shape *s, int fmt, float *y, const float *x, const float *w,
-                       const float *b) {
-    conv_ctx c = {s, b != NULL, 0, 0, layout_for(s), fmt};
+static int forward_f32(const dl_conv2d_shape *s, int fmt, int post, float *y, const float *x,
+                       const float *w, const float *b) {
+    conv_ctx c = {s, b != NULL, 0, 0, layout_for(s), fmt, post};
     char key[DL_DNNL_KEY_LEN];
     conv_key(key, "fwd", &c);
     dl_dnnl_entry *e = dl_dnnl_cache_get(key, build_fwd, &c);
@@ -319,6 +330,11 @@ static int forward_f32(const dl_conv2d_shape *s, int fmt, float *y, const float 
         dl_dnnl_args_free(&args);
         goto done;
     }
+    if (L->dst_in_slot >= 0 && dl_dnnl_reorder(e->prim[L->dst_in_slot], &L->a[A_DST].user, y,
+                                               &L->a[A_DST].prim, t.p[A_DST])) {
+        dl_dnnl_args_free(&args);
+        goto done;
+    }
     if (dl_dnnl_execute(e->prim[S_FWD], &args) || out_done(e, A_DST, y, &t)) goto done;
     rc = 0;
 done:
@@ -330,7 +346,7 @@ done:
 static int backward_f32(const dl_conv2d_shape *s, int fmt, float *gx, float *gw, float *gb,
                         const float *gy, const float *x, const float *w) {
     /* oneDNN computes gb with gw; alone it is a reduction */
-    conv_ctx c = {s, gw && gb, gx != NULL, gw != NULL, layout_for(s), fmt};
+    conv_ctx c = {s, gw && gb, gx != NULL, gw != NULL, layout_for(s), fmt, 0};
     if (gb && !gw) bias_grad_float(s, fmt & DL_CONV_FMT_NHWC, gb, gy);
     if (!gx && !gw) return 0;
     char key[DL_DNNL_KEY_LEN];
@@ -491,12 +507,13 @@ static int backward_f64(const dl_conv2d_shape *s, double *gx, double *gw, double
 
 /* --- entry points --------------------------------------------------------------- */
 
-int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, void *y, const void *x,
-                          const void *w, const void *b) {
-    if (fmt && dt != DL_DTYPE_F32)
-        return dl_error("conv2d: channels-last operands need float32, got %s", dl_dtype_name(dt));
+int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, int post, void *y,
+                          const void *x, const void *w, const void *b) {
+    if ((fmt || post) && dt != DL_DTYPE_F32)
+        return dl_error("conv2d: channels-last operands and post-ops need float32, got %s",
+                        dl_dtype_name(dt));
     switch (dt) {
-    case DL_DTYPE_F32: return forward_f32(s, fmt, y, x, w, b);
+    case DL_DTYPE_F32: return forward_f32(s, fmt, post, y, x, w, b);
     case DL_DTYPE_F64: return forward_f64(s, y, x, w, b);
     default: return dl_error("conv2d: no CPU kernel for %s", dl_dtype_name(dt));
     }

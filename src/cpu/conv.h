@@ -30,11 +30,15 @@ typedef struct dl_conv2d_shape {
  * gw are (O,KH,KW,C/groups).  float32 only. */
 enum { DL_CONV_FMT_NHWC = 1, DL_CONV_FMT_W_OHWI = 2 };
 
+/* Post-ops of a float32 forward, a bit mask: SUM adds the result to y's
+ * previous contents, then RELU clamps at 0 (inference fusion, no gradient). */
+enum { DL_CONV_POST_SUM = 1, DL_CONV_POST_RELU = 2 };
+
 /* y = conv(x, w) + b.  dt is F32 or F64.
  * y is (N,O,OH,OW), x is (N,C,H,W), w is (O,C/groups,KH,KW), b is (O) or NULL
  * (in memory as fmt says).  Returns 0, or -1 with dl_last_error set. */
-int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, void *y, const void *x,
-                          const void *w, const void *b);
+int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, int post, void *y,
+                          const void *x, const void *w, const void *b);
 
 /* Gradients of conv2d given gy = dL/dy.  Each output may be NULL (not wanted).
  * gx is (N,C,H,W), gw is (O,C/groups,KH,KW), gb is (O); gy is (N,O,OH,OW),

@@ -213,12 +213,33 @@ static dnnl_primitive_attr_t user_scratchpad_attr(void) {
     return attr;
 }
 
+/* Appends to attr the post-ops sum (scale 1) when sum, then ReLU when relu. */
+static int set_post_ops(dnnl_primitive_attr_t attr, int sum, int relu) {
+    if (!sum && !relu) return 0;
+    dnnl_post_ops_t po;
+    if (DL_DNNL(dnnl_post_ops_create(&po))) return -1;
+    int rc = (sum && DL_DNNL(dnnl_post_ops_append_sum(po, 1.0f))) ||
+             (relu && DL_DNNL(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0, 0))) ||
+             DL_DNNL(dnnl_primitive_attr_set_post_ops(attr, po));
+    dnnl_post_ops_destroy(po);
+    return rc ? -1 : 0;
+}
+
 int dl_dnnl_entry_add(dl_dnnl_entry *e, int i, const_dnnl_op_desc_t desc,
                       const_dnnl_primitive_desc_t hint, int make_prim) {
+    return dl_dnnl_entry_add_post(e, i, desc, hint, make_prim, 0, 0);
+}
+
+int dl_dnnl_entry_add_post(dl_dnnl_entry *e, int i, const_dnnl_op_desc_t desc,
+                           const_dnnl_primitive_desc_t hint, int make_prim, int sum, int relu) {
     dnnl_engine_t eng = dl_dnnl_engine();
     if (!eng) return -1;
     dnnl_primitive_attr_t attr = user_scratchpad_attr();
     if (!attr) return -1;
+    if (set_post_ops(attr, sum, relu)) {
+        dnnl_primitive_attr_destroy(attr);
+        return -1;
+    }
     dnnl_status_t st = dnnl_primitive_desc_create(&e->pd[i], desc, attr, eng, hint);
     dnnl_primitive_attr_destroy(attr);
     if (DL_DNNL(st)) {

@@ -73,6 +73,10 @@ int dl_dnnl_cache_size(void);
  * only (a forward pd kept as the hint of backward ones). */
 int dl_dnnl_entry_add(dl_dnnl_entry *e, int i, const_dnnl_op_desc_t desc,
                       const_dnnl_primitive_desc_t hint, int make_prim);
+/* dl_dnnl_entry_add with post-ops: the result is added to the destination's
+ * previous contents (sum), then passed through ReLU (relu), in that order. */
+int dl_dnnl_entry_add_post(dl_dnnl_entry *e, int i, const_dnnl_op_desc_t desc,
+                           const_dnnl_primitive_desc_t hint, int make_prim, int sum, int relu);
 /* A reorder from md `from` to md `to` in slot i (both f32 descriptors). */
 int dl_dnnl_entry_add_reorder(dl_dnnl_entry *e, int i, const dnnl_memory_desc_t *from,
                               const dnnl_memory_desc_t *to);

@@ -7,6 +7,8 @@
  *
  *   dl._nn.conv2d_forward(x, w, b_or_nil, {stride=, padding=, dilation=, groups=})
  *   dl._nn.conv2d_backward(gy, x, w, {..., need={gx, gw, gb}}) -> gx, gw, gb
+ *   dl._nn.conv2d_fused(x, w, b_or_nil, {..., add=t, relu=bool}) -> relu(conv + add)
+ *       (inference only: an error when a gradient would be needed)
  *   dl._nn.batch_norm_forward(x, w, b, rm, rv, {training=, momentum=, eps=,
  *                             cumulative=, num_batches_tracked=})
  *       -> y, save_mean, save_invstd (training) | y (evaluation)
@@ -34,6 +36,7 @@
  * Absent tensors (no bias, no running stats) are nil.  Options are checked
  * (unknown keys are errors) before any tensor is created. */
 #include "lbind.h"
+#include "autograd/autograd.h"
 #include "ops/nn_conv.h"
 
 /* An optional tensor argument: nil -> NULL. */
@@ -142,6 +145,29 @@ static int l_conv2d_forward(lua_State *L) {
     dl_tensor *b = opttensor(L, 3);
     dl_conv2d_params p = conv_opts(L, 4, "conv2d", false);
     return dlL_pushtensor(L, dl_conv2d(x, w, b, &p));
+}
+
+static int l_conv2d_fused(lua_State *L) {
+    static const char *const keys[] = {"stride", "padding", "dilation", "groups",
+                                       "add",    "relu",    NULL};
+    dl_tensor *x = dlL_checktensor(L, 1);
+    dl_tensor *w = dlL_checktensor(L, 2);
+    dl_tensor *b = opttensor(L, 3);
+    dlL_checkoptions(L, 4, "conv2d_fused", keys);
+    dl_conv2d_params p;
+    opt_pair(L, 4, "conv2d_fused", "stride", one2, p.stride);
+    opt_pair(L, 4, "conv2d_fused", "padding", zero2, p.padding);
+    opt_pair(L, 4, "conv2d_fused", "dilation", one2, p.dilation);
+    p.groups = dlL_optinteger(L, 4, "groups", 1);
+    bool relu = dlL_optboolean(L, 4, "relu", 0);
+    dl_tensor *add = NULL;
+    if (dlL_optfield(L, 4, "add") != LUA_TNIL) add = dlL_checktensor(L, -1);
+    lua_pop(L, 1); /* the tensor stays referenced by the options table */
+    if (dl_grad_enabled() && (x->requires_grad || w->requires_grad || (b && b->requires_grad) ||
+                              (add && add->requires_grad)))
+        return luaL_error(L, "conv2d_fused: computes no gradient; call it under dl.no_grad or "
+                             "with tensors that do not require grad");
+    return dlL_pushtensor(L, dl_conv2d_forward_post(x, w, b, &p, add, relu));
 }
 
 static int l_conv2d_backward(lua_State *L) {
@@ -365,6 +391,7 @@ void dlL_open_nn_conv(lua_State *L) {
         {"adaptive_max_pool2d_forward", l_adaptive_max_pool2d_forward},
         {"adaptive_max_pool2d_backward", l_adaptive_max_pool2d_backward},
         {"conv2d_backward", l_conv2d_backward},
+        {"conv2d_fused", l_conv2d_fused},
         {NULL, NULL},
     };
     dlL_register_in(L, "_nn", fns); /* shared with other families */

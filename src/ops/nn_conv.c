@@ -12,6 +12,7 @@
  * validated sizes, so they never read or write out of bounds. */
 #include "ops/nn_conv.h"
 #include "ops/views.h"
+#include "ops/elementwise.h"
 #include "core/error.h"
 #include "cpu/batchnorm.h"
 #include "cpu/conv.h"
@@ -427,14 +428,70 @@ dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_
     else if (s.C == 0 || s.H == 0 || s.W == 0)
         rc = fill_bias(t[3], t[2]);
     else
-        rc =
-            dl_cpu_conv2d_forward(ct, &s, fmt, dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[0]),
-                                  dl_tensor_data_ptr(t[1]), t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
+        rc = dl_cpu_conv2d_forward(ct, &s, fmt, 0, dl_tensor_data_ptr(t[3]),
+                                   dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]),
+                                   t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
     if (rc) goto done;
     y = t[3];
     t[3] = NULL;
     /* (a channels-last y is float32 and 4-D already) */
     if (!nhwc && finish(&y, dt, x->ndim, x->ndim == 4 ? yshape : yshape + 1)) y = NULL;
+done:
+    release_all(t, 4);
+    return y;
+}
+
+/* y = relu?(conv2d(x, w, b) + add?) with the add and ReLU done by oneDNN as
+ * post-ops of a float32 CPU convolution (4-D x); otherwise by the plain ops. */
+dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
+                                  const dl_conv2d_params *p, dl_tensor *add, bool relu) {
+    const char *op = "conv2d";
+    dl_conv2d_shape s;
+    dl_device dev;
+    dl_tensor *ts[4] = {x, w, b, add};
+    if (dl_common_device(op, 4, ts, &dev) || conv_geometry(op, x, w, b, p, &s)) return NULL;
+    int64_t yshape[4] = {s.N, s.O, s.OH, s.OW};
+    if (add && (add->ndim != x->ndim || memcmp(add->shape, x->ndim == 4 ? yshape : yshape + 1,
+                                               sizeof(int64_t) * (size_t)x->ndim) != 0)) {
+        char a[96], e[96];
+        dl_error("%s: the tensor to add has shape %s, expected the output's %s", op,
+                 shape_of(add, a, sizeof a),
+                 dl_shape_str(x->ndim, x->ndim == 4 ? yshape : yshape + 1, e, sizeof e));
+        return NULL;
+    }
+    bool fused = dev.type == DL_DEVICE_CPU && x->ndim == 4 && x->dtype == DL_DTYPE_F32 &&
+                 w->dtype == DL_DTYPE_F32 && (!b || b->dtype == DL_DTYPE_F32) &&
+                 (!add || add->dtype == DL_DTYPE_F32) && s.N * s.O * s.C * s.H * s.W > 0;
+    if (!fused) {
+        dl_tensor *y = dl_conv2d_forward(x, w, b, p);
+        if (y && add) {
+            dl_tensor *z = dl_add(y, add, 1.0);
+            dl_tensor_release(y);
+            y = z;
+        }
+        if (y && relu) {
+            dl_tensor *zero = dl_tensor_zeros(0, NULL, y->dtype, DL_CPU);
+            dl_tensor *z = zero ? dl_maximum(y, zero) : NULL;
+            dl_tensor_release(zero);
+            dl_tensor_release(y);
+            y = z;
+        }
+        return y;
+    }
+    int fmt = cpu_conv_fmt(x, w);
+    bool nhwc = fmt & DL_CONV_FMT_NHWC;
+    dl_tensor *t[4] = {
+        prep_conv(x, DL_DTYPE_F32, nhwc), prep_conv(w, DL_DTYPE_F32, fmt & DL_CONV_FMT_W_OHWI),
+        b ? prep(b, DL_DTYPE_F32) : NULL, conv_empty(yshape, DL_DTYPE_F32, DL_CPU, nhwc)};
+    dl_tensor *y = NULL;
+    if (!t[0] || !t[1] || (b && !t[2]) || !t[3] || (add && dl_tensor_copy_(t[3], add))) goto done;
+    int post = (add ? DL_CONV_POST_SUM : 0) | (relu ? DL_CONV_POST_RELU : 0);
+    if (dl_cpu_conv2d_forward(DL_DTYPE_F32, &s, fmt, post, dl_tensor_data_ptr(t[3]),
+                              dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]),
+                              t[2] ? dl_tensor_data_ptr(t[2]) : NULL) == 0) {
+        y = t[3];
+        t[3] = NULL;
+    }
 done:
     release_all(t, 4);
     return y;

@@ -38,6 +38,14 @@ dl_conv2d_params dl_conv2d_default_params(void);
  * OH = floor((H + 2*padding - dilation*(KH-1) - 1) / stride) + 1. */
 dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_params *p);
 
+/* Inference fusion: relu(conv2d(x, w, b) + add) with add (the output's
+ * shape) or NULL and the ReLU optional; float32 4-D CPU convolutions run the
+ * add and ReLU as oneDNN post-ops (no extra pass over y), others compute the
+ * same with the plain ops.  No autograd: the Lua layer refuses it when a
+ * gradient would be needed. */
+dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
+                                  const dl_conv2d_params *p, dl_tensor *add, bool relu);
+
 /* Gradients given gy (N,O,OH,OW): gx like x, gw like w, gb (O).  need[i]
  * false leaves the matching output NULL.  x and w are the forward's inputs. */
 int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2d_params *p,

@@ -2,7 +2,10 @@
 -- (dl.models.fuse_conv_bn_eval, dl.models.optimize_for_inference): the
 -- folded model computes the unfused model's logits up to float32 rounding
 -- (float64: to 1e-12), leaves the tensors it replaced untouched, refuses
--- training afterwards, and bad arguments get clear errors.
+-- training afterwards, and bad arguments get clear errors.  Without autograd
+-- a folded ResNet runs conv + ReLU (+ residual add) as one call
+-- (dl._nn.conv2d_fused, oneDNN post-ops): same values as the separate ops,
+-- in NCHW and channels-last; with autograd it runs them one by one.
 local T = require "testlib"
 local nn = dl.nn
 
@@ -71,6 +74,65 @@ T.case("fuse_conv_bn_eval arguments", function()
   y0 = dl.no_grad(function() return bn(conv(x)) end)
   dl.models.fuse_conv_bn_eval(conv, bn)
   T.truthy(relerr(dl.no_grad(function() return conv(x) end), y0) <= 1e-6, "plain batch norm folds")
+end)
+
+T.case("conv2d_fused: relu(conv + add) equals the separate ops", function()
+  dl.manual_seed(5)
+  local F = dl.nn.functional
+  local CL = {memory_format = "channels_last"}
+  -- C, O, kernel, stride, padding, groups, bias
+  for _, c in ipairs({{3, 8, 7, 2, 3, 1, true}, {8, 16, 3, 1, 1, 1, false}, {8, 16, 1, 2, 0, 1, true},
+                      {8, 8, 3, 1, 1, 4, true}}) do
+    local C, O, k, st, pad, g, has_b = table.unpack(c)
+    local x, w = dl.randn(2, C, 10, 9), dl.randn(O, C // g, k, k)
+    local b = has_b and dl.randn(O) or nil
+    local o = {stride = st, padding = pad, groups = g}
+    local y = F.conv2d(x, w, b, o)
+    local add = dl.randn(y.shape)
+    for _, cl in ipairs({false, true}) do
+      local xi = cl and x:contiguous(CL) or x
+      for _, case in ipairs({{nil, true}, {add, false}, {add, true}, {nil, false}}) do
+        local a, relu = case[1], case[2]
+        local want = a and y + a or y
+        if relu then want = F.relu(want) end
+        local got = dl._nn.conv2d_fused(xi, w, b, {stride = st, padding = pad, groups = g, add = a,
+          relu = relu})
+        T.truthy(relerr(got, want) <= 1e-6, string.format("C%d O%d k%d g%d cl=%s add=%s relu=%s", C, O,
+          k, g, tostring(cl), tostring(a ~= nil), tostring(relu)))
+        T.eq(got:is_contiguous(), not cl, "output layout follows the input's")
+      end
+    end
+  end
+  -- float64 and an unbatched input take the plain ops
+  local x64, w64 = dl.randn(3, 6, 6, {dtype = dl.float64}), dl.randn(4, 3, 3, 3, {dtype = dl.float64})
+  T.truthy(relerr(dl._nn.conv2d_fused(x64, w64, nil, {relu = true}), F.relu(F.conv2d(x64, w64))) <= 1e-15,
+    "float64 unbatched")
+  -- no gradient: refused when one would be needed, fine under no_grad
+  local xg = dl.randn(1, 3, 6, 6):requires_grad_()
+  T.raises(function() dl._nn.conv2d_fused(xg, dl.randn(4, 3, 3, 3), nil, {relu = true}) end,
+    "conv2d_fused: computes no gradient")
+  T.truthy(dl.no_grad(function() return dl._nn.conv2d_fused(xg, dl.randn(4, 3, 3, 3), nil, {}) end),
+    "no_grad")
+  T.raises(function() dl._nn.conv2d_fused(x64, w64, nil, {add = dl.zeros(4, 3, 3, {dtype = dl.float64})}) end,
+    "conv2d: the tensor to add has shape")
+  T.raises(function() dl._nn.conv2d_fused(x64, w64, nil, {relu = true, bogus = 1}) end, "bogus")
+end)
+
+T.case("folded resnet: fused without autograd, separate ops with it, channels-last", function()
+  local m = trained("resnet50", dl.float32)
+  local x = dl.randn(2, 3, 32, 32)
+  local y0 = dl.no_grad(function() return m(x) end)
+  dl.models.optimize_for_inference(m)
+  local fused = dl.no_grad(function() return m(x) end)
+  local xg = x:clone():requires_grad_()
+  local plain = m(xg) -- parameters and input require grad: the modules one by one
+  T.truthy(relerr(fused, y0) <= 1e-5 and relerr(plain, y0) <= 1e-5, "both paths")
+  plain:sum():backward()
+  T.truthy(xg.grad ~= nil and xg.grad:abs():max():item() > 0, "the input's gradient flows")
+  local CL = {memory_format = "channels_last"}
+  m:to(CL)
+  local cl = dl.no_grad(function() return m(x:contiguous(CL)) end)
+  T.truthy(relerr(cl, y0) <= 1e-5, "channels-last folded model")
 end)
 
 T.done()

@@ -12,6 +12,12 @@
 -- assigned; the old ones (an optimizer may hold them) are not written.  The
 -- batch norm is replaced by Identity, so the model is for inference only
 -- afterwards: ResNet:train() refuses a folded model.
+--
+-- A folded ResNet also runs each convolution's ReLU, and each block's
+-- residual add, inside the convolution (dl._nn.conv2d_fused: oneDNN post-ops
+-- on the CPU), whenever no gradient is wanted (under dl.no_grad, or with
+-- parameters and input that do not require grad); otherwise the same modules
+-- run one by one, with autograd.
 local dl = require "dl"
 local util = require "dl.util"
 local nn = require "dl.nn"
@@ -65,10 +71,64 @@ function M.optimize_for_inference(model)
     for _, block in ipairs(layer:children()) do
       for k = 1, 3 do fold(block, "conv" .. k, "bn" .. k) end
       if block.downsample then fold(block.downsample, "0", "1") end
+      block._folded = true
     end
   end
   model._folded = true
   return model
+end
+
+-- --- fused forwards of folded ResNets ------------------------------------------
+
+-- Whether a folded module's forward may skip autograd: no gradient can flow.
+function M.no_grad_needed(m, x)
+  if not dl.is_grad_enabled() then return true end
+  if x.requires_grad then return false end
+  for _, p in ipairs(m:parameters()) do
+    if p.requires_grad then return false end
+  end
+  return true
+end
+
+-- relu?(conv(x) + add?) in one call, or nil when conv's options do not allow it.
+local function conv_fused(conv, x, add, relu)
+  if type(conv.padding) ~= "table" or conv.padding_mode ~= "zeros" then return nil end
+  return dl._nn.conv2d_fused(x, conv.weight, conv.bias, {stride = conv.stride,
+    padding = conv.padding, dilation = conv.dilation, groups = conv.groups, add = add,
+    relu = relu})
+end
+
+local function is_identity(m) return nn.Module.isinstance(m, nn.Identity) end
+
+-- A residual block (BasicBlock: convs 1-2, Bottleneck: 1-3) whose batch norms
+-- are folded, with the fused calls; nil when it cannot be fused.
+function M.block_forward(block, x)
+  local n = block.conv3 and 3 or 2
+  for k = 1, n do
+    if not is_identity(block["bn" .. k]) then return nil end
+  end
+  local identity = x
+  local ds = block.downsample
+  if ds then
+    local c, bn = ds["0"], ds["1"]
+    if not (c and bn and is_identity(bn) and nn.Module.isinstance(c, nn.Conv2d)) or ds["2"] then
+      return nil
+    end
+    identity = conv_fused(c, x, nil, false)
+    if identity == nil then return nil end
+  end
+  local out = x
+  for k = 1, n - 1 do
+    out = conv_fused(block["conv" .. k], out, nil, true)
+    if out == nil then return nil end
+  end
+  return conv_fused(block["conv" .. n], out, identity, true)
+end
+
+-- The stem's conv + ReLU of a folded ResNet; nil when it cannot be fused.
+function M.stem_forward(model, x)
+  if not is_identity(model.bn1) then return nil end
+  return conv_fused(model.conv1, x, nil, true)
 end
 
 return M

@@ -12,6 +12,8 @@ local dl = require "dl"
 local util = require "dl.util"
 local nn = require "dl.nn"
 
+local fuse = require "dl.models.fuse"
+
 local fail = util.fail
 local R = {}
 
@@ -44,6 +46,10 @@ function BasicBlock:__init(inplanes, planes, stride, downsample, groups, base_wi
 end
 
 function BasicBlock:forward(x)
+  if self._folded and fuse.no_grad_needed(self, x) then
+    local y = fuse.block_forward(self, x)
+    if y then return y end
+  end
   local identity = x
   local out = self.relu(self.bn1(self.conv1(x)))
   out = self.bn2(self.conv2(out))
@@ -74,6 +80,10 @@ function Bottleneck:__init(inplanes, planes, stride, downsample, groups, base_wi
 end
 
 function Bottleneck:forward(x)
+  if self._folded and fuse.no_grad_needed(self, x) then
+    local y = fuse.block_forward(self, x)
+    if y then return y end
+  end
   local identity = x
   local out = self.relu(self.bn1(self.conv1(x)))
   out = self.relu(self.bn2(self.conv2(out)))
@@ -164,7 +174,12 @@ function ResNet:_make_layer(block, planes, blocks, stride, dilate)
 end
 
 function ResNet:forward(x)
-  x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+  local stem = self._folded and fuse.no_grad_needed(self, x) and fuse.stem_forward(self, x)
+  if stem then
+    x = self.maxpool(stem)
+  else
+    x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+  end
   x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
   x = self.avgpool(x):flatten(2)
   return self.fc(x)
