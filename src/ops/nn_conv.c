@@ -489,8 +489,8 @@ done:
 
 /* --- CUDA helpers of batch norm and pooling ---------------------------------------------
  * On CUDA, batch norm keeps half data in its dtype (the kernels compute in
- * float32) and keeps a channels-last input channels-last; pooling converts
- * as on the CPU (float32 compute dtype, contiguous NCHW). */
+ * float32) and keeps a channels-last input channels-last; pooling computes
+ * in float32 on contiguous NCHW (see keep_channels_last). */
 
 /* Like check_float, for ops whose operands may be on CUDA (the device is
  * checked by dl_common_device). */
