@@ -10,10 +10,16 @@
  * counts); otherwise, and in float64, on loops.  Adaptive average pooling
  * runs on loops.
  *
- * All buffers are contiguous, of one dtype (F32 or F64): x and gx are
- * (P,H,W) and y and gy are (P,OH,OW), P = N*C planes; indices are int64
- * (P,OH,OW).  Sizes were validated by the op layer (src/ops/nn_conv.c): every
- * window holds at least one input element. */
+ * All buffers are dense, of one dtype (F32 or F64), in one of two layouts
+ * chosen by s->C (the scatter's C argument):
+ *  - planar (C == 0): x and gx are (P,H,W) and y and gy are (P,OH,OW),
+ *    P = N*C planes; indices are int64 (P,OH,OW);
+ *  - channels-last (C > 0): x and gx are (N,H,W,C), y, gy and indices
+ *    (N,OH,OW,C), N = P/C (an NCHW tensor with NHWC strides).
+ * An index is ih*W + iw in both layouts, and both give bit-equal results:
+ * each output element sees its window in the same order.  Sizes were
+ * validated by the op layer (src/ops/nn_conv.c): every window holds at least
+ * one input element. */
 #ifndef DL_CPU_POOL_H
 #define DL_CPU_POOL_H
 
@@ -26,17 +32,19 @@ typedef struct dl_pool2d_shape {
     int64_t kh, kw, sh, sw, ph, pw, dh, dw;
     int count_include_pad;    /* avg */
     int64_t divisor_override; /* avg; 0 = none */
+    int64_t C;                /* CPU only: > 0 channels-last with C channels, 0 planar */
 } dl_pool2d_shape;
 
 /* y and ind (P,OH,OW) from x (P,H,W). */
 int dl_cpu_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,
                               const void *x);
 
-/* gx (P,HW) = 0, then gx[p][ind[p][j]] += gy[p][j] for j < OHW.  Used by max
- * and adaptive max pooling.  An index outside [0, HW) is an error (indices
- * come from the caller). */
-int dl_cpu_pool2d_scatter_backward(dl_dtype dt, int64_t P, int64_t HW, int64_t OHW, void *gx,
-                                   const void *gy, const int64_t *ind);
+/* gx (P,HW) = 0, then gx[p][ind[p][j]] += gy[p][j] for j < OHW, in order
+ * of j.  Used by max and adaptive max pooling.  C > 0: channels-last, gx
+ * (N,HW,C) and gy, ind (N,OHW,C), P = N*C.  An index outside [0, HW) is an
+ * error (indices come from the caller). */
+int dl_cpu_pool2d_scatter_backward(dl_dtype dt, int64_t P, int64_t HW, int64_t OHW, int64_t C,
+                                   void *gx, const void *gy, const int64_t *ind);
 
 /* y (P,OH,OW) = window averages of x (P,H,W). */
 int dl_cpu_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, const void *x);

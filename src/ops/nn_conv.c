@@ -571,8 +571,8 @@ done:
 
 /* --- CUDA helpers of batch norm and pooling ---------------------------------------------
  * On CUDA, batch norm keeps half data in its dtype (the kernels compute in
- * float32) and keeps a channels-last input channels-last; pooling converts
- * as on the CPU (float32 compute dtype, contiguous NCHW). */
+ * float32) and keeps a channels-last input channels-last; pooling computes
+ * in float32 on contiguous NCHW (see keep_channels_last). */
 
 /* Like check_float, for ops whose operands may be on CUDA (the device is
  * checked by dl_common_device). */
@@ -1024,6 +1024,7 @@ static int pool_geometry(const char *op, const dl_tensor *x, const dl_pool2d_par
     s->dw = dl[1];
     s->count_include_pad = p->count_include_pad;
     s->divisor_override = p->divisor_override;
+    s->C = 0;
     s->OH = dl_pool_output_size(s->H, k[0], pd[0], st[0], dl[0], p->ceil_mode);
     s->OW = dl_pool_output_size(s->W, k[1], pd[1], st[1], dl[1], p->ceil_mode);
     if (s->OH < 1 || s->OW < 1)
@@ -1099,19 +1100,48 @@ static int keep_channels_last(const dl_tensor *x, dl_tensor **t) {
     return c ? 0 : -1;
 }
 
+/* Whether pooling of x runs on the CPU's channels-last kernels: a 4-D
+ * channels-last CPU x.  (CUDA's kernels read planar buffers; see
+ * keep_channels_last.) */
+static bool pool_cl(const dl_tensor *x, dl_device dev) {
+    return dev.type == DL_DEVICE_CPU && x->ndim == 4 && is_channels_last(x);
+}
+
+/* An operand of a channels-last (cl) pooling kernel in dtype dt: t itself
+ * when it is already dense channels-last (size-1 dims aside), else a
+ * channels-last copy; without cl, as prep.  A new reference. */
+static dl_tensor *pool_operand(dl_tensor *t, dl_dtype dt, bool cl) {
+    if (cl && t->dtype == dt && dl_is_channels_last(t)) return dl_tensor_retain(t);
+    return prep_layout(t, dt, cl);
+}
+
+/* finish() for a pooling result; a channels-last one (4-D) keeps its
+ * layout through the dtype conversion. */
+static int pool_finish(dl_tensor **t, dl_dtype dt, int ndim, const int64_t *shape, bool cl) {
+    if (!cl) return finish(t, dt, ndim, shape);
+    if (!*t || (*t)->dtype == dt) return 0;
+    dl_tensor *r = prep_layout(*t, dt, true);
+    dl_tensor_release(*t);
+    *t = r;
+    return r ? 0 : -1;
+}
+
 /* The forward of every pooling op: y (and indices for max kinds), on x's
- * device.  (A channels-last CUDA input is made contiguous, as on the CPU.) */
-static int pool_forward(const char *op, pool_kind kind, dl_tensor *x, const dl_pool2d_shape *s,
-                        dl_tensor **y, dl_tensor **ind) {
+ * device.  A channels-last CPU x is read in place and gives channels-last
+ * results; on CUDA it is made contiguous and the results converted back. */
+static int pool_forward(const char *op, pool_kind kind, dl_tensor *x,
+                        const dl_pool2d_shape *shape_in, dl_tensor **y, dl_tensor **ind) {
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t shape[4];
-    pooled_shape(x, s->OH, s->OW, shape);
+    pooled_shape(x, shape_in->OH, shape_in->OW, shape);
     dl_device dev = dl_tensor_device(x);
-    bool cuda = dev.type == DL_DEVICE_CUDA;
+    bool cuda = dev.type == DL_DEVICE_CUDA, cl = pool_cl(x, dev);
     if (cuda && nn_cuda_ready(op, dev, pool_cuda_has(kind, false))) return -1;
+    dl_pool2d_shape sv = *shape_in, *s = &sv;
+    s->C = cl ? x->shape[1] : 0;
     bool with_ind = kind == POOL_MAX || kind == POOL_ADAPTIVE_MAX;
-    dl_tensor *t[3] = {prep(x, ct), dl_tensor_empty(x->ndim, shape, ct, dev),
-                       with_ind ? dl_tensor_empty(x->ndim, shape, DL_DTYPE_I64, dev) : NULL};
+    dl_tensor *t[3] = {pool_operand(x, ct, cl), empty_layout(x->ndim, shape, ct, dev, cl),
+                       with_ind ? empty_layout(x->ndim, shape, DL_DTYPE_I64, dev, cl) : NULL};
     int rc = -1;
     if (!t[0] || !t[1] || (with_ind && !t[2])) goto done;
     rc = 0;
@@ -1137,7 +1167,7 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x, const dl_p
         case POOL_ADAPTIVE_MAX: rc = dl_cpu_adaptive_max_pool2d_forward(ct, s, yp, ip, xp); break;
         }
     }
-    if (rc || finish(&t[1], dt, x->ndim, shape) || keep_channels_last(x, &t[1])) {
+    if (rc || pool_finish(&t[1], dt, x->ndim, shape, cl) || keep_channels_last(x, &t[1])) {
         rc = -1;
         goto done;
     }
@@ -1152,19 +1182,23 @@ done:
     return rc;
 }
 
-/* The backward of every pooling op: gx (like x, on its device). */
+/* The backward of every pooling op: gx (like x, on its device and, for a
+ * channels-last x, in its layout; gy and the indices are brought to x's
+ * layout, never x to theirs). */
 static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, dl_tensor *x,
-                                dl_tensor *ind, const dl_pool2d_shape *s) {
+                                dl_tensor *ind, const dl_pool2d_shape *shape_in) {
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
     int64_t xshape[4];
-    pooled_shape(x, s->H, s->W, xshape);
+    pooled_shape(x, shape_in->H, shape_in->W, xshape);
     dl_device dev;
     dl_tensor *ops[3] = {gy, x, ind};
     if (dl_common_device(op, 3, ops, &dev)) return NULL;
-    bool cuda = dev.type == DL_DEVICE_CUDA;
+    bool cuda = dev.type == DL_DEVICE_CUDA, cl = pool_cl(x, dev);
     if (cuda && nn_cuda_ready(op, dev, pool_cuda_has(kind, true))) return NULL;
-    dl_tensor *t[3] = {prep(gy, ct), ind ? prep(ind, DL_DTYPE_I64) : NULL,
-                       dl_tensor_empty(x->ndim, xshape, ct, dev)};
+    dl_pool2d_shape sv = *shape_in, *s = &sv;
+    s->C = cl ? x->shape[1] : 0;
+    dl_tensor *t[3] = {pool_operand(gy, ct, cl), ind ? pool_operand(ind, DL_DTYPE_I64, cl) : NULL,
+                       empty_layout(x->ndim, xshape, ct, dev, cl)};
     dl_tensor *gx = NULL;
     int rc = -1;
     if (!t[0] || (ind && !t[1]) || !t[2]) goto done;
@@ -1188,7 +1222,7 @@ static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, d
         switch (kind) {
         case POOL_MAX:
         case POOL_ADAPTIVE_MAX:
-            rc = dl_cpu_pool2d_scatter_backward(ct, s->P, s->H * s->W, s->OH * s->OW, gp, yp,
+            rc = dl_cpu_pool2d_scatter_backward(ct, s->P, s->H * s->W, s->OH * s->OW, s->C, gp, yp,
                                                 dl_tensor_data_ptr(t[1]));
             break;
         case POOL_AVG: rc = dl_cpu_avg_pool2d_backward(ct, s, gp, yp); break;
@@ -1198,7 +1232,7 @@ static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, d
     if (rc) goto done;
     gx = t[2];
     t[2] = NULL;
-    if (finish(&gx, dt, x->ndim, xshape) || keep_channels_last(x, &gx)) gx = NULL;
+    if (pool_finish(&gx, dt, x->ndim, xshape, cl) || keep_channels_last(x, &gx)) gx = NULL;
 done:
     release_all(t, 3);
     return gx;
