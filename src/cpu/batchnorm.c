@@ -463,29 +463,46 @@ static void cl_map(const cl_job *j, const cl_plan *p) {
     for (int64_t k = 0; k < nb; k++) cl_map_rows(j, p->C, p->R * k / nb, p->R * (k + 1) / nb);
 }
 
-/* Scratch for a channels-last kernel: 8 (C) vectors of doubles, then the
- * reduction's 2*K*C partial sums. */
-static double *cl_scratch(const char *op, const cl_plan *p) {
-    double *buf = malloc(sizeof(double) * (size_t)((8 + 2 * p->K) * p->C));
-    if (!buf) dl_error("%s: out of memory for %lld channels' partial sums", op, (long long)p->C);
-    return buf;
+/* A channels-last kernel's plan and scratch: 8 (C) vectors of doubles, then
+ * the reduction's 2*K*C partial sums. */
+typedef struct cl_run {
+    cl_plan p;
+    double M; /* rows, the count each channel's statistics run over */
+    double *buf, *part;
+} cl_run;
+
+static int cl_open(const char *op, const dl_bn_shape *s, cl_run *k) {
+    k->p = cl_plan_of(s);
+    k->M = (double)k->p.R;
+    k->buf = malloc(sizeof(double) * (size_t)((8 + 2 * k->p.K) * k->p.C));
+    if (!k->buf)
+        return dl_error("%s: out of memory for %lld channels' partial sums", op, (long long)s->C);
+    k->part = k->buf + 8 * k->p.C;
+    return 0;
+}
+
+/* Runs the final map e (if any) and frees the scratch. */
+static int cl_close(cl_run *k, const cl_job *e) {
+    if (e) cl_map(e, &k->p);
+    free(k->buf);
+    return 0;
 }
 
 /* --- channels-last: kernels -------------------------------------------------------- */
 
 static int forward_f32_cl(const dl_bn_shape *s, double eps, bool training, float *y, float *mean,
                           float *var, const float *x, const float *w, const float *b) {
-    cl_plan p = cl_plan_of(s);
+    cl_run k;
+    if (cl_open("batch_norm", s, &k)) return -1;
     int64_t C = s->C;
-    double *buf = cl_scratch("batch_norm", &p), M = (double)p.R;
-    if (!buf) return -1;
-    double *x0 = buf, *sa = buf + C, *sb = buf + 2 * C, *part = buf + 8 * C;
+    double *buf = k.buf, M = k.M;
+    double *x0 = buf, *sa = buf + C, *sb = buf + 2 * C;
     float *a = (float *)(buf + 3 * C), *sh = (float *)(buf + 4 * C);
     if (training) {
         /* shifted by each channel's first element, as the (N,C,S) path */
         for (int64_t c = 0; c < C; c++) x0[c] = x[c];
         cl_job j = {.kind = CL_F32_MOMENTS, .x = x, .m = x0};
-        cl_reduce(&j, &p, part, sa, sb);
+        cl_reduce(&j, &k.p, k.part, sa, sb);
     }
     for (int64_t c = 0; c < C; c++) {
         double m, v;
@@ -500,19 +517,17 @@ static int forward_f32_cl(const dl_bn_shape *s, double eps, bool training, float
         f32_coeffs(m, v, eps, w ? w[c] : 1.0, b ? b[c] : 0.0, &a[c], &sh[c]);
     }
     cl_job e = {.kind = CL_F32_AFFINE, .x = x, .out = y, .q = {a, sh}};
-    cl_map(&e, &p);
-    free(buf);
-    return 0;
+    return cl_close(&k, &e);
 }
 
 static int backward_f32_cl(const dl_bn_shape *s, double eps, bool training, float *gx, float *gw,
                            float *gb, const float *gy, const float *x, const float *mean,
                            const float *var, const float *w) {
-    cl_plan p = cl_plan_of(s);
+    cl_run k;
+    if (cl_open("batch_norm_backward", s, &k)) return -1;
     int64_t C = s->C;
-    double *buf = cl_scratch("batch_norm_backward", &p), M = (double)p.R;
-    if (!buf) return -1;
-    double *md = buf, *sa = buf + C, *sb = buf + 2 * C, *part = buf + 8 * C;
+    double *buf = k.buf, M = k.M;
+    double *md = buf, *sa = buf + C, *sb = buf + 2 * C;
     float *q[4], *zero = (float *)(buf + 7 * C);
     for (int i = 0; i < 4; i++) q[i] = (float *)(buf + (3 + i) * C);
     /* evaluation's gx alone needs no sums */
@@ -524,7 +539,7 @@ static int backward_f32_cl(const dl_bn_shape *s, double eps, bool training, floa
     }
     if (sums) {
         cl_job j = {.kind = CL_F32_GRAD_SUMS, .x = x, .gy = gy, .m = md};
-        cl_reduce(&j, &p, part, sa, sb);
+        cl_reduce(&j, &k.p, k.part, sa, sb);
     }
     for (int64_t c = 0; c < C; c++) {
         double invstd = 1.0 / sqrt((double)var[c] + eps);
@@ -534,36 +549,30 @@ static int backward_f32_cl(const dl_bn_shape *s, double eps, bool training, floa
         f32_grad_coeffs(md[c], invstd, w ? w[c] : 1.0, sa[c], sb[c], M, qc);
         for (int i = 0; i < 4; i++) q[i][c] = qc[i];
     }
-    if (gx) {
-        /* evaluation: gx = fmaf(gy, a, 0), as the (N,C,S) path */
-        cl_job e = training
-                       ? (cl_job){.kind = CL_F32_GRAD_IN,
-                                  .x = x,
-                                  .gy = gy,
-                                  .out = gx,
-                                  .q = {q[0], q[1], q[2], q[3]}}
-                       : (cl_job){.kind = CL_F32_AFFINE, .x = gy, .out = gx, .q = {q[3], zero}};
-        cl_map(&e, &p);
-    }
-    free(buf);
-    return 0;
+    /* evaluation: gx = fmaf(gy, a, 0), as the (N,C,S) path */
+    cl_job e = training ? (cl_job){.kind = CL_F32_GRAD_IN,
+                                   .x = x,
+                                   .gy = gy,
+                                   .out = gx,
+                                   .q = {q[0], q[1], q[2], q[3]}}
+                        : (cl_job){.kind = CL_F32_AFFINE, .x = gy, .out = gx, .q = {q[3], zero}};
+    return cl_close(&k, gx ? &e : NULL);
 }
 
 static int forward_f64_cl(const dl_bn_shape *s, double eps, bool training, double *y, double *mean,
                           double *var, const double *x, const double *w, const double *b) {
-    cl_plan p = cl_plan_of(s);
+    cl_run k;
+    if (cl_open("batch_norm", s, &k)) return -1;
     int64_t C = s->C;
-    double *buf = cl_scratch("batch_norm", &p), M = (double)p.R;
-    if (!buf) return -1;
-    double *md = buf, *sa = buf + C, *sb = buf + 2 * C, *scale = buf + 3 * C, *shift = buf + 4 * C,
-           *part = buf + 8 * C;
+    double *buf = k.buf, M = k.M;
+    double *md = buf, *sa = buf + C, *sb = buf + 2 * C, *scale = buf + 3 * C, *shift = buf + 4 * C;
     if (training) {
         /* two passes, as the (N,C,S) path: the mean, then squared deviations */
         cl_job j = {.kind = CL_F64_SUM, .x = x, .m = md};
-        cl_reduce(&j, &p, part, sa, sb);
+        cl_reduce(&j, &k.p, k.part, sa, sb);
         for (int64_t c = 0; c < C; c++) md[c] = sa[c] / M;
         j.kind = CL_F64_SQDEV;
-        cl_reduce(&j, &p, part, sa, sb);
+        cl_reduce(&j, &k.p, k.part, sa, sb);
     }
     for (int64_t c = 0; c < C; c++) {
         double v;
@@ -579,23 +588,21 @@ static int forward_f64_cl(const dl_bn_shape *s, double eps, bool training, doubl
         shift[c] = b ? b[c] : 0.0;
     }
     cl_job e = {.kind = CL_F64_AFFINE, .x = x, .out = y, .q = {md, scale, shift}};
-    cl_map(&e, &p);
-    free(buf);
-    return 0;
+    return cl_close(&k, &e);
 }
 
 static int backward_f64_cl(const dl_bn_shape *s, double eps, bool training, double *gx, double *gw,
                            double *gb, const double *gy, const double *x, const double *mean,
                            const double *var, const double *w) {
-    cl_plan p = cl_plan_of(s);
+    cl_run k;
+    if (cl_open("batch_norm_backward", s, &k)) return -1;
     int64_t C = s->C;
-    double *buf = cl_scratch("batch_norm_backward", &p), M = (double)p.R;
-    if (!buf) return -1;
+    double *buf = k.buf, M = k.M;
     double *md = buf, *sa = buf + C, *sb = buf + 2 * C, *mdy = buf + 3 * C, *k2 = buf + 4 * C,
-           *invstd = buf + 5 * C, *wc = buf + 6 * C, *part = buf + 8 * C;
+           *invstd = buf + 5 * C, *wc = buf + 6 * C;
     for (int64_t c = 0; c < C; c++) md[c] = mean[c];
     cl_job j = {.kind = CL_F64_GRAD_SUMS, .x = x, .gy = gy, .m = md};
-    cl_reduce(&j, &p, part, sa, sb);
+    cl_reduce(&j, &k.p, k.part, sa, sb);
     for (int64_t c = 0; c < C; c++) {
         invstd[c] = 1.0 / sqrt(var[c] + eps);
         wc[c] = w ? w[c] : 1.0;
@@ -604,16 +611,12 @@ static int backward_f64_cl(const dl_bn_shape *s, double eps, bool training, doub
         mdy[c] = sa[c] / M;
         k2[c] = sb[c] / M * invstd[c] * invstd[c];
     }
-    if (gx) {
-        cl_job e = {.kind = training ? CL_F64_GRAD_IN : CL_F64_GRAD_EVAL,
-                    .x = x,
-                    .gy = gy,
-                    .out = gx,
-                    .q = {md, mdy, k2, invstd, wc}};
-        cl_map(&e, &p);
-    }
-    free(buf);
-    return 0;
+    cl_job e = {.kind = training ? CL_F64_GRAD_IN : CL_F64_GRAD_EVAL,
+                .x = x,
+                .gy = gy,
+                .out = gx,
+                .q = {md, mdy, k2, invstd, wc}};
+    return cl_close(&k, gx ? &e : NULL);
 }
 
 /* --- entry points ------------------------------------------------------------------ */
