@@ -269,15 +269,16 @@ static int backward_f64(const dl_bn_shape *s, double eps, bool training, double 
 /* Here x, y, gy and gx are (N,S,C): R = N*S rows of C contiguous channels.
  * The loops run along a row, so they vectorise across channels with one
  * double accumulator per channel.  A reduction splits the (R x C) plane into
- * tiles of CL_CBLK channels (their accumulators stay in L1) by one of K
+ * tiles of CL_CBLK channels (their 16 KB of accumulators stay in L1) by one of K
  * chunks of rows, with K set by the shape alone (about CL_TILES tiles, never
  * the thread count).  A tile sums its rows in order into its chunk's partial
  * sums, and the partials are then added chunk after chunk: each channel's
  * sum has one order whatever the number of threads and their timing.  That
- * order is not the (N,C,S) kernels' 16 lanes, so batch statistics (and what
- * follows from them) agree with the (N,C,S) path to double rounding, not bit
- * for bit; with fixed statistics (evaluation) y and gx are bit-equal. */
-#define CL_CBLK 256
+ * order is not the (N,C,S) kernels' 16 lanes, so the double sums may differ
+ * in their last bits and a float result that follows from them (statistics,
+ * training y and gx, gw, gb) by an ulp; with fixed statistics (evaluation) y
+ * and gx are bit-equal to the (N,C,S) path's. */
+#define CL_CBLK 1024
 #define CL_TILES 16
 
 typedef struct cl_plan {

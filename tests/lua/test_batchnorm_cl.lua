@@ -37,7 +37,8 @@ local TOL = {[F32] = 4e-6, [F64] = 1e-12}
 
 local shapes = {
   {2, 4, 5, 6},  -- fewer channels than a tile block
-  {3, 300, 2, 3}, -- two channel blocks, the second partial
+  {3, 300, 2, 3},
+  {2, 1100, 3, 1}, -- two channel blocks of the reduction, the second partial
   {4, 5, 7},     -- 3-D (N,C,L)
   {9, 16, 1, 2},
 }
