@@ -1,7 +1,8 @@
 /* batchnorm.c - CPU batch-normalization kernels (see batchnorm.h).
  *
- * Both dtypes run OpenMP loops parallel over channels (a channel is written
- * by one thread only).
+ * (N,C,S) input: both dtypes run OpenMP loops parallel over channels (a
+ * channel is written by one thread only).  Channels-last (N,S,C) input runs
+ * the same formulas along rows of channels (see "channels-last: tiles").
  *
  * float32: per channel, sums in double over 16 lanes (vectorised; clones for
  * AVX-512, Haswell's AVX2 + FMA and baseline x86-64, built without implicit
