@@ -1,12 +1,13 @@
 /* batchnorm.h - CPU batch-normalization kernels, forward (training and
  * evaluation) and backward.
  *
- * Both dtypes run OpenMP loops over channels, float32 with its sums in
- * double.  All
- * buffers are contiguous and of one dtype (F32 or F64): x, y, gx, gy are
- * (N,C,S), with S the product of the spatial sizes (1 for (N,C) input); the
- * per-channel vectors are (C).  w (scale) and b (shift) may be NULL (1 and 0).
- * Sizes were validated by the op layer (src/ops/nn_conv.c): N*S >= 1. */
+ * Both dtypes run OpenMP loops, float32 with its sums in double.  All buffers
+ * are dense and of one dtype (F32 or F64): x, y, gx, gy are (N,C,S), with S
+ * the product of the spatial sizes (1 for (N,C) input), or with cl
+ * (channels-last) (N,S,C); the per-channel vectors are (C).  w (scale) and b
+ * (shift) may be NULL (1 and 0).  Sizes were validated by the op layer
+ * (src/ops/nn_conv.c): N*S >= 1 and C >= 1.  Both layouts use the same
+ * per-element formulas; only the order of the per-channel sums differs. */
 #ifndef DL_CPU_BATCHNORM_H
 #define DL_CPU_BATCHNORM_H
 
@@ -21,22 +22,23 @@ typedef struct dl_bn_shape {
 
 /* Training forward: mean and var (biased, over N and S) of each channel of x,
  * y = (x - mean) / sqrt(var + eps) * w + b.
- * y is (N,C,S), mean and var are (C), x is (N,C,S), w and b are (C) or NULL. */
-int dl_cpu_batch_norm_forward_train(dl_dtype dt, const dl_bn_shape *s, double eps, void *y,
+ * y and x are (N,C,S) (cl: (N,S,C)), mean and var are (C), w and b are (C)
+ * or NULL. */
+int dl_cpu_batch_norm_forward_train(dl_dtype dt, bool cl, const dl_bn_shape *s, double eps, void *y,
                                     void *mean, void *var, const void *x, const void *w,
                                     const void *b);
 
 /* Evaluation forward with given statistics (mean, var are (C)). */
-int dl_cpu_batch_norm_forward_eval(dl_dtype dt, const dl_bn_shape *s, double eps, void *y,
+int dl_cpu_batch_norm_forward_eval(dl_dtype dt, bool cl, const dl_bn_shape *s, double eps, void *y,
                                    const void *x, const void *mean, const void *var, const void *w,
                                    const void *b);
 
 /* Backward.  training: mean/var are the batch's (from the training forward)
  * and gx follows the batch-statistics formula; otherwise they are fixed
  * (running) statistics.  gx (N,C,S), gw (C), gb (C) may each be NULL.
- * gy and x are (N,C,S), w is (C) or NULL. */
-int dl_cpu_batch_norm_backward(dl_dtype dt, const dl_bn_shape *s, double eps, bool training,
-                               void *gx, void *gw, void *gb, const void *gy, const void *x,
-                               const void *mean, const void *var, const void *w);
+ * gy and x are (N,C,S) (cl: gx, gy and x are (N,S,C)), w is (C) or NULL. */
+int dl_cpu_batch_norm_backward(dl_dtype dt, bool cl, const dl_bn_shape *s, double eps,
+                               bool training, void *gx, void *gw, void *gb, const void *gy,
+                               const void *x, const void *mean, const void *var, const void *w);
 
 #endif

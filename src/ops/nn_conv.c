@@ -776,15 +776,17 @@ int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias
                         op, shape_of(x, sb, sizeof sb));
     }
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
-    int64_t shape3[3] = {s.N, s.C, s.S};
-    /* CUDA: x and y keep x's dtype and (channels-last) layout */
-    bool cuda = dev.type == DL_DEVICE_CUDA, cl = cuda && is_channels_last(x);
+    /* x and y in the kernel dtype kt (CUDA: x's; CPU: float32 for the half
+     * types) and, on CUDA or for a float32/float64 CPU input, x's
+     * (channels-last) layout */
+    bool cuda = dev.type == DL_DEVICE_CUDA;
+    dl_dtype kt = cuda ? dt : ct;
+    bool cl = is_channels_last(x) && kt == dt;
     /* in: x w b; out: y mean var invstd */
-    dl_tensor *t[7] = {cuda ? prep_layout(x, dt, cl) : prep(x, ct),
+    dl_tensor *t[7] = {prep_layout(x, kt, cl),
                        prep(weight, ct),
                        prep(bias, ct),
-                       cuda ? empty_layout(x->ndim, x->shape, dt, dev, cl)
-                            : dl_tensor_empty(3, shape3, ct, DL_CPU),
+                       empty_layout(x->ndim, x->shape, kt, dev, cl),
                        dl_tensor_zeros(1, &s.C, ct, dev),
                        dl_tensor_zeros(1, &s.C, ct, dev),
                        NULL};
@@ -798,17 +800,18 @@ int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias
              *var_ = dl_tensor_data_ptr(t[5]);
         const void *x_ = dl_tensor_data_ptr(t[0]), *w_ = t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
                    *b_ = t[2] ? dl_tensor_data_ptr(t[2]) : NULL;
-        rc = cuda ? dl_cuda_nn->batch_norm_forward_train(dt, cl, &s, p->eps, y_, mean_, var_, x_,
-                                                         w_, b_)
-                  : dl_cpu_batch_norm_forward_train(ct, &s, p->eps, y_, mean_, var_, x_, w_, b_);
+        rc = cuda
+                 ? dl_cuda_nn->batch_norm_forward_train(dt, cl, &s, p->eps, y_, mean_, var_, x_, w_,
+                                                        b_)
+                 : dl_cpu_batch_norm_forward_train(ct, cl, &s, p->eps, y_, mean_, var_, x_, w_, b_);
         if (rc == 0 && running_mean)
             rc = update_running(running_mean, t[4], m, 1.0) ||
                  update_running(running_var, t[5], m, (double)M / (double)(M - 1));
     }
     if (rc) goto done;
-    /* (on CUDA y already has x's shape, dtype and layout) */
+    /* (y already has x's shape, and x's dtype unless computed in float32) */
     if (!(t[6] = var_transform(t[5], p->eps, true)) ||
-        (!cuda && finish(&t[3], dt, x->ndim, x->shape))) {
+        (kt != dt && finish(&t[3], dt, x->ndim, x->shape))) {
         rc = -1;
         goto done;
     }
@@ -841,15 +844,13 @@ dl_tensor *dl_batch_norm_forward_eval(dl_tensor *x, dl_tensor *weight, dl_tensor
         return NULL;
     }
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
-    int64_t shape3[3] = {s.N, s.C, s.S};
-    bool cuda = dev.type == DL_DEVICE_CUDA, cl = cuda && is_channels_last(x);
-    dl_tensor *t[6] = {cuda ? prep_layout(x, dt, cl) : prep(x, ct),
-                       prep(weight, ct),
-                       prep(bias, ct),
-                       prep(running_mean, ct),
-                       prep(running_var, ct),
-                       cuda ? empty_layout(x->ndim, x->shape, dt, dev, cl)
-                            : dl_tensor_empty(3, shape3, ct, DL_CPU)};
+    /* x and y: kernel dtype and layout as in dl_batch_norm_forward_train */
+    bool cuda = dev.type == DL_DEVICE_CUDA;
+    dl_dtype kt = cuda ? dt : ct;
+    bool cl = is_channels_last(x) && kt == dt;
+    dl_tensor *t[6] = {prep_layout(x, kt, cl), prep(weight, ct),
+                       prep(bias, ct),         prep(running_mean, ct),
+                       prep(running_var, ct),  empty_layout(x->ndim, x->shape, kt, dev, cl)};
     dl_tensor *y = NULL;
     if (!t[0] || (weight && !t[1]) || (bias && !t[2]) || !t[3] || !t[4] || !t[5]) goto done;
     if (s.N * s.C * s.S > 0) {
@@ -858,12 +859,12 @@ dl_tensor *dl_batch_norm_forward_eval(dl_tensor *x, dl_tensor *weight, dl_tensor
                    *v_ = dl_tensor_data_ptr(t[4]), *w_ = t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
                    *b_ = t[2] ? dl_tensor_data_ptr(t[2]) : NULL;
         if (cuda ? dl_cuda_nn->batch_norm_forward_eval(dt, cl, &s, eps, y_, x_, m_, v_, w_, b_)
-                 : dl_cpu_batch_norm_forward_eval(ct, &s, eps, y_, x_, m_, v_, w_, b_))
+                 : dl_cpu_batch_norm_forward_eval(ct, cl, &s, eps, y_, x_, m_, v_, w_, b_))
             goto done;
     }
     y = t[5];
     t[5] = NULL;
-    if (!cuda && finish(&y, dt, x->ndim, x->shape)) y = NULL;
+    if (kt != dt && finish(&y, dt, x->ndim, x->shape)) y = NULL;
 done:
     release_all(t, 6);
     return y;
@@ -901,16 +902,15 @@ int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_te
                                    "mode");
     if (!(eps >= 0)) return dl_error("%s: eps must be non-negative, got %g", op, eps);
     dl_dtype dt = x->dtype, ct = compute_dtype(dt);
-    int64_t shape3[3] = {s.N, s.C, s.S};
-    /* CUDA: gy, x and gx in x's dtype and (channels-last) layout */
-    bool cuda = dev.type == DL_DEVICE_CUDA, cl = cuda && is_channels_last(x);
-    dl_tensor *gx0 = NULL;
-    if (need[0])
-        gx0 = cuda ? empty_layout(x->ndim, x->shape, dt, dev, cl)
-                   : dl_tensor_empty(3, shape3, ct, DL_CPU);
+    /* gy, x and gx: kernel dtype and layout as in dl_batch_norm_forward_train,
+     * the layout x's: a gy in the other layout is the one copied */
+    bool cuda = dev.type == DL_DEVICE_CUDA;
+    dl_dtype kt = cuda ? dt : ct;
+    bool cl = is_channels_last(x) && kt == dt;
+    dl_tensor *gx0 = need[0] ? empty_layout(x->ndim, x->shape, kt, dev, cl) : NULL;
     /* in: gy x w mean stat var; out: gx gw gb */
-    dl_tensor *t[9] = {cuda ? prep_layout(gy, dt, cl) : prep(gy, ct),
-                       cuda ? prep_layout(x, dt, cl) : prep(x, ct),
+    dl_tensor *t[9] = {prep_layout(gy, kt, cl),
+                       prep_layout(x, kt, cl),
                        prep(weight, ct),
                        prep(mean, ct),
                        prep(stat, ct),
@@ -934,13 +934,13 @@ int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_te
                    *w_ = t[2] ? dl_tensor_data_ptr(t[2]) : NULL;
         rc = cuda ? dl_cuda_nn->batch_norm_backward(dt, cl, &s, eps, training, gx_, gw_, gb_, gy_,
                                                     x_, m_, v_, w_)
-                  : dl_cpu_batch_norm_backward(ct, &s, eps, training, gx_, gw_, gb_, gy_, x_, m_,
-                                               v_, w_);
+                  : dl_cpu_batch_norm_backward(ct, cl, &s, eps, training, gx_, gw_, gb_, gy_, x_,
+                                               m_, v_, w_);
     }
     if (rc) goto done;
     /* gweight/gbias take the weight's dtype (float32 for a half input) */
     dl_dtype pdt = weight ? weight->dtype : dt;
-    if ((!cuda && finish(&t[6], dt, x->ndim, x->shape)) || finish(&t[7], pdt, 1, &s.C) ||
+    if ((kt != dt && finish(&t[6], dt, x->ndim, x->shape)) || finish(&t[7], pdt, 1, &s.C) ||
         finish(&t[8], pdt, 1, &s.C)) {
         rc = -1;
         goto done;
