@@ -32,12 +32,27 @@ typedef struct {
     char *base[DL_ITER_MAX_ARGS];
 } iter_plan;
 
-static void plan_build(iter_plan *p, int nargs, dl_tensor *const *args) {
+/* Builds the loop plan.  With reorder, the dimensions are walked in the order
+ * of the output's strides, largest first (a stable sort), so that an output
+ * laid out in another order than its shape (channels-last, a transpose)
+ * still collapses into long unit-stride rows; order-dependent (serial)
+ * kernels keep the logical order. */
+static void plan_build(iter_plan *p, int nargs, dl_tensor *const *args, bool reorder) {
     const dl_tensor *t0 = args[0];
     p->nargs = nargs;
     p->ndim = 0;
     for (int a = 0; a < nargs; a++) p->base[a] = dl_tensor_data_ptr(args[a]);
-    for (int d = 0; d < t0->ndim; d++) {
+    int order[DL_MAX_DIMS];
+    for (int d = 0; d < t0->ndim; d++) order[d] = d;
+    if (reorder)
+        for (int i = 1; i < t0->ndim; i++)
+            for (int j = i; j > 0 && t0->strides[order[j]] > t0->strides[order[j - 1]]; j--) {
+                int k = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = k;
+            }
+    for (int i = 0; i < t0->ndim; i++) {
+        int d = order[i];
         if (t0->shape[d] == 1) continue;
         int k = p->ndim;
         if (k > 0) { /* merge with the previous kept dim when contiguous for all */
@@ -88,7 +103,7 @@ static void iter_run(int nargs, dl_tensor *const *args, dl_loop_fn fn, void *ctx
     int64_t numel = dl_tensor_numel(args[0]);
     if (numel == 0) return;
     iter_plan p;
-    plan_build(&p, nargs, args);
+    plan_build(&p, nargs, args, parallel);
     int64_t cols = p.shape[p.ndim - 1], rows = numel / cols;
     int nthr = parallel && numel >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
     if (nthr <= 1) {

@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct dl_conv2d_shape {
@@ -29,6 +30,9 @@ typedef struct dl_conv2d_shape {
  * gx, gy are (N,H,W,C)/(N,OH,OW,O) in memory (channels-last); W_OHWI: w and
  * gw are (O,KH,KW,C/groups).  float32 only. */
 enum { DL_CONV_FMT_NHWC = 1, DL_CONV_FMT_W_OHWI = 2 };
+/* In the same mask, for the forward: no gradient will be taken through this
+ * call (inference), so Winograd may run (see conv.c). */
+enum { DL_CONV_INFERENCE = 4 };
 
 /* Post-ops of a float32 forward, a bit mask: SUM adds the result to y's
  * previous contents, then RELU clamps at 0 (inference fusion, no gradient). */
@@ -58,5 +62,9 @@ typedef enum {
 } dl_conv_layout;
 void dl_cpu_conv_set_layout(dl_conv_layout l);
 dl_conv_layout dl_cpu_conv_get_layout(void);
+/* Whether eligible float32 3x3 convolutions run Winograd (default on; see
+ * conv.c).  The setter exists for benchmarks and tests. */
+void dl_cpu_conv_set_winograd(bool on);
+bool dl_cpu_conv_get_winograd(void);
 
 #endif

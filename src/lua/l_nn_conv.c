@@ -26,6 +26,7 @@
  *   dl._nn.adaptive_max_pool2d_backward(gy, x, indices) -> gx
  *
  *   dl._nn.conv2d_layout([name]) -> the previous float32 conv layout (benchmarks)
+ *   dl._nn.conv2d_winograd([on]) -> whether Winograd was on (benchmarks, tests)
  *   dl._nn.primitive_cache() -> oneDNN primitives cached, the cache's bound
  *
  * Sizes (kernel_size, stride, padding, ..., output_size) are a number or an
@@ -335,6 +336,14 @@ static int l_conv2d_layout(lua_State *L) {
     return 1;
 }
 
+/* dl._nn.conv2d_winograd([on]) -> whether eligible float32 3x3 convolutions
+ * ran Winograd before the change. */
+static int l_conv2d_winograd(lua_State *L) {
+    int on = lua_isnoneornil(L, 1) ? -1 : lua_toboolean(L, 1);
+    lua_pushboolean(L, dl_conv2d_winograd(on));
+    return 1;
+}
+
 /* dl._nn.primitive_cache() -> entries cached, capacity */
 static int l_primitive_cache(lua_State *L) {
     lua_pushinteger(L, dl_nn_conv_cache_size());
@@ -379,6 +388,7 @@ void dlL_open_nn_conv(lua_State *L) {
     static const luaL_Reg fns[] = {
         {"conv2d_forward", l_conv2d_forward},
         {"conv2d_layout", l_conv2d_layout},
+        {"conv2d_winograd", l_conv2d_winograd},
         {"primitive_cache", l_primitive_cache},
         {"batch_norm_forward", l_batch_norm_forward},
         {"batch_norm_backward", l_batch_norm_backward},

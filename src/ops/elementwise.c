@@ -471,12 +471,12 @@ static int run_binary(const char *name, dl_binary_op op, dl_tensor *out, dl_tens
     return rc ? -1 : 0;
 }
 
-/* The result tensor of an elementwise op: on CUDA, an operand of the result's
- * shape stored channels-last passes its layout on (so a network run
- * channels-last stays so between convolutions); contiguous otherwise. */
+/* The result tensor of an elementwise op: an operand of the result's shape
+ * stored channels-last passes its layout on (so a network run channels-last
+ * stays so between convolutions, as in PyTorch); contiguous otherwise. */
 static dl_tensor *new_output(int nd, const int64_t *shape, dl_dtype dt, dl_device dev,
                              const dl_tensor *a, const dl_tensor *b) {
-    if (dev.type == DL_DEVICE_CUDA && nd == 4) {
+    if (nd == 4) {
         const dl_tensor *like[2] = {a, b};
         for (int i = 0; i < 2; i++) {
             const dl_tensor *t = like[i];

@@ -195,6 +195,12 @@ static int fill_bias(dl_tensor *y, dl_tensor *b) {
     return rc;
 }
 
+bool dl_conv2d_winograd(int on) {
+    bool old = dl_cpu_conv_get_winograd();
+    if (on >= 0) dl_cpu_conv_set_winograd(on != 0);
+    return old;
+}
+
 const char *dl_conv2d_layout(const char *name) {
     static const char *const names[] = {"plain", "any", "auto"};
     const char *old = names[dl_cpu_conv_get_layout()];
@@ -407,7 +413,10 @@ static int conv2d_backward_cuda(const dl_conv2d_shape *s, dl_tensor *gy, dl_tens
     return rc;
 }
 
-dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_params *p) {
+/* The forward; inference: no gradient will be taken through it (the CPU may
+ * then pick faster, slightly less exact kernels: Winograd, see conv.c). */
+static dl_tensor *conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b,
+                                 const dl_conv2d_params *p, bool inference) {
     const char *op = "conv2d";
     dl_conv2d_shape s;
     dl_device dev;
@@ -420,6 +429,7 @@ dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_
     bool nhwc = fmt & DL_CONV_FMT_NHWC;
     dl_tensor *t[4] = {prep_conv(x, ct, nhwc), prep_conv(w, ct, fmt & DL_CONV_FMT_W_OHWI),
                        b ? prep(b, ct) : NULL, conv_empty(yshape, ct, DL_CPU, nhwc)};
+    if (inference) fmt |= DL_CONV_INFERENCE;
     dl_tensor *y = NULL;
     if (!t[0] || !t[1] || (b && !t[2]) || !t[3]) goto done;
     int rc;
@@ -439,6 +449,10 @@ dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_
 done:
     release_all(t, 4);
     return y;
+}
+
+dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_params *p) {
+    return conv2d_forward(x, w, b, p, false);
 }
 
 /* y = relu?(conv2d(x, w, b) + add?) with the add and ReLU done by oneDNN as
@@ -463,7 +477,7 @@ dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
                  w->dtype == DL_DTYPE_F32 && (!b || b->dtype == DL_DTYPE_F32) &&
                  (!add || add->dtype == DL_DTYPE_F32) && s.N * s.O * s.C * s.H * s.W > 0;
     if (!fused) {
-        dl_tensor *y = dl_conv2d_forward(x, w, b, p);
+        dl_tensor *y = conv2d_forward(x, w, b, p, true);
         if (y && add) {
             dl_tensor *z = dl_add(y, add, 1.0);
             dl_tensor_release(y);
@@ -486,8 +500,9 @@ dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
     dl_tensor *y = NULL;
     if (!t[0] || !t[1] || (b && !t[2]) || !t[3] || (add && dl_tensor_copy_(t[3], add))) goto done;
     int post = (add ? DL_CONV_POST_SUM : 0) | (relu ? DL_CONV_POST_RELU : 0);
-    if (dl_cpu_conv2d_forward(DL_DTYPE_F32, &s, fmt, post, dl_tensor_data_ptr(t[3]),
-                              dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]),
+    if (dl_cpu_conv2d_forward(DL_DTYPE_F32, &s, fmt | DL_CONV_INFERENCE, post,
+                              dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[0]),
+                              dl_tensor_data_ptr(t[1]),
                               t[2] ? dl_tensor_data_ptr(t[2]) : NULL) == 0) {
         y = t[3];
         t[3] = NULL;
@@ -1357,9 +1372,10 @@ static int conv_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
 }
 
 dl_tensor *dl_conv2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_params *p) {
-    dl_tensor *y = dl_conv2d_forward(x, w, b, p);
     dl_tensor *in[3] = {x, w, b};
-    if (!y || !dl_autograd_needed(3, in)) return y;
+    bool record = dl_autograd_needed(3, in);
+    dl_tensor *y = conv2d_forward(x, w, b, p, !record);
+    if (!y || !record) return y;
     dl_node *n = dl_node_new("ConvolutionBackward", conv_bw, 3, in, 1, sizeof(nnc_ctx));
     if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, w) < 0) return nnc_abort(n, y);
     ((nnc_ctx *)n->ctx)->conv = *p;

@@ -57,6 +57,11 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
  * setting, or NULL with an error for an unknown name. */
 const char *dl_conv2d_layout(const char *name);
 
+/* Benchmarks and tests: whether eligible float32 3x3 convolutions run
+ * oneDNN's Winograd kernels (src/cpu/conv.c); on < 0 only reads, else sets.
+ * Returns the previous setting. */
+bool dl_conv2d_winograd(int on);
+
 /* The oneDNN primitive cache shared by this family: entries held now, and
  * the bound LRU eviction keeps it to. */
 int dl_nn_conv_cache_size(void);

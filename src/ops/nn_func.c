@@ -850,9 +850,9 @@ dl_tensor *dl_relu_backward(dl_tensor *gy, dl_tensor *y) {
         check_same_shape(op, "grad", gy, "output", y) || dl_common_device(op, 2, ts, &dev))
         return NULL;
     dl_tensor *g = dl_tensor_to_dtype(gy, y->dtype);
-    /* on CUDA a channels-last y gives a channels-last gradient (no layout
-     * change between the convolutions of a channels-last network) */
-    bool keep = dev.type == DL_DEVICE_CUDA && dl_is_channels_last(y) && !dl_tensor_is_contiguous(y);
+    /* a channels-last y gives a channels-last gradient (no layout change
+     * between the convolutions of a channels-last network) */
+    bool keep = dl_is_channels_last(y) && !dl_tensor_is_contiguous(y);
     dl_tensor *gx = !g     ? NULL
                     : keep ? dl_tensor_empty_like_layout(y, y->dtype, dev)
                            : dl_tensor_empty(y->ndim, y->shape, y->dtype, dev);
