@@ -58,6 +58,28 @@ static void thr_bf16(char **d, const int64_t *st, int64_t n, void *ctx) {
     }
 }
 
+static void add_relu_f32(char **d, const int64_t *st, int64_t n, void *ctx) {
+    (void)ctx;
+    if (st[0] == 4 && st[1] == 4 && st[2] == 4) {
+        float *o = (float *)d[0];
+        const float *y = (const float *)d[1], *a = (const float *)d[2];
+        for (int64_t i = 0; i < n; i++) {
+            float s = y[i] + a[i];
+            o[i] = (s > 0.0f || s != s) ? s : 0.0f;
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float s = *(const float *)(d[1] + i * st[1]) + *(const float *)(d[2] + i * st[2]);
+        *(float *)(d[0] + i * st[0]) = (s > 0.0f || s != s) ? s : 0.0f;
+    }
+}
+
+void dl_cpu_add_relu_(dl_tensor *y, dl_tensor *a) {
+    dl_tensor *args[3] = {y, y, a};
+    dl_iter_foreach(3, args, add_relu_f32, NULL);
+}
+
 void dl_cpu_threshold_backward(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, double threshold) {
     thr_ctx c = {threshold};
     dl_tensor *args[3] = {gx, gy, y};

@@ -18,4 +18,8 @@ void dl_cpu_threshold_backward(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, doubl
  * x * mask * scale.  out and x share a floating dtype; mask is bool. */
 void dl_cpu_mask_scale(dl_tensor *out, dl_tensor *x, dl_tensor *mask, double scale);
 
+/* y = relu(y + a), in place (inference fusion of a residual add): NaN stays
+ * NaN, as the separate add and ReLU.  float32; a has y's shape. */
+void dl_cpu_add_relu_(dl_tensor *y, dl_tensor *a);
+
 #endif

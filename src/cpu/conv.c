@@ -87,6 +87,10 @@ static dl_conv_layout layout_for(const dl_conv2d_shape *s) {
     return (s->KH == 1 && s->KW == 1) ? DL_CONV_LAYOUT_PLAIN : DL_CONV_LAYOUT_ANY;
 }
 
+bool dl_cpu_conv2d_sum_fast(const dl_conv2d_shape *s, int fmt) {
+    return (fmt & DL_CONV_FMT_NHWC) || layout_for(s) != DL_CONV_LAYOUT_PLAIN;
+}
+
 /* gb[o] = sum over n and positions of gy[n][o][:], double accumulators.
  * gb is (O), gy is (N,O,OH*OW), or with nhwc (N*OH*OW,O). */
 static void bias_grad_float(const dl_conv2d_shape *s, bool nhwc, float *gb, const float *gy) {

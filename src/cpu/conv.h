@@ -65,6 +65,10 @@ dl_conv_layout dl_cpu_conv_get_layout(void);
 /* Whether eligible float32 3x3 convolutions run Winograd (default on; see
  * conv.c).  The setter exists for benchmarks and tests. */
 void dl_cpu_conv_set_winograd(bool on);
+/* Whether a float32 forward of shape s with operands fmt runs a sum post-op
+ * at full speed: oneDNN's GEMM-based convolution (1x1 kernels on NCHW) applies
+ * one about 3x slower than a separate pass, so callers add themselves then. */
+bool dl_cpu_conv2d_sum_fast(const dl_conv2d_shape *s, int fmt);
 bool dl_cpu_conv_get_winograd(void);
 
 #endif

@@ -36,7 +36,7 @@ int dl_dnnl_md(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, dnnl_form
 
 #define DL_DNNL_MAX_PRIMS 12
 #define DL_DNNL_KEY_LEN 192
-#define DL_DNNL_CACHE_CAPACITY 96
+#define DL_DNNL_CACHE_CAPACITY 512
 
 /* One cached set of primitives for one op configuration.  A builder fills
  * pd[i]/prim[i] (either may stay NULL) and may keep its own data in `user`

@@ -14,6 +14,7 @@
 #include "ops/views.h"
 #include "ops/elementwise.h"
 #include "core/error.h"
+#include "cpu/activation.h"
 #include "cpu/batchnorm.h"
 #include "cpu/conv.h"
 #include "cpu/dnnl_util.h"
@@ -498,15 +499,23 @@ dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
         prep_conv(x, DL_DTYPE_F32, nhwc), prep_conv(w, DL_DTYPE_F32, fmt & DL_CONV_FMT_W_OHWI),
         b ? prep(b, DL_DTYPE_F32) : NULL, conv_empty(yshape, DL_DTYPE_F32, DL_CPU, nhwc)};
     dl_tensor *y = NULL;
-    if (!t[0] || !t[1] || (b && !t[2]) || !t[3] || (add && dl_tensor_copy_(t[3], add))) goto done;
-    int post = (add ? DL_CONV_POST_SUM : 0) | (relu ? DL_CONV_POST_RELU : 0);
+    /* the add as oneDNN's sum post-op where that runs at full speed; else one
+     * pass of our own after the convolution (then with the ReLU) */
+    bool sum = add && dl_cpu_conv2d_sum_fast(&s, fmt);
+    if (!t[0] || !t[1] || (b && !t[2]) || !t[3] || (sum && dl_tensor_copy_(t[3], add))) goto done;
+    int post = (sum ? DL_CONV_POST_SUM : 0) | (relu && (sum || !add) ? DL_CONV_POST_RELU : 0);
     if (dl_cpu_conv2d_forward(DL_DTYPE_F32, &s, fmt | DL_CONV_INFERENCE, post,
                               dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[0]),
-                              dl_tensor_data_ptr(t[1]),
-                              t[2] ? dl_tensor_data_ptr(t[2]) : NULL) == 0) {
-        y = t[3];
-        t[3] = NULL;
+                              dl_tensor_data_ptr(t[1]), t[2] ? dl_tensor_data_ptr(t[2]) : NULL))
+        goto done;
+    if (add && !sum) {
+        if (relu)
+            dl_cpu_add_relu_(t[3], add);
+        else if (dl_add_(t[3], add, 1.0))
+            goto done;
     }
+    y = t[3];
+    t[3] = NULL;
 done:
     release_all(t, 4);
     return y;
