@@ -23,6 +23,39 @@ extern "C" {
 #include "core/tensor.h"
 }
 
+// --- cuBLAS, opened on first use ----------------------------------------------
+// cuBLAS is not linked but opened (dlopen) the first time a handle is made:
+// loading libcublasLt alone makes about 150 MB resident (its relocations and
+// static initialisers), which every run on the CPU would otherwise pay.
+// dl_cublas_load() opens it once (thread-safe) and returns false with
+// dl_last_error() set when it cannot; DL_CUBLAS_FN(fn) is the library's fn
+// with its exact type (NULL before a successful load: call it only after).
+bool dl_cublas_load(void);
+void *dl_cublas_symbol(const char *name);
+#define DL_STR_(x) #x
+#define DL_STR(x) DL_STR_(x) /* after macro expansion: cublasCreate -> cublasCreate_v2 */
+#define DL_CUBLAS_FN(fn) DL_CUBLAS_FN_AS(fn, decltype(&::fn))
+// The same for a function C++ overloads (cublasGemmEx): T picks the C
+// declaration; the unevaluated static_cast fails to compile unless T is
+// exactly one of its types.
+#define DL_CUBLAS_FN_AS(fn, T)                                                                     \
+    ([]() {                                                                                        \
+        using p_t = decltype(static_cast<T>(&::fn));                                               \
+        static p_t p_ = reinterpret_cast<p_t>(dl_cublas_symbol(DL_STR(fn)));                      \
+        return p_;                                                                                 \
+    }())
+using dl_cublas_gemm_ex_t = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t,
+                                               cublasOperation_t, int, int, int, const void *,
+                                               const void *, cudaDataType, int, const void *,
+                                               cudaDataType, int, const void *, void *,
+                                               cudaDataType, int, cublasComputeType_t,
+                                               cublasGemmAlgo_t);
+using dl_cublas_gemm_strided_t = cublasStatus_t (*)(
+    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+    const void *, cudaDataType, int, long long, const void *, cudaDataType, int, long long,
+    const void *, void *, cudaDataType, int, long long, int, cublasComputeType_t,
+    cublasGemmAlgo_t);
+
 // --- checked calls ------------------------------------------------------------
 // Each sets "CUDA error in <call> (<file>:<line>): <message>" and returns -1.
 int dl_cuda_fail(const char *call, const char *msg, const char *file, int line);
@@ -37,7 +70,8 @@ int dl_cuda_fail(const char *call, const char *msg, const char *file, int line);
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return dl_cuda_fail(#call, cublasGetStatusString(s_), __FILE__, __LINE__);             \
+            return dl_cuda_fail(#call, DL_CUBLAS_FN(cublasGetStatusString)(s_), __FILE__,         \
+                                __LINE__);                                                         \
     } while (0)
 #define DL_CUDNN_CHECK(call)                                                                       \
     do {                                                                                           \

@@ -1,7 +1,8 @@
 // device.cu - CUDA device queries: whether a GPU is present, its name, and the
 // versions of the CUDA runtime, driver, cuBLAS and cuDNN (when linked, with
 // DL_WITH_CUDNN) for `dlua -v`.  extern "C" entry points only.
-#include <cublas_v2.h>
+#include "common.cuh"
+
 #include <cuda_runtime.h>
 #include <stdio.h>
 #ifdef DL_WITH_CUDNN
@@ -36,9 +37,11 @@ extern "C" const char *dl_cuda_versions(char *buf, int n) {
     if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
     if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
     cudaGetLastError();
-    cublasGetProperty(MAJOR_VERSION, &bmaj);
-    cublasGetProperty(MINOR_VERSION, &bmin);
-    cublasGetProperty(PATCH_LEVEL, &bpat);
+    if (dl_cublas_load()) {
+        DL_CUBLAS_FN(cublasGetProperty)(MAJOR_VERSION, &bmaj);
+        DL_CUBLAS_FN(cublasGetProperty)(MINOR_VERSION, &bmin);
+        DL_CUBLAS_FN(cublasGetProperty)(PATCH_LEVEL, &bpat);
+    }
     char driver[32], cudnn[32];
     if (drv > 0)
         snprintf(driver, sizeof driver, "driver %d.%d", drv / 1000, drv % 1000 / 10);

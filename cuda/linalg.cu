@@ -229,8 +229,8 @@ int gemm_blas(dl_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, doubl
     const void *pb = dt == DL_DTYPE_F64 ? (const void *)&beta : (const void *)&bf;
     cublasHandle_t h = dl_cuda_cublas();
     if (!h) return -1;
-    DL_CUBLAS_CHECK(cublasSetStream(h, dl_cuda_stream()));
-    DL_CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+    DL_CUBLAS_CHECK(DL_CUBLAS_FN(cublasSetStream)(h, dl_cuda_stream()));
+    DL_CUBLAS_CHECK(DL_CUBLAS_FN(cublasSetPointerMode)(h, CUBLAS_POINTER_MODE_HOST));
     size_t isz = dl_dtype_size(dt);
     const char *a0 = (const char *)A->data, *b0 = (const char *)B->data;
     char *c0 = (char *)out;
@@ -241,7 +241,7 @@ int gemm_blas(dl_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, doubl
         const int64_t chunk = 65535;
         for (int64_t b = 0; b < batch; b += chunk) {
             int64_t n = batch - b < chunk ? batch - b : chunk;
-            DL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+            DL_CUBLAS_CHECK(DL_CUBLAS_FN_AS(cublasGemmStridedBatchedEx, dl_cublas_gemm_strided_t)(
                 h, opa, opb, (int)N, (int)M, (int)K, pa, b0 + (bbase + b * bstride) * (int64_t)isz,
                 type, (int)lda, (long long)bstride, a0 + (abase + b * astride) * (int64_t)isz, type,
                 (int)ldb, (long long)astride, pb, c0 + b * M * N * (int64_t)isz, type, (int)N,
@@ -250,7 +250,7 @@ int gemm_blas(dl_dtype dt, int64_t batch, int64_t M, int64_t N, int64_t K, doubl
         return 0;
     }
     for (int64_t b = 0; b < batch; b++)
-        DL_CUBLAS_CHECK(cublasGemmEx(
+        DL_CUBLAS_CHECK(DL_CUBLAS_FN_AS(cublasGemmEx, dl_cublas_gemm_ex_t)(
             h, opa, opb, (int)N, (int)M, (int)K, pa, b0 + B->boff[b] * (int64_t)isz, type, (int)lda,
             a0 + A->boff[b] * (int64_t)isz, type, (int)ldb, pb, c0 + b * M * N * (int64_t)isz, type,
             (int)N, compute, CUBLAS_GEMM_DEFAULT));

@@ -17,6 +17,7 @@
 // the core then runs a Lua collection and asks once more before it reports.
 #include "common.cuh"
 
+#include <dlfcn.h>
 #include <map>
 #include <mutex>
 #include <stdio.h>
@@ -224,17 +225,50 @@ int dl_cuda_use(const dl_tensor *t) {
     return 0;
 }
 
+// --- cuBLAS, opened on first use (see common.cuh) ------------------------------
+
+static void *g_cublas;           // dlopen handle, or null
+static char g_cublas_error[512]; // why it could not be opened
+
+bool dl_cublas_load(void) {
+    static std::once_flag once;
+    std::call_once(once, []() {
+        // the soname of the cuBLAS this was compiled against; then the toolkit's
+        // own directory, for a loader path that lacks it
+        static const char *const names[] = {
+            "libcublas.so." DL_STR(CUBLAS_VER_MAJOR),
+#ifdef DL_CUDA_LIBRARY_DIR
+            DL_CUDA_LIBRARY_DIR "/libcublas.so." DL_STR(CUBLAS_VER_MAJOR),
+#endif
+        };
+        for (const char *n : names) {
+            g_cublas = dlopen(n, RTLD_NOW | RTLD_LOCAL);
+            if (g_cublas) return;
+            const char *e = dlerror();
+            snprintf(g_cublas_error, sizeof g_cublas_error, "%s", e ? e : n);
+        }
+    });
+    if (!g_cublas) dl_error("cuBLAS could not be opened: %s", g_cublas_error);
+    return g_cublas != nullptr;
+}
+
+void *dl_cublas_symbol(const char *name) {
+    return dl_cublas_load() ? dlsym(g_cublas, name) : nullptr;
+}
+
 cublasHandle_t dl_cuda_cublas(void) {
     int d = current();
     Device &dv = g_dev[d];
     if (!dv.cublas) {
-        cublasStatus_t s = cublasCreate(&dv.cublas);
+        if (!dl_cublas_load()) return nullptr;
+        cublasStatus_t s = DL_CUBLAS_FN(cublasCreate)(&dv.cublas);
         if (s != CUBLAS_STATUS_SUCCESS) {
-            dl_cuda_fail("cublasCreate", cublasGetStatusString(s), __FILE__, __LINE__);
+            dl_cuda_fail("cublasCreate", DL_CUBLAS_FN(cublasGetStatusString)(s), __FILE__,
+                         __LINE__);
             dv.cublas = nullptr;
             return nullptr;
         }
-        cublasSetStream(dv.cublas, 0);
+        DL_CUBLAS_FN(cublasSetStream)(dv.cublas, 0);
     }
     return dv.cublas;
 }
@@ -243,9 +277,11 @@ cublasLtHandle_t dl_cuda_cublaslt(void) {
     int d = current();
     Device &dv = g_dev[d];
     if (!dv.cublaslt) {
-        cublasStatus_t s = cublasLtCreate(&dv.cublaslt);
+        if (!dl_cublas_load()) return nullptr;
+        cublasStatus_t s = DL_CUBLAS_FN(cublasLtCreate)(&dv.cublaslt);
         if (s != CUBLAS_STATUS_SUCCESS) {
-            dl_cuda_fail("cublasLtCreate", cublasGetStatusString(s), __FILE__, __LINE__);
+            dl_cuda_fail("cublasLtCreate", DL_CUBLAS_FN(cublasGetStatusString)(s), __FILE__,
+                         __LINE__);
             dv.cublaslt = nullptr;
             return nullptr;
         }
