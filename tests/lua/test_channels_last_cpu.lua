@@ -161,10 +161,31 @@ T.case("inference-only 3x3 convolutions: Winograd within float32 rounding of dir
     T.truthy(rel_err(y, direct) < 1e-5, "layout " .. tostring(cl))
     T.truthy(is_cl(y) == cl, "output layout follows the input's")
   end
-  -- a convolution autograd records runs direct: the same bits as with Winograd off
+  -- a convolution autograd records runs its forward direct: the same bits as
+  -- with Winograd off
   local wg = w:clone():requires_grad_()
   local yg = F.conv2d(x, wg, b, {padding = 1})
   T.tensor_eq(yg:detach(), direct, 0)
+end)
+
+T.case("weight gradients of 3x3 convolutions: Winograd at least as accurate as direct", function()
+  dl.manual_seed(10)
+  local x, w, gy = dl.randn(4, 32, 16, 16), dl.randn(32, 32, 3, 3) * 0.05, dl.randn(4, 32, 16, 16)
+  local x64, w64 = x:double():requires_grad_(), w:double():requires_grad_()
+  F.conv2d(x64, w64, nil, {padding = 1}):backward(gy:double())
+  local function grads(wino)
+    dl._nn.conv2d_winograd(wino)
+    local xr, wr = x:clone():requires_grad_(), w:clone():requires_grad_()
+    F.conv2d(xr, wr, nil, {padding = 1}):backward(gy)
+    return xr.grad, wr.grad
+  end
+  local gx0, gw0 = grads(false)
+  local gx1, gw1 = grads(true)
+  local function err(a, ref) return (a:double() - ref):norm():item() / ref:norm():item() end
+  local e0, e1 = err(gw0, w64.grad), err(gw1, w64.grad)
+  T.truthy(e1 <= 1.5 * e0, string.format("weight gradient error: Winograd %g, direct %g", e1, e0))
+  T.tensor_eq(gx1, gx0, 0, "input gradient always direct")
+  T.truthy(err(gx1, x64.grad) < 1e-6, "input gradient")
 end)
 
 T.done()
