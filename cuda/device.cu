@@ -31,18 +31,22 @@ extern "C" const char *dl_cuda_device_name(int index, char *buf, int n) {
 }
 
 // "CUDA runtime 12.2, driver 12.4, cuBLAS 12.2.5, cuDNN 8.9.7" into buf.
-// The driver part reads "no driver" on a machine without one.
+// The driver part reads "no driver" on a machine without one; cuBLAS is
+// opened (dlopen) to read its version, "cuBLAS not found" when it cannot be.
 extern "C" const char *dl_cuda_versions(char *buf, int n) {
     int rt = 0, drv = 0, bmaj = 0, bmin = 0, bpat = 0;
     if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
     if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
     cudaGetLastError();
+    char driver[32], cudnn[32], cublas[48];
     if (dl_cublas_load()) {
         DL_CUBLAS_FN(cublasGetProperty)(MAJOR_VERSION, &bmaj);
         DL_CUBLAS_FN(cublasGetProperty)(MINOR_VERSION, &bmin);
         DL_CUBLAS_FN(cublasGetProperty)(PATCH_LEVEL, &bpat);
+        snprintf(cublas, sizeof cublas, "cuBLAS %d.%d.%d", bmaj, bmin, bpat);
+    } else {
+        snprintf(cublas, sizeof cublas, "cuBLAS not found");
     }
-    char driver[32], cudnn[32];
     if (drv > 0)
         snprintf(driver, sizeof driver, "driver %d.%d", drv / 1000, drv % 1000 / 10);
     else
@@ -56,7 +60,7 @@ extern "C" const char *dl_cuda_versions(char *buf, int n) {
 #else
     snprintf(cudnn, sizeof cudnn, "cuDNN not linked");
 #endif
-    snprintf(buf, (size_t)n, "CUDA runtime %d.%d, %s, cuBLAS %d.%d.%d, %s", rt / 1000,
-             rt % 1000 / 10, driver, bmaj, bmin, bpat, cudnn);
+    snprintf(buf, (size_t)n, "CUDA runtime %d.%d, %s, %s, %s", rt / 1000, rt % 1000 / 10, driver,
+             cublas, cudnn);
     return buf;
 }
