@@ -4,8 +4,9 @@
 # 1. SIGKILL at random moments: scripts/train_resnet.lua trains tinycnn on a
 #    tiny generated ImageFolder (6 steps an epoch, 40 epochs, a checkpoint at every
 #    epoch's end).  A chain starts a run, kills it with SIGKILL after a random
-#    delay (0 to 1.2 s: during start-up, training steps and checkpoint
-#    writes), resumes from the latest checkpoint (--resume), kills again ...
+#    delay (0 to the uninterrupted run's duration, at least 0.3 s: during
+#    start-up, training steps and checkpoint writes, whatever the machine's
+#    speed, so that most trials are kills), resumes from the latest checkpoint (--resume), kills again ...
 #    until a run finishes.  After every kill the latest checkpoint must load
 #    and its loss history must equal the first steps of an uninterrupted run's
 #    (same seed, CPU); a finished chain must equal the uninterrupted run's
@@ -56,8 +57,13 @@ end' || { echo "cannot make the tiny dataset" >&2; exit 1; }
 
 COMMON=(--data tiny --arch tinycnn --image-size 8 --resize 8 --batch-size 4 --lr 0.05 --workers 1
         --threads 1 --log-every 1000 --seed 7 --epochs 40)
+t0=$(date +%s%N)
 timeout 120 "$DLUA" "$TRAIN" "${COMMON[@]}" --save-dir A >A.out 2>A.err
-if [ $? -ne 0 ] || [ ! -s A/last.safetensors ]; then
+rc=$?
+RUN_MS=$((($(date +%s%N) - t0) / 1000000))
+[ "$RUN_MS" -lt 300 ] && RUN_MS=300
+echo "the uninterrupted run took $RUN_MS ms: kill delays are drawn below that"
+if [ $rc -ne 0 ] || [ ! -s A/last.safetensors ]; then
     echo "the uninterrupted run failed:" >&2
     cat A.err >&2
     exit 1
@@ -96,7 +102,7 @@ while [ "$kills" -lt "$TRIALS" ]; do
     fi
     "$DLUA" "$TRAIN" "${args[@]}" >run.out 2>run.err &
     pid=$!
-    ms=$((RANDOM % 1200))
+    ms=$((RANDOM % RUN_MS))
     delay=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
     sleep "$delay"
     kill -KILL "$pid" 2>/dev/null
