@@ -41,20 +41,18 @@ void *dl_cublas_symbol(const char *name);
 #define DL_CUBLAS_FN_AS(fn, T)                                                                     \
     ([]() {                                                                                        \
         using p_t = decltype(static_cast<T>(&::fn));                                               \
-        static p_t p_ = reinterpret_cast<p_t>(dl_cublas_symbol(DL_STR(fn)));                      \
+        static p_t p_ = reinterpret_cast<p_t>(dl_cublas_symbol(DL_STR(fn)));                       \
         return p_;                                                                                 \
     }())
-using dl_cublas_gemm_ex_t = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t,
-                                               cublasOperation_t, int, int, int, const void *,
-                                               const void *, cudaDataType, int, const void *,
-                                               cudaDataType, int, const void *, void *,
-                                               cudaDataType, int, cublasComputeType_t,
-                                               cublasGemmAlgo_t);
+using dl_cublas_gemm_ex_t = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                               int, int, int, const void *, const void *,
+                                               cudaDataType, int, const void *, cudaDataType, int,
+                                               const void *, void *, cudaDataType, int,
+                                               cublasComputeType_t, cublasGemmAlgo_t);
 using dl_cublas_gemm_strided_t = cublasStatus_t (*)(
-    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
-    const void *, cudaDataType, int, long long, const void *, cudaDataType, int, long long,
-    const void *, void *, cudaDataType, int, long long, int, cublasComputeType_t,
-    cublasGemmAlgo_t);
+    cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *, const void *,
+    cudaDataType, int, long long, const void *, cudaDataType, int, long long, const void *, void *,
+    cudaDataType, int, long long, int, cublasComputeType_t, cublasGemmAlgo_t);
 
 // --- checked calls ------------------------------------------------------------
 // Each sets "CUDA error in <call> (<file>:<line>): <message>" and returns -1.
@@ -70,7 +68,7 @@ int dl_cuda_fail(const char *call, const char *msg, const char *file, int line);
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            return dl_cuda_fail(#call, DL_CUBLAS_FN(cublasGetStatusString)(s_), __FILE__,         \
+            return dl_cuda_fail(#call, DL_CUBLAS_FN(cublasGetStatusString)(s_), __FILE__,          \
                                 __LINE__);                                                         \
     } while (0)
 #define DL_CUDNN_CHECK(call)                                                                       \

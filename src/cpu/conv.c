@@ -377,7 +377,7 @@ static void conv_key(char *key, const char *what, const conv_ctx *c) {
 }
 
 /* The cache entry of c's primitives; a Winograd request oneDNN refuses
- * (unimplemented for the shape, or with the post-ops) runs direct instead. */
+ * (no such kernel for the shape, or with the post-ops) runs direct instead. */
 static dl_dnnl_entry *conv_entry(conv_ctx *c, const char *what, dl_dnnl_build_fn build) {
     char key[DL_DNNL_KEY_LEN];
     conv_key(key, what, c);
