@@ -25,17 +25,14 @@ void dl_register_allocator(dl_device_type type, const dl_allocator *a) {
 }
 
 static void *raw_alloc(size_t nbytes, dl_device dev) {
-    if (dev.type == DL_DEVICE_CPU) {
-        size_t rounded = (nbytes + 63) & ~(size_t)63;
-        return aligned_alloc(64, rounded ? rounded : 64);
-    }
+    if (dev.type == DL_DEVICE_CPU) return dl_cpu_alloc(nbytes);
     const dl_allocator *a = allocators[dev.type];
     return a ? a->alloc(nbytes, dev.index) : NULL;
 }
 
-static void raw_free(void *p, dl_device dev) {
+static void raw_free(void *p, size_t nbytes, dl_device dev) {
     if (dev.type == DL_DEVICE_CPU)
-        free(p);
+        dl_cpu_free(p, nbytes);
     else if (allocators[dev.type])
         allocators[dev.type]->free(p, dev.index);
 }
@@ -54,8 +51,10 @@ dl_storage *dl_storage_new(size_t nbytes, dl_device dev) {
         return NULL;
     }
     void *p = raw_alloc(nbytes, dev);
+    if (!p && dev.type == DL_DEVICE_CPU && dl_cpu_cache_empty() > 0) p = raw_alloc(nbytes, dev);
     if (!p && low_memory_fn) {
-        low_memory_fn(low_memory_ud);
+        low_memory_fn(low_memory_ud); /* the collected tensors' blocks land in the cache */
+        if (dev.type == DL_DEVICE_CPU) dl_cpu_cache_empty();
         p = raw_alloc(nbytes, dev);
     }
     if (!p) {
@@ -103,7 +102,7 @@ void dl_storage_release(dl_storage *s) {
     if (s->deleter) {
         s->deleter(s->data, s->deleter_ctx);
     } else if (s->data || s->nbytes) {
-        raw_free(s->data, s->device);
+        raw_free(s->data, s->nbytes, s->device);
         __atomic_sub_fetch(&live_bytes, (int64_t)s->nbytes, __ATOMIC_RELAXED);
     }
     free(s);

@@ -57,6 +57,18 @@ void dl_storage_release(dl_storage *s);
 int64_t dl_mem_live_bytes(void);
 int64_t dl_mem_total_allocated(void);
 
+/* Host buffers, 64-byte aligned, uninitialised (cpu_cache.c).  Blocks of at
+ * least DL_CPU_CACHE_MIN bytes are kept after dl_cpu_free and handed out again
+ * to a request of about the same size, sparing the page faults and zeroing a
+ * fresh mapping costs.  dl_cpu_free takes the size that was asked for.  The
+ * cache is off in AddressSanitizer builds and when DLUA_CPU_CACHE=0. */
+#define DL_CPU_CACHE_MIN ((size_t)64 << 10)
+void *dl_cpu_alloc(size_t nbytes); /* NULL when out of memory, no message */
+void dl_cpu_free(void *p, size_t nbytes);
+int64_t dl_cpu_cache_empty(void);     /* frees every cached block; bytes freed */
+int64_t dl_cpu_cached_bytes(void);    /* bytes held in the cache now */
+int dl_cpu_cache_set_enabled(int on); /* returns the previous setting */
+
 const char *dl_device_name(dl_device d, char *buf, size_t n); /* "cpu", "cuda:0" */
 int dl_device_parse(const char *s, dl_device *out);           /* "cpu", "cuda", "cuda:1" */
 int dl_device_equal(dl_device a, dl_device b);

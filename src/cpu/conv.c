@@ -49,6 +49,7 @@
 #include "conv.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/storage.h"
 #include "dnnl_util.h"
 #include "gemm.h"
 
@@ -331,10 +332,16 @@ static int build_bwd(dl_dnnl_entry *e, const void *vctx) {
 /* Scratch buffers of one call, freed together. */
 typedef struct {
     void *p[A_N];
+    size_t n[A_N];
 } conv_tmp;
 
 static void tmp_free(conv_tmp *t) {
-    for (int i = 0; i < A_N; i++) free(t->p[i]);
+    for (int i = 0; i < A_N; i++) dl_cpu_free(t->p[i], t->n[i]);
+}
+
+static void *tmp_alloc(conv_tmp *t, int which, const dnnl_memory_desc_t *md) {
+    t->n[which] = dl_dnnl_md_size(md);
+    return t->p[which] = dl_dnnl_alloc(t->n[which], "conv2d");
 }
 
 /* Binds input argument `which` (our buffer data) as dnnl_arg, reordering it
@@ -343,7 +350,7 @@ static int bind_in(dl_dnnl_entry *e, int which, int dnnl_arg, const void *data, 
                    conv_tmp *t) {
     const conv_arg *a = &((conv_layouts *)e->user)->a[which];
     if (a->slot < 0) return dl_dnnl_args_add(args, dnnl_arg, &a->prim, (void *)data);
-    if (!(t->p[which] = dl_dnnl_alloc(dl_dnnl_md_size(&a->prim), "conv2d"))) return -1;
+    if (!tmp_alloc(t, which, &a->prim)) return -1;
     if (dl_dnnl_reorder(e->prim[a->slot], &a->user, data, &a->prim, t->p[which])) return -1;
     return dl_dnnl_args_add(args, dnnl_arg, &a->prim, t->p[which]);
 }
@@ -354,7 +361,7 @@ static int bind_out(dl_dnnl_entry *e, int which, int dnnl_arg, void *data, dl_dn
                     conv_tmp *t) {
     const conv_arg *a = &((conv_layouts *)e->user)->a[which];
     if (a->slot < 0) return dl_dnnl_args_add(args, dnnl_arg, &a->prim, data);
-    if (!(t->p[which] = dl_dnnl_alloc(dl_dnnl_md_size(&a->prim), "conv2d"))) return -1;
+    if (!tmp_alloc(t, which, &a->prim)) return -1;
     return dl_dnnl_args_add(args, dnnl_arg, &a->prim, t->p[which]);
 }
 

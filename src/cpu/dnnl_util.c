@@ -12,6 +12,7 @@
 #include "dnnl_util.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/storage.h"
 
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
@@ -189,12 +190,16 @@ static void scratch_key_init(void) {
     scratch_key_ok = pthread_key_create(&scratch_key, free) == 0;
 }
 
-/* This thread's scratch buffer of at least n bytes (freed when the thread ends). */
+/* This thread's scratch buffer of at least n bytes (freed when the thread
+ * ends).  Long-lived and freed with free(), so not from the block cache. */
 static void *thread_scratch(size_t n) {
     if (n <= scratch_size) return scratch_buf;
     pthread_once(&scratch_once, scratch_key_init);
-    void *p = dl_dnnl_alloc(n, "oneDNN scratchpad");
-    if (!p) return NULL;
+    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    if (!p) {
+        dl_error("oneDNN scratchpad: out of memory (%zu bytes)", n);
+        return NULL;
+    }
     free(scratch_buf);
     scratch_buf = p;
     scratch_size = n;
@@ -328,9 +333,9 @@ size_t dl_dnnl_md_size(const dnnl_memory_desc_t *md) {
 }
 
 void *dl_dnnl_alloc(size_t bytes, const char *op) {
-    void *p = NULL;
-    size_t n = (bytes + 63) / 64 * 64;
-    if (posix_memalign(&p, 64, n ? n : 64) != 0) {
+    void *p = dl_cpu_alloc(bytes);
+    if (!p && dl_cpu_cache_empty() > 0) p = dl_cpu_alloc(bytes);
+    if (!p) {
         dl_error("%s: out of memory (%zu bytes of scratch)", op, bytes);
         return NULL;
     }

@@ -105,7 +105,8 @@ int dl_dnnl_reorder(dnnl_primitive_t prim, const dnnl_memory_desc_t *from, const
 
 /* Bytes a memory descriptor spans. */
 size_t dl_dnnl_md_size(const dnnl_memory_desc_t *md);
-/* 64-byte aligned scratch buffer (free with free()); NULL with an error. */
+/* 64-byte aligned scratch buffer from dl_cpu_alloc; NULL with an error.  Free
+ * it with dl_cpu_free(p, bytes). */
 void *dl_dnnl_alloc(size_t bytes, const char *op);
 
 #endif

@@ -55,6 +55,19 @@ static int l_memory_allocated(lua_State *L) {
     return 1;
 }
 
+/* Host bytes held: tensors alive plus freed buffers kept for reuse. */
+static int l_memory_reserved(lua_State *L) {
+    lua_pushinteger(L, dl_mem_live_bytes() + dl_cpu_cached_bytes());
+    return 1;
+}
+
+/* dl.empty_cache(): returns the cached host buffers to the system; the
+ * bytes released. */
+static int l_empty_cache(lua_State *L) {
+    lua_pushinteger(L, dl_cpu_cache_empty());
+    return 1;
+}
+
 /* Low-memory handler.  Every state with dl open is listed with the thread
  * that owns it (the one that opened it, or the last one that entered it
  * through dl_state_*); an allocation that fails collects the states the
@@ -254,6 +267,8 @@ int luaopen_dl(lua_State *L) {
         {"manual_seed", l_manual_seed},
         {"initial_seed", l_initial_seed},
         {"memory_allocated", l_memory_allocated},
+        {"memory_reserved", l_memory_reserved},
+        {"empty_cache", l_empty_cache},
         {NULL, NULL},
     };
     luaL_setfuncs(L, functions, 0);
