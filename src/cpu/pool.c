@@ -167,29 +167,38 @@ static void inner_cols(const dl_pool2d_shape *s, int64_t *a, int64_t *b) {
 
 #define POOL_AVX512 __attribute__((target("avx512f")))
 
-/* row[j*sw] for j < 16, reading nothing past row[15*sw]: one load for
- * stride 1, two loads and a two-source permute for stride 2, a gather else
- * (lane holds j*sw). */
-POOL_AVX512 INLINE __m512 load_strided(const float *row, int64_t sw, __m512i lane) {
-    if (sw == 1) return _mm512_loadu_ps(row);
-    if (sw == 2) {
-        /* a = row[0..15], b = row[15..30]: lane j < 8 takes a[2j], lane j >= 8
-         * row[2j] = b[2j-15], which is source element 16 + 2j-15 */
-        const __m512i pick =
-            _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
-        return _mm512_permutex2var_ps(_mm512_loadu_ps(row), pick, _mm512_loadu_ps(row + 15));
+/* row[j*sw] for j < n (n <= 16), reading nothing past row[(n-1)*sw]: one
+ * load for stride 1, two loads and a two-source permute for stride 2, a
+ * gather else (lane holds j*sw).  Lanes from n on are zero. */
+POOL_AVX512 INLINE __m512 load_strided(const float *row, int64_t sw, __m512i lane, int n) {
+    /* stride 2 from a = row[0..15] and b = row[15..30]: lane j < 8 takes a[2j],
+     * lane j >= 8 row[2j] = b[2j-15], which is source element 16 + 2j-15 */
+    const __m512i pick =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 17, 19, 21, 23, 25, 27, 29, 31);
+    if (n == 16) {
+        if (sw == 1) return _mm512_loadu_ps(row);
+        if (sw == 2)
+            return _mm512_permutex2var_ps(_mm512_loadu_ps(row), pick, _mm512_loadu_ps(row + 15));
+        return _mm512_i32gather_ps(lane, row, 4);
     }
-    return _mm512_i32gather_ps(lane, row, 4);
+    __mmask16 k = (__mmask16)((1u << n) - 1);
+    if (sw == 1) return _mm512_maskz_loadu_ps(k, row);
+    if (sw == 2) { /* elements 0..2n-2: the first 2n-1 of a, the first 2n-16 of b */
+        int na = 2 * n - 1 < 16 ? 2 * n - 1 : 16, nb = 2 * n - 16 > 0 ? 2 * n - 16 : 0;
+        return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps((__mmask16)((1u << na) - 1), row), pick,
+                                      _mm512_maskz_loadu_ps((__mmask16)((1u << nb) - 1), row + 15));
+    }
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, lane, row, 4);
 }
 
-/* 16 adjacent outputs of one row into y[0..16) and ind[0..16), all windows
- * inside the columns: lane j's window starts at column c0 + j*sw.  The
+/* n <= 16 adjacent outputs of one row into y[0..n) and ind[0..n), all
+ * windows inside the columns: lane j's window starts at column c0 + j*sw.  The
  * window is walked once for all lanes, each step a vector compare-and-blend
  * with max_cell's test (greater, or NaN) in window order, so values and
  * indices are max_cell's. */
 POOL_AVX512 INLINE void max_vec(const float *xp, int64_t W, int64_t hs, int64_t he, int64_t dh,
                                 int64_t kw, int64_t dw, int64_t c0, int64_t sw, float *y,
-                                int64_t *ind) {
+                                int64_t *ind, int n) {
     const __m512i lane =
         _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                            _mm512_set1_epi32((int32_t)sw));
@@ -198,22 +207,32 @@ POOL_AVX512 INLINE void max_vec(const float *xp, int64_t W, int64_t hs, int64_t 
     for (int64_t ih = hs; ih < he; ih += dh)
         for (int64_t kx = 0; kx < kw; kx++) {
             int64_t col = c0 + kx * dw;
-            __m512 v = load_strided(xp + ih * W + col, sw, lane);
+            __m512 v = load_strided(xp + ih * W + col, sw, lane, n);
             __mmask16 m =
                 _mm512_cmp_ps_mask(v, best, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
             best = _mm512_mask_mov_ps(best, m, v);
             bi = _mm512_mask_mov_epi32(
                 bi, m, _mm512_add_epi32(lane, _mm512_set1_epi32((int32_t)(ih * W + col))));
         }
-    _mm512_storeu_ps(y, best);
-    _mm512_storeu_si512(ind, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(bi)));
-    _mm512_storeu_si512(ind + 8, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(bi, 1)));
+    __m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(bi)),
+            hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(bi, 1));
+    if (n == 16) {
+        _mm512_storeu_ps(y, best);
+        _mm512_storeu_si512(ind, lo);
+        _mm512_storeu_si512(ind + 8, hi);
+    } else {
+        __mmask16 k = (__mmask16)((1u << n) - 1);
+        _mm512_mask_storeu_ps(y, k, best);
+        _mm512_mask_storeu_epi64(ind, (__mmask8)(k & 0xff), lo);
+        _mm512_mask_storeu_epi64(ind + 8, (__mmask8)(k >> 8), hi);
+    }
 }
 
 /* Output row r = (plane, oh) in float32, planes of fewer than 2^31
  * elements: the inner columns 16 at a time by max_vec (the last group
  * shifted left to end at the last inner column, recomputing a few outputs
- * to the same values), border columns and narrow rows by max_cell. */
+ * to the same values; fewer than 16 inner columns in one masked vector),
+ * border columns by max_cell. */
 POOL_AVX512 static void max_row_f32(const dl_pool2d_shape *s, float *y, int64_t *ind,
                                     const float *x, int64_t r) {
     int64_t p = r / s->OH, oh = r % s->OH, W = s->W, OW = s->OW, hs, he, a, b;
@@ -222,7 +241,6 @@ POOL_AVX512 static void max_row_f32(const dl_pool2d_shape *s, float *y, int64_t 
     int64_t *ir = ind + r * OW;
     max_rows(s, oh, &hs, &he);
     inner_cols(s, &a, &b);
-    if (b - a < 16) b = a; /* too narrow for a vector: all by max_cell */
     for (int64_t ow = 0; ow < OW; ow++) {
         if (ow == a) ow = b;
         if (ow >= OW) break;
@@ -231,14 +249,15 @@ POOL_AVX512 static void max_row_f32(const dl_pool2d_shape *s, float *y, int64_t 
         max_cell(true, xp, W, hs, he, s->dh, ws, we, s->dw, yr, ir, ow);
     }
     for (int64_t o0 = a; o0 < b; o0 += 16) {
-        int64_t o = min64(o0, b - 16), c0 = o * s->sw - s->pw;
+        int n = b - a < 16 ? (int)(b - a) : 16;
+        int64_t o = min64(o0, b - n), c0 = o * s->sw - s->pw;
         /* constant strides, so load_strided folds */
         if (s->sw == 1)
-            max_vec(xp, W, hs, he, s->dh, s->kw, s->dw, c0, 1, yr + o, ir + o);
+            max_vec(xp, W, hs, he, s->dh, s->kw, s->dw, c0, 1, yr + o, ir + o, n);
         else if (s->sw == 2)
-            max_vec(xp, W, hs, he, s->dh, s->kw, s->dw, c0, 2, yr + o, ir + o);
+            max_vec(xp, W, hs, he, s->dh, s->kw, s->dw, c0, 2, yr + o, ir + o, n);
         else
-            max_vec(xp, W, hs, he, s->dh, s->kw, s->dw, c0, s->sw, yr + o, ir + o);
+            max_vec(xp, W, hs, he, s->dh, s->kw, s->dw, c0, s->sw, yr + o, ir + o, n);
     }
 }
 

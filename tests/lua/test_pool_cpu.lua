@@ -52,7 +52,8 @@ end
 
 -- --- float32 vector kernel vs the one-window loops -------------------------------------
 
--- kernel, stride, padding, dilation, ceil_mode; rows wide enough for vectors
+-- kernel, stride, padding, dilation, ceil_mode; rows from narrower than one
+-- vector (a masked one: 1..15 inner columns) to several vectors wide
 local MAX_CFGS = {
   {3, 2, 1, 1, false}, -- ResNet's stem
   {3, 2, 1, 1, true},
@@ -72,7 +73,7 @@ end
 
 T.case("max_pool2d float32 vector kernel = the float64 loops (values, indices, ties, NaN)", function()
   for i, c in ipairs(MAX_CFGS) do
-    for _, w in ipairs({16, 37, 70}) do
+    for _, w in ipairs({7, 8, 11, 16, 21, 29, 32, 33, 37, 70}) do
       local x = tricky(F32, i % 2 == 0, 2, 3, 9, w)
       local y, ind = nn.max_pool2d_forward(x, c[1], opts(c))
       local y64, ind64 = nn.max_pool2d_forward(x:double(), c[1], opts(c))
