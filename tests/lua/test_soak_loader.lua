@@ -20,7 +20,21 @@ local function status(field)
   end
 end
 local pid = io.open("/proc/self/stat"):read("l"):match("^(%d+)")
-local function threads() return status("Threads") end
+-- A joined thread can still be counted for a moment: the kernel releases an
+-- exiting thread's task a little after pthread_join returns (and libgomp's
+-- helper threads of a finished worker exit unjoined).  So the count is the
+-- least of several reads within ~200 ms: a transient is gone by then, a
+-- thread kept alive is not.
+local function threads()
+  local least = status("Threads")
+  for _ = 1, 20 do
+    if least <= 1 then break end
+    local t0 = dl.clock()
+    while dl.clock() - t0 < 0.01 do end
+    least = math.min(least, status("Threads"))
+  end
+  return least
+end
 local function fds() -- the ls's own pipe is one of them, the same every time
   local p = io.popen("ls -1 /proc/" .. pid .. "/fd | wc -l")
   local n = tonumber(p:read("a"))
