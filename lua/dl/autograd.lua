@@ -68,8 +68,23 @@ function M.Function(def)
   return setmetatable(F, {__call = function(_, ...) return F.apply(...) end})
 end
 
+-- The dimension order in which t's elements lie in memory (outermost
+-- first), when t is dense: t:permute(order) is contiguous.  nil otherwise
+-- (slices with gaps, expanded dimensions).
+local function memory_order(t)
+  local stride, order = t:stride(), {}
+  for d = 1, t:dim() do order[d] = d end
+  table.sort(order, function(a, b)
+    if stride[a] ~= stride[b] then return stride[a] > stride[b] end
+    return a < b
+  end)
+  if t:permute(table.unpack(order)):is_contiguous() then return order end
+end
+
 -- Compares analytic gradients of sum(fn(inputs...) * random weights) with
 -- central finite differences, in float64.  Returns true, or false and a message.
+-- Inputs may be non-contiguous if dense (channels-last, transposed): their
+-- elements are perturbed in memory order.
 function M.gradcheck(fn, inputs, opts)
   opts = check_opts("gradcheck", opts, {eps = true, atol = true, rtol = true, raise = true})
   local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
@@ -102,8 +117,19 @@ function M.gradcheck(fn, inputs, opts)
   for _, x in ipairs(inputs) do if dl.is_tensor(x) and x.requires_grad then wanted[#wanted + 1] = x end end
   local analytic = M.grad(loss, wanted, {allow_unused = true})
   for k, x in ipairs(wanted) do
-    local flat = x:detach():view(-1)
-    local a = analytic[k] and analytic[k]:contiguous():view(-1):tolist() or {}
+    local flat, order = x:detach(), nil
+    if not x:is_contiguous() then
+      order = memory_order(x)
+      if not order then
+        error("gradcheck: input " .. k .. " is not dense (strides " .. table.concat(x:stride(), ", ")
+          .. "); pass a contiguous or permuted tensor", 2)
+      end
+      flat = flat:permute(table.unpack(order))
+    end
+    flat = flat:view(-1)
+    local g = analytic[k]
+    if g and order then g = g:permute(table.unpack(order)) end
+    local a = g and g:contiguous():view(-1):tolist() or {}
     for j = 1, flat:numel() do
       local old = flat[j]:item()
       dl.no_grad(function() flat[j] = old + eps end)

@@ -142,4 +142,22 @@ T.case("a long chain frees without overflowing the stack", function()
   collectgarbage()
 end)
 
+T.case("gradcheck takes dense non-contiguous inputs, refuses gapped ones", function()
+  local A = dl.autograd
+  local x = dl.randn(2, 3, 4, 5, {dtype = dl.float64}):contiguous({memory_format = "channels_last"})
+  x:requires_grad_(true)
+  T.eq(x:is_contiguous(), false)
+  T.truthy(A.gradcheck(function(t) return (t * t):sum(2) end, {x}))
+  local y = dl.randn(4, 3, {dtype = dl.float64}):t():requires_grad_(true)
+  T.truthy(A.gradcheck(function(t) return t:exp() * dl.arange(1, 5):double() end, {y}))
+  -- a wrong backward is still caught through the permuted order
+  local wrong = A.Function{forward = function(_, t) return t * 2 end,
+    backward = function(_, g) return g * 3 end}
+  local ok, msg = A.gradcheck(function(t) return wrong(t) end, {y}, {raise = false})
+  T.eq(ok, false)
+  T.truthy(msg:match("analytic"), msg)
+  local z = dl.randn(4, 6, {dtype = dl.float64}):narrow(2, 1, 3):requires_grad_(true)
+  T.raises(function() A.gradcheck(function(t) return t * 2 end, {z}) end, "not dense")
+end)
+
 T.done()
