@@ -4,6 +4,7 @@
  * float64 in double, float16/bfloat16 through float32 with one rounding. */
 #include "cpu/activation.h"
 #include "core/iter.h"
+#include "core/parallel.h"
 
 #include <stdbool.h>
 
@@ -58,26 +59,23 @@ static void thr_bf16(char **d, const int64_t *st, int64_t n, void *ctx) {
     }
 }
 
-static void add_relu_f32(char **d, const int64_t *st, int64_t n, void *ctx) {
-    (void)ctx;
-    if (st[0] == 4 && st[1] == 4 && st[2] == 4) {
-        float *o = (float *)d[0];
-        const float *y = (const float *)d[1], *a = (const float *)d[2];
-        for (int64_t i = 0; i < n; i++) {
-            float s = y[i] + a[i];
-            o[i] = (s > 0.0f || s != s) ? s : 0.0f;
+void dl_cpu_bias_add_relu_planes(float *y, const float *b, const float *a, int64_t N, int64_t O,
+                                 int64_t S, bool relu) {
+    /* one plane at a time, each step a pass over a plane still in cache */
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (N * O * S >= DL_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < N * O; p++) {
+        float *yp = y + p * S;
+        if (b) {
+            const float bo = b[p % O];
+            for (int64_t i = 0; i < S; i++) yp[i] += bo;
         }
-        return;
+        if (a) {
+            const float *ap = a + p * S;
+            for (int64_t i = 0; i < S; i++) yp[i] += ap[i];
+        }
+        if (relu)
+            for (int64_t i = 0; i < S; i++) yp[i] = (yp[i] > 0.0f || yp[i] != yp[i]) ? yp[i] : 0.0f;
     }
-    for (int64_t i = 0; i < n; i++) {
-        float s = *(const float *)(d[1] + i * st[1]) + *(const float *)(d[2] + i * st[2]);
-        *(float *)(d[0] + i * st[0]) = (s > 0.0f || s != s) ? s : 0.0f;
-    }
-}
-
-void dl_cpu_add_relu_(dl_tensor *y, dl_tensor *a) {
-    dl_tensor *args[3] = {y, y, a};
-    dl_iter_foreach(3, args, add_relu_f32, NULL);
 }
 
 void dl_cpu_threshold_backward(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, double threshold) {

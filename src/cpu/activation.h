@@ -10,6 +10,8 @@
 
 #include "core/tensor.h"
 
+#include <stdbool.h>
+
 /* gx = (y <= threshold) ? 0 : gy  (NaN in y passes gy through, as PyTorch's
  * threshold_backward).  gx, gy, y share a floating dtype. */
 void dl_cpu_threshold_backward(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, double threshold);
@@ -18,8 +20,11 @@ void dl_cpu_threshold_backward(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, doubl
  * x * mask * scale.  out and x share a floating dtype; mask is bool. */
 void dl_cpu_mask_scale(dl_tensor *out, dl_tensor *x, dl_tensor *mask, double scale);
 
-/* y = relu(y + a), in place (inference fusion of a residual add): NaN stays
- * NaN, as the separate add and ReLU.  float32; a has y's shape. */
-void dl_cpu_add_relu_(dl_tensor *y, dl_tensor *a);
+/* y = relu?(y + b[o] + a) in place over N*O contiguous float32 planes of S
+ * elements (plane n*O + o takes b[o]); b and a may be NULL.  The sums in that
+ * order, NaN kept by the ReLU: the values of oneDNN's bias followed by
+ * a separate add and ReLU. */
+void dl_cpu_bias_add_relu_planes(float *y, const float *b, const float *a, int64_t N, int64_t O,
+                                 int64_t S, bool relu);
 
 #endif

@@ -17,7 +17,9 @@
 -- residual add, inside the convolution (dl._nn.conv2d_fused: oneDNN post-ops
 -- on the CPU), whenever no gradient is wanted (under dl.no_grad, or with
 -- parameters and input that do not require grad); otherwise the same modules
--- run one by one, with autograd.
+-- run one by one, with autograd.  One difference beyond rounding: oneDNN's
+-- fused ReLU gives 0 for a NaN (torch.relu and the unfused model keep NaN),
+-- except on 1x1 planar layers, whose bias, add and ReLU are a pass of dlua's.
 local dl = require "dl"
 local util = require "dl.util"
 local nn = require "dl.nn"
