@@ -10,37 +10,16 @@
 # Prints "N passed, N failed"; exits non-zero on any failure.
 
 DLUA=$(realpath "${1:?usage: test_bad_input_cli.sh <path-to-dlua> [build-dir]}")
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TRAIN="$ROOT/scripts/train_resnet.lua"
-PREDICT="$ROOT/scripts/predict.lua"
-EVAL="$ROOT/scripts/eval.lua"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlua_badcli.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-cd "$TMP" || exit 1
-
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1" >&2
-    echo "    rc=$rc stderr: $(printf '%s' "$err" | head -c 600)" >&2
-}
-run() {
-    out=$(timeout 60 "$@" 2>"$TMP/stderr" </dev/null)
-    rc=$?
-    err=$(cat "$TMP/stderr")
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
+test_tmpdir badcli
+RUN_STDIN=/dev/null
+FAIL_SHOW=600
 # bad NAME TEXT: a non-zero status and a first stderr line containing TEXT
 bad() {
     local first
     first=$(printf '%s\n' "$err" | head -1)
     if [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ] && [[ "$first" == *"$2"* ]]; then ok; else fail "$1 (expected '$2')"; fi
-}
-# user NAME TEXT: status 2 and exactly one stderr line containing TEXT
-user() {
-    if [ "$rc" -eq 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [[ "$err" == *"$2"* ]]; then ok
-    else fail "$1 (expected status 2 and one line with '$2')"; fi
 }
 
 # --- fixtures: a tiny ImageFolder, a checkpoint, broken files ----------------
@@ -87,43 +66,42 @@ else fail "REPL: four errors, then it still computes"; fi
 
 # --- train_resnet ----------------------------------------------------------------
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --batch-size 0 --save-dir N
-user "train: --batch-size 0" "--batch-size: must be at least 1, got 0"
+expect_bad "train: --batch-size 0" "--batch-size: must be at least 1, got 0"
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --lr -1 --save-dir N
-user "train: negative --lr" "--lr: must be at least 0, got -1"
+expect_bad "train: negative --lr" "--lr: must be at least 0, got -1"
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --image-size 0 --save-dir N
-user "train: --image-size 0" "--image-size: must be at least 1"
+expect_bad "train: --image-size 0" "--image-size: must be at least 1"
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --workers -1 --save-dir N
-user "train: --workers -1" "--workers: must be at least 0"
+expect_bad "train: --workers -1" "--workers: must be at least 0"
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --data tiny/red/01.png --save-dir N
-user "train: --data is a file" "is not a folder"
+expect_bad "train: --data is a file" "is not a folder"
 run "$DLUA" "$TRAIN" --resume trunc.safetensors
-user "train: truncated --resume" "--resume trunc.safetensors: "
+expect_bad "train: truncated --resume" "--resume trunc.safetensors: "
 run "$DLUA" "$TRAIN" --resume empty.safetensors
-user "train: empty --resume" "file is 0 bytes"
+expect_bad "train: empty --resume" "file is 0 bytes"
 run "$DLUA" "$TRAIN" --resume tiny
-user "train: --resume a folder" "not a regular file"
+expect_bad "train: --resume a folder" "not a regular file"
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --weights trunc.safetensors --save-dir N
-user "train: truncated --weights" "--weights trunc.safetensors: "
+expect_bad "train: truncated --weights" "--weights trunc.safetensors: "
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --weights tiny/red/01.png --save-dir N
-user "train: a PNG as --weights" "not a safetensors file?"
+expect_bad "train: a PNG as --weights" "not a safetensors file?"
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --arch resnet18 --resume A/last.safetensors
-user "train: a checkpoint of another architecture" "does not fit resnet18"
+expect_bad "train: a checkpoint of another architecture" "does not fit resnet18"
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --lr 1e30 --save-dir N
-user "train: a NaN loss stops at once" "the loss became NaN at epoch 1"
+expect_bad "train: a NaN loss stops at once" "the loss became NaN at epoch 1"
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --data corrupt --workers 2 --save-dir N
 bad "train: a corrupt image names the file" "corrupt/red/03.png"
 
 # --- predict and eval ------------------------------------------------------------
 run "$DLUA" "$PREDICT" --weights A/last.safetensors corrupt/red/03.png
-user "predict: a corrupt image" "image: 'corrupt/red/03.png': truncated PNG file"
+expect_bad "predict: a corrupt image" "image: 'corrupt/red/03.png': truncated PNG file"
 run "$DLUA" "$PREDICT" --weights nope.safetensors tiny/red/01.png
-user "predict: missing --weights" "nope.safetensors: no such file"
+expect_bad "predict: missing --weights" "nope.safetensors: no such file"
 run "$DLUA" "$PREDICT" --weights tiny/red/01.png tiny/red/02.png
-user "predict: a PNG as --weights" "tiny/red/01.png"
+expect_bad "predict: a PNG as --weights" "tiny/red/01.png"
 run "$DLUA" "$EVAL" --weights trunc.safetensors --data tiny
-user "eval: truncated --weights" "load: trunc.safetensors: "
+expect_bad "eval: truncated --weights" "load: trunc.safetensors: "
 run "$DLUA" "$EVAL" --weights A/last.safetensors --data tiny/red/01.png
-user "eval: --data is a file" "is not a folder"
+expect_bad "eval: --data is a file" "is not a folder"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

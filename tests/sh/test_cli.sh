@@ -6,27 +6,11 @@
 # Prints "N passed, N failed"; exits non-zero on any failure.
 
 DLUA=$(realpath "${1:?usage: test_cli.sh <path-to-dlua> [build-dir]}")
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlua_cli.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-cd "$TMP" || exit 1
-
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1" >&2
-    echo "    rc=$rc" >&2
-    echo "    stdout: $(printf '%s' "$out" | head -c 600)" >&2
-    echo "    stderr: $(printf '%s' "$err" | head -c 600)" >&2
-}
-
-# run CMD...: sets out, err, rc (10 s limit per command)
-run() {
-    out=$(timeout 10 "$@" 2>"$TMP/stderr")
-    rc=$?
-    err=$(cat "$TMP/stderr")
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
+test_tmpdir cli
+RUN_TIMEOUT=10
+FAIL_SHOW=600
 # run_in STDIN CMD...: the same with STDIN fed to the command
 run_in() {
     local input=$1
@@ -178,5 +162,4 @@ out=""
 err=$(cat "$TMP/sigerr")
 if [ "$rc" -eq 1 ] && has "$err" "interrupted!" && has "$err" "stack traceback"; then ok; else fail "SIGINT"; fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

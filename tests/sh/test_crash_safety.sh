@@ -23,8 +23,8 @@
 # Prints "N passed, N failed" and the figures; exits non-zero on any failure.
 
 DLUA=$(realpath "${1:?usage: test_crash_safety.sh <path-to-dlua> [build-dir]}")
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TRAIN="$ROOT/scripts/train_resnet.lua"
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
 TRIALS=${DL_CRASH_TRIALS:-100}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlua_crash.XXXXXX")
 MNT="$TMP/full"
@@ -35,10 +35,7 @@ cleanup() {
 trap cleanup EXIT
 cd "$TMP" || exit 1
 
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-fail() {
+fail() { # (no single command's output to show here)
     failed=$((failed + 1))
     echo "FAIL $1" >&2
 }
@@ -180,5 +177,4 @@ else
     echo "full disk: skipped (cannot mount a tmpfs here: needs root)"
 fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -10,34 +10,9 @@
 # Prints "N passed, N failed"; exits non-zero on any failure.
 
 DLUA=$(realpath "${1:?usage: test_train.sh <path-to-dlua> [build-dir]}")
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TRAIN="$ROOT/scripts/train_resnet.lua"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlua_train.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-cd "$TMP" || exit 1
-
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1" >&2
-    echo "    rc=$rc" >&2
-    echo "    stdout: $(printf '%s' "$out" | tail -c 1500)" >&2
-    echo "    stderr: $(printf '%s' "$err" | head -c 1500)" >&2
-}
-# run CMD...: sets out, err, rc (60 s limit)
-run() {
-    out=$(timeout 60 "$@" 2>"$TMP/stderr")
-    rc=$?
-    err=$(cat "$TMP/stderr")
-}
-check() { if eval "$2"; then ok; else fail "$1"; fi; }
-# a bad-input run: status 2, exactly one line on stderr containing $2
-expect_bad() {
-    if [ "$rc" -eq 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [[ "$err" == *"$2"* ]]; then ok
-    else fail "$1 (expected status 2 and one line with '$2')"; fi
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
+test_tmpdir train
 
 # --- a tiny ImageFolder: 3 classes told apart by colour ----------------------
 "$DLUA" -e '
@@ -227,5 +202,4 @@ for delay in 0.35 0.5 0.65 0.8 1.0; do
 done
 check "SIGKILL during checkpoint writes leaves a readable last.safetensors" '[ "$good" -eq 1 ] && [ -e K/last.safetensors ]'
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

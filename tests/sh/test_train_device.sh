@@ -10,32 +10,10 @@
 # Prints "N passed, N failed"; exits non-zero on any failure.
 
 DLUA=$(realpath "${1:?usage: test_train_device.sh <path-to-dlua> [build-dir]}")
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-TRAIN="$ROOT/scripts/train_resnet.lua"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/dlua_device.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-cd "$TMP" || exit 1
-
-passed=0
-failed=0
-ok() { passed=$((passed + 1)); }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL $1" >&2
-    echo "    rc=$rc" >&2
-    echo "    stdout: $(printf '%s' "$out" | tail -c 1500)" >&2
-    echo "    stderr: $(printf '%s' "$err" | head -c 1500)" >&2
-}
-run() {
-    out=$(timeout 120 "$@" 2>"$TMP/stderr")
-    rc=$?
-    err=$(cat "$TMP/stderr")
-}
-check() { if eval "$2"; then ok; else fail "$1"; fi; }
-expect_bad() {
-    if [ "$rc" -eq 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [[ "$err" == *"$2"* ]]; then ok
-    else fail "$1 (expected status 2 and one line with '$2')"; fi
-}
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
+test_tmpdir device
+RUN_TIMEOUT=120
 
 "$DLUA" -e '
 dl.manual_seed(1)
@@ -90,5 +68,4 @@ expect_bad "--amp on the CPU" "--amp bf16: mixed precision runs on CUDA only"
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --device tpu --save-dir D
 expect_bad "--device tpu" "--device tpu: expected auto, cpu, cuda or cuda:N"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
