@@ -109,7 +109,8 @@ typedef void (*dl_output_fn)(void *ctx, int kind, const char *text, size_t len);
  * stdout; os.exit raises an error instead of ending the host.  NULL on
  * failure, see dl_last_error(). */
 dl_state *dl_state_open(void);
-/* Closes the state (NULL is ignored).  Tensors the host still holds stay valid. */
+/* Closes the state (NULL is ignored).  Tensors the host still holds stay valid;
+ * the host buffers dlua kept for reuse are returned to the system. */
 void dl_state_close(dl_state *S);
 
 /* Runs a chunk of Lua code / a Lua file.  DL_OK or a DL_ERR_* status. */

@@ -249,6 +249,7 @@ void dl_state_close(dl_state *S) {
     free(S->error);
     free(S->warnbuf);
     free(S);
+    dl_cpu_cache_empty(); /* the freed tensors' host buffers go back to the system */
 }
 
 const char *dl_state_error(dl_state *S) {
