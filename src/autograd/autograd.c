@@ -43,9 +43,27 @@ static void fill_meta(dl_tensor_meta *m, const dl_tensor *t) {
     m->device = t->storage->device;
 }
 
+/* Whether t's history predates an in-place write recorded on another tensor
+ * viewing its storage (a view of it, or the tensor it views). */
+static bool stale_history(const dl_tensor *t) {
+    return t->grad_fn && t->storage && t->grad_fn_version < t->storage->history_mark;
+}
+
+static int stale_error(const char *what, const dl_tensor *t) {
+    return dl_error("autograd (%s): an input (from %s) was written in place through another view "
+                    "of its storage after it was computed, so its gradient would be wrong; compute "
+                    "it again after the write, or make the write on a clone",
+                    what, t->grad_fn->name);
+}
+
 dl_node *dl_node_new(const char *name, dl_backward_fn fn, int n_inputs, dl_tensor *const *inputs,
                      int n_outputs, size_t ctx_size) {
     dl_tensor_release_autograd = release_tensor_graph;
+    for (int i = 0; i < n_inputs; i++)
+        if (inputs[i] && inputs[i]->requires_grad && stale_history(inputs[i])) {
+            stale_error(name, inputs[i]);
+            return NULL;
+        }
     dl_node *n = calloc(1, sizeof *n);
     if (!n) {
         dl_error("%s: out of memory recording the graph", name);
@@ -126,6 +144,12 @@ dl_tensor *dl_node_saved(dl_node *n, int i) {
 void dl_node_set_output(dl_node *n, int output_nr, dl_tensor *out) {
     fill_meta(&n->outputs[output_nr], out);
     dl_node_retain(n);
+    if (out->storage) {
+        /* replacing a history: an in-place write, after which the other
+         * tensors on this storage (views) hold stale histories */
+        if (out->grad_fn) out->storage->history_mark = out->storage->version;
+        out->grad_fn_version = out->storage->version;
+    }
     if (out->grad_fn) dl_node_release(out->grad_fn);
     out->grad_fn = n;
     out->output_nr = output_nr;
@@ -328,6 +352,10 @@ static int run_engine(int n, dl_tensor *const *roots, dl_tensor *const *grads, b
         dl_tensor *r = roots[i];
         if (!r->requires_grad) {
             rc = dl_error("backward: tensor %d does not require grad and has no grad_fn", i + 1);
+            goto done;
+        }
+        if (stale_history(r)) {
+            rc = stale_error("backward", r);
             goto done;
         }
         if (grads && grads[i]) {

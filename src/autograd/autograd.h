@@ -16,7 +16,12 @@
  * tensors are freed once it has run; a second backward through it is an
  * error.  In-place writes to a saved tensor bump its storage version, and the
  * backward that needs it reports the modification instead of computing a
- * wrong gradient.  Single-threaded: call from the thread that owns the graph. */
+ * wrong gradient.  An in-place op records its node on the tensor it writes;
+ * other tensors viewing the same storage keep their older history, which no
+ * longer describes their values, so using one of them in a recorded op (or as
+ * a backward root) is an error (storage->history_mark against the tensor's
+ * grad_fn_version) instead of a wrong gradient.  Single-threaded: call from
+ * the thread that owns the graph. */
 #ifndef DL_AUTOGRAD_H
 #define DL_AUTOGRAD_H
 

@@ -26,8 +26,9 @@ typedef struct dl_storage {
     void *data;
     size_t nbytes;
     dl_device device;
-    int refcount;                           /* atomic */
-    uint64_t version;                       /* bumped by in-place writes; shared by all views */
+    int refcount;          /* atomic */
+    uint64_t version;      /* bumped by in-place writes; shared by all views */
+    uint64_t history_mark; /* version after the last in-place write autograd recorded */
     void (*deleter)(void *data, void *ctx); /* external memory (mmap, host buffers) */
     void *deleter_ctx;
 } dl_storage;

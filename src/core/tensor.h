@@ -30,6 +30,7 @@ typedef struct dl_tensor {
     int output_nr; /* which output of grad_fn this tensor is */
     struct dl_tensor *grad;
     struct dl_node *grad_fn;
+    uint64_t grad_fn_version; /* the storage's version when grad_fn was set */
 } dl_tensor;
 
 /* --- lifetime ---------------------------------------------------------- */

@@ -412,9 +412,7 @@ static int t_newindex(lua_State *L) {
     if (t->ndim == 0) return luaL_error(L, "cannot index a 0-dimensional tensor");
     int64_t i = dlL_checkindex(L, 2);
     dl_tensor *src = dlL_checktensorish(L, 3, t);
-    dl_tensor *dst = dl_select(t, 0, i);
-    int rc = dst ? dl_copy_(dst, src) : -1;
-    dl_tensor_release(dst);
+    int rc = dl_select_assign_(t, i, src);
     dl_tensor_release(src);
     if (rc) return dlL_fail(L);
     return 0;

@@ -279,6 +279,57 @@ int dl_copy_(dl_tensor *dst, dl_tensor *src) {
     return 0;
 }
 
+/* t[index] = src along dim 0, in place on t itself: the written slice's old
+ * values get no gradient, src gets the slice's (summed over what
+ * broadcasting repeated), the rest of t passes through. */
+typedef struct {
+    int64_t index;
+} select_assign_ctx;
+
+static int select_assign_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    int64_t i = ((select_assign_ctx *)n->ctx)->index;
+    gin[0] = gin[1] = NULL;
+    if (dl_node_needs_grad(n, 1)) {
+        dl_tensor *slice = dl_tensor_select(gout[0], 0, i);
+        gin[1] = slice ? dl_grad_for_input(slice, &n->input_meta[1]) : NULL;
+        dl_tensor_release(slice);
+        if (!gin[1]) return -1;
+    }
+    if (dl_node_needs_grad(n, 0)) {
+        dl_tensor *g = dl_tensor_clone(gout[0]);
+        dl_tensor *slice = g ? dl_tensor_select(g, 0, i) : NULL;
+        int rc = slice ? dl_tensor_fill_(slice, 0) : -1;
+        dl_tensor_release(slice);
+        if (rc) {
+            dl_tensor_release(g);
+            return -1;
+        }
+        gin[0] = g;
+    }
+    return 0;
+}
+
+int dl_select_assign_(dl_tensor *t, int64_t index, dl_tensor *src) {
+    const char *op = "tensor assignment";
+    if (t->ndim == 0) return dl_error("%s: cannot index a 0-dimensional tensor", op);
+    if (dl_check_inplace(op, t)) return -1;
+    int64_t i = index < 0 ? index + t->shape[0] : index;
+    dl_tensor *dst = dl_tensor_select(t, 0, i);
+    if (!dst) return -1;
+    bool rec = dl_grad_enabled() && (src->requires_grad || t->requires_grad);
+    int rc = dl_tensor_copy_(dst, src);
+    dl_tensor_release(dst);
+    if (rc || !rec) return rc;
+    dl_tensor *ins[2] = {t, src};
+    dl_node *n = dl_node_new("SelectAssignBackward", select_assign_backward, 2, ins, 1,
+                             sizeof(select_assign_ctx));
+    if (!n) return -1;
+    ((select_assign_ctx *)n->ctx)->index = i;
+    dl_node_set_output(n, 0, t);
+    dl_node_release(n);
+    return 0;
+}
+
 static int no_inputs_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     (void)n;
     (void)gout;

@@ -37,6 +37,10 @@ dl_tensor *dl_contiguous_channels_last(dl_tensor *t);
 int dl_set_data(dl_tensor *t, dl_tensor *src);
 /* dst <- src (broadcast, converted); records when src requires grad. */
 int dl_copy_(dl_tensor *dst, dl_tensor *src);
+/* t[index] = src along dimension 0 (index 0-based, negative from the end),
+ * recorded as an in-place op on t itself: its history continues, and src
+ * gets the written slice's gradient.  0, or -1 with an error. */
+int dl_select_assign_(dl_tensor *t, int64_t index, dl_tensor *src);
 /* A new tensor sharing t's storage, without autograd history. */
 dl_tensor *dl_detach(dl_tensor *t);
 /* Fills t (in place; ends its autograd history). */
