@@ -6,19 +6,9 @@
 -- Usage: dlua scripts/bench_profile.lua [--arch resnet50] [--batch 8] [--size 224]
 --        [--threads 1] [--steps 3] [--mode train|infer|both]
 --        [--memory_format contiguous_format|channels_last]
-local opts = {arch = "resnet50", batch = 8, size = 224, threads = 1, steps = 3, mode = "both",
-  memory_format = "contiguous_format"}
-local i = 1
-while arg[i] do
-  local k = arg[i]:match("^%-%-(.+)$")
-  if k and opts[k] ~= nil and arg[i + 1] then
-    opts[k] = type(opts[k]) == "number" and assert(tonumber(arg[i + 1])) or arg[i + 1]
-    i = i + 2
-  else
-    io.stderr:write("bench_profile: unknown argument " .. arg[i] .. "\n")
-    os.exit(2)
-  end
-end
+local parse = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/benchopts.lua")
+local opts = parse("bench_profile", arg, {arch = "resnet50", batch = 8, size = 224, threads = 1,
+  steps = 3, mode = "both", memory_format = "contiguous_format"})
 
 dl.set_num_threads(opts.threads)
 dl.manual_seed(0)

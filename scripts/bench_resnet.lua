@@ -16,26 +16,10 @@
 --        [--python /usr/bin/python3] [--no-torch] [--channels-last]
 -- --channels-last (CPU): both frameworks run the model and its input
 -- channels-last (NHWC memory order), dlua through oneDNN's NHWC kernels.
-local opts = {arch = "resnet50", batch = 0, size = 224, threads = 2, steps = 0, warmup = 0,
-  device = "cpu", python = ""}
-local with_torch, channels_last = true, false
-local i = 1
-while arg[i] do
-  local k = arg[i]:match("^%-%-(.+)$")
-  if k == "no-torch" then
-    with_torch = false
-  elseif k == "channels-last" then
-    channels_last = true
-  elseif k and opts[k] ~= nil and arg[i + 1] then
-    opts[k] = type(opts[k]) == "number" and assert(tonumber(arg[i + 1]), "bad number for --" .. k)
-      or arg[i + 1]
-    i = i + 1
-  else
-    io.stderr:write("bench_resnet: unknown argument " .. arg[i] .. "\n")
-    os.exit(2)
-  end
-  i = i + 1
-end
+local parse = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/benchopts.lua")
+local opts = parse("bench_resnet", arg, {arch = "resnet50", batch = 0, size = 224, threads = 2,
+  steps = 0, warmup = 0, device = "cpu", python = ""}, {"no-torch", "channels-last"})
+local with_torch, channels_last = not opts["no-torch"], opts["channels-last"]
 
 local on_gpu = opts.device:match("^cuda") ~= nil
 if opts.batch == 0 then opts.batch = on_gpu and 256 or 8 end

@@ -9,20 +9,9 @@
 -- of the same arithmetic could reach here.
 -- Usage: dlua scripts/bench_roofline.lua [--arch resnet50] [--batch 8] [--size 224]
 --        [--threads 2] [--steps 3] [--torch-train IMG_S] [--torch-infer IMG_S]
-local opts = {arch = "resnet50", batch = 8, size = 224, threads = 2, steps = 3,
-  ["torch-train"] = 0, ["torch-infer"] = 0}
-local i = 1
-while arg[i] do
-  local k = arg[i]:match("^%-%-(.+)$")
-  if k and opts[k] ~= nil and arg[i + 1] then
-    opts[k] = type(opts[k]) == "number" and assert(tonumber(arg[i + 1]), "bad number for --" .. k)
-      or arg[i + 1]
-    i = i + 2
-  else
-    io.stderr:write("bench_roofline: unknown argument " .. arg[i] .. "\n")
-    os.exit(2)
-  end
-end
+local parse = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/benchopts.lua")
+local opts = parse("bench_roofline", arg, {arch = "resnet50", batch = 8, size = 224, threads = 2,
+  steps = 3, ["torch-train"] = 0, ["torch-infer"] = 0})
 
 dl.set_num_threads(opts.threads)
 dl.manual_seed(0)
