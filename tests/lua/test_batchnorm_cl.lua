@@ -15,22 +15,7 @@ local F = dl.nn.functional
 local F32, F64 = dl.float32, dl.float64
 dl.manual_seed(11)
 
--- (N,C,*) shape, channels fastest in memory
-local function to_cl(t)
-  if t:dim() == 4 then return t:contiguous({memory_format = "channels_last"}) end
-  return t:transpose(2, 3):contiguous():transpose(2, 3)
-end
-
-local function is_cl(t)
-  local st, sh = t:stride(), t.shape
-  if st[2] ~= 1 then return false end
-  local expect = sh[2]
-  for d = #sh, 3, -1 do
-    if st[d] ~= expect then return false end
-    expect = expect * sh[d]
-  end
-  return st[1] == expect
-end
+local to_cl, is_cl = T.channels_last, T.is_channels_last
 
 -- float32 batch statistics differ from the (N,C,*) path by a few ulps at most
 local TOL = {[F32] = 4e-6, [F64] = 1e-12}

@@ -13,28 +13,8 @@ local F = dl.nn.functional
 local F32, F64 = dl.float32, dl.float64
 dl.manual_seed(11)
 
-local function cl(t) return t:contiguous({memory_format = "channels_last"}) end
-
--- t (N,C,H,W) has PyTorch's channels-last strides (C*H*W, 1, W*C, C)
-local function is_cl(t, msg)
-  local _, c, h, w = table.unpack(t.shape)
-  T.eq(table.concat(t:stride(), ","), table.concat({c * h * w, 1, w * c, c}, ","),
-    (msg or "result") .. " channels-last strides")
-end
-
--- Bit-equal values: same shape and dtype, equal numbers with the same sign
--- of zero, NaN where the other has NaN.
-local function same(a, b, msg)
-  msg = msg or "tensors differ"
-  T.shape_eq(a, b.shape, msg .. " (shape)")
-  T.eq(a.dtype, b.dtype, msg .. " (dtype)")
-  local x, y = T.flatten(a), T.flatten(b)
-  for i = 1, #x do
-    local u, v = x[i], y[i]
-    local ok = (u ~= u and v ~= v) or (u == v and (u ~= 0 or 1 / u == 1 / v))
-    if not ok then error(msg .. ": element " .. i .. " is " .. tostring(u) .. ", expected " .. tostring(v), 2) end
-  end
-end
+local cl, same = T.channels_last, T.same_bits
+local function is_cl(t, msg) T.truthy(T.is_channels_last(t), (msg or "result") .. " channels-last strides") end
 
 -- Values with many ties (a few integers, +-0), and when special, NaN and
 -- -inf sprinkled in: max pooling's tie and NaN rules get exercised.

@@ -49,6 +49,40 @@ local function flatten(v, out)
 end
 T.flatten = flatten
 
+-- The same values laid out channels-last: (N,C,*) shape, channels fastest in
+-- memory (4-D: PyTorch's channels_last; 3-D: (N,L,C) in memory).
+function T.channels_last(t)
+  if t:dim() == 4 then return t:contiguous({memory_format = "channels_last"}) end
+  return t:transpose(2, 3):contiguous():transpose(2, 3)
+end
+
+-- Whether t (N,C,*) is dense with channels fastest, then the trailing
+-- dimensions last to first, then N: (C*H*W, 1, W*C, C) for 4-D.
+function T.is_channels_last(t)
+  local st, sh = t:stride(), t.shape
+  if st[2] ~= 1 then return false end
+  local expect = sh[2]
+  for d = #sh, 3, -1 do
+    if st[d] ~= expect then return false end
+    expect = expect * sh[d]
+  end
+  return st[1] == expect
+end
+
+-- Bit-equal tensors: same shape and dtype, equal numbers with the same sign
+-- of zero, NaN where the other has NaN.
+function T.same_bits(a, b, msg)
+  msg = msg or "tensors differ"
+  T.shape_eq(a, b.shape, msg .. " (shape)")
+  T.eq(tostring(a.dtype), tostring(b.dtype), msg .. " (dtype)")
+  local x, y = flatten(a), flatten(b)
+  for i = 1, #x do
+    local u, v = x[i], y[i]
+    local ok = (u ~= u and v ~= v) or (u == v and (u ~= 0 or 1 / u == 1 / v))
+    if not ok then error(msg .. ": element " .. i .. " is " .. fmt(u) .. ", expected " .. fmt(v), 2) end
+  end
+end
+
 -- Compares a tensor with expected values (nested table or tensor) and, when
 -- given, an expected shape; floats within tol (relative), others exactly.
 function T.tensor_eq(t, expected, tol, msg)
