@@ -180,8 +180,8 @@ static void push_lua_root(lua_State *L) {
     char *slash = strrchr(real, '/');
     if (slash) *slash = '\0';
     static const char *const candidates[] = {
+        "/lua",                        /* beside the binary: any build tree links it */
         "/../lua",                     /* build/dl.so, build/dlua -> source tree */
-        "/lua",                        /* beside the binary */
         "/../share/dlua/lua",          /* bin/dlua, lib/libdlua.so */
         "/../../../share/dlua/lua",    /* lib/lua/5.4/dl.so */
         "/../../share/dlua/lua",       /* lib/x86_64-linux-gnu/libdlua.so */
