@@ -29,9 +29,11 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 #    steps are ~20x slower under ASan (over 10 minutes on 2 cores), and the
 #    latter measures RSS; the op-level *_torch tests and test_train cover the
 #    same kernels and the training loop under the sanitizers;
+#  - sh.test_out_of_tree: configures and builds a plain (uninstrumented)
+#    build elsewhere; the normal pass runs it;
 #  - the "long" label (soak and crash tests): they measure RSS, which ASan's
 #    quarantine of freed memory makes meaningless, and kill processes on
 #    purpose; the normal build runs them.
-exclude='^(sh\.test_module|sh\.test_embed|lua\.test_golden_resnet|lua\.test_train_memory)$'
+exclude='^(sh\.test_module|sh\.test_embed|sh\.test_out_of_tree|lua\.test_golden_resnet|lua\.test_train_memory)$'
 cd build-asan
 ctest --output-on-failure -E "$exclude" -LE long "$@"
