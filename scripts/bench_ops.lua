@@ -1,0 +1,89 @@
+-- bench_ops.lua - single CPU ops side by side with PyTorch: the ops that
+-- decide how fast everything around the convolutions runs (elementwise math,
+-- reductions, softmax, copies, gathers, bmm), each timed as the best of
+-- --runs after a warm-up, on --threads threads.  Unless --no-torch is given
+-- it then runs scripts/bench_ops.py (same ops, same shapes) under each of
+-- --torch-python (comma-separated interpreters; default Debian's
+-- /usr/bin/python3).  The ratio is the fastest PyTorch's time over dlua's
+-- (above 1: dlua faster); the last line is their geometric mean.  Run it on
+-- a quiet machine: the frameworks run one after the other.
+-- Usage: dlua scripts/bench_ops.lua [--threads 2] [--runs 5] [--no-torch]
+--          [--torch-python /usr/bin/python3,/path/to/venv/bin/python]
+local dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+local opts = dofile(dir .. "/benchopts.lua")("bench_ops", arg,
+  {threads = 2, runs = 5, ["torch-python"] = "/usr/bin/python3"}, {"no-torch"})
+dl.set_num_threads(opts.threads)
+dl.manual_seed(0)
+local F = dl.nn.functional
+
+local n = 10000000
+local x, y = dl.randn(n), dl.randn(n)
+local m = dl.randn(4096, 4096)
+local s3 = dl.randn(64, 256, 384)
+local mask = s3:gt(0.5)
+local parts = {dl.randn(1000000), dl.randn(1000000), dl.randn(1000000), dl.randn(1000000)}
+local rows = dl.randn(8192, 4096)
+local idx = dl.randint(1, 8193, {1000})
+local ba, bb = dl.randn(96, 256, 64), dl.randn(96, 64, 256)
+
+local OPS = {
+  {"add", "a + b (1e7 float32)", function() return x + y end},
+  {"exp", "exp (1e7)", function() return x:exp() end},
+  {"tanh", "tanh (1e7)", function() return x:tanh() end},
+  {"erf", "erf (1e7)", function() return x:erf() end},
+  {"sigmoid", "sigmoid (1e7)", function() return x:sigmoid() end},
+  {"sum", "sum() (1e7)", function() return x:sum() end},
+  {"sum_dim", "sum(2) (4096x4096)", function() return m:sum(2) end},
+  {"softmax", "softmax(-1) (64x256x384)", function() return F.softmax(s3, -1) end},
+  {"log_softmax", "log_softmax(-1) (same)", function() return F.log_softmax(s3, -1) end},
+  {"transpose_copy", "m:t():contiguous() (4096x4096)", function() return m:t():contiguous() end},
+  {"cat", "cat of 4 x 1e6", function() return dl.cat(parts, 1) end},
+  {"index_select", "index_select 1000 rows of 4096", function() return rows:index_select(1, idx) end},
+  {"masked_fill", "masked_fill (64x256x384)", function() return s3:masked_fill(mask, 0) end},
+  {"bmm", "bmm (96 x 256x64 @ 64x256)", function() return dl.bmm(ba, bb) end},
+}
+
+local ours = {}
+for _, op in ipairs(OPS) do
+  local r <close> = op[3]() -- warm-up (and the result's buffer in the cache)
+  local best = math.huge
+  for _ = 1, opts.runs do
+    local t0 = dl.clock()
+    local out <close> = op[3]()
+    best = math.min(best, dl.clock() - t0)
+  end
+  ours[op[1]] = best * 1e3
+end
+
+local theirs, who = {}, {}
+if not opts["no-torch"] then
+  for py in opts["torch-python"]:gmatch("[^,]+") do
+    local cmd = string.format("%s %s/bench_ops.py --threads %d --runs %d 2>&1", py, dir,
+      opts.threads, opts.runs)
+    local p = assert(io.popen(cmd))
+    local text = p:read("a")
+    p:close()
+    local got = 0
+    for name, ms in text:gmatch("(%S+) ([%d.]+)\n") do
+      ms = tonumber(ms)
+      got = got + 1
+      if not theirs[name] or ms < theirs[name] then theirs[name], who[name] = ms, py end
+    end
+    if got == 0 then io.stderr:write("bench_ops: " .. py .. " gave no figures:\n" .. text) end
+  end
+end
+
+print(string.format("bench_ops: %d threads, best of %d", opts.threads, opts.runs))
+print("| op (size) | dlua ms | PyTorch ms | ratio |")
+print("|---|---|---|---|")
+local logsum, count = 0, 0
+for _, op in ipairs(OPS) do
+  local a, b = ours[op[1]], theirs[op[1]]
+  if b then
+    logsum, count = logsum + math.log(b / a), count + 1
+    print(string.format("| `%s` | %.2f | %.2f | %.2fx |", op[2], a, b, b / a))
+  else
+    print(string.format("| `%s` | %.2f | - | - |", op[2], a))
+  end
+end
+if count > 0 then print(string.format("geometric mean: %.2fx over %d ops", math.exp(logsum / count), count)) end

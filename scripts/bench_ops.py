@@ -1,0 +1,51 @@
+"""bench_ops.py - PyTorch's twin of bench_ops.lua: the same single ops on the
+same shapes, best of --runs after a warm-up, one line per op: "name ms".
+Usage: python3 scripts/bench_ops.py [--threads 2] [--runs 5]"""
+import argparse
+import time
+
+import torch
+
+p = argparse.ArgumentParser()
+p.add_argument("--threads", type=int, default=2)
+p.add_argument("--runs", type=int, default=5)
+a = p.parse_args()
+torch.set_num_threads(a.threads)
+torch.manual_seed(0)
+
+n = 10_000_000
+x, y = torch.randn(n), torch.randn(n)
+m = torch.randn(4096, 4096)
+s3 = torch.randn(64, 256, 384)
+mask = s3 > 0.5
+parts = [torch.randn(1_000_000) for _ in range(4)]
+rows = torch.randn(8192, 4096)
+idx = torch.randint(0, 8192, (1000,))
+ba, bb = torch.randn(96, 256, 64), torch.randn(96, 64, 256)
+
+OPS = [
+    ("add", lambda: x + y),
+    ("exp", lambda: x.exp()),
+    ("tanh", lambda: x.tanh()),
+    ("erf", lambda: x.erf()),
+    ("sigmoid", lambda: x.sigmoid()),
+    ("sum", lambda: x.sum()),
+    ("sum_dim", lambda: m.sum(1)),
+    ("softmax", lambda: torch.softmax(s3, -1)),
+    ("log_softmax", lambda: torch.log_softmax(s3, -1)),
+    ("transpose_copy", lambda: m.t().contiguous()),
+    ("cat", lambda: torch.cat(parts, 0)),
+    ("index_select", lambda: rows.index_select(0, idx)),
+    ("masked_fill", lambda: s3.masked_fill(mask, 0.0)),
+    ("bmm", lambda: torch.bmm(ba, bb)),
+]
+
+with torch.no_grad():
+    for name, f in OPS:
+        f()
+        best = float("inf")
+        for _ in range(a.runs):
+            t0 = time.perf_counter()
+            f()
+            best = min(best, time.perf_counter() - t0)
+        print(f"{name} {best * 1e3:.3f}", flush=True)
