@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS="build-essential cmake pkg-config liblua5.4-dev lua5.4 libdnnl-dev libreadline-dev
-      zlib1g-dev libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev tmux python3-torch python3-torchvision python3-numpy python3-pil
+      zlib1g-dev libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libsleef-dev tmux python3-torch python3-torchvision python3-numpy python3-pil
       dataset-fashion-mnist"
 missing=""
 for p in $PKGS; do

@@ -9,6 +9,7 @@
  * never undefined behaviour) and never goes through double. */
 #include "cpu/elementwise.h"
 #include "core/iter.h"
+#include "cpu/vecmath.h"
 
 #include <math.h>
 #include <string.h>
@@ -352,6 +353,7 @@ static void binary_bool(char **data, const int64_t *strides, int64_t n, void *vc
 /* --- unary row functions ------------------------------------------------------ */
 
 static void unary_f32(char **data, const int64_t *strides, int64_t n, void *vctx) {
+    if (dl_cpu_vec_unary_f32(*(const dl_unary_op *)vctx, data, strides, n)) return;
     switch (*(const dl_unary_op *)vctx) {
     case DL_UNARY_NEG: LOOP_UNARY(float, float, -x); break;
     case DL_UNARY_ABS: LOOP_UNARY(float, float, fabsf(x)); break;
@@ -393,6 +395,7 @@ static void unary_f32(char **data, const int64_t *strides, int64_t n, void *vctx
 }
 
 static void unary_f64(char **data, const int64_t *strides, int64_t n, void *vctx) {
+    if (dl_cpu_vec_unary_f64(*(const dl_unary_op *)vctx, data, strides, n)) return;
     switch (*(const dl_unary_op *)vctx) {
     case DL_UNARY_NEG: LOOP_UNARY(double, double, -x); break;
     case DL_UNARY_ABS: LOOP_UNARY(double, double, fabs(x)); break;

@@ -1,0 +1,386 @@
+/* vecmath.c (cpu) - the transcendental unary functions of the elementwise
+ * family on AVX-512 and AVX2 vectors, through SLEEF's u10 kernels (at most
+ * 1 ulp from the correctly rounded result), chosen once per process from
+ * the CPU's features.
+ *
+ * Invariants:
+ *  - a value's result does not depend on where it sits: contiguous rows run
+ *    whole vectors plus one masked (AVX-512) or padded (AVX2) vector for the
+ *    tail, and strided rows are gathered into the same vectors, so a tensor
+ *    gives the same bits in any layout, split into rows of any length, on
+ *    any thread count;
+ *  - NaN, infinities and signed zeros follow C99 Annex F (SLEEF's contract),
+ *    which is what PyTorch's vectorised CPU kernels return too;
+ *  - without AVX2 nothing here runs: the callers' libm loops do. */
+#include "cpu/vecmath.h"
+
+/* sleef.h declares each ISA's functions only where the compiler targets that
+ * ISA; the file as a whole stays baseline x86-64 (the kernels below carry
+ * target attributes and run only after the CPU check). */
+#include <immintrin.h>
+#include <math.h>
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+#include <sleef.h>
+#pragma GCC pop_options
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How a vector function is finished: f(x) as it is, or sigmoid from
+ * f = exp, or rsqrt from f = sqrt. */
+typedef enum { FIN_PLAIN, FIN_SIGMOID, FIN_RSQRT } finish_kind;
+
+/* --- which ISA ---------------------------------------------------------------------- */
+
+typedef enum { ISA_UNKNOWN, ISA_NONE, ISA_AVX2, ISA_AVX512 } isa_kind;
+
+static isa_kind cpu_isa(void) {
+    static volatile isa_kind isa = ISA_UNKNOWN; /* a benign race: every thread finds the same */
+    if (isa == ISA_UNKNOWN) {
+        __builtin_cpu_init();
+        const char *env = getenv("DLUA_CPU_VECMATH");
+        bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        if (env && strcmp(env, "0") == 0)
+            isa = ISA_NONE;
+        else if (env && strcmp(env, "avx2") == 0)
+            isa = avx2 ? ISA_AVX2 : ISA_NONE;
+        else if (__builtin_cpu_supports("avx512f"))
+            isa = ISA_AVX512;
+        else if (avx2)
+            isa = ISA_AVX2;
+        else
+            isa = ISA_NONE;
+    }
+    return isa;
+}
+
+/* Where SLEEF's float32 kernel leaves its domain while the true result is
+ * still finite (log1p above ~1e38 returns inf; sinh and cosh overflow from
+ * ~88.5, the float range ends at ~89.4): returns the libm function those
+ * lanes take and sets *lim (|x| > *lim goes to libm), or NULL. */
+static float (*beyond_f32(dl_unary_op op, float *lim))(float) {
+    switch (op) {
+    case DL_UNARY_LOG1P: *lim = 1e38f; return log1pf;
+    case DL_UNARY_SINH: *lim = 88.0f; return sinhf;
+    case DL_UNARY_COSH: *lim = 88.0f; return coshf;
+    default: *lim = 0; return NULL;
+    }
+}
+
+/* --- AVX-512 ---------------------------------------------------------------------------- */
+
+#define AVX512 __attribute__((target("avx512f")))
+#define AVX2 __attribute__((target("avx2,fma")))
+
+typedef __m512 (*f16_fn)(__m512);
+typedef __m512d (*d8_fn)(__m512d);
+
+AVX512 static f16_fn pick_f16(dl_unary_op op, finish_kind *fin) {
+    *fin = FIN_PLAIN;
+    switch (op) {
+    case DL_UNARY_EXP: return Sleef_expf16_u10avx512f;
+    case DL_UNARY_EXP2: return Sleef_exp2f16_u10avx512f;
+    case DL_UNARY_EXPM1: return Sleef_expm1f16_u10avx512f;
+    case DL_UNARY_LOG: return Sleef_logf16_u10avx512f;
+    case DL_UNARY_LOG2: return Sleef_log2f16_u10avx512f;
+    case DL_UNARY_LOG10: return Sleef_log10f16_u10avx512f;
+    case DL_UNARY_LOG1P: return Sleef_log1pf16_u10avx512f;
+    case DL_UNARY_SIN: return Sleef_sinf16_u10avx512f;
+    case DL_UNARY_COS: return Sleef_cosf16_u10avx512f;
+    case DL_UNARY_TAN: return Sleef_tanf16_u10avx512f;
+    case DL_UNARY_ASIN: return Sleef_asinf16_u10avx512f;
+    case DL_UNARY_ACOS: return Sleef_acosf16_u10avx512f;
+    case DL_UNARY_ATAN: return Sleef_atanf16_u10avx512f;
+    case DL_UNARY_SINH: return Sleef_sinhf16_u10avx512f;
+    case DL_UNARY_COSH: return Sleef_coshf16_u10avx512f;
+    case DL_UNARY_TANH: return Sleef_tanhf16_u10avx512f;
+    case DL_UNARY_ERF: return Sleef_erff16_u10avx512f;
+    case DL_UNARY_SQRT: return Sleef_sqrtf16_u05avx512f;
+    case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expf16_u10avx512f;
+    case DL_UNARY_RSQRT: *fin = FIN_RSQRT; return Sleef_sqrtf16_u05avx512f;
+    default: return NULL;
+    }
+}
+
+AVX512 static inline __m512 apply_f16(f16_fn f, finish_kind fin, __m512 x) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    switch (fin) {
+    case FIN_SIGMOID: /* 1 / (1 + exp(-x)), as the scalar loop computes it */
+        return _mm512_div_ps(one, _mm512_add_ps(one, f(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    case FIN_RSQRT: return _mm512_div_ps(one, f(x));
+    default: return f(x);
+    }
+}
+
+/* f(x) with the lanes beyond SLEEF's domain (|x| > lim) from libm */
+AVX512 static inline __m512 eval_f16(f16_fn f, finish_kind fin, float (*scalar)(float), float lim,
+                                     __m512 x) {
+    __m512 y = apply_f16(f, fin, x);
+    if (scalar) {
+        __m512 ax = _mm512_abs_ps(x);
+        __mmask16 far = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(lim), _CMP_GT_OQ);
+        if (far) {
+            float xs[16], ys[16];
+            _mm512_storeu_ps(xs, x);
+            _mm512_storeu_ps(ys, y);
+            for (int j = 0; j < 16; j++)
+                if (far >> j & 1) ys[j] = scalar(xs[j]);
+            y = _mm512_loadu_ps(ys);
+        }
+    }
+    return y;
+}
+
+AVX512 static bool run_f32_avx512(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
+    finish_kind fin;
+    f16_fn f = pick_f16(op, &fin);
+    if (!f) return false;
+    float lim;
+    float (*scalar)(float) = beyond_f32(op, &lim);
+    float *o = (float *)data[0];
+    const float *x = (const float *)data[1];
+    int64_t so = strides[0], sx = strides[1];
+    if (so == (int64_t)sizeof(float) && sx == (int64_t)sizeof(float)) {
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(o + i, eval_f16(f, fin, scalar, lim, _mm512_loadu_ps(x + i)));
+        if (i < n) {
+            __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+            _mm512_mask_storeu_ps(o + i, m,
+                                  eval_f16(f, fin, scalar, lim, _mm512_maskz_loadu_ps(m, x + i)));
+        }
+        return true;
+    }
+    float buf[16];
+    for (int64_t i = 0; i < n; i += 16) {
+        int64_t k = n - i < 16 ? n - i : 16;
+        for (int64_t j = 0; j < 16; j++)
+            buf[j] = j < k ? *(const float *)(data[1] + (i + j) * sx) : 0;
+        _mm512_storeu_ps(buf, eval_f16(f, fin, scalar, lim, _mm512_loadu_ps(buf)));
+        for (int64_t j = 0; j < k; j++) *(float *)(data[0] + (i + j) * so) = buf[j];
+    }
+    return true;
+}
+
+AVX512 static d8_fn pick_d8(dl_unary_op op, finish_kind *fin) {
+    *fin = FIN_PLAIN;
+    switch (op) {
+    case DL_UNARY_EXP: return Sleef_expd8_u10avx512f;
+    case DL_UNARY_EXP2: return Sleef_exp2d8_u10avx512f;
+    case DL_UNARY_EXPM1: return Sleef_expm1d8_u10avx512f;
+    case DL_UNARY_LOG: return Sleef_logd8_u10avx512f;
+    case DL_UNARY_LOG2: return Sleef_log2d8_u10avx512f;
+    case DL_UNARY_LOG10: return Sleef_log10d8_u10avx512f;
+    case DL_UNARY_LOG1P: return Sleef_log1pd8_u10avx512f;
+    case DL_UNARY_SIN: return Sleef_sind8_u10avx512f;
+    case DL_UNARY_COS: return Sleef_cosd8_u10avx512f;
+    case DL_UNARY_TAN: return Sleef_tand8_u10avx512f;
+    case DL_UNARY_ASIN: return Sleef_asind8_u10avx512f;
+    case DL_UNARY_ACOS: return Sleef_acosd8_u10avx512f;
+    case DL_UNARY_ATAN: return Sleef_atand8_u10avx512f;
+    case DL_UNARY_SINH: return Sleef_sinhd8_u10avx512f;
+    case DL_UNARY_COSH: return Sleef_coshd8_u10avx512f;
+    case DL_UNARY_TANH: return Sleef_tanhd8_u10avx512f;
+    case DL_UNARY_ERF: return Sleef_erfd8_u10avx512f;
+    case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expd8_u10avx512f;
+    default: return NULL; /* sqrt and rsqrt: libm's loops are exact enough and vectorise */
+    }
+}
+
+AVX512 static inline __m512d apply_d8(d8_fn f, finish_kind fin, __m512d x) {
+    const __m512d one = _mm512_set1_pd(1.0);
+    if (fin == FIN_SIGMOID)
+        return _mm512_div_pd(one, _mm512_add_pd(one, f(_mm512_sub_pd(_mm512_setzero_pd(), x))));
+    return f(x);
+}
+
+AVX512 static bool run_f64_avx512(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
+    finish_kind fin;
+    d8_fn f = pick_d8(op, &fin);
+    if (!f) return false;
+    double *o = (double *)data[0];
+    const double *x = (const double *)data[1];
+    int64_t so = strides[0], sx = strides[1];
+    if (so == (int64_t)sizeof(double) && sx == (int64_t)sizeof(double)) {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm512_storeu_pd(o + i, apply_d8(f, fin, _mm512_loadu_pd(x + i)));
+        if (i < n) {
+            __mmask8 m = (__mmask8)((1u << (n - i)) - 1);
+            _mm512_mask_storeu_pd(o + i, m, apply_d8(f, fin, _mm512_maskz_loadu_pd(m, x + i)));
+        }
+        return true;
+    }
+    double buf[8];
+    for (int64_t i = 0; i < n; i += 8) {
+        int64_t k = n - i < 8 ? n - i : 8;
+        for (int64_t j = 0; j < 8; j++)
+            buf[j] = j < k ? *(const double *)(data[1] + (i + j) * sx) : 0;
+        _mm512_storeu_pd(buf, apply_d8(f, fin, _mm512_loadu_pd(buf)));
+        for (int64_t j = 0; j < k; j++) *(double *)(data[0] + (i + j) * so) = buf[j];
+    }
+    return true;
+}
+
+/* --- AVX2 ------------------------------------------------------------------------------- */
+
+typedef __m256 (*f8_fn)(__m256);
+typedef __m256d (*d4_fn)(__m256d);
+
+AVX2 static f8_fn pick_f8(dl_unary_op op, finish_kind *fin) {
+    *fin = FIN_PLAIN;
+    switch (op) {
+    case DL_UNARY_EXP: return Sleef_expf8_u10avx2;
+    case DL_UNARY_EXP2: return Sleef_exp2f8_u10avx2;
+    case DL_UNARY_EXPM1: return Sleef_expm1f8_u10avx2;
+    case DL_UNARY_LOG: return Sleef_logf8_u10avx2;
+    case DL_UNARY_LOG2: return Sleef_log2f8_u10avx2;
+    case DL_UNARY_LOG10: return Sleef_log10f8_u10avx2;
+    case DL_UNARY_LOG1P: return Sleef_log1pf8_u10avx2;
+    case DL_UNARY_SIN: return Sleef_sinf8_u10avx2;
+    case DL_UNARY_COS: return Sleef_cosf8_u10avx2;
+    case DL_UNARY_TAN: return Sleef_tanf8_u10avx2;
+    case DL_UNARY_ASIN: return Sleef_asinf8_u10avx2;
+    case DL_UNARY_ACOS: return Sleef_acosf8_u10avx2;
+    case DL_UNARY_ATAN: return Sleef_atanf8_u10avx2;
+    case DL_UNARY_SINH: return Sleef_sinhf8_u10avx2;
+    case DL_UNARY_COSH: return Sleef_coshf8_u10avx2;
+    case DL_UNARY_TANH: return Sleef_tanhf8_u10avx2;
+    case DL_UNARY_ERF: return Sleef_erff8_u10avx2;
+    case DL_UNARY_SQRT: return Sleef_sqrtf8_u05avx2;
+    case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expf8_u10avx2;
+    case DL_UNARY_RSQRT: *fin = FIN_RSQRT; return Sleef_sqrtf8_u05avx2;
+    default: return NULL;
+    }
+}
+
+AVX2 static inline __m256 apply_f8(f8_fn f, finish_kind fin, __m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    switch (fin) {
+    case FIN_SIGMOID:
+        return _mm256_div_ps(one, _mm256_add_ps(one, f(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    case FIN_RSQRT: return _mm256_div_ps(one, f(x));
+    default: return f(x);
+    }
+}
+
+AVX2 static inline __m256 eval_f8(f8_fn f, finish_kind fin, float (*scalar)(float), float lim,
+                                  __m256 x) {
+    __m256 y = apply_f8(f, fin, x);
+    if (scalar) {
+        __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+        int far = _mm256_movemask_ps(_mm256_cmp_ps(ax, _mm256_set1_ps(lim), _CMP_GT_OQ));
+        if (far) {
+            float xs[8], ys[8];
+            _mm256_storeu_ps(xs, x);
+            _mm256_storeu_ps(ys, y);
+            for (int j = 0; j < 8; j++)
+                if (far >> j & 1) ys[j] = scalar(xs[j]);
+            y = _mm256_loadu_ps(ys);
+        }
+    }
+    return y;
+}
+
+AVX2 static bool run_f32_avx2(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
+    finish_kind fin;
+    f8_fn f = pick_f8(op, &fin);
+    if (!f) return false;
+    float lim;
+    float (*scalar)(float) = beyond_f32(op, &lim);
+    int64_t so = strides[0], sx = strides[1];
+    bool dense = so == (int64_t)sizeof(float) && sx == (int64_t)sizeof(float);
+    float *o = (float *)data[0];
+    const float *x = (const float *)data[1];
+    int64_t i = 0;
+    if (dense)
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(o + i, eval_f8(f, fin, scalar, lim, _mm256_loadu_ps(x + i)));
+    float buf[8];
+    for (; i < n; i += 8) { /* strided rows and the dense tail: through a padded vector */
+        int64_t k = n - i < 8 ? n - i : 8;
+        for (int64_t j = 0; j < 8; j++)
+            buf[j] = j < k ? *(const float *)(data[1] + (i + j) * sx) : 0;
+        _mm256_storeu_ps(buf, eval_f8(f, fin, scalar, lim, _mm256_loadu_ps(buf)));
+        for (int64_t j = 0; j < k; j++) *(float *)(data[0] + (i + j) * so) = buf[j];
+    }
+    return true;
+}
+
+AVX2 static d4_fn pick_d4(dl_unary_op op, finish_kind *fin) {
+    *fin = FIN_PLAIN;
+    switch (op) {
+    case DL_UNARY_EXP: return Sleef_expd4_u10avx2;
+    case DL_UNARY_EXP2: return Sleef_exp2d4_u10avx2;
+    case DL_UNARY_EXPM1: return Sleef_expm1d4_u10avx2;
+    case DL_UNARY_LOG: return Sleef_logd4_u10avx2;
+    case DL_UNARY_LOG2: return Sleef_log2d4_u10avx2;
+    case DL_UNARY_LOG10: return Sleef_log10d4_u10avx2;
+    case DL_UNARY_LOG1P: return Sleef_log1pd4_u10avx2;
+    case DL_UNARY_SIN: return Sleef_sind4_u10avx2;
+    case DL_UNARY_COS: return Sleef_cosd4_u10avx2;
+    case DL_UNARY_TAN: return Sleef_tand4_u10avx2;
+    case DL_UNARY_ASIN: return Sleef_asind4_u10avx2;
+    case DL_UNARY_ACOS: return Sleef_acosd4_u10avx2;
+    case DL_UNARY_ATAN: return Sleef_atand4_u10avx2;
+    case DL_UNARY_SINH: return Sleef_sinhd4_u10avx2;
+    case DL_UNARY_COSH: return Sleef_coshd4_u10avx2;
+    case DL_UNARY_TANH: return Sleef_tanhd4_u10avx2;
+    case DL_UNARY_ERF: return Sleef_erfd4_u10avx2;
+    case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expd4_u10avx2;
+    default: return NULL;
+    }
+}
+
+AVX2 static inline __m256d apply_d4(d4_fn f, finish_kind fin, __m256d x) {
+    const __m256d one = _mm256_set1_pd(1.0);
+    if (fin == FIN_SIGMOID)
+        return _mm256_div_pd(one, _mm256_add_pd(one, f(_mm256_sub_pd(_mm256_setzero_pd(), x))));
+    return f(x);
+}
+
+AVX2 static bool run_f64_avx2(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
+    finish_kind fin;
+    d4_fn f = pick_d4(op, &fin);
+    if (!f) return false;
+    int64_t so = strides[0], sx = strides[1];
+    bool dense = so == (int64_t)sizeof(double) && sx == (int64_t)sizeof(double);
+    double *o = (double *)data[0];
+    const double *x = (const double *)data[1];
+    int64_t i = 0;
+    if (dense)
+        for (; i + 4 <= n; i += 4)
+            _mm256_storeu_pd(o + i, apply_d4(f, fin, _mm256_loadu_pd(x + i)));
+    double buf[4];
+    for (; i < n; i += 4) {
+        int64_t k = n - i < 4 ? n - i : 4;
+        for (int64_t j = 0; j < 4; j++)
+            buf[j] = j < k ? *(const double *)(data[1] + (i + j) * sx) : 0;
+        _mm256_storeu_pd(buf, apply_d4(f, fin, _mm256_loadu_pd(buf)));
+        for (int64_t j = 0; j < k; j++) *(double *)(data[0] + (i + j) * so) = buf[j];
+    }
+    return true;
+}
+
+/* --- entry points ------------------------------------------------------------------------ */
+
+bool dl_cpu_vec_unary_f32(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
+    switch (cpu_isa()) {
+    case ISA_AVX512: return run_f32_avx512(op, data, strides, n);
+    case ISA_AVX2: return run_f32_avx2(op, data, strides, n);
+    default: return false;
+    }
+}
+
+bool dl_cpu_vec_unary_f64(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
+    switch (cpu_isa()) {
+    case ISA_AVX512: return run_f64_avx512(op, data, strides, n);
+    case ISA_AVX2: return run_f64_avx2(op, data, strides, n);
+    default: return false;
+    }
+}
+
+bool dl_cpu_vec_available(void) {
+    return cpu_isa() == ISA_AVX512 || cpu_isa() == ISA_AVX2;
+}

@@ -1,0 +1,26 @@
+/* vecmath.h (cpu) - vectorised transcendental functions for the elementwise
+ * family's unary row loops (exp, log, tanh, sigmoid, erf, sin, ...): SLEEF's
+ * u10 kernels (within 1 ulp) on AVX-512 or AVX2, picked once from the CPU.
+ * `DLUA_CPU_VECMATH=0` in the environment turns them off (libm's scalar
+ * loops run instead), `=avx2` keeps to AVX2 on an AVX-512 CPU: for A/B
+ * measurements and for testing both paths on one machine. */
+#ifndef DL_CPU_VECMATH_H
+#define DL_CPU_VECMATH_H
+
+#include "ops/elementwise.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* One row of a dl_loop_fn: out = op(x) for n elements, data[0] the output
+ * and data[1] the input, strides in bytes (any, incl. non-unit).  float32
+ * (f32) or float64 (f64) in and out.  Returns false, touching nothing, when
+ * op has no vector kernel or the CPU lacks AVX2; the caller's loop runs
+ * then. */
+bool dl_cpu_vec_unary_f32(dl_unary_op op, char **data, const int64_t *strides, int64_t n);
+bool dl_cpu_vec_unary_f64(dl_unary_op op, char **data, const int64_t *strides, int64_t n);
+
+/* Whether the vector kernels run on this CPU (and are not turned off). */
+bool dl_cpu_vec_available(void);
+
+#endif
