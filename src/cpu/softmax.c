@@ -18,9 +18,15 @@
 
 #define COLS 64
 
+/* the float32 loops in AVX-512, AVX2 and baseline builds, picked at load
+ * time (no FMA contraction in this file, so every variant rounds each
+ * product alike; the sums' vector width, and so their order, is the
+ * variant's) */
+#define SOFTMAX_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+
 /* --- float32 ------------------------------------------------------------------------------ */
 
-static void row_fwd_f32(float *y, const float *x, int64_t D, bool is_log) {
+SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool is_log) {
     // y, x are (D)
     float m = -INFINITY;
 #pragma omp simd reduction(max : m)
@@ -45,7 +51,7 @@ static void row_fwd_f32(float *y, const float *x, int64_t D, bool is_log) {
     }
 }
 
-static void row_bwd_f32(float *gx, const float *gy, const float *y, int64_t D, bool is_log) {
+SOFTMAX_CLONES static void row_bwd_f32(float *gx, const float *gy, const float *y, int64_t D, bool is_log) {
     // gx, gy, y are (D)
     double acc = 0;
     if (is_log) {
@@ -64,7 +70,7 @@ static void row_bwd_f32(float *gx, const float *gy, const float *y, int64_t D, b
 }
 
 /* Columns [i0, i0+nc) of outer slice x (D, inner). */
-static void cols_fwd_f32(float *y, const float *x, int64_t D, int64_t inner, int64_t nc,
+SOFTMAX_CLONES static void cols_fwd_f32(float *y, const float *x, int64_t D, int64_t inner, int64_t nc,
                          bool is_log) {
     // y, x point at (0, i0) of a (D, inner) slice; nc <= COLS
     float m[COLS], t[COLS];
@@ -104,7 +110,7 @@ static void cols_fwd_f32(float *y, const float *x, int64_t D, int64_t inner, int
     }
 }
 
-static void cols_bwd_f32(float *gx, const float *gy, const float *y, int64_t D, int64_t inner,
+SOFTMAX_CLONES static void cols_bwd_f32(float *gx, const float *gy, const float *y, int64_t D, int64_t inner,
                          int64_t nc, bool is_log) {
     // gx, gy, y point at (0, i0) of (D, inner) slices; nc <= COLS
     double s[COLS];
