@@ -3,6 +3,7 @@
  * when they are made, so kernels never need to. */
 #include "tensor.h"
 #include "iter.h"
+#include "parallel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -579,6 +580,69 @@ static void copy_loop(char **data, const int64_t *strides, int64_t n, void *vctx
     }
 }
 
+/* A transposing copy in cache-sized tiles: dst dense, same dtype as src, and
+ * src unit-stride along a dimension k that is not the last while its last
+ * dimension is not unit-stride (m:t():contiguous(), a permute of heads).
+ * The row loop would walk src with a large stride, one cache line per
+ * element; here each TILE x TILE block is read along src's rows and written
+ * along dst's.  Returns false (nothing done) when the shape is not one. */
+#define TILE 32
+static bool copy_transposed(dl_tensor *dst, dl_tensor *src) {
+    int nd = dst->ndim;
+    if (nd < 2 || !dl_tensor_is_contiguous(dst) || dst->dtype != src->dtype) return false;
+    if (dl_tensor_numel(dst) < DL_PARALLEL_GRAIN || src->strides[nd - 1] == 1) return false;
+    int k = -1;
+    for (int i = 0; i < nd - 1; i++)
+        if (src->strides[i] == 1 && src->shape[i] > 1) k = i;
+    if (k < 0 || src->shape[k] < TILE / 4 || src->shape[nd - 1] < TILE / 4) return false;
+    size_t sz = dl_dtype_size(dst->dtype);
+    if (sz != 1 && sz != 2 && sz != 4 && sz != 8) return false;
+
+    /* dst strides (elements) of its dense layout; the outer dims are all
+     * but k and the last */
+    int64_t dstr[DL_MAX_DIMS];
+    dl_contiguous_strides(nd, dst->shape, dstr);
+    int64_t rows = dst->shape[k], cols = dst->shape[nd - 1], outer = 1;
+    for (int i = 0; i < nd - 1; i++)
+        if (i != k) outer *= dst->shape[i];
+    const int64_t rt = (rows + TILE - 1) / TILE, ct = (cols + TILE - 1) / TILE;
+    const int64_t dk = dstr[k], sj = src->strides[nd - 1];
+    char *dbase = (char *)dst->storage->data + dst->offset * sz;
+    const char *sbase = (const char *)src->storage->data + src->offset * sz;
+
+#pragma omp parallel for num_threads(dl_get_num_threads()) schedule(static)
+    for (int64_t w = 0; w < outer * rt * ct; w++) {
+        int64_t o = w / (rt * ct), t = w % (rt * ct);
+        int64_t i0 = t / ct * TILE, j0 = t % ct * TILE;
+        int64_t i1 = i0 + TILE < rows ? i0 + TILE : rows, j1 = j0 + TILE < cols ? j0 + TILE : cols;
+        /* element offsets of outer index o in dst and src */
+        int64_t doff = 0, soff = 0, rem = o;
+        for (int i = nd - 2; i >= 0; i--) {
+            if (i == k) continue;
+            int64_t idx = rem % dst->shape[i];
+            rem /= dst->shape[i];
+            doff += idx * dstr[i];
+            soff += idx * src->strides[i];
+        }
+#define TILE_LOOP(T)                                                                               \
+    do {                                                                                           \
+        T *d_ = (T *)dbase + doff;                                                                 \
+        const T *s_ = (const T *)sbase + soff;                                                     \
+        for (int64_t i = i0; i < i1; i++)                                                          \
+            for (int64_t j = j0; j < j1; j++) d_[i * dk + j] = s_[i + j * sj];                     \
+    } while (0)
+        switch (sz) {
+        case 1: TILE_LOOP(uint8_t); break;
+        case 2: TILE_LOOP(uint16_t); break;
+        case 4: TILE_LOOP(uint32_t); break;
+        default: TILE_LOOP(uint64_t); break;
+        }
+#undef TILE_LOOP
+    }
+    return true;
+}
+#undef TILE
+
 /* Cross-device copies are provided by the backend that owns the device. */
 int (*dl_copy_across_devices)(dl_tensor *dst, dl_tensor *src);
 
@@ -597,7 +661,7 @@ int dl_tensor_copy_(dl_tensor *dst, dl_tensor *src) {
     } else {
         cast_ctx c = {dst->dtype, src->dtype};
         dl_tensor *args[2] = {dst, e};
-        dl_iter_foreach(2, args, copy_loop, &c);
+        if (!copy_transposed(dst, e)) dl_iter_foreach(2, args, copy_loop, &c);
     }
     dl_tensor_release(e);
     if (!rc) dl_tensor_bump_version(dst);

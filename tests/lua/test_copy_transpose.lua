@@ -1,0 +1,59 @@
+-- test_copy_transpose.lua - copies whose source is unit-stride along another
+-- dimension than the last (m:t():contiguous(), permutes, channels-last to
+-- NCHW) run in cache-sized tiles (src/core/tensor.c, copy_transposed); here
+-- their results equal the element-by-element conversion copy's for every
+-- element size, shapes that are no multiple of the tile, outer dimensions,
+-- offsets and sizes below and above the tiled path's threshold.
+local T = require "testlib"
+
+-- values exact in every dtype used below (small integers)
+local function ints(shape, dtype)
+  local n = 1
+  for _, s in ipairs(shape) do n = n * s end
+  return (dl.arange(n) % 97):view(table.unpack(shape)):to(dtype)
+end
+
+-- a dtype-changing copy never takes the tiled path: the reference
+local function same_as_reference(view, msg)
+  local got = view:contiguous()
+  T.truthy(got:is_contiguous(), msg .. ": contiguous")
+  T.same_bits(got:double(), view:double(), msg)
+  T.eq(tostring(got.dtype), tostring(view.dtype), msg .. ": dtype")
+end
+
+T.case("2-D transposes of every element size", function()
+  for _, dt in ipairs({dl.uint8, dl.bool, dl.float16, dl.bfloat16, dl.int32, dl.float32, dl.int64,
+                       dl.float64}) do
+    for _, shape in ipairs({{300, 257}, {33, 1100}, {1000, 40}, {7, 9}}) do
+      local m = dt == dl.bool and ints(shape, dl.int64):gt(40) or ints(shape, dt)
+      same_as_reference(m:t(), string.format("%s %dx%d transposed", tostring(dt), shape[1], shape[2]))
+    end
+  end
+end)
+
+T.case("permutes with outer dimensions, slices with offsets", function()
+  local x = ints({3, 5, 7, 40, 50}, dl.float32)
+  same_as_reference(x:permute(1, 5, 3, 2, 4), "5-D permute")
+  same_as_reference(x:permute(5, 4, 3, 2, 1), "5-D reversal")
+  same_as_reference(x:transpose(4, 5), "last two swapped")
+  local big = ints({130, 600}, dl.float64)
+  same_as_reference(big:narrow(1, 3, 120):narrow(2, 5, 590):t(), "offset slice transposed")
+  local heads = ints({8, 64, 6, 32}, dl.float32) -- (B, T, heads, d) -> (B, heads, T, d)
+  same_as_reference(heads:transpose(2, 3), "attention heads")
+end)
+
+T.case("channels-last to NCHW", function()
+  local x = ints({4, 24, 30, 17}, dl.float32):contiguous({memory_format = "channels_last"})
+  T.truthy(T.is_channels_last(x), "input is channels-last")
+  same_as_reference(x, "NHWC -> NCHW")
+end)
+
+T.case("gradients through a transposed copy", function()
+  local a = dl.randn(200, 300, {requires_grad = true})
+  local g = dl.randn(300, 200)
+  local y = a:t():contiguous()
+  y:backward(g)
+  T.same_bits(a.grad, g:t():contiguous():double():float(), "grad is the transposed gradient")
+end)
+
+T.done()
