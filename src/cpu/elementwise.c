@@ -544,12 +544,37 @@ typedef struct {
     const void *value;
 } fill_ctx;
 
+/* self[i] = mask[i] ? v : self[i] over a unit-stride row of T (a select the
+ * compiler vectorises); the mask row may be unit-stride or broadcast. */
+#define FILL_ROW(T)                                                                                \
+    do {                                                                                           \
+        T *o_ = (T *)data[0], v_;                                                                  \
+        memcpy(&v_, f->value, sizeof v_);                                                          \
+        const uint8_t *m_ = (const uint8_t *)data[1];                                              \
+        if (strides[1] == 0) {                                                                     \
+            if (m_[0])                                                                             \
+                for (int64_t i_ = 0; i_ < n; i_++) o_[i_] = v_;                                    \
+        } else {                                                                                   \
+            _Pragma("omp simd") for (int64_t i_ = 0; i_ < n; i_++) o_[i_] = m_[i_] ? v_ : o_[i_];  \
+        }                                                                                          \
+    } while (0)
+
 /* masked_fill: operands self, mask. */
 static void masked_fill_rows(char **data, const int64_t *strides, int64_t n, void *vctx) {
     const fill_ctx *f = vctx;
+    if (strides[0] == (int64_t)f->size && (strides[1] == 1 || strides[1] == 0)) {
+        switch (f->size) {
+        case 1: FILL_ROW(uint8_t); return;
+        case 2: FILL_ROW(uint16_t); return;
+        case 4: FILL_ROW(uint32_t); return;
+        case 8: FILL_ROW(uint64_t); return;
+        default: break;
+        }
+    }
     for (int64_t i = 0; i < n; i++)
         if (data[1][i * strides[1]]) memcpy(data[0] + i * strides[0], f->value, f->size);
 }
+#undef FILL_ROW
 
 typedef struct {
     double rtol, atol;

@@ -33,6 +33,10 @@
 #define FEW_ITEMS 64    /* fewer (o, block) items than this: cut rows into chunks */
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* the block folds built for AVX-512 and AVX2 too, picked at load time (the
+ * sums' order is fixed by LANES and COL_BLOCK, not by the vector width:
+ * every accumulator is its own chain) */
+#define REDUCE_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 
 /* --- splitting the work ------------------------------------------------------ */
 
@@ -215,30 +219,32 @@ ALWAYS_INLINE void acc_block(dl_acc_kind k, const void *x, bool f64, int64_t off
 }
 
 /* rows of LANES contiguous elements */
-static void acc_lanes_f32(dl_acc_kind k, const void *x, int64_t off, int64_t rows, double *a,
-                          const double *sh, double p) {
+REDUCE_CLONES static void acc_lanes_f32(dl_acc_kind k, const void *x, int64_t off, int64_t rows,
+                                        double *a, const double *sh, double p) {
     acc_block(k, x, false, off, rows, LANES, LANES, 1, a, sh, p);
 }
-static void acc_lanes_f64(dl_acc_kind k, const void *x, int64_t off, int64_t rows, double *a,
-                          const double *sh, double p) {
+REDUCE_CLONES static void acc_lanes_f64(dl_acc_kind k, const void *x, int64_t off, int64_t rows,
+                                        double *a, const double *sh, double p) {
     acc_block(k, x, true, off, rows, LANES, LANES, 1, a, sh, p);
 }
 /* rows of nc contiguous columns, ld apart */
-static void acc_cols_f32(dl_acc_kind k, const void *x, int64_t off, int64_t nr, int64_t ld,
-                         int64_t nc, double *acc, const double *sh, double p) {
+REDUCE_CLONES static void acc_cols_f32(dl_acc_kind k, const void *x, int64_t off, int64_t nr,
+                                       int64_t ld, int64_t nc, double *acc, const double *sh,
+                                       double p) {
     acc_block(k, x, false, off, nr, ld, nc, 1, acc, sh, p);
 }
-static void acc_cols_f64(dl_acc_kind k, const void *x, int64_t off, int64_t nr, int64_t ld,
-                         int64_t nc, double *acc, const double *sh, double p) {
+REDUCE_CLONES static void acc_cols_f64(dl_acc_kind k, const void *x, int64_t off, int64_t nr,
+                                       int64_t ld, int64_t nc, double *acc, const double *sh,
+                                       double p) {
     acc_block(k, x, true, off, nr, ld, nc, 1, acc, sh, p);
 }
 /* nc short contiguous rows of nr elements side by side (xcs = nr) */
-static void acc_group_f32(dl_acc_kind k, const void *x, int64_t off, int64_t nr, int64_t nc,
-                          double *acc, const double *sh, double p) {
+REDUCE_CLONES static void acc_group_f32(dl_acc_kind k, const void *x, int64_t off, int64_t nr,
+                                        int64_t nc, double *acc, const double *sh, double p) {
     acc_block(k, x, false, off, nr, 1, nc, nr, acc, sh, p);
 }
-static void acc_group_f64(dl_acc_kind k, const void *x, int64_t off, int64_t nr, int64_t nc,
-                          double *acc, const double *sh, double p) {
+REDUCE_CLONES static void acc_group_f64(dl_acc_kind k, const void *x, int64_t off, int64_t nr,
+                                        int64_t nc, double *acc, const double *sh, double p) {
     acc_block(k, x, true, off, nr, 1, nc, nr, acc, sh, p);
 }
 

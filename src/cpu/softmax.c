@@ -51,7 +51,8 @@ SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool
     }
 }
 
-SOFTMAX_CLONES static void row_bwd_f32(float *gx, const float *gy, const float *y, int64_t D, bool is_log) {
+SOFTMAX_CLONES static void row_bwd_f32(float *gx, const float *gy, const float *y, int64_t D,
+                                       bool is_log) {
     // gx, gy, y are (D)
     double acc = 0;
     if (is_log) {
@@ -70,8 +71,8 @@ SOFTMAX_CLONES static void row_bwd_f32(float *gx, const float *gy, const float *
 }
 
 /* Columns [i0, i0+nc) of outer slice x (D, inner). */
-SOFTMAX_CLONES static void cols_fwd_f32(float *y, const float *x, int64_t D, int64_t inner, int64_t nc,
-                         bool is_log) {
+SOFTMAX_CLONES static void cols_fwd_f32(float *y, const float *x, int64_t D, int64_t inner,
+                                        int64_t nc, bool is_log) {
     // y, x point at (0, i0) of a (D, inner) slice; nc <= COLS
     float m[COLS], t[COLS];
     double s[COLS];
@@ -110,8 +111,8 @@ SOFTMAX_CLONES static void cols_fwd_f32(float *y, const float *x, int64_t D, int
     }
 }
 
-SOFTMAX_CLONES static void cols_bwd_f32(float *gx, const float *gy, const float *y, int64_t D, int64_t inner,
-                         int64_t nc, bool is_log) {
+SOFTMAX_CLONES static void cols_bwd_f32(float *gx, const float *gy, const float *y, int64_t D,
+                                        int64_t inner, int64_t nc, bool is_log) {
     // gx, gy, y point at (0, i0) of (D, inner) slices; nc <= COLS
     double s[COLS];
     float t[COLS];
