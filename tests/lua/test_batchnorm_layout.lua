@@ -1,4 +1,4 @@
--- test_batchnorm_cl.lua - batch norm on channels-last CPU input ((N,C,*)
+-- test_batchnorm_layout.lua - batch norm on channels-last CPU input ((N,C,*)
 -- shape, (N,*,C) in memory): the kernels take it as it is and give y and gx
 -- channels-last.  Checked against the (N,C,*) path: evaluation outputs
 -- bit-equal (same per-element arithmetic); batch statistics and what follows

@@ -1,9 +1,9 @@
--- test_channels_last_cpu.lua - float32 networks run channels-last on the CPU:
+-- test_conv_layout.lua - float32 networks run channels-last on the CPU:
 -- conv2d binds NHWC activations (and OHWI weights) to oneDNN directly, keeps
 -- the layout for its output and gradients, and agrees with the NCHW path to
 -- float32 rounding; a leaf's gradient takes the leaf's layout; a whole ResNet
--- trained channels-last matches the same ResNet trained NCHW.  Elementwise
--- results keep a channels-last operand's layout and loop in memory order.
+-- trained channels-last matches the same ResNet trained NCHW.  (Elementwise
+-- results keeping a channels-last layout: test_elementwise.lua.)
 -- Inference-only convolutions (no gradient taken) may run Winograd.
 local T = require "testlib"
 local dl = require "dl"
@@ -118,31 +118,6 @@ T.case("resnet18 channels-last: gradients as close to float64 as NCHW's, one SGD
   T.truthy(is_cl(cl.grads[1]) and is_cl(cl.grads[2]), "weight gradients channels-last")
   local e = rel_err(cl.out, plain.out)
   T.truthy(e < 1e-4, string.format("evaluation output after the step: %g", e))
-end)
-
-T.case("elementwise ops keep channels-last and loop in memory order", function()
-  dl.manual_seed(8)
-  local a, b = dl.randn(2, 5, 4, 3), dl.randn(2, 5, 4, 3)
-  local ac, bc = a:contiguous(CL), b:contiguous(CL)
-  local s = ac + bc
-  T.truthy(is_cl(s), "channels-last + channels-last")
-  T.tensor_eq(s, a + b, 0)
-  T.truthy(is_cl(ac * b), "channels-last * contiguous takes the channels-last layout")
-  T.tensor_eq(ac * b, a * b, 0)
-  T.tensor_eq(F.relu(ac), F.relu(a), 0)
-  T.truthy(is_cl(F.relu(ac)), "relu")
-  -- a transposed output operand still gets every element right
-  local m = dl.randn(7, 9)
-  local out = dl.empty(9, 7):t()
-  out:copy_(m)
-  out:add_(1)
-  T.tensor_eq(out, m + 1, 0)
-  -- relu's gradient keeps the layout
-  local x = dl.randn(2, 5, 4, 3):contiguous(CL):requires_grad_()
-  local y = F.relu(x)
-  local g = dl.autograd.grad(y, x, {grad_outputs = dl.ones(2, 5, 4, 3):contiguous(CL)})
-  T.truthy(is_cl(g), "relu gradient channels-last")
-  T.tensor_eq(g, x:detach():gt(0):float(), 0)
 end)
 
 T.case("inference-only 3x3 convolutions: Winograd within float32 rounding of direct", function()

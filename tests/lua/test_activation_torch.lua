@@ -1,0 +1,55 @@
+-- test_activation_torch.lua - relu's kernels (dl._nn.relu_forward /
+-- relu_backward) against PyTorch, bit-exact, in float32, float64 and
+-- bfloat16.  Python draws the inputs and computes torch's results.
+local T = require "testlib"
+local nn = dl._nn
+
+local data = T.torch([==[
+import warnings
+import torch.nn.functional as F
+
+warnings.filterwarnings("ignore")
+
+# --- relu backward ------------------------------------------------------------------------------
+for dt in (torch.float32, torch.float64, torch.bfloat16):
+    x = mk((4, 6), dt)
+    xr = leaf(x)
+    y = torch.relu(xr)
+    g = mk(y.shape, dt)
+    gx, = torch.autograd.grad(y, xr, g)
+    add(op="relu", x=x, y=y, g=g, gx=gx)
+
+emit(cases)
+]==])
+
+local function tol(dtype)
+  if dtype == "float64" then return 1e-10, 1e-12 end
+  if dtype == "bfloat16" then return 2e-2, 2e-2 end
+  return 2e-5, 2e-6
+end
+
+local counts = {}
+for i, c in ipairs(data) do
+  counts[c.op] = (counts[c.op] or 0) + 1
+  T.case(string.format("%s #%d", c.op, i), function()
+    local dt = c.y and c.y.dtype or "float32"
+    local rtol, atol = tol(dt)
+    local msg = string.format("%s #%d (%s)", c.op, i, dt)
+    if c.op == "relu" then
+      local x = T.from_torch(c.x)
+      local y = nn.relu_forward(x)
+      T.match_torch(y, c.y, 0, 0, msg .. " forward")
+      T.match_torch(nn.relu_backward(T.from_torch(c.g), y), c.gx, 0, 0, msg .. " backward")
+    else
+      error("unknown case " .. c.op)
+    end
+  end)
+end
+
+T.case("the oracle covered every relu case", function()
+  for _, op in ipairs({"relu"}) do
+    T.truthy((counts[op] or 0) > 0, "no cases for " .. op)
+  end
+end)
+
+T.done()
