@@ -14,14 +14,8 @@ local TOL = {float32 = {1e-4, 1e-4}, float64 = {1e-10, 1e-10}, bfloat16 = {2e-2,
 
 local function tol(dt) return TOL[dt][1], TOL[dt][2] end
 
--- A dl tensor from an oracle record, laid out as Python said: "t" means the
--- record holds the tensor with its last two dims swapped, so transposing
--- back gives a non-contiguous view with the right values.
-local function input(rec, layout)
-  local t = T.from_torch(rec)
-  if layout == "t" then t = t:transpose(-1, -2) end
-  return t
-end
+-- Inputs: T.from_torch_view(rec, "t") is the record's tensor with its last
+-- two dims swapped back, a non-contiguous view with the right values.
 
 -- --- batch norm ----------------------------------------------------------------
 
@@ -79,7 +73,7 @@ T.case("batch_norm training forward, running stats and backward vs torch", funct
   for i, c in ipairs(bn) do
     local msg = string.format("bn case %d (%s, %s)", i, c.dtype, T.fmt(c.x.shape))
     local rtol, atol = tol(c.dtype)
-    local x = input(c.x, c.lay)
+    local x = T.from_torch_view(c.x, c.lay)
     local w = c.w and T.from_torch(c.w) or nil
     local b = c.b and T.from_torch(c.b) or nil
     local rm = c.rm and T.from_torch(c.rm) or nil
@@ -110,7 +104,7 @@ T.case("batch_norm evaluation forward and backward vs torch", function()
     if c.track then
       local msg = string.format("bn eval case %d (%s)", i, c.dtype)
       local rtol, atol = tol(c.dtype)
-      local x = input(c.x, c.lay)
+      local x = T.from_torch_view(c.x, c.lay)
       local w = c.w and T.from_torch(c.w) or nil
       local b = c.b and T.from_torch(c.b) or nil
       local rm, rv = T.from_torch(c.rm), T.from_torch(c.rv)

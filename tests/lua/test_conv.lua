@@ -12,18 +12,11 @@ local F32, F64 = dl.float32, dl.float64
 dl.manual_seed(7)
 math.randomseed(7)
 
--- 1..n as a (shape) tensor of dtype dt
-local function seq(dt, ...)
-  local n = 1
-  for _, s in ipairs({...}) do n = n * s end
-  return dl.arange(1, n + 1):to(dt):reshape(...)
-end
-
 -- --- known values ---------------------------------------------------------------
 
 T.case("conv2d: 2x2 window sums and their gradients", function()
   for _, dt in ipairs({F32, F64}) do
-    local x = seq(dt, 1, 1, 4, 4)
+    local x = T.seq(dt, 1, 1, 4, 4)
     local w = dl.ones(1, 1, 2, 2, {dtype = dt})
     local b = dl.full({1}, 1, {dtype = dt})
     local y = nn.conv2d_forward(x, w, b)

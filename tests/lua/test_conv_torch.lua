@@ -16,14 +16,8 @@ local TOL = {float32 = {1e-4, 1e-4}, float64 = {1e-10, 1e-10}, bfloat16 = {2e-2,
 
 local function tol(dt) return TOL[dt][1], TOL[dt][2] end
 
--- A dl tensor from an oracle record, laid out as Python said: "t" means the
--- record holds the tensor with its last two dims swapped, so transposing
--- back gives a non-contiguous view with the right values.
-local function input(rec, layout)
-  local t = T.from_torch(rec)
-  if layout == "t" then t = t:transpose(-1, -2) end
-  return t
-end
+-- Inputs: T.from_torch_view(rec, "t") is the record's tensor with its last
+-- two dims swapped back, a non-contiguous view with the right values.
 
 -- --- conv2d ------------------------------------------------------------------
 
@@ -76,7 +70,7 @@ T.case("conv2d forward and backward vs torch", function()
     local msg = string.format("conv case %d (%s, stride %s, groups %d)", i, c.dtype,
       T.fmt(c.s), c.g)
     local rtol, atol = tol(c.dtype)
-    local x, w = input(c.x, c.lx), input(c.w, c.lw)
+    local x, w = T.from_torch_view(c.x, c.lx), T.from_torch_view(c.w, c.lw)
     local b = c.b and T.from_torch(c.b) or nil
     local o = {stride = c.s, padding = c.p, dilation = c.d, groups = c.g}
     local y = nn.conv2d_forward(x, w, b, o)

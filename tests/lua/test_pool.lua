@@ -12,18 +12,11 @@ local F32, F64 = dl.float32, dl.float64
 dl.manual_seed(7)
 math.randomseed(7)
 
--- 1..n as a (shape) tensor of dtype dt
-local function seq(dt, ...)
-  local n = 1
-  for _, s in ipairs({...}) do n = n * s end
-  return dl.arange(1, n + 1):to(dt):reshape(...)
-end
-
 -- --- known values ---------------------------------------------------------------
 
 T.case("pooling: known windows, indices and gradients", function()
   for _, dt in ipairs({F32, F64}) do
-    local x = seq(dt, 1, 1, 4, 4)
+    local x = T.seq(dt, 1, 1, 4, 4)
     local y, ind = nn.max_pool2d_forward(x, 2)
     T.tensor_eq(y, {{{{6, 8}, {14, 16}}}})
     T.eq(ind.dtype, dl.int64)

@@ -15,14 +15,8 @@ local TOL = {float32 = {1e-4, 1e-4}, float64 = {1e-10, 1e-10}, bfloat16 = {2e-2,
 
 local function tol(dt) return TOL[dt][1], TOL[dt][2] end
 
--- A dl tensor from an oracle record, laid out as Python said: "t" means the
--- record holds the tensor with its last two dims swapped, so transposing
--- back gives a non-contiguous view with the right values.
-local function input(rec, layout)
-  local t = T.from_torch(rec)
-  if layout == "t" then t = t:transpose(-1, -2) end
-  return t
-end
+-- Inputs: T.from_torch_view(rec, "t") is the record's tensor with its last
+-- two dims swapped back, a non-contiguous view with the right values.
 
 -- --- pooling ------------------------------------------------------------------------
 
@@ -101,7 +95,7 @@ T.case("max_pool2d forward (values and indices) and backward vs torch", function
   for i, c in ipairs(pool.maxp) do
     local msg = string.format("max pool case %d (%s)", i, c.dtype)
     local rtol, atol = tol(c.dtype)
-    local x = input(c.x, c.lay)
+    local x = T.from_torch_view(c.x, c.lay)
     local o = {stride = c.s, padding = c.p, dilation = c.d, ceil_mode = c.ceil}
     local y, ind = nn.max_pool2d_forward(x, c.k, o)
     T.match_torch(y, c.y, 0, 0, msg .. " y")
@@ -115,7 +109,7 @@ T.case("avg_pool2d forward and backward vs torch", function()
   for i, c in ipairs(pool.avgp) do
     local msg = string.format("avg pool case %d (%s)", i, c.dtype)
     local rtol, atol = tol(c.dtype)
-    local x = input(c.x, c.lay)
+    local x = T.from_torch_view(c.x, c.lay)
     local o = {stride = c.s, padding = c.p, ceil_mode = c.ceil,
       count_include_pad = c.cip, divisor_override = c.div}
     local y = nn.avg_pool2d_forward(x, c.k, o)

@@ -1,6 +1,6 @@
 -- test_testlib.lua - the shared helpers of testlib.lua fail when they should:
 -- T.gradcheck and T.kernel_gradcheck on a wrong gradient, T.close norm-wise
--- (2-norm and max), T.randn's seeds, dtypes and shapes, T.to.
+-- (2-norm and max), T.randn's seeds, dtypes and shapes, T.seq, T.to.
 local T = require "testlib"
 local dl = require "dl"
 
@@ -64,7 +64,7 @@ T.case("T.close is norm-wise and reports the norms", function()
   T.close(dl.ones(2, f64), dl.ones(2), 0, 0) -- values, not dtypes
 end)
 
-T.case("T.randn: shapes, seeds, dtypes, devices", function()
+T.case("T.randn and T.seq: shapes, seeds, dtypes, devices", function()
   T.shape_eq(T.randn(2, 3), {2, 3})
   T.shape_eq(T.randn({2, 3}), {2, 3})
   T.shape_eq(T.randn({}), {})
@@ -75,6 +75,8 @@ T.case("T.randn: shapes, seeds, dtypes, devices", function()
   T.same_bits(d, T.randn(2, 2, {seed = 3}):double())
   dl.manual_seed(9)
   T.same_bits(T.randn(4), (function() dl.manual_seed(9) return dl.randn(4) end)())
+  T.tensor_eq(T.seq(dl.float64, 2, 2), {{1, 2}, {3, 4}}, 0)
+  T.eq(T.seq(dl.int64, 3).dtype, dl.int64)
   local a, b = T.to("cpu", dl.ones(1), dl.zeros(2))
   T.shape_eq(b, {2})
   T.eq(tostring(a.device), "cpu")

@@ -174,11 +174,14 @@ function T.from_torch(rec)
 end
 
 -- The oracle record rebuilt as torch_oracle.view(b, v) made it: "T" the
--- first and last dims swapped, "narrow" the last dim without its ends,
--- "expand" the first dim expanded to 3, "" the tensor itself.
+-- first and last dims swapped, "t" the last two, "narrow" the last dim
+-- without its ends, "expand" the first dim expanded to 3, anything else the
+-- tensor itself.  (The record holds the contiguous base; the result is the
+-- non-contiguous view with the values torch saw.)
 function T.from_torch_view(rec, v)
   local b = T.from_torch(rec)
   if v == "T" then return b:transpose(1, -1) end
+  if v == "t" then return b:transpose(-1, -2) end
   if v == "narrow" then return b:narrow(-1, 2, b.shape[#b.shape] - 2) end
   if v == "expand" then
     local s = b.shape
@@ -214,6 +217,13 @@ function T.match_torch(t, rec, rtol, atol, msg)
       error(string.format("%s: element %d is %s, torch has %s", msg, i, fmt(a), fmt(b)), 2)
     end
   end
+end
+
+-- 1..n as a tensor of the given shape and dtype: T.seq(dl.float64, 2, 3).
+function T.seq(dtype, ...)
+  local n = 1
+  for _, s in ipairs({...}) do n = n * s end
+  return dl.arange(1, n + 1):to(dtype):reshape(...)
 end
 
 -- --- numbers and gradients ---------------------------------------------------------
