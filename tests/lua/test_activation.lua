@@ -20,8 +20,7 @@ T.case("relu forward and backward known values", function()
 end)
 
 -- --------------------------------------------------------------------------------------------
--- finite-difference gradient checks (float64): T.kernel_gradcheck, every
--- element within 1e-6 * max(1, |numeric|)
+-- finite-difference checks of the backward kernels (float64, T.kernel_gradcheck)
 
 T.case("gradcheck relu", function()
   local x = rnd(3, 5)

@@ -28,27 +28,14 @@ local function tol(dtype)
   return 2e-5, 2e-6
 end
 
-local counts = {}
-for i, c in ipairs(data) do
-  counts[c.op] = (counts[c.op] or 0) + 1
-  T.case(string.format("%s #%d", c.op, i), function()
-    local dt = c.y and c.y.dtype or "float32"
-    local rtol, atol = tol(dt)
-    local msg = string.format("%s #%d (%s)", c.op, i, dt)
-    if c.op == "relu" then
-      local x = T.from_torch(c.x)
-      local y = nn.relu_forward(x)
-      T.match_torch(y, c.y, 0, 0, msg .. " forward")
-      T.match_torch(nn.relu_backward(T.from_torch(c.g), y), c.gx, 0, 0, msg .. " backward")
-    else
-      error("unknown case " .. c.op)
-    end
-  end)
-end
-
-T.case("the oracle covered every relu case", function()
-  for _, op in ipairs({"relu"}) do
-    T.truthy((counts[op] or 0) > 0, "no cases for " .. op)
+T.oracle_cases(data, tol, {"relu"}, function(c, rtol, atol, msg)
+  if c.op == "relu" then
+    local x = T.from_torch(c.x)
+    local y = nn.relu_forward(x)
+    T.match_torch(y, c.y, 0, 0, msg .. " forward")
+    T.match_torch(nn.relu_backward(T.from_torch(c.g), y), c.gx, 0, 0, msg .. " backward")
+  else
+    error("unknown case " .. c.op)
   end
 end)
 

@@ -98,11 +98,7 @@ T.case("batch_norm: float16/bfloat16 data with float32 parameters and statistics
   end
 end)
 
--- --- finite differences (float64) ----------------------------------------------------------
-
--- T.kernel_gradcheck: central differences of sum(forward * gy) at random
--- probes of each input against the backward kernel's gradients, each within
--- 1e-6 * max(1, |gradient|) (and of |numeric|).
+-- --- finite differences (float64, T.kernel_gradcheck at random probes) ---------------------
 
 local function rnd(...) return dl.randn({...}, {dtype = F64}) end
 

@@ -123,11 +123,7 @@ T.case("the primitive cache stays within its bound", function()
   T.tensor_eq(nn.conv2d_forward(dl.ones(1, 1, 1, 1), dl.ones(1, 1, 1, 1)), {{{{1}}}})
 end)
 
--- --- finite differences (float64) ----------------------------------------------------------
-
--- T.kernel_gradcheck: central differences of sum(forward * gy) at random
--- probes of each input against the backward kernel's gradients, each within
--- 1e-6 * max(1, |gradient|) (and of |numeric|).
+-- --- finite differences (float64, T.kernel_gradcheck at random probes) ---------------------
 
 local function rnd(...) return dl.randn({...}, {dtype = F64}) end
 

@@ -31,8 +31,7 @@ T.case("dropout known values", function()
 end)
 
 -- --------------------------------------------------------------------------------------------
--- finite-difference gradient checks (float64): T.kernel_gradcheck, every
--- element within 1e-6 * max(1, |numeric|)
+-- finite-difference checks of the backward kernels (float64, T.kernel_gradcheck)
 
 T.case("gradcheck dropout", function()
   for _, p in ipairs({0.2, 0.5, 0.9}) do

@@ -104,8 +104,7 @@ T.case("losses: empty inputs and half types", function()
 end)
 
 -- --------------------------------------------------------------------------------------------
--- finite-difference gradient checks (float64): T.kernel_gradcheck, every
--- element within 1e-6 * max(1, |numeric|)
+-- finite-difference checks of the backward kernels (float64, T.kernel_gradcheck)
 
 local function class_cases()
   local w = dl.rand(4, f64) + 0.5

@@ -121,44 +121,31 @@ end
 
 local function opt_tensor(rec) return rec and T.from_torch(rec) or nil end
 
-local counts = {}
-for i, c in ipairs(data) do
-  counts[c.op] = (counts[c.op] or 0) + 1
-  T.case(string.format("%s #%d", c.op, i), function()
-    local dt = c.y and c.y.dtype or "float32"
-    local rtol, atol = tol(dt)
-    local msg = string.format("%s #%d (%s)", c.op, i, dt)
-    if c.op == "cross_entropy" or c.op == "nll_loss" then
-      local x = T.from_torch_view(c.x, c.view)
-      local o = {weight = opt_tensor(c.w), ignore_index = c.ig, reduction = c.red, label_smoothing = c.ls}
-      local t = T.from_torch(c.t)
-      T.match_torch(nn[c.op .. "_forward"](x, t, o), c.y, rtol, atol, msg .. " forward")
-      local gx = nn[c.op .. "_backward"](T.from_torch(c.g), x, t, o)
-      T.match_torch(gx, c.gx, rtol, atol, msg .. " backward")
-    elseif c.op == "cross_entropy_prob" then
-      local x, p = T.from_torch(c.x), T.from_torch(c.p)
-      local o = {weight = opt_tensor(c.w), reduction = c.red, label_smoothing = c.ls}
-      T.match_torch(nn.cross_entropy_forward(x, p, o), c.y, rtol, atol, msg .. " forward")
-      local gx, gp = nn.cross_entropy_backward(T.from_torch(c.g), x, p, o)
-      T.match_torch(gx, c.gx, rtol, atol, msg .. " grad input")
-      T.match_torch(gp, c.gp, rtol, atol, msg .. " grad target")
-    elseif c.op == "mse_loss" or c.op == "l1_loss" or c.op == "bce_logits" then
-      local x, y = T.from_torch_view(c.x, c.view), T.from_torch(c.yt)
-      local o = {reduction = c.red, weight = opt_tensor(c.w), pos_weight = opt_tensor(c.pw)}
-      local name = c.op == "bce_logits" and "binary_cross_entropy_with_logits" or c.op
-      T.match_torch(nn[name .. "_forward"](x, y, o), c.y, rtol, atol, msg .. " forward")
-      local gx, gy = nn[name .. "_backward"](T.from_torch(c.g), x, y, o)
-      T.match_torch(gx, c.gx, rtol, atol, msg .. " grad input")
-      T.match_torch(gy, c.gy, rtol, atol, msg .. " grad target")
-    else
-      error("unknown case " .. c.op)
-    end
-  end)
-end
-
-T.case("the oracle covered every loss case", function()
-  for _, op in ipairs({"cross_entropy", "nll_loss", "cross_entropy_prob", "mse_loss", "l1_loss", "bce_logits"}) do
-    T.truthy((counts[op] or 0) > 0, "no cases for " .. op)
+T.oracle_cases(data, tol, {"cross_entropy", "nll_loss", "cross_entropy_prob", "mse_loss", "l1_loss", "bce_logits"}, function(c, rtol, atol, msg)
+  if c.op == "cross_entropy" or c.op == "nll_loss" then
+    local x = T.from_torch_view(c.x, c.view)
+    local o = {weight = opt_tensor(c.w), ignore_index = c.ig, reduction = c.red, label_smoothing = c.ls}
+    local t = T.from_torch(c.t)
+    T.match_torch(nn[c.op .. "_forward"](x, t, o), c.y, rtol, atol, msg .. " forward")
+    local gx = nn[c.op .. "_backward"](T.from_torch(c.g), x, t, o)
+    T.match_torch(gx, c.gx, rtol, atol, msg .. " backward")
+  elseif c.op == "cross_entropy_prob" then
+    local x, p = T.from_torch(c.x), T.from_torch(c.p)
+    local o = {weight = opt_tensor(c.w), reduction = c.red, label_smoothing = c.ls}
+    T.match_torch(nn.cross_entropy_forward(x, p, o), c.y, rtol, atol, msg .. " forward")
+    local gx, gp = nn.cross_entropy_backward(T.from_torch(c.g), x, p, o)
+    T.match_torch(gx, c.gx, rtol, atol, msg .. " grad input")
+    T.match_torch(gp, c.gp, rtol, atol, msg .. " grad target")
+  elseif c.op == "mse_loss" or c.op == "l1_loss" or c.op == "bce_logits" then
+    local x, y = T.from_torch_view(c.x, c.view), T.from_torch(c.yt)
+    local o = {reduction = c.red, weight = opt_tensor(c.w), pos_weight = opt_tensor(c.pw)}
+    local name = c.op == "bce_logits" and "binary_cross_entropy_with_logits" or c.op
+    T.match_torch(nn[name .. "_forward"](x, y, o), c.y, rtol, atol, msg .. " forward")
+    local gx, gy = nn[name .. "_backward"](T.from_torch(c.g), x, y, o)
+    T.match_torch(gx, c.gx, rtol, atol, msg .. " grad input")
+    T.match_torch(gy, c.gy, rtol, atol, msg .. " grad target")
+  else
+    error("unknown case " .. c.op)
   end
 end)
 

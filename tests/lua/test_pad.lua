@@ -41,8 +41,7 @@ T.case("pad known values", function()
 end)
 
 -- --------------------------------------------------------------------------------------------
--- finite-difference gradient checks (float64): T.kernel_gradcheck, every
--- element within 1e-6 * max(1, |numeric|)
+-- finite-difference checks of the backward kernels (float64, T.kernel_gradcheck)
 
 T.case("gradcheck pad", function()
   local cases = {

@@ -45,29 +45,16 @@ local function tol(dtype)
   return 2e-5, 2e-6
 end
 
-local counts = {}
-for i, c in ipairs(data) do
-  counts[c.op] = (counts[c.op] or 0) + 1
-  T.case(string.format("%s #%d", c.op, i), function()
-    local dt = c.y and c.y.dtype or "float32"
-    local rtol, atol = tol(dt)
-    local msg = string.format("%s #%d (%s)", c.op, i, dt)
-    if c.op == "pad" then
-      local x = T.from_torch_view(c.x, c.view)
-      T.match_torch(nn.pad_forward(x, c.pads, c.mode, 0.5), c.y, 0, 0, msg .. " forward")
-      local gx = nn.pad_backward(T.from_torch(c.g), x.shape, c.pads, {mode = c.mode})
-      T.match_torch(gx, c.gx, rtol, atol, msg .. " backward")
-    elseif c.op == "pad_int" then
-      T.match_torch(nn.pad_forward(T.from_torch(c.x), c.pads, c.mode), c.y, 0, 0, msg)
-    else
-      error("unknown case " .. c.op)
-    end
-  end)
-end
-
-T.case("the oracle covered every pad case", function()
-  for _, op in ipairs({"pad", "pad_int"}) do
-    T.truthy((counts[op] or 0) > 0, "no cases for " .. op)
+T.oracle_cases(data, tol, {"pad", "pad_int"}, function(c, rtol, atol, msg)
+  if c.op == "pad" then
+    local x = T.from_torch_view(c.x, c.view)
+    T.match_torch(nn.pad_forward(x, c.pads, c.mode, 0.5), c.y, 0, 0, msg .. " forward")
+    local gx = nn.pad_backward(T.from_torch(c.g), x.shape, c.pads, {mode = c.mode})
+    T.match_torch(gx, c.gx, rtol, atol, msg .. " backward")
+  elseif c.op == "pad_int" then
+    T.match_torch(nn.pad_forward(T.from_torch(c.x), c.pads, c.mode), c.y, 0, 0, msg)
+  else
+    error("unknown case " .. c.op)
   end
 end)
 

@@ -49,8 +49,7 @@ T.case("softmax: masked logits, NaN and half types", function()
 end)
 
 -- --------------------------------------------------------------------------------------------
--- finite-difference gradient checks (float64): T.kernel_gradcheck, every
--- element within 1e-6 * max(1, |numeric|)
+-- finite-difference checks of the backward kernels (float64, T.kernel_gradcheck)
 
 T.case("gradcheck softmax / log_softmax", function()
   for _, dim in ipairs({1, 2, 3, -1}) do

@@ -368,6 +368,24 @@ function T.kernel_gradcheck(what, fwd, inputs, analytic, gy, opts)
   end
 end
 
+-- One case per oracle record c, named "<op> #i": run(c, rtol, atol, msg) with
+-- rtol, atol = tol(dtype of c.y, float32 without one); then one case that
+-- every op in ops had records, so an oracle that emits none cannot pass.
+function T.oracle_cases(data, tol, ops, run)
+  local counts = {}
+  for i, c in ipairs(data) do
+    counts[c.op] = (counts[c.op] or 0) + 1
+    T.case(string.format("%s #%d", c.op, i), function()
+      local dt = c.y and c.y.dtype or "float32"
+      local rtol, atol = tol(dt)
+      run(c, rtol, atol, string.format("%s #%d (%s)", c.op, i, dt))
+    end)
+  end
+  T.case("the oracle covered every op: " .. table.concat(ops, ", "), function()
+    for _, op in ipairs(ops) do T.truthy((counts[op] or 0) > 0, "no cases for " .. op) end
+  end)
+end
+
 function T.tmpdir()
   local d = os.getenv("DL_TEST_TMP") or "/tmp/dlua-test"
   os.execute("mkdir -p '" .. d .. "'")
