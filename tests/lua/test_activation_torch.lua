@@ -22,13 +22,7 @@ for dt in (torch.float32, torch.float64, torch.bfloat16):
 emit(cases)
 ]==])
 
-local function tol(dtype)
-  if dtype == "float64" then return 1e-10, 1e-12 end
-  if dtype == "bfloat16" then return 2e-2, 2e-2 end
-  return 2e-5, 2e-6
-end
-
-T.oracle_cases(data, tol, {"relu"}, function(c, rtol, atol, msg)
+T.oracle_cases(data, T.torch_tol, {"relu"}, function(c, rtol, atol, msg)
   if c.op == "relu" then
     local x = T.from_torch(c.x)
     local y = nn.relu_forward(x)

@@ -9,10 +9,8 @@ local T = require "testlib"
 local dl = require "dl"
 local nn = dl._nn
 
-local TOL = {float32 = {1e-4, 1e-4}, float64 = {1e-10, 1e-10}, bfloat16 = {2e-2, 2e-2},
-  float16 = {2e-3, 2e-3}}
-
-local function tol(dt) return TOL[dt][1], TOL[dt][2] end
+-- long sums: T.torch_tol(dtype, "sum")
+local function tol(dt) return T.torch_tol(dt, "sum") end
 
 -- Inputs: T.from_torch_view(rec, "t") is the record's tensor with its last
 -- two dims swapped back, a non-contiguous view with the right values.

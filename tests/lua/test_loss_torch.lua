@@ -113,15 +113,9 @@ for dt in (torch.float32, torch.float64):
 emit(cases)
 ]==])
 
-local function tol(dtype)
-  if dtype == "float64" then return 1e-10, 1e-12 end
-  if dtype == "bfloat16" then return 2e-2, 2e-2 end
-  return 2e-5, 2e-6
-end
-
 local function opt_tensor(rec) return rec and T.from_torch(rec) or nil end
 
-T.oracle_cases(data, tol, {"cross_entropy", "nll_loss", "cross_entropy_prob", "mse_loss", "l1_loss", "bce_logits"}, function(c, rtol, atol, msg)
+T.oracle_cases(data, T.torch_tol, {"cross_entropy", "nll_loss", "cross_entropy_prob", "mse_loss", "l1_loss", "bce_logits"}, function(c, rtol, atol, msg)
   if c.op == "cross_entropy" or c.op == "nll_loss" then
     local x = T.from_torch_view(c.x, c.view)
     local o = {weight = opt_tensor(c.w), ignore_index = c.ig, reduction = c.red, label_smoothing = c.ls}

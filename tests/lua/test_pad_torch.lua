@@ -39,13 +39,7 @@ add(op="pad_int", x=xi, mode="reflect", pads=[2, 1], y=F.pad(xi.double(), (2, 1)
 emit(cases)
 ]==])
 
-local function tol(dtype)
-  if dtype == "float64" then return 1e-10, 1e-12 end
-  if dtype == "bfloat16" then return 2e-2, 2e-2 end
-  return 2e-5, 2e-6
-end
-
-T.oracle_cases(data, tol, {"pad", "pad_int"}, function(c, rtol, atol, msg)
+T.oracle_cases(data, T.torch_tol, {"pad", "pad_int"}, function(c, rtol, atol, msg)
   if c.op == "pad" then
     local x = T.from_torch_view(c.x, c.view)
     T.match_torch(nn.pad_forward(x, c.pads, c.mode, 0.5), c.y, 0, 0, msg .. " forward")

@@ -38,13 +38,7 @@ for dt in (torch.float32, torch.float64, torch.bfloat16):
 emit(cases)
 ]==])
 
-local function tol(dtype)
-  if dtype == "float64" then return 1e-10, 1e-12 end
-  if dtype == "bfloat16" then return 2e-2, 2e-2 end
-  return 2e-5, 2e-6
-end
-
-T.oracle_cases(data, tol, {"softmax", "log_softmax"}, function(c, rtol, atol, msg)
+T.oracle_cases(data, T.torch_tol, {"softmax", "log_softmax"}, function(c, rtol, atol, msg)
   if c.op == "softmax" or c.op == "log_softmax" then
     local x = T.from_torch_view(c.x, c.view)
     T.match_torch(nn[c.op .. "_forward"](x, c.dim), c.y, rtol, atol, msg .. " forward")

@@ -1,6 +1,7 @@
 -- test_testlib.lua - the shared helpers of testlib.lua fail when they should:
 -- T.gradcheck and T.kernel_gradcheck on a wrong gradient, T.close norm-wise
--- (2-norm and max), T.randn's seeds, dtypes and shapes, T.seq, T.to.
+-- (2-norm and max), T.randn's seeds, dtypes and shapes, T.seq, T.to,
+-- T.torch_tol.
 local T = require "testlib"
 local dl = require "dl"
 
@@ -62,6 +63,15 @@ T.case("T.close is norm-wise and reports the norms", function()
   T.close({dl.ones(2), {dl.zeros(1)}}, {dl.ones(2), {dl.zeros(1)}}, 0, 0)
   T.raises(function() T.close({x = dl.ones(2)}, {x = dl.zeros(2)}, 0, 0.5, "t") end, "t.x:")
   T.close(dl.ones(2, f64), dl.ones(2), 0, 0) -- values, not dtypes
+end)
+
+T.case("T.torch_tol: one op's rounding and long sums per dtype", function()
+  local r, a = T.torch_tol("float64")
+  T.eq(r, 1e-10)
+  T.eq(a, 1e-12)
+  T.eq(select(1, T.torch_tol("float16")), 2e-5) -- as float32
+  T.eq(select(1, T.torch_tol("float32", "sum")), 1e-4)
+  T.eq(select(2, T.torch_tol("float16", "sum")), 2e-3)
 end)
 
 T.case("T.randn and T.seq: shapes, seeds, dtypes, devices", function()

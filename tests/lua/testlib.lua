@@ -368,8 +368,22 @@ function T.kernel_gradcheck(what, fwd, inputs, analytic, gy, opts)
   end
 end
 
+-- Tolerances (rtol, atol) of a dl result against PyTorch's in a dtype: one
+-- op's rounding ("op", the default; float16 and integers as float32) or a
+-- long sum through oneDNN ("sum": convolution, batch norm, pooling).
+local TORCH_TOL = {
+  op = {float32 = {2e-5, 2e-6}, float64 = {1e-10, 1e-12}, bfloat16 = {2e-2, 2e-2}},
+  sum = {float32 = {1e-4, 1e-4}, float64 = {1e-10, 1e-10}, bfloat16 = {2e-2, 2e-2}, float16 = {2e-3, 2e-3}},
+}
+function T.torch_tol(dtype, kind)
+  local t = TORCH_TOL[kind or "op"]
+  local r = t[dtype] or t.float32
+  return r[1], r[2]
+end
+
 -- One case per oracle record c, named "<op> #i": run(c, rtol, atol, msg) with
--- rtol, atol = tol(dtype of c.y, float32 without one); then one case that
+-- rtol, atol = tol(dtype of c.y, float32 without one; tol defaults to
+-- T.torch_tol); then one case that
 -- every op in ops had records, so an oracle that emits none cannot pass.
 function T.oracle_cases(data, tol, ops, run)
   local counts = {}
@@ -377,7 +391,7 @@ function T.oracle_cases(data, tol, ops, run)
     counts[c.op] = (counts[c.op] or 0) + 1
     T.case(string.format("%s #%d", c.op, i), function()
       local dt = c.y and c.y.dtype or "float32"
-      local rtol, atol = tol(dt)
+      local rtol, atol = (tol or T.torch_tol)(dt)
       run(c, rtol, atol, string.format("%s #%d (%s)", c.op, i, dt))
     end)
   end
