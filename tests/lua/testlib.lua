@@ -173,13 +173,10 @@ function T.from_torch(rec)
   return flat:reshape(rec.shape)
 end
 
--- The oracle record rebuilt as torch_oracle.view(b, v) made it: "T" the
--- first and last dims swapped, "t" the last two, "narrow" the last dim
--- without its ends, "expand" the first dim expanded to 3, anything else the
--- tensor itself.  (The record holds the contiguous base; the result is the
--- non-contiguous view with the values torch saw.)
-function T.from_torch_view(rec, v)
-  local b = T.from_torch(rec)
+-- The view torch_oracle.view(b, v) takes of a tensor b: "T" the first and
+-- last dims swapped, "t" the last two, "narrow" the last dim without its
+-- ends, "expand" the first dim expanded to 3, anything else b itself.
+function T.torch_view(b, v)
   if v == "T" then return b:transpose(1, -1) end
   if v == "t" then return b:transpose(-1, -2) end
   if v == "narrow" then return b:narrow(-1, 2, b.shape[#b.shape] - 2) end
@@ -190,6 +187,10 @@ function T.from_torch_view(rec, v)
   end
   return b
 end
+
+-- An oracle record holding the contiguous base, rebuilt as the
+-- non-contiguous view (T.torch_view) with the values torch saw.
+function T.from_torch_view(rec, v) return T.torch_view(T.from_torch(rec), v) end
 
 -- Compares a dl tensor with an oracle record: shape, dtype and values
 -- (floats within rtol relative + atol absolute).
