@@ -1,4 +1,4 @@
--- test_cuda_reduce.lua - the reduction family on CUDA against the CPU: every
+-- test_reduce_cuda.lua - the reduction family on CUDA against the CPU: every
 -- reduction with dim, keepdim, several dims and all dims; contiguous,
 -- transposed and expanded inputs; float32/float64/int64/bool; sizes 0, 1, 7,
 -- 1000, 1e6 and a 4096x4096 matrix along each dim; NaN rules of max/argmax;
@@ -6,15 +6,10 @@
 local T = require "testlib"
 T.require_cuda()
 
-local function randn(seed, ...)
-  dl.manual_seed(seed)
-  return dl.randn(...)
-end
-
 -- the inputs of one case, built on the CPU, then moved
 local function inputs(dev, seed)
-  local x = randn(seed, 5, 6, 7)
-  local e = randn(seed + 1, 5, 1, 7)
+  local x = T.randn(5, 6, 7, {seed = seed})
+  local e = T.randn(5, 1, 7, {seed = seed + 1})
   return { -- in a fixed order
     {"contiguous", x:to(dev)},
     {"transposed", x:transpose(1, 3):to(dev):transpose(1, 3)}, -- a non-contiguous view on dev
@@ -120,7 +115,7 @@ T.cuda_case("int64 and bool reductions", function(dev)
 end, 0, 0)
 
 T.cuda_case("float64", function(dev)
-  local x = randn(13, 30, 40):double():to(dev)
+  local x = T.randn(30, 40, {seed = 13}):double():to(dev)
   return {x:sum(), x:sum(1), x:mean(2), x:var(1), x:std(2, false), x:norm(3, 1), x:logsumexp(2),
           {x:max(1)}, x:argmin(2), x:cumsum(1), x:cumprod(2), {x:median(1)}, x:prod(2)}
 end, 1e-12, 1e-12)
@@ -128,7 +123,7 @@ end, 1e-12, 1e-12)
 T.cuda_case("sizes 0, 1, 7, 1000", function(dev)
   local out = {}
   for _, n in ipairs({1, 7, 1000}) do
-    local x = randn(n, n):to(dev)
+    local x = T.randn(n, {seed = n}):to(dev)
     out[#out + 1] = {x:sum(), x:mean(), x:var(), x:norm(), x:logsumexp(1), x:amax(), x:argmax(),
                      x:cumsum(1), x:median(), x:all(), x:any()}
   end
@@ -141,7 +136,7 @@ T.cuda_case("sizes 0, 1, 7, 1000", function(dev)
 end)
 
 T.cuda_case("1e6 elements", function(dev)
-  local x = randn(41, 3, 1000000):to(dev)
+  local x = T.randn(3, 1000000, {seed = 41}):to(dev)
   local f = dl.full({1000000}, 0.1):to(dev)
   return {x:sum(), x:mean(), x:var(), x:std(), x:norm(), x:norm(1), x:logsumexp(1), x:amax(),
           x:argmax(), x:argmin(), x:max(), f:sum(), x:sum(2), x:sum(1), x:cumsum(2), x:median(),
@@ -149,7 +144,7 @@ T.cuda_case("1e6 elements", function(dev)
 end, 1e-6, 1e-6)
 
 T.cuda_case("4096x4096 along each dim", function(dev)
-  local x = randn(17, 4096, 4096):to(dev)
+  local x = T.randn(4096, 4096, {seed = 17}):to(dev)
   return {x:sum(1), x:sum(2), x:sum(), x:t():sum(1), x:amax(1), x:argmax(2)}
 end, 1e-6, 1e-4)
 
@@ -160,7 +155,7 @@ T.cuda_case("cumsum cumprod along each dim", function(dev)
     local y = x * 0.3 + 1
     for d = 1, 3 do out[#out + 1] = {kind, x:cumsum(d), y:cumprod(d), x:cumsum(-d)} end
   end
-  out[#out + 1] = randn(3, 100, 1):to(dev):cumsum(2)
+  out[#out + 1] = T.randn(100, 1, {seed = 3}):to(dev):cumsum(2)
   return out
 end)
 
@@ -185,7 +180,7 @@ end, 0, 0)
 -- gradients: fn(x) on each device, x's grad compared
 local function grad_case(name, fn, rtol, atol)
   T.cuda_case(name .. " backward", function(dev)
-    local x = randn(31, 4, 5, 6):to(dev):requires_grad_()
+    local x = T.randn(4, 5, 6, {seed = 31}):to(dev):requires_grad_()
     local y = fn(x)
     y:sum():backward()
     return x.grad

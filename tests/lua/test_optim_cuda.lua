@@ -1,4 +1,4 @@
--- test_cuda_optim.lua - optimizer steps on CUDA against the CPU (skipped
+-- test_optim_cuda.lua - optimizer steps on CUDA against the CPU (skipped
 -- without a GPU): a few steps of SGD (momentum, dampening, nesterov, weight
 -- decay, maximize) and Adam/AdamW (weight decay, amsgrad, maximize) on
 -- identical parameters and gradients on both devices; parameters and state

@@ -1,4 +1,4 @@
--- test_cuda_elementwise.lua - the elementwise family on CUDA against the CPU:
+-- test_elementwise_cuda.lua - the elementwise family on CUDA against the CPU:
 -- every binary op (float32, float64, int64, bool), broadcasting, views,
 -- Lua-number scalars, in-place forms, every unary op, clamp, where,
 -- masked_fill, isclose/allclose/equal, float16/bfloat16, large, odd-sized and
@@ -17,15 +17,9 @@ local F32, F64, I64 = {dtype = dl.float32}, {dtype = dl.float64}, {dtype = dl.in
 local FN32 = 1e-6   -- float32 transcendental functions, relative and absolute
 local FN64 = 1e-12  -- float64 ones
 
--- A float32 tensor of standard normals from a fixed seed.
-local function randn(seed, ...)
-  dl.manual_seed(seed)
-  return dl.randn(...)
-end
-
 -- An int64 tensor with values in [-k, k] (rounded normals * k / 2).
 local function randi(seed, k, ...)
-  return (randn(seed, ...) * (k / 2)):round():clamp(-k, k):long()
+  return (T.randn({...}, {seed = seed}) * (k / 2)):round():clamp(-k, k):long()
 end
 
 -- The same tensor without zeros (divisors).
@@ -57,8 +51,8 @@ end
 -- --- binary ops ----------------------------------------------------------------------
 
 T.cuda_case("binary float32, exact ops", function(dev)
-  local a = randn(1, 3, 4, 5)
-  local b = randn(2, 3, 4, 5)
+  local a = T.randn(3, 4, 5, {seed = 1})
+  local b = T.randn(3, 4, 5, {seed = 2})
   b[1][1][1] = 0   -- division by zero gives inf/nan on both
   a[1][1][2] = nan
   b[1][1][3] = nan
@@ -67,19 +61,19 @@ T.cuda_case("binary float32, exact ops", function(dev)
 end, 0, 0)
 
 T.cuda_case("binary float32, pow and atan2", function(dev)
-  local a, b = randn(3, 6, 7):to(dev), randn(4, 6, 7):to(dev)
+  local a, b = T.randn(6, 7, {seed = 3}):to(dev), T.randn(6, 7, {seed = 4}):to(dev)
   return {a:abs():add(0.5):pow(b), dl.atan2(a, b), a:pow(b)}
 end, FN32, FN32)
 
 T.cuda_case("binary float64", function(dev)
-  local a, b = randn(5, 4, 9):double(), randn(6, 4, 9):double()
+  local a, b = T.randn(4, 9, {seed = 5}):double(), T.randn(4, 9, {seed = 6}):double()
   b[2][3] = 0
   local r = exact_binary(a:to(dev), b:to(dev))
   return r
 end, 0, 0)
 
 T.cuda_case("binary float64, pow and atan2", function(dev)
-  local a, b = randn(7, 40):double():to(dev), randn(8, 40):double():to(dev)
+  local a, b = T.randn(40, {seed = 7}):double():to(dev), T.randn(40, {seed = 8}):double():to(dev)
   return {a:abs():add(0.5):pow(b), dl.atan2(a, b)}
 end, FN64, FN64)
 
@@ -103,19 +97,19 @@ T.cuda_case("int64 wraps and edge cases", function(dev)
 end, 0, 0)
 
 T.cuda_case("binary bool", function(dev)
-  local p = randn(12, 17):gt(0):to(dev)
-  local q = randn(13, 17):gt(0.3):to(dev)
+  local p = T.randn(17, {seed = 12}):gt(0):to(dev)
+  local q = T.randn(17, {seed = 13}):gt(0.3):to(dev)
   return {p:logical_and(q), p:logical_or(q), p:logical_xor(q), p:eq(q), p:ne(q), p + q, p * q,
           dl.maximum(p, q), dl.minimum(p, q), p:lt(q), p:logical_and(true),
-          randn(14, 17):to(dev):logical_or(q), dl.tensor({0, nan, 1}):to(dev):logical_and(true)}
+          T.randn(17, {seed = 14}):to(dev):logical_or(q), dl.tensor({0, nan, 1}):to(dev):logical_and(true)}
 end, 0, 0)
 
 -- --- broadcasting, views, scalars ---------------------------------------------------------
 
 T.cuda_case("broadcasting against 1-D and 0-dim", function(dev)
-  local a = randn(15, 3, 4, 5):to(dev)
-  local v = randn(16, 5):to(dev)
-  local col = randn(17, 4, 1):to(dev)
+  local a = T.randn(3, 4, 5, {seed = 15}):to(dev)
+  local v = T.randn(5, {seed = 16}):to(dev)
+  local col = T.randn(4, 1, {seed = 17}):to(dev)
   local s_dev = dl.tensor(1.25):to(dev)          -- 0-dim on the device
   local s_cpu = dl.tensor(-0.5)                  -- 0-dim on the CPU beside CUDA tensors
   local i = randi(18, 9, 3, 4, 5):to(dev)
@@ -126,23 +120,23 @@ end, 0, 0)
 
 -- powf differs from the CPU's by an ulp on some inputs
 T.cuda_case("pow broadcasting a 0-dim exponent on the device", function(dev)
-  local a = randn(15, 3, 4, 5):to(dev):abs()
+  local a = T.randn(3, 4, 5, {seed = 15}):to(dev):abs()
   return {a:pow(dl.tensor(1.25):to(dev)), a:pow(dl.tensor(-0.75))}
 end, FN32, 0)
 
 T.cuda_case("transposed, narrowed, expanded and strided views", function(dev)
-  local m = randn(19, 6, 8):to(dev)
-  local n = randn(20, 8, 6):to(dev)
-  local e = randn(21, 8):to(dev):expand(6, 8)
-  local s = randn(22, 6, 16):to(dev):narrow(2, 3, 8)    -- rows with a gap
-  local st = randn(23, 6, 24):to(dev):select(2, 5)       -- stride 24
-  local p = randn(24, 2, 3, 4):to(dev):permute(3, 1, 2)  -- (4, 2, 3)
+  local m = T.randn(6, 8, {seed = 19}):to(dev)
+  local n = T.randn(8, 6, {seed = 20}):to(dev)
+  local e = T.randn(8, {seed = 21}):to(dev):expand(6, 8)
+  local s = T.randn(6, 16, {seed = 22}):to(dev):narrow(2, 3, 8)    -- rows with a gap
+  local st = T.randn(6, 24, {seed = 23}):to(dev):select(2, 5)       -- stride 24
+  local p = T.randn(2, 3, 4, {seed = 24}):to(dev):permute(3, 1, 2)  -- (4, 2, 3)
   return {m + n:t(), m * e, s - m, n:t():maximum(s), st * m:select(2, 1), p + 1,
           p:transpose(1, 3):exp(), m:t():lt(n), n:t():clamp(-0.5, 0.5)}
 end, FN32, FN32)
 
 T.cuda_case("Lua numbers", function(dev)
-  local a = randn(25, 7, 9):to(dev)
+  local a = T.randn(7, 9, {seed = 25}):to(dev)
   local i = randi(26, 30, 7, 9):to(dev)
   return {a + 2, 2 - a, a * 0.5, a / 3, 3 / a, a - 1e-3, a // 0.5, a % 0.75, 1 % a,
           a ^ 2, a ^ 3, a:abs() ^ 0.5, a:abs() ^ -0.5, a ^ -1, a ^ -2, i + 3, i * -2, i // 4,
@@ -151,8 +145,8 @@ T.cuda_case("Lua numbers", function(dev)
 end, FN32, FN32)
 
 T.cuda_case("in-place forms", function(dev)
-  local a = randn(27, 5, 6):to(dev)
-  local b = randn(28, 5, 6):to(dev)
+  local a = T.randn(5, 6, {seed = 27}):to(dev)
+  local b = T.randn(5, 6, {seed = 28}):to(dev)
   local r = {}
   local x = a:clone(); x:add_(b); r[#r + 1] = x
   x = a:clone(); x:add_(b, {alpha = 0.5}); r[#r + 1] = x
@@ -161,7 +155,7 @@ T.cuda_case("in-place forms", function(dev)
   x = a:clone(); x:mul_(dl.tensor(3):to(dev)); r[#r + 1] = x
   x = a:clone(); x:div_(b:abs():add(1)); r[#r + 1] = x
   x = a:clone(); x:pow_(2); r[#r + 1] = x
-  x = a:clone(); x:t():add_(randn(29, 5):to(dev)); r[#r + 1] = x  -- through a transposed view
+  x = a:clone(); x:t():add_(T.randn(5, {seed = 29}):to(dev)); r[#r + 1] = x  -- through a transposed view
   x = a:clone(); x:narrow(2, 2, 3):mul_(10); r[#r + 1] = x
   x = a:clone(); x:clamp_(-0.5, 0.5); r[#r + 1] = x
   x = a:clone(); x:neg_(); r[#r + 1] = x
@@ -199,7 +193,7 @@ local function all_unary(x)
 end
 
 T.cuda_case("unary float32", function(dev)
-  local x = randn(31, 4, 50) * 3
+  local x = T.randn(4, 50, {seed = 31}) * 3
   x[1][1], x[1][2], x[1][3], x[1][4] = nan, inf, -inf, 0
   x[2][1], x[2][2], x[2][3], x[2][4], x[2][5] = 0.5, 1.5, 2.5, -0.5, -2.5  -- half to even
   x[2][6], x[2][7] = -0.0, 1e-30
@@ -207,7 +201,7 @@ T.cuda_case("unary float32", function(dev)
 end, FN32, FN32)
 
 T.cuda_case("unary float64", function(dev)
-  local x = randn(32, 4, 50):double() * 3
+  local x = T.randn(4, 50, {seed = 32}):double() * 3
   x[1][1], x[1][2], x[1][3] = nan, inf, -inf
   x[2][1], x[2][2], x[2][3] = 0.5, 2.5, -1.5
   return all_unary(x:to(dev))
@@ -215,7 +209,7 @@ end, FN64, FN64)
 
 T.cuda_case("unary int64 and bool", function(dev)
   local i = randi(33, 1000, 60):to(dev)
-  local b = randn(34, 60):gt(0):to(dev)
+  local b = T.randn(60, {seed = 34}):gt(0):to(dev)
   local r = {}
   for _, op in ipairs({"neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc", "square",
                        "logical_not", "isnan", "isinf", "isfinite"}) do
@@ -227,7 +221,7 @@ T.cuda_case("unary int64 and bool", function(dev)
 end, FN32, 0)
 
 T.cuda_case("unary in place and through views", function(dev)
-  local x = randn(35, 6, 7):to(dev)
+  local x = T.randn(6, 7, {seed = 35}):to(dev)
   local r = {}
   for _, op in ipairs({"exp", "tanh", "sigmoid", "floor", "round", "sin", "relu"}) do
     local c = x:clone()
@@ -242,10 +236,10 @@ end, FN32, FN32)
 -- --- clamp, where, masked_fill ------------------------------------------------------------
 
 T.cuda_case("clamp", function(dev)
-  local x = randn(36, 5, 8)
+  local x = T.randn(5, 8, {seed = 36})
   x[1][1] = nan
   x = x:to(dev)
-  local lo, hi = randn(37, 5, 8):to(dev) - 0.5, randn(38, 8):to(dev) + 0.5
+  local lo, hi = T.randn(5, 8, {seed = 37}):to(dev) - 0.5, T.randn(8, {seed = 38}):to(dev) + 0.5
   local i = randi(39, 100, 5, 8):to(dev)
   local c = x:clone(); c:clamp_(-0.25, 0.25)
   return {x:clamp(-1, 1), x:clamp(0), x:clamp(nil, 0), x:clamp(lo, hi), x:clamp(lo),
@@ -256,8 +250,8 @@ T.cuda_case("clamp", function(dev)
 end, 0, 0)
 
 T.cuda_case("where", function(dev)
-  local c = randn(40, 4, 6):gt(0):to(dev)
-  local a, b = randn(41, 4, 6):to(dev), randn(42, 6):to(dev)
+  local c = T.randn(4, 6, {seed = 40}):gt(0):to(dev)
+  local a, b = T.randn(4, 6, {seed = 41}):to(dev), T.randn(6, {seed = 42}):to(dev)
   local i = randi(43, 9, 4, 6):to(dev)
   local h = a:half()
   return {dl.where(c, a, b), dl.where(c, a, 0), dl.where(c, 1.5, b), dl.where(c, i, -1),
@@ -267,9 +261,9 @@ T.cuda_case("where", function(dev)
 end, 0, 0)
 
 T.cuda_case("masked_fill", function(dev)
-  local x = randn(44, 5, 7):to(dev)
-  local m = randn(45, 5, 7):gt(0.2):to(dev)
-  local row = randn(46, 7):gt(0):to(dev)
+  local x = T.randn(5, 7, {seed = 44}):to(dev)
+  local m = T.randn(5, 7, {seed = 45}):gt(0.2):to(dev)
+  local row = T.randn(7, {seed = 46}):gt(0):to(dev)
   local i = randi(47, 9, 5, 7):to(dev)
   local r = {x:masked_fill(m, -1), x:masked_fill(row, 2.5), x:masked_fill(m, nan),
              x:masked_fill(m, dl.tensor(7):to(dev)), x:masked_fill(m, dl.tensor(8)),
@@ -283,8 +277,8 @@ end, 0, 0)
 -- --- isclose, allclose, equal ---------------------------------------------------------------
 
 T.cuda_case("isclose, allclose, equal", function(dev)
-  local a = randn(48, 40)
-  local b = a + randn(49, 40) * 1e-5
+  local a = T.randn(40, {seed = 48})
+  local b = a + T.randn(40, {seed = 49}) * 1e-5
   a[1], b[1] = nan, nan
   a[2], b[2] = inf, inf
   a[3], b[3] = inf, -inf
@@ -306,8 +300,8 @@ end, 0, 0)
 T.cuda_case("float16 and bfloat16, exact ops", function(dev)
   local r = {}
   for _, dt in ipairs({dl.float16, dl.bfloat16}) do
-    local a = randn(51, 6, 9):to(dt):to(dev)
-    local b = randn(52, 9):to(dt):to(dev)
+    local a = T.randn(6, 9, {seed = 51}):to(dt):to(dev)
+    local b = T.randn(9, {seed = 52}):to(dt):to(dev)
     local k = #r
     r[k + 1], r[k + 2], r[k + 3], r[k + 4] = a + b, a * b, a - 0.1, a / b
     r[k + 5], r[k + 6], r[k + 7] = a:lt(b), a:maximum(b), a + b:float()
@@ -326,7 +320,7 @@ end, 0, 0)
 T.cuda_case("float16 and bfloat16, functions", function(dev)
   local r = {}
   for _, dt in ipairs({dl.float16, dl.bfloat16}) do
-    local a = randn(53, 6, 9):to(dt):to(dev)
+    local a = T.randn(6, 9, {seed = 53}):to(dt):to(dev)
     r[#r + 1] = a:exp()
     r[#r + 1] = a:sigmoid()
     r[#r + 1] = a:tanh()
@@ -341,23 +335,23 @@ end, 1e-2, 1e-3)
 
 T.cuda_case("1e6 elements (many blocks, the float4 path)", function(dev)
   local n = 1000000
-  local a, b = randn(54, n):to(dev), randn(55, n):to(dev)
+  local a, b = T.randn(n, {seed = 54}):to(dev), T.randn(n, {seed = 55}):to(dev)
   return {exact = {a + b, a * b, a - 0.5, a:maximum(b), a / b, a:neg(), a:relu(), a:floor()},
           fn = {a:exp(), a:sigmoid(), a:tanh(), a:pow(2), a:abs():pow(0.5)}}
 end, FN32, FN32)
 
 T.cuda_case("1e6 + 3 elements (the tail of the float4 path)", function(dev)
   local n = 1000003
-  local a, b = randn(56, n):to(dev), randn(57, n):to(dev)
+  local a, b = T.randn(n, {seed = 56}):to(dev), T.randn(n, {seed = 57}):to(dev)
   local c = a:clone(); c:mul_(b)
   return {a + b, a * 3, a:abs(), c, a:sigmoid(), a:gt(b)}
 end, FN32, FN32)
 
 T.cuda_case("misaligned views (x:narrow(1, 2, n))", function(dev)
   local n = 1000001
-  local a = randn(58, n + 3):to(dev):narrow(1, 2, n)
-  local b = randn(59, n + 3):to(dev):narrow(1, 3, n)
-  local c = randn(60, n + 3):to(dev)
+  local a = T.randn(n + 3, {seed = 58}):to(dev):narrow(1, 2, n)
+  local b = T.randn(n + 3, {seed = 59}):to(dev):narrow(1, 3, n)
+  local c = T.randn(n + 3, {seed = 60}):to(dev)
   local d = c:narrow(1, 2, n); d:add_(1)
   return {a + b, a * b, a:exp(), b:neg(), a:maximum(0), c}
 end, FN32, FN32)
@@ -412,10 +406,10 @@ end)
 T.cuda_case("relu_backward and dropout_backward", function(dev)
   local r = {}
   for _, dt in ipairs({dl.float32, dl.float64, dl.float16, dl.bfloat16}) do
-    local y = randn(61, 7, 8):relu():to(dt)
+    local y = T.randn(7, 8, {seed = 61}):relu():to(dt)
     y[1][1] = nan
-    local gy = randn(62, 7, 8):to(dt)
-    local mask = randn(63, 7, 8):gt(0)
+    local gy = T.randn(7, 8, {seed = 62}):to(dt)
+    local mask = T.randn(7, 8, {seed = 63}):gt(0)
     r[#r + 1] = dl._nn.relu_backward(gy:to(dev), y:to(dev))
     r[#r + 1] = dl._nn.relu_backward(gy:to(dev):t(), y:to(dev):t())
     r[#r + 1] = dl._nn.dropout_backward(gy:to(dev), mask:to(dev), 0.3)
@@ -428,35 +422,35 @@ end, 0, 0)
 -- Leaves of one shape (no reduction in backward): the grads of a chain of
 -- elementwise ops, with where, clamp and masked_fill in it.
 T.cuda_case("gradients through elementwise ops", function(dev)
-  local a = randn(64, 6, 7):to(dev):requires_grad_()
-  local b = randn(65, 6, 7):to(dev):requires_grad_()
-  local m = randn(66, 6, 7):gt(0.5):to(dev)
+  local a = T.randn(6, 7, {seed = 64}):to(dev):requires_grad_()
+  local b = T.randn(6, 7, {seed = 65}):to(dev):requires_grad_()
+  local m = T.randn(6, 7, {seed = 66}):gt(0.5):to(dev)
   local y = (a * b + a:exp() - b:sigmoid()) / (b:abs() + 1)
   y = dl.where(a:gt(0), y, a:tanh() * b)
   y = y:clamp(-1.5, 1.5) + dl.maximum(a, b) * dl.minimum(a, b:sin())
   y = y:masked_fill(m, 0) + a:pow(2) + b:abs():add(0.1):pow(a) + dl.atan2(a, b)
   y = y + a:square() - b:abs():add(0.1):sqrt() + b:erf() * a:abs():log1p()
-  y:backward(randn(67, 6, 7):to(dev))
+  y:backward(T.randn(6, 7, {seed = 67}):to(dev))
   return {a.grad, b.grad}
 end, 1e-5, 1e-5)
 
 -- With a broadcast operand (its gradient is summed by the reduce family's kernels).
 T.cuda_case("gradients with broadcasting", function(dev)
-  local a = randn(68, 6, 7):to(dev):requires_grad_()
-  local v = randn(69, 7):to(dev):requires_grad_()
+  local a = T.randn(6, 7, {seed = 68}):to(dev):requires_grad_()
+  local v = T.randn(7, {seed = 69}):to(dev):requires_grad_()
   local y = (a * v + v:exp()) / (a:abs() + 1)
-  y:backward(randn(70, 6, 7):to(dev))
+  y:backward(T.randn(6, 7, {seed = 70}):to(dev))
   return {a.grad, v.grad}
 end, 1e-5, 1e-5)
 
 T.cuda_case("gradients of in-place ops", function(dev)
-  local a = randn(71, 5, 5):to(dev):requires_grad_()
+  local a = T.randn(5, 5, {seed = 71}):to(dev):requires_grad_()
   local y = a * 1
   y:mul_(a)
   y:add_(a, {alpha = 3})
   y:clamp_(-3, 3)
   y:exp_()
-  y:backward(randn(72, 5, 5):to(dev))
+  y:backward(T.randn(5, 5, {seed = 72}):to(dev))
   return a.grad
 end, 1e-5, 1e-5)
 

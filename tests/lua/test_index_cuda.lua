@@ -1,4 +1,4 @@
--- test_cuda_index.lua - the joining and indexing family on CUDA against the
+-- test_index_cuda.lua - the joining and indexing family on CUDA against the
 -- CPU: index_select, index_add (through index_select's gradient), gather,
 -- scatter/scatter_add, index_fill/index_copy, sort/argsort/topk (repeated
 -- values, NaN, every dim, both directions, 1e6 elements), one_hot, nonzero
@@ -17,12 +17,6 @@ local nan = 0 / 0
 local F = dl._F
 local I = function(t) return dl.tensor(t, {dtype = dl.int64}) end
 local empty_index = function() return dl.zeros(0, {dtype = dl.int64}) end
-
--- Deterministic float32 input (the same on every call with one seed).
-local function randn(seed, ...)
-  dl.manual_seed(seed)
-  return dl.randn({...})
-end
 
 -- Values with many repeats and some NaN: small integers as float32.
 local function repeats(seed, shape, with_nan)
@@ -45,7 +39,7 @@ end
 -- --- index_select / index_add -------------------------------------------------------
 
 T.cuda_case("index_select: dims, repeats, non-contiguous, dtypes, empty", function(dev)
-  local x = randn(1, 5, 7):to(dev)
+  local x = T.randn(5, 7, {seed = 1}):to(dev)
   local idx = I({3, 1, 5, 5, 2}):to(dev)
   local xi = dl.arange(35):view(5, 7):to(dev)
   return {
@@ -59,7 +53,7 @@ T.cuda_case("index_select: dims, repeats, non-contiguous, dtypes, empty", functi
 end)
 
 T.cuda_case("index_select: large", function(dev)
-  local x = randn(2, 1000, 1000):to(dev)
+  local x = T.randn(1000, 1000, {seed = 2}):to(dev)
   dl.manual_seed(3)
   local idx = dl.randint(1, 1001, {700}):to(dev)
   return {x:index_select(1, idx), x:index_select(2, idx)}
@@ -68,16 +62,16 @@ end)
 T.cuda_case("index_select gradient (index_add, repeated indices)", function(dev)
   local idx = I({3, 1, 5, 5, 3, 3}):to(dev)
   return {
-    grad_on(dev, randn(2, 5, 7), function(x) return x:index_select(1, idx) end),
-    grad_on(dev, randn(2, 5, 7), function(x) return x:t():index_select(2, idx) end),
-    grad_on(dev, randn(2, 5, 7):double(), function(x) return x:index_select(1, idx) end),
+    grad_on(dev, T.randn(5, 7, {seed = 2}), function(x) return x:index_select(1, idx) end),
+    grad_on(dev, T.randn(5, 7, {seed = 2}), function(x) return x:t():index_select(2, idx) end),
+    grad_on(dev, T.randn(5, 7, {seed = 2}):double(), function(x) return x:index_select(1, idx) end),
   }
 end, 1e-5, 1e-5)
 
 -- --- gather / scatter -------------------------------------------------------------------
 
 T.cuda_case("gather: every dim, non-contiguous, int64 and bool", function(dev)
-  local x = randn(3, 4, 3, 5):to(dev)
+  local x = T.randn(4, 3, 5, {seed = 3}):to(dev)
   dl.manual_seed(5)
   local i1 = dl.randint(1, 4, {4, 3, 5}):to(dev)
   local i2 = dl.randint(1, 4, {2, 3, 4}):to(dev)
@@ -96,7 +90,7 @@ T.cuda_case("scatter and scatter_add: values, src, in place, expanded src", func
   local self = dl.zeros(3, 6):to(dev)
   dl.manual_seed(11)
   local perm = dl.stack({dl.randperm(6), dl.randperm(6), dl.randperm(6)}):narrow(2, 1, 4):to(dev)
-  local src = randn(12, 3, 4):to(dev)
+  local src = T.randn(3, 4, {seed = 12}):to(dev)
   local dup = I({{1, 1, 2, 1}, {6, 6, 6, 6}, {3, 2, 3, 2}}):to(dev)
   local a = self:clone()
   a:scatter_(2, perm, src)
@@ -127,23 +121,23 @@ T.cuda_case("gather and scatter gradients", function(dev)
   dl.manual_seed(17)
   local gi = dl.randint(1, 6, {4, 8}):to(dev)
   local perm = dl.stack({dl.randperm(6), dl.randperm(6), dl.randperm(6)}):narrow(2, 1, 4):to(dev)
-  local self = randn(19, 3, 6)
+  local self = T.randn(3, 6, {seed = 19})
   return {
-    grad_on(dev, randn(1, 4, 5), function(x) return x:gather(2, gi) end),
-    grad_on(dev, randn(2, 3, 4), function(s) return self:to(dev):scatter(2, perm, s) end),
-    grad_on(dev, self, function(x) return x:scatter(2, perm, randn(3, 3, 4):to(dev)) end),
-    grad_on(dev, randn(2, 3, 4), function(s) return self:to(dev):scatter_add(2, perm, s) end),
+    grad_on(dev, T.randn(4, 5, {seed = 1}), function(x) return x:gather(2, gi) end),
+    grad_on(dev, T.randn(3, 4, {seed = 2}), function(s) return self:to(dev):scatter(2, perm, s) end),
+    grad_on(dev, self, function(x) return x:scatter(2, perm, T.randn(3, 4, {seed = 3}):to(dev)) end),
+    grad_on(dev, T.randn(3, 4, {seed = 2}), function(s) return self:to(dev):scatter_add(2, perm, s) end),
   }
 end)
 
 T.cuda_case("index_fill and index_copy", function(dev)
-  local x = randn(21, 5, 4):to(dev)
+  local x = T.randn(5, 4, {seed = 21}):to(dev)
   local idx = I({2, 4, -1}):to(dev)
   local y = x:clone()
   y:index_fill_(1, idx, -3)
   return {
     x:index_fill(1, idx, 9), x:t():index_fill(1, I({1, 3}):to(dev), 0), y,
-    x:index_copy(1, I({5, 1}):to(dev), randn(22, 2, 4):to(dev)),
+    x:index_copy(1, I({5, 1}):to(dev), T.randn(2, 4, {seed = 22}):to(dev)),
   }
 end)
 
@@ -181,7 +175,7 @@ T.cuda_case("sort: signed zeros, infinities, int64, bool, 0-dim, empty", functio
 end)
 
 T.cuda_case("sort: 1e6 float32, one slice and many", function(dev)
-  local x = randn(29, 1000000):to(dev)
+  local x = T.randn(1000000, {seed = 29}):to(dev)
   local v, i = x:sort()
   local v2, i2 = x:view(1000, 1000):sort(1, true)
   local r = repeats(31, {1000000}, true):to(dev)
@@ -196,12 +190,12 @@ T.cuda_case("argsort and topk: largest/smallest, k = 1 and k = n", function(dev)
     for _, largest in ipairs({true, false}) do push2(out, x:topk(k, 2, largest)) end
   end
   push2(out, x:topk(3, 1))
-  push2(out, randn(41, 100000):to(dev):topk(10))
+  push2(out, T.randn(100000, {seed = 41}):to(dev):topk(10))
   return out
 end)
 
 T.cuda_case("sort and topk gradients", function(dev)
-  local x = randn(43, 5, 8)
+  local x = T.randn(5, 8, {seed = 43})
   return {
     grad_on(dev, x, function(t) return (t:sort(2, true)) end),
     grad_on(dev, x, function(t) return (t:topk(3, 1)) end),
@@ -229,10 +223,10 @@ T.cuda_case("nonzero and its count: floats with NaN, bool, int64, non-contiguous
 end)
 
 T.cuda_case("masked_select: broadcast mask, non-contiguous, dtypes, large", function(dev)
-  local xc = randn(59, 4, 5)
+  local xc = T.randn(4, 5, {seed = 59})
   local x, m = xc:to(dev), xc:gt(0):to(dev)
   local row = dl.tensor({true, false, true, true, false}):to(dev)
-  local bigc = randn(61, 1000, 1000)
+  local bigc = T.randn(1000, 1000, {seed = 61})
   local big = bigc:to(dev)
   return {
     x:masked_select(m), x:masked_select(row), x:t():masked_select(m:t()),
@@ -244,7 +238,7 @@ end)
 
 T.cuda_case("masked_select gradient (masked_scatter) and masked_fill", function(dev)
   local row = dl.tensor({true, false, true, true, false}):to(dev)
-  local x = randn(67, 4, 5)
+  local x = T.randn(4, 5, {seed = 67})
   local m = x:gt(0):to(dev)
   local y = x:clone():to(dev) -- a copy on the CPU too: x stays as it is
   y:masked_fill_(m, 0)
@@ -259,7 +253,7 @@ end)
 -- --- triangles ---------------------------------------------------------------------------
 
 T.cuda_case("tril and triu: diagonals, batches, non-contiguous, in place, dtypes", function(dev)
-  local xc = randn(71, 3, 4, 6)
+  local xc = T.randn(3, 4, 6, {seed = 71})
   local x = xc:to(dev)
   local out = {}
   for _, k in ipairs({-2, -1, 0, 1, 3, 100, -100}) do
@@ -279,7 +273,7 @@ end)
 -- --- joining, splitting, rearranging -------------------------------------------------------
 
 T.cuda_case("cat and stack: mixed sizes, dim -1, promotion, non-contiguous", function(dev)
-  local ac, bc = randn(73, 2, 3), randn(79, 2, 5)
+  local ac, bc = T.randn(2, 3, {seed = 73}), T.randn(2, 5, {seed = 79})
   local a, b = ac:to(dev), bc:to(dev)
   local c = dl.arange(6):view(3, 2):to(dev)
   return {
@@ -292,37 +286,37 @@ end)
 
 -- (each leaf used once, so no gradient accumulation is involved)
 T.cuda_case("cat and stack gradients", function(dev)
-  local other = randn(83, 2, 5):to(dev)
+  local other = T.randn(2, 5, {seed = 83}):to(dev)
   return {
-    grad_on(dev, randn(89, 2, 3), function(t) return dl.cat({other, t, other}, 2) end),
-    grad_on(dev, randn(91, 3, 2), function(t) return dl.cat({t:t(), other}, -1) end),
-    grad_on(dev, randn(97, 2, 5), function(t) return dl.stack({other, t:t():t()}, 3) end),
+    grad_on(dev, T.randn(2, 3, {seed = 89}), function(t) return dl.cat({other, t, other}, 2) end),
+    grad_on(dev, T.randn(3, 2, {seed = 91}), function(t) return dl.cat({t:t(), other}, -1) end),
+    grad_on(dev, T.randn(2, 5, {seed = 97}), function(t) return dl.stack({other, t:t():t()}, 3) end),
   }
 end)
 
 T.cuda_case("split, chunk, unbind, narrow, expand, t[i]", function(dev)
-  local x = randn(101, 7, 4):to(dev)
+  local x = T.randn(7, 4, {seed = 101}):to(dev)
   local out = {x:split(3), x:split({2, 5}), x:chunk(3, 2), x:t():chunk(2), x:unbind(2)}
   out[#out + 1] = x:narrow(1, 2, 3)
   out[#out + 1] = x:t():narrow(2, 5, 3):contiguous()
   out[#out + 1] = x[3]
   out[#out + 1] = x[-1]
   out[#out + 1] = x[2][4]
-  out[#out + 1] = randn(103, 1, 4):to(dev):expand(3, 4):contiguous()
+  out[#out + 1] = T.randn(1, 4, {seed = 103}):to(dev):expand(3, 4):contiguous()
   return out
 end)
 
 T.cuda_case("index assignment t[i] = v", function(dev)
-  local x = randn(107, 5, 3):to(dev)
+  local x = T.randn(5, 3, {seed = 107}):to(dev)
   x[2] = 7
-  x[-1] = randn(109, 3):to(dev)
+  x[-1] = T.randn(3, {seed = 109}):to(dev)
   local y = dl.zeros(4, {dtype = dl.int64}):to(dev)
   y[3] = 5
   return {x, y}
 end)
 
 T.cuda_case("flip and roll", function(dev)
-  local x = randn(113, 3, 4, 5):to(dev)
+  local x = T.randn(3, 4, 5, {seed = 113}):to(dev)
   local xi = dl.arange(12):view(3, 4):to(dev)
   return {
     x:flip(1), x:flip({2, 3}), x:transpose(1, 3):flip(-1), xi:flip(1, 2),
@@ -333,16 +327,16 @@ end)
 
 T.cuda_case("flip and roll gradients", function(dev)
   return {
-    grad_on(dev, randn(127, 3, 4), function(t) return t:flip(1, 2) end),
-    grad_on(dev, randn(131, 3, 4), function(t) return t:roll({1, 3}, {1, 2}) end),
+    grad_on(dev, T.randn(3, 4, {seed = 127}), function(t) return t:flip(1, 2) end),
+    grad_on(dev, T.randn(3, 4, {seed = 131}), function(t) return t:roll({1, 3}, {1, 2}) end),
   }
 end)
 
 -- --- padding ---------------------------------------------------------------------------------
 
 T.cuda_case("pad: every mode, 1 to 3 dims, crops, non-contiguous, int64", function(dev)
-  local x1, x2 = randn(137, 2, 3, 6):to(dev), randn(139, 2, 3, 5, 6):to(dev)
-  local x3 = randn(149, 1, 2, 4, 5, 3):to(dev)
+  local x1, x2 = T.randn(2, 3, 6, {seed = 137}):to(dev), T.randn(2, 3, 5, 6, {seed = 139}):to(dev)
+  local x3 = T.randn(1, 2, 4, 5, 3, {seed = 149}):to(dev)
   local out = {}
   for _, mode in ipairs({"constant", "reflect", "replicate", "circular"}) do
     out[#out + 1] = F.pad(x1, {2, 3}, {mode = mode})
@@ -359,10 +353,10 @@ end)
 T.cuda_case("pad gradients, every mode", function(dev)
   local out = {}
   for _, mode in ipairs({"constant", "reflect", "replicate", "circular"}) do
-    out[#out + 1] = grad_on(dev, randn(151, 2, 3, 5, 6), function(t)
+    out[#out + 1] = grad_on(dev, T.randn(2, 3, 5, 6, {seed = 151}), function(t)
       return F.pad(t, {2, 3, 3, 1}, {mode = mode})
     end)
-    out[#out + 1] = grad_on(dev, randn(157, 2, 3, 6):double(), function(t)
+    out[#out + 1] = grad_on(dev, T.randn(2, 3, 6, {seed = 157}):double(), function(t)
       return F.pad(t, {3, 4}, {mode = mode})
     end)
   end
@@ -373,7 +367,7 @@ end)
 
 T.case("out-of-range indices give the CPU's message on both devices", function()
   for _, dev in ipairs(T.devices()) do
-    local x = randn(163, 5, 7):to(dev)
+    local x = T.randn(5, 7, {seed = 163}):to(dev)
     T.raises(function() x:index_select(1, I({2, 6}):to(dev)) end,
              "index_select: index 6 is out of range for dimension 1 of size 5")
     T.raises(function() x:index_select(2, I({-1}):to(dev)) end, "out of range for dimension 2")
@@ -395,7 +389,7 @@ end)
 
 if T.cuda then
   T.case("a CPU index with CUDA data is refused, naming both devices", function()
-    local x = randn(167, 5, 7):to("cuda")
+    local x = T.randn(5, 7, {seed = 167}):to("cuda")
     T.raises(function() x:index_select(1, I({1, 2})) end, "cpu")
     T.raises(function() x:gather(1, I({{1}})) end, "cuda")
     T.raises(function() x:masked_select(dl.tensor({true, false, true, true, false, true, true})) end,

@@ -1,4 +1,4 @@
--- test_cuda_api.lua - the CUDA face in Lua on a machine with a GPU: every
+-- test_cuda.lua - the CUDA face in Lua on a machine with a GPU: every
 -- dl.cuda function, moving tensors of every dtype and layout to the GPU and
 -- back (with autograd through the moves), printing, memory statistics,
 -- events, pinned memory with non_blocking copies, Module:to, and whole-model

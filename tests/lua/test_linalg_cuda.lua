@@ -1,4 +1,4 @@
--- test_cuda_linalg.lua - the CUDA matrix products (cuBLAS for the floating
+-- test_linalg_cuda.lua - the CUDA matrix products (cuBLAS for the floating
 -- dtypes, our own wrap-around kernel for the integers) against the CPU:
 -- matmul of every rank combination (1-D, 2-D, 3-D, broadcast batches, which
 -- take both cuBLAS's strided-batched call and its per-matrix loop), mm, bmm,
@@ -15,20 +15,8 @@ T.require_cuda()
 -- float32 must not use TF32 here (the default; set it when the switch exists)
 pcall(function() dl.backends.cuda.matmul.allow_tf32 = false end)
 
--- Deterministic CPU inputs: normal values of a shape, from a seed.
-local function randn(seed, ...)
-  dl.manual_seed(seed)
-  return dl.randn(...)
-end
-
 -- Element tolerance of a float32 product summing K terms of normal values.
 local function f32_atol(K) return 1e-5 + 1e-6 * K end
-
-local function on(dev, ...)
-  local r = {}
-  for i, t in ipairs({...}) do r[i] = t:to(dev) end
-  return table.unpack(r)
-end
 
 -- --- every shape combination ------------------------------------------------------
 
@@ -51,18 +39,18 @@ local SHAPES = {
 for _, dt in ipairs({dl.float32, dl.float64}) do
   for i, sh in ipairs(SHAPES) do
     T.cuda_case(string.format("matmul %s: shapes %d", dt.name, i), function(dev)
-      local a = randn(i, sh[1]):to(dt)
-      local b = randn(100 + i, sh[2]):to(dt)
-      a, b = on(dev, a, b)
+      local a = T.randn(sh[1], {seed = i}):to(dt)
+      local b = T.randn(sh[2], {seed = 100 + i}):to(dt)
+      a, b = T.to(dev, a, b)
       return dl.matmul(a, b)
     end, 1e-5, dt == dl.float32 and f32_atol(5) or 1e-12)
   end
 end
 
 T.cuda_case("mm, bmm, mv, dot, outer (float32)", function(dev)
-  local a, b = on(dev, randn(1, 7, 9), randn(2, 9, 4))
-  local p, q = on(dev, randn(3, 3, 7, 9), randn(4, 3, 9, 4))
-  local v, u = on(dev, randn(5, 9), randn(6, 7))
+  local a, b = T.to(dev, T.randn(7, 9, {seed = 1}), T.randn(9, 4, {seed = 2}))
+  local p, q = T.to(dev, T.randn(3, 7, 9, {seed = 3}), T.randn(3, 9, 4, {seed = 4}))
+  local v, u = T.to(dev, T.randn(9, {seed = 5}), T.randn(7, {seed = 6}))
   return {dl.mm(a, b), dl.bmm(p, q), dl.mv(a, v), dl.dot(v, v), dl.outer(u, v), a:matmul(b)}
 end, 1e-5, f32_atol(9))
 
@@ -70,11 +58,11 @@ end, 1e-5, f32_atol(9))
 
 for _, dt in ipairs({dl.float32, dl.float64, dl.float16, dl.int64}) do
   T.cuda_case("transposed, sliced and expanded operands: " .. dt.name, function(dev)
-    local a = (randn(7, 6, 8) * 4):to(dt):to(dev)
-    local b = (randn(8, 8, 5) * 4):to(dt):to(dev)
-    local wide = (randn(9, 6, 13) * 4):to(dt):to(dev)
-    local big = (randn(10, 6, 8, 3) * 4):to(dt):to(dev)
-    local col = (randn(11, 6, 1) * 4):to(dt):to(dev):expand(6, 8)
+    local a = (T.randn(6, 8, {seed = 7}) * 4):to(dt):to(dev)
+    local b = (T.randn(8, 5, {seed = 8}) * 4):to(dt):to(dev)
+    local wide = (T.randn(6, 13, {seed = 9}) * 4):to(dt):to(dev)
+    local big = (T.randn(6, 8, 3, {seed = 10}) * 4):to(dt):to(dev)
+    local col = (T.randn(6, 1, {seed = 11}) * 4):to(dt):to(dev):expand(6, 8)
     local bt = b:t():contiguous() -- (5,8)
     return {
       dl.matmul(a:t():contiguous():t(), b),      -- a stored column-major
@@ -92,11 +80,11 @@ end
 
 for _, dt in ipairs({dl.float32, dl.float64, dl.int64, dl.int32}) do
   T.cuda_case("addmm alpha/beta: " .. dt.name, function(dev)
-    local m1 = (randn(20, 5, 6) * 5):to(dt)
-    local m2 = (randn(21, 6, 4) * 5):to(dt)
-    local inp = (randn(22, 5, 4) * 5):to(dt)
-    local row = (randn(23, 4) * 5):to(dt)
-    m1, m2, inp, row = on(dev, m1, m2, inp, row)
+    local m1 = (T.randn(5, 6, {seed = 20}) * 5):to(dt)
+    local m2 = (T.randn(6, 4, {seed = 21}) * 5):to(dt)
+    local inp = (T.randn(5, 4, {seed = 22}) * 5):to(dt)
+    local row = (T.randn(4, {seed = 23}) * 5):to(dt)
+    m1, m2, inp, row = T.to(dev, m1, m2, inp, row)
     local r = {
       dl.addmm(inp, m1, m2),
       dl.addmm(inp, m1, m2, {beta = 3, alpha = -2}),
@@ -112,24 +100,24 @@ end
 
 T.cuda_case("addmm beta=0 ignores NaN in input; 0-dim input beside CUDA matrices", function(dev)
   local inp = dl.full({3, 4}, 0 / 0):to(dev)
-  local m1, m2 = on(dev, randn(30, 3, 5), randn(31, 5, 4))
+  local m1, m2 = T.to(dev, T.randn(3, 5, {seed = 30}), T.randn(5, 4, {seed = 31}))
   return {dl.addmm(inp, m1, m2, {beta = 0}), dl.addmm(dl.tensor(2.5), m1, m2, {beta = 2})}
 end, 1e-5, f32_atol(5))
 
 for _, dt in ipairs({dl.float32, dl.float64, dl.float16, dl.bfloat16, dl.int64}) do
   T.cuda_case("empty K gives zeros (and beta * input): " .. dt.name, function(dev)
-    local a, b = on(dev, dl.ones(3, 0, {dtype = dt}), dl.ones(0, 4, {dtype = dt}))
+    local a, b = T.to(dev, dl.ones(3, 0, {dtype = dt}), dl.ones(0, 4, {dtype = dt}))
     local inp = dl.full({3, 4}, 3, {dtype = dt}):to(dev)
-    local p, q = on(dev, dl.ones(2, 3, 0, {dtype = dt}), dl.ones(2, 0, 4, {dtype = dt}))
+    local p, q = T.to(dev, dl.ones(2, 3, 0, {dtype = dt}), dl.ones(2, 0, 4, {dtype = dt}))
     return {dl.matmul(a, b), dl.addmm(inp, a, b, {beta = 2}), dl.bmm(p, q),
       dl.matmul(dl.ones(0, {dtype = dt}):to(dev), dl.ones(0, {dtype = dt}):to(dev))}
   end, 0, 0)
 end
 
 T.cuda_case("empty M, N and batch", function(dev)
-  local z1, b1 = on(dev, dl.ones(0, 5), dl.ones(5, 3))
-  local a2, z2 = on(dev, dl.ones(4, 5), dl.ones(5, 0))
-  local z3, b3 = on(dev, dl.ones(0, 4, 5), dl.ones(0, 5, 3))
+  local z1, b1 = T.to(dev, dl.ones(0, 5), dl.ones(5, 3))
+  local a2, z2 = T.to(dev, dl.ones(4, 5), dl.ones(5, 0))
+  local z3, b3 = T.to(dev, dl.ones(0, 4, 5), dl.ones(0, 5, 3))
   return {dl.matmul(z1, b1), dl.matmul(a2, z2), dl.bmm(z3, b3)}
 end, 0, 0)
 
@@ -138,8 +126,8 @@ end, 0, 0)
 for _, dt in ipairs({dl.float16, dl.bfloat16}) do
   T.cuda_case("half types, float32 accumulation: " .. dt.name, function(dev)
     -- the CPU converts the rounded inputs to float32, multiplies, rounds once
-    local a, b = on(dev, randn(40, 33, 257):to(dt), randn(41, 257, 65):to(dt))
-    local p, q = on(dev, randn(42, 3, 17, 64):to(dt), randn(43, 3, 64, 9):to(dt))
+    local a, b = T.to(dev, T.randn(33, 257, {seed = 40}):to(dt), T.randn(257, 65, {seed = 41}):to(dt))
+    local p, q = T.to(dev, T.randn(3, 17, 64, {seed = 42}):to(dt), T.randn(3, 64, 9, {seed = 43}):to(dt))
     return {dl.matmul(a, b), dl.bmm(p, q), dl.matmul(b:t(), a:t())}
   end, 1e-2, 5e-2)
 end
@@ -148,11 +136,11 @@ T.cuda_case("integers: exact, with wrap-around", function(dev)
   local r = {}
   for _, dt in ipairs({dl.int64, dl.int32, dl.uint8}) do
     local scale = dt == dl.int64 and 2 ^ 40 or (dt == dl.int32 and 2 ^ 20 or 1)
-    local a = (randn(50, 9, 17) * scale):to(dt)
-    local b = (randn(51, 17, 6) * scale):to(dt)
-    if dt == dl.uint8 then a, b = (randn(50, 9, 17):abs() * 60):to(dt), (randn(51, 17, 6):abs() * 60):to(dt) end
-    local p = (randn(52, 4, 9, 17) * 100):to(dt)
-    a, b, p = on(dev, a, b, p)
+    local a = (T.randn(9, 17, {seed = 50}) * scale):to(dt)
+    local b = (T.randn(17, 6, {seed = 51}) * scale):to(dt)
+    if dt == dl.uint8 then a, b = (T.randn(9, 17, {seed = 50}):abs() * 60):to(dt), (T.randn(17, 6, {seed = 51}):abs() * 60):to(dt) end
+    local p = (T.randn(4, 9, 17, {seed = 52}) * 100):to(dt)
+    a, b, p = T.to(dev, a, b, p)
     r[#r + 1] = dl.matmul(a, b)
     r[#r + 1] = dl.matmul(p, b)               -- batch stride 0 for b
     r[#r + 1] = dl.matmul(a:t():contiguous():t(), b:t():contiguous():t()) -- column-major
@@ -170,28 +158,28 @@ end, 0, 0)
 -- --- large sizes ---------------------------------------------------------------------------
 
 T.cuda_case("1024x1024x1024 float32", function(dev)
-  local a, b = on(dev, randn(60, 1024, 1024), randn(61, 1024, 1024))
+  local a, b = T.to(dev, T.randn(1024, 1024, {seed = 60}), T.randn(1024, 1024, {seed = 61}))
   return dl.matmul(a, b)
 end, 1e-5, f32_atol(1024))
 
 T.cuda_case("1024x1024x1024 float64", function(dev)
-  local a, b = on(dev, randn(62, 1024, 1024):double(), randn(63, 1024, 1024):double())
+  local a, b = T.to(dev, T.randn(1024, 1024, {seed = 62}):double(), T.randn(1024, 1024, {seed = 63}):double())
   return dl.matmul(a, b)
 end, 1e-10, 1e-9)
 
 T.cuda_case("1024x1024x1024 bfloat16", function(dev)
-  local a, b = on(dev, randn(62, 1024, 1024):bfloat16(), randn(63, 1024, 1024):bfloat16())
+  local a, b = T.to(dev, T.randn(1024, 1024, {seed = 62}):bfloat16(), T.randn(1024, 1024, {seed = 63}):bfloat16())
   return dl.matmul(a, b)
 end, 1e-2, 0.1)
 
 T.cuda_case("odd large shapes float32: 1000x777 @ 777x1023, batched 16x129x300 @ 300x65", function(dev)
-  local a, b = on(dev, randn(64, 1000, 777), randn(65, 777, 1023))
-  local p, q = on(dev, randn(66, 16, 129, 300), randn(67, 16, 300, 65))
+  local a, b = T.to(dev, T.randn(1000, 777, {seed = 64}), T.randn(777, 1023, {seed = 65}))
+  local p, q = T.to(dev, T.randn(16, 129, 300, {seed = 66}), T.randn(16, 300, 65, {seed = 67}))
   return {dl.matmul(a, b), dl.matmul(p, q)}
 end, 1e-5, f32_atol(777))
 
 T.cuda_case("integer 256x300x200 int64", function(dev)
-  local a, b = on(dev, (randn(68, 256, 300) * 1000):long(), (randn(69, 300, 200) * 1000):long())
+  local a, b = T.to(dev, (T.randn(256, 300, {seed = 68}) * 1000):long(), (T.randn(300, 200, {seed = 69}) * 1000):long())
   return dl.matmul(a, b)
 end, 0, 0)
 
@@ -203,26 +191,26 @@ T.cuda_case("gradients of mm, bmm, mv, dot, matmul with broadcast batch", functi
     local leaves = {}
     for i, t in ipairs({...}) do leaves[i] = t:to(dev):requires_grad_() end
     local y = fn(table.unpack(leaves))
-    local g = (y:dim() == 0 and dl.tensor(1.5) or randn(99, y:size())):to(dev)
+    local g = (y:dim() == 0 and dl.tensor(1.5) or T.randn(y:size(), {seed = 99})):to(dev)
     local gs = dl.autograd.grad(y, leaves, {grad_outputs = g})
     for _, t in ipairs(gs) do out[#out + 1] = t end
     out[#out + 1] = y:detach()
   end
-  grads(dl.mm, randn(70, 5, 6), randn(71, 6, 4))
-  grads(dl.bmm, randn(72, 3, 5, 6), randn(73, 3, 6, 4))
-  grads(dl.mv, randn(74, 5, 6), randn(75, 6))
-  grads(dl.dot, randn(76, 6), randn(77, 6))
-  grads(dl.matmul, randn(78, 3, 5, 6), randn(79, 6, 4)) -- b's gradient folds the batch
+  grads(dl.mm, T.randn(5, 6, {seed = 70}), T.randn(6, 4, {seed = 71}))
+  grads(dl.bmm, T.randn(3, 5, 6, {seed = 72}), T.randn(3, 6, 4, {seed = 73}))
+  grads(dl.mv, T.randn(5, 6, {seed = 74}), T.randn(6, {seed = 75}))
+  grads(dl.dot, T.randn(6, {seed = 76}), T.randn(6, {seed = 77}))
+  grads(dl.matmul, T.randn(3, 5, 6, {seed = 78}), T.randn(6, 4, {seed = 79})) -- b's gradient folds the batch
   grads(function(a, b, c) return dl.addmm(c, a, b, {beta = 0.5, alpha = 2}) end,
-    randn(80, 5, 6), randn(81, 6, 4), randn(82, 5, 4))
+    T.randn(5, 6, {seed = 80}), T.randn(6, 4, {seed = 81}), T.randn(5, 4, {seed = 82}))
   return out
 end, 1e-5, f32_atol(20))
 
 T.cuda_case("gradients with summed broadcast batch dims (float64)", function(dev)
-  local a = randn(82, 2, 1, 4, 5):double():to(dev):requires_grad_()
-  local b = randn(83, 3, 5, 2):double():to(dev):requires_grad_()
+  local a = T.randn(2, 1, 4, 5, {seed = 82}):double():to(dev):requires_grad_()
+  local b = T.randn(3, 5, 2, {seed = 83}):double():to(dev):requires_grad_()
   local y = dl.matmul(a, b)
-  local g = randn(84, 2, 3, 4, 2):double():to(dev)
+  local g = T.randn(2, 3, 4, 2, {seed = 84}):double():to(dev)
   return dl.autograd.grad(y, {a, b}, {grad_outputs = g})
 end, 1e-10, 1e-10)
 

@@ -1,10 +1,10 @@
--- test_pool_cpu.lua - the CPU pooling kernels' two fast paths against the
+-- test_pool_layout.lua - the CPU pooling kernels' two fast paths against the
 -- reference loops: the float32 AVX-512 max pool (planar) against the
 -- one-window-at-a-time float64 loops, and the channels-last kernels against
 -- the planar ones (values, indices and gradients bit-equal; results laid out
 -- channels-last).  Also float64 gradient checks through channels-last
 -- inputs, PyTorch's channels-last results, and bad indices.
--- (test_nn_conv.lua and test_nn_conv_torch.lua cover the planar kernels.)
+-- (test_pool.lua and test_pool_torch.lua cover the planar kernels.)
 local T = require "testlib"
 local dl = require "dl"
 local nn = dl._nn
@@ -197,8 +197,7 @@ T.case("float64 gradient checks through channels-last inputs", function()
     adaptive_max = function(t) return F.adaptive_max_pool2d(cl(t), {2, 4}) end,
   }
   for name, fn in pairs(fns) do
-    local ok, err = dl.autograd.gradcheck(fn, {x})
-    T.truthy(ok, name .. ": " .. tostring(err))
+    T.gradcheck(fn, {x}, name)
     local xc = cl(x:detach()):requires_grad_()
     local y = fn(xc)
     is_cl(y, name .. " y")

@@ -1,4 +1,4 @@
--- test_cuda_conv.lua - conv2d on CUDA (cuDNN) against the CPU (oneDNN):
+-- test_conv_cuda.lua - conv2d on CUDA (cuDNN) against the CPU (oneDNN):
 -- forward and backward (input, weight and bias gradients) for the layer
 -- shapes of ResNet-50 at batch 2 (7x7/2 stem, 3x3 stride 1 and 2, 1x1 stride
 -- 1 and 2), depthwise and grouped convolutions, dilation, no bias, odd sizes,
@@ -27,33 +27,9 @@ local function cudnn_flags(benchmark)
 end
 cudnn_flags(false)
 
--- Normwise comparison of two (nested tables of) results.
-local function close(cpu, gpu, tol, path)
-  if dl.is_tensor(cpu) then
-    T.truthy(dl.is_tensor(gpu), path .. ": cuda gave no tensor")
-    T.truthy(tostring(gpu.device):match("^cuda"), path .. ": result not on cuda")
-    local g = gpu:cpu()
-    T.eq(tostring(cpu.dtype), tostring(g.dtype), path .. ": dtype")
-    T.eq(table.concat(cpu:size(), ","), table.concat(g:size(), ","), path .. ": shape")
-    if cpu:numel() == 0 then return end
-    local a, b = cpu:to(F64), g:to(F64)
-    local scale = a:abs():max():item()
-    local err = (a - b):abs():max():item()
-    if not (err <= tol * scale + 1e-30) then
-      error(string.format("%s: max |cuda - cpu| = %.3g, %.3g of max |cpu| = %.3g (tolerance %g)",
-        path, err, err / scale, scale, tol))
-    end
-  elseif type(cpu) == "table" then
-    for k, v in pairs(cpu) do close(v, gpu[k], tol, path .. "." .. tostring(k)) end
-  end
-end
-
+-- Normwise: max |cuda - cpu| <= tol * max |cpu| for every result.
 local function check(name, fn, tol)
-  T.case(name, function() close(fn("cpu"), fn("cuda"), tol, name) end)
-end
-
-local function cl(t) -- the same values, channels-last memory
-  return t:permute(1, 3, 4, 2):contiguous():permute(1, 4, 2, 3)
+  T.cuda_case(name, fn, tol, 1e-30, "max")
 end
 
 -- forward and backward of one convolution; spec: {N, C, H, W, O, k, stride,
@@ -70,12 +46,12 @@ local function run(spec, dev)
   local b = spec.bias ~= false and dl.randn(O):to(dt) or nil
   x, w = x:to(dev), w:to(dev)
   if b then b = b:to(dev) end
-  if spec.xcl then x = cl(x) end
-  if spec.wcl then w = cl(w) end
+  if spec.xcl then x = T.channels_last(x) end
+  if spec.wcl then w = T.channels_last(w) end
   local y = nn.conv2d_forward(x, w, b, opts)
   dl.manual_seed(99)
   local gy = dl.randn(y:size()):to(dt):to(dev)
-  if spec.xcl then gy = cl(gy) end
+  if spec.xcl then gy = T.channels_last(gy) end
   opts.need = {true, true, b ~= nil}
   local gx, gw, gb = nn.conv2d_backward(gy, x, w, opts)
   if dev == "cuda" and spec.xcl and dt ~= F64 then
@@ -201,9 +177,9 @@ T.case("cudnn benchmark on and off give the same results", function()
       cudnn_flags(have)
       local cpu = run(s, "cpu")
       local tol = TOL[s.dtype or F32]
-      close(cpu, on, tol, "benchmark on " .. i)
-      close(cpu, on2, tol, "benchmark on, again " .. i)
-      close(cpu, off, tol, "benchmark off " .. i)
+      T.compare_devices(cpu, on, tol, 1e-30, "benchmark on " .. i, "max")
+      T.compare_devices(cpu, on2, tol, 1e-30, "benchmark on, again " .. i, "max")
+      T.compare_devices(cpu, off, tol, 1e-30, "benchmark off " .. i, "max")
     end
   end)
   cudnn_flags(false)

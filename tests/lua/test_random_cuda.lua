@@ -1,4 +1,4 @@
--- test_cuda_random.lua - random fills on CUDA against the CPU (skipped
+-- test_random_cuda.lua - random fills on CUDA against the CPU (skipped
 -- without a GPU).  One generator serves both devices, so the same seed gives
 -- the same numbers: bit for bit for uniform, integers, bernoulli, randperm
 -- and dropout masks; normal within an ulp or two (glibc's logf/sinf/cosf on

@@ -1,4 +1,4 @@
--- test_batchnorm_cl.lua - batch norm on channels-last CPU input ((N,C,*)
+-- test_batchnorm_layout.lua - batch norm on channels-last CPU input ((N,C,*)
 -- shape, (N,*,C) in memory): the kernels take it as it is and give y and gx
 -- channels-last.  Checked against the (N,C,*) path: evaluation outputs
 -- bit-equal (same per-element arithmetic); batch statistics and what follows
@@ -151,15 +151,15 @@ T.case("float64 gradcheck through autograd on channels-last input", function()
     local w = (dl.rand(C, {dtype = F64}) + 0.5):requires_grad_()
     local b = dl.randn(C, {dtype = F64}):requires_grad_()
     local rm, rv = dl.randn(C, {dtype = F64}), dl.rand(C, {dtype = F64}) + 0.5
-    T.truthy(dl.autograd.gradcheck(function(a, ww, bb)
+    T.gradcheck(function(a, ww, bb)
       return F.batch_norm(to_cl(a), nil, nil, ww, bb, true, 0.1, 1e-3)
-    end, {x, w, b}), "training " .. T.fmt(shape))
-    T.truthy(dl.autograd.gradcheck(function(a, ww, bb)
+    end, {x, w, b}, "training " .. T.fmt(shape))
+    T.gradcheck(function(a, ww, bb)
       return F.batch_norm(to_cl(a), rm, rv, ww, bb, false, 0.1, 1e-3)
-    end, {x, w, b}), "evaluation " .. T.fmt(shape))
-    T.truthy(dl.autograd.gradcheck(function(a)
+    end, {x, w, b}, "evaluation " .. T.fmt(shape))
+    T.gradcheck(function(a)
       return F.batch_norm(to_cl(a), nil, nil, nil, nil, true, 0.1, 1e-3)
-    end, {x}), "training without weight " .. T.fmt(shape))
+    end, {x}, "training without weight " .. T.fmt(shape))
     -- y and the gradient reaching batch norm's input keep the layout (the
     -- input is not a leaf: a leaf's .grad is stored contiguous)
     local xc = to_cl(x)
