@@ -186,6 +186,8 @@ static void push_lua_root(lua_State *L) {
         "/../../../share/dlua/lua",    /* lib/lua/5.4/dl.so */
         "/../../share/dlua/lua",       /* lib/x86_64-linux-gnu/libdlua.so */
         "/../../../../share/dlua/lua", /* lib/x86_64-linux-gnu/lua/5.4/dl.so */
+        "/../../../share/lua/5.4",     /* a LuaRocks tree: lib/lua/5.4/dl.so */
+        "/../share/lua/5.4",           /* a LuaRocks tree: bin/dlua */
     };
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
         char p[PATH_MAX + 64], d[PATH_MAX + 128];
