@@ -5,7 +5,8 @@
 # and Ctrl-C stop with a checkpoint and --resume reproduces the uninterrupted
 # run's losses and weights exactly; --help; bad input gives one line and a
 # non-zero status; predict names the true class; eval agrees with training's
-# validation; SIGKILL while a checkpoint is written never leaves it unreadable.
+# validation; --tensorboard logs every step, validation and weight histograms;
+# SIGKILL while a checkpoint is written never leaves it unreadable.
 # Usage: bash test_train.sh <path-to-dlua> [build-dir]
 # Prints "N passed, N failed"; exits non-zero on any failure.
 
