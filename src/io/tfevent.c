@@ -349,6 +349,135 @@ int dl_tfevent_add_text(dl_tfevent_writer *w, const char *tag, const char *text,
     return write_value(w, &v, step, wall_time);
 }
 
+/* --- hparams --------------------------------------------------------------------------- */
+
+static void hp_value(Dltb__PbValue *o, const dl_tfhp_value *v) {
+    dltb__pb_value__init(o);
+    switch (v->type) {
+    case DL_TFHP_STRING:
+        o->kind_case = DLTB__PB_VALUE__KIND_STRING_VALUE;
+        o->string_value = (char *)v->string;
+        break;
+    case DL_TFHP_BOOL:
+        o->kind_case = DLTB__PB_VALUE__KIND_BOOL_VALUE;
+        o->bool_value = v->boolean != 0;
+        break;
+    default:
+        o->kind_case = DLTB__PB_VALUE__KIND_NUMBER_VALUE;
+        o->number_value = v->number;
+        break;
+    }
+}
+
+/* A value whose metadata carries the packed plugin data pd under tag. */
+static int write_hparams_value(dl_tfevent_writer *w, const char *tag,
+                               const Dltb__HParamsPluginData *pd, int64_t step, double wall_time) {
+    size_t m = dltb__hparams_plugin_data__get_packed_size(pd);
+    uint8_t *content = malloc(m ? m : 1);
+    if (!content) return dl_error("add_hparams: out of memory");
+    dltb__hparams_plugin_data__pack(pd, content);
+    Dltb__PluginData plugin = DLTB__PLUGIN_DATA__INIT;
+    plugin.plugin_name = "hparams";
+    plugin.content.data = content;
+    plugin.content.len = m;
+    Dltb__SummaryMetadata md = DLTB__SUMMARY_METADATA__INIT;
+    md.plugin_data = &plugin;
+    Dltb__Value v = DLTB__VALUE__INIT;
+    v.tag = (char *)tag;
+    v.metadata = &md;
+    int rc = write_value(w, &v, step, wall_time);
+    free(content);
+    return rc;
+}
+
+int dl_tfevent_add_hparams(dl_tfevent_writer *w, const dl_tfhparam *hp, size_t n,
+                           const char *const *metrics, size_t n_metrics, int64_t step,
+                           double wall_time) {
+    static const Dltb__HpDataType types[] = {DLTB__HP_DATA_TYPE__DATA_TYPE_FLOAT64,
+                                             DLTB__HP_DATA_TYPE__DATA_TYPE_STRING,
+                                             DLTB__HP_DATA_TYPE__DATA_TYPE_BOOL};
+    size_t n_domain = 0;
+    for (size_t i = 0; i < n; i++) n_domain += hp[i].n_domain;
+    /* one allocation for every message the three events point into */
+    size_t bytes = n * (sizeof(Dltb__HpHParamInfo) + sizeof(Dltb__HpHParamInfo *) +
+                        sizeof(Dltb__PbListValue) + sizeof(Dltb__HpHParamsEntry) +
+                        sizeof(Dltb__HpHParamsEntry *) + sizeof(Dltb__PbValue)) +
+                   n_domain * (sizeof(Dltb__PbValue) + sizeof(Dltb__PbValue *)) +
+                   n_metrics * (sizeof(Dltb__HpMetricInfo) + sizeof(Dltb__HpMetricInfo *) +
+                                sizeof(Dltb__HpMetricName));
+    void *block = malloc(bytes ? bytes : 1);
+    if (!block) return dl_error("add_hparams: out of memory");
+    Dltb__HpHParamInfo *infos = block;
+    Dltb__PbListValue *lists = (void *)(infos + n);
+    Dltb__HpHParamsEntry *entries = (void *)(lists + n);
+    Dltb__PbValue *values = (void *)(entries + n);
+    Dltb__PbValue *dvalues = values + n;
+    Dltb__HpMetricInfo *minfos = (void *)(dvalues + n_domain);
+    Dltb__HpMetricName *mnames = (void *)(minfos + n_metrics);
+    Dltb__HpHParamInfo **pinfos = (void *)(mnames + n_metrics);
+    Dltb__HpHParamsEntry **pentries = (void *)(pinfos + n);
+    Dltb__PbValue **pdvalues = (void *)(pentries + n);
+    Dltb__HpMetricInfo **pminfos = (void *)(pdvalues + n_domain);
+
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) {
+        dltb__hp_hparam_info__init(&infos[i]);
+        infos[i].name = (char *)hp[i].name;
+        infos[i].type = types[hp[i].value.type];
+        if (hp[i].n_domain) {
+            dltb__pb_list_value__init(&lists[i]);
+            lists[i].n_values = hp[i].n_domain;
+            lists[i].values = pdvalues + d;
+            for (size_t k = 0; k < hp[i].n_domain; k++, d++) {
+                hp_value(&dvalues[d], &hp[i].domain[k]);
+                pdvalues[d] = &dvalues[d];
+            }
+            infos[i].domain_discrete = &lists[i];
+        }
+        pinfos[i] = &infos[i];
+        hp_value(&values[i], &hp[i].value);
+        dltb__hp_hparams_entry__init(&entries[i]);
+        entries[i].key = (char *)hp[i].name;
+        entries[i].value = &values[i];
+        pentries[i] = &entries[i];
+    }
+    for (size_t i = 0; i < n_metrics; i++) {
+        dltb__hp_metric_name__init(&mnames[i]);
+        mnames[i].tag = (char *)metrics[i];
+        dltb__hp_metric_info__init(&minfos[i]);
+        minfos[i].name = &mnames[i];
+        pminfos[i] = &minfos[i];
+    }
+    double t = wall_time < 0 ? now() : wall_time;
+
+    Dltb__HpExperiment exp = DLTB__HP_EXPERIMENT__INIT;
+    exp.n_hparam_infos = n;
+    exp.hparam_infos = pinfos;
+    exp.n_metric_infos = n_metrics;
+    exp.metric_infos = pminfos;
+    Dltb__HParamsPluginData pd = DLTB__HPARAMS_PLUGIN_DATA__INIT;
+    pd.data_case = DLTB__HPARAMS_PLUGIN_DATA__DATA_EXPERIMENT;
+    pd.experiment = &exp;
+    int rc = write_hparams_value(w, "_hparams_/experiment", &pd, step, t);
+
+    Dltb__HpSessionStartInfo start = DLTB__HP_SESSION_START_INFO__INIT;
+    start.n_hparams = n;
+    start.hparams = pentries;
+    start.start_time_secs = t;
+    pd.data_case = DLTB__HPARAMS_PLUGIN_DATA__DATA_SESSION_START_INFO;
+    pd.session_start_info = &start;
+    if (!rc) rc = write_hparams_value(w, "_hparams_/session_start_info", &pd, step, t);
+
+    Dltb__HpSessionEndInfo end = DLTB__HP_SESSION_END_INFO__INIT;
+    end.status = DLTB__HP_STATUS__STATUS_SUCCESS;
+    end.end_time_secs = t;
+    pd.data_case = DLTB__HPARAMS_PLUGIN_DATA__DATA_SESSION_END_INFO;
+    pd.session_end_info = &end;
+    if (!rc) rc = write_hparams_value(w, "_hparams_/session_end_info", &pd, step, t);
+    free(block);
+    return rc;
+}
+
 /* --- the reader ------------------------------------------------------------------------ */
 
 static void fill_value(dl_tfevent_value *o, const Dltb__Value *v) {
@@ -470,6 +599,12 @@ int dl_tfevent_add_histogram(dl_tfevent_writer *w, const char *tag, const double
 int dl_tfevent_add_text(dl_tfevent_writer *w, const char *tag, const char *text, size_t len,
                         int64_t step, double wall_time) {
     (void)w, (void)tag, (void)text, (void)len, (void)step, (void)wall_time;
+    return NO_PB;
+}
+int dl_tfevent_add_hparams(dl_tfevent_writer *w, const dl_tfhparam *hp, size_t n,
+                           const char *const *metrics, size_t n_metrics, int64_t step,
+                           double wall_time) {
+    (void)w, (void)hp, (void)n, (void)metrics, (void)n_metrics, (void)step, (void)wall_time;
     return NO_PB;
 }
 int dl_tfevent_read(const char *path, dl_tfevent_cb cb, void *ud, int *truncated) {

@@ -65,6 +65,26 @@ int dl_tfevent_add_histogram(dl_tfevent_writer *w, const char *tag, const double
 int dl_tfevent_add_text(dl_tfevent_writer *w, const char *tag, const char *text, size_t len,
                         int64_t step, double wall_time);
 
+/* The hparams plugin: the experiment (each hparam's name and type, and its
+ * discrete domain when n_domain > 0; the metric tags), the session start
+ * (the values) and the session end (success), as three events at step. */
+typedef enum { DL_TFHP_NUMBER = 0, DL_TFHP_STRING, DL_TFHP_BOOL } dl_tfhp_type;
+typedef struct {
+    dl_tfhp_type type;
+    double number;
+    const char *string;
+    int boolean;
+} dl_tfhp_value;
+typedef struct {
+    const char *name;
+    dl_tfhp_value value;
+    const dl_tfhp_value *domain; /* n_domain values of value's type */
+    size_t n_domain;
+} dl_tfhparam;
+int dl_tfevent_add_hparams(dl_tfevent_writer *w, const dl_tfhparam *hp, size_t n,
+                           const char *const *metrics, size_t n_metrics, int64_t step,
+                           double wall_time);
+
 /* --- reading --------------------------------------------------------------- */
 
 typedef enum {

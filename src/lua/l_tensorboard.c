@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DL_TFWRITER_MT "dl.TFEventWriter"
@@ -122,6 +123,74 @@ static int w_text(lua_State *L) {
     return 0;
 }
 
+/* v at idx (number, string or boolean; checked by the Lua side) */
+static void to_hp_value(lua_State *L, int idx, dl_tfhp_value *v) {
+    memset(v, 0, sizeof *v);
+    switch (lua_type(L, idx)) {
+    case LUA_TSTRING:
+        v->type = DL_TFHP_STRING;
+        v->string = lua_tostring(L, idx); /* kept alive by the argument table */
+        break;
+    case LUA_TBOOLEAN:
+        v->type = DL_TFHP_BOOL;
+        v->boolean = lua_toboolean(L, idx);
+        break;
+    case LUA_TNUMBER:
+        v->type = DL_TFHP_NUMBER;
+        v->number = lua_tonumber(L, idx);
+        break;
+    default:
+        luaL_error(L, "SummaryWriter.add_hparams: a value must be a number, string or boolean");
+    }
+}
+
+/* w:hparams({{name, value, domain = {...}}, ...}, {metric tag, ...}, step, wall) */
+static int w_hparams(lua_State *L) {
+    dl_tfevent_writer *w = check_open(L, "add_hparams");
+    luaL_checktype(L, 2, LUA_TTABLE);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    int64_t step = luaL_checkinteger(L, 4);
+    double wall = opt_wall(L, 5);
+    size_t n = lua_rawlen(L, 2), nm = lua_rawlen(L, 3), nd = 0;
+    for (size_t i = 1; i <= n; i++) {
+        luaL_argcheck(L, lua_rawgeti(L, 2, (lua_Integer)i) == LUA_TTABLE, 2, "hparam entries");
+        if (lua_getfield(L, -1, "domain") == LUA_TTABLE) nd += lua_rawlen(L, -1);
+        lua_pop(L, 2);
+    }
+    /* userdata: freed by the collector even when an error is raised below */
+    dl_tfhparam *hp = lua_newuserdatauv(
+        L, (n + 1) * sizeof *hp + (nd + 1) * sizeof(dl_tfhp_value) + (nm + 1) * sizeof(char *), 0);
+    dl_tfhp_value *dom = (dl_tfhp_value *)(hp + n + 1);
+    const char **metrics = (const char **)(dom + nd + 1);
+    size_t d = 0;
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, 2, (lua_Integer)i + 1);
+        lua_rawgeti(L, -1, 1);
+        hp[i].name = luaL_checkstring(L, -1);
+        lua_rawgeti(L, -2, 2);
+        to_hp_value(L, -1, &hp[i].value);
+        hp[i].domain = dom + d;
+        hp[i].n_domain = 0;
+        if (lua_getfield(L, -3, "domain") == LUA_TTABLE) {
+            size_t k = lua_rawlen(L, -1);
+            for (size_t j = 1; j <= k; j++, d++) {
+                lua_rawgeti(L, -1, (lua_Integer)j);
+                to_hp_value(L, -1, &dom[d]);
+                lua_pop(L, 1);
+            }
+            hp[i].n_domain = k;
+        }
+        lua_pop(L, 4);
+    }
+    for (size_t i = 0; i < nm; i++) {
+        lua_rawgeti(L, 3, (lua_Integer)i + 1);
+        metrics[i] = luaL_checkstring(L, -1);
+        lua_pop(L, 1);
+    }
+    if (dl_tfevent_add_hparams(w, hp, n, metrics, nm, step, wall)) return dlL_fail(L);
+    return 0;
+}
+
 /* --- reading ------------------------------------------------------------------------- */
 
 static void set_num(lua_State *L, const char *k, double v) {
@@ -216,6 +285,14 @@ static int l_hostname(lua_State *L) {
     return 1;
 }
 
+/* seconds since the epoch, microseconds included (add_hparams' run names) */
+static int l_time(lua_State *L) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    lua_pushnumber(L, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
+    return 1;
+}
+
 static int l_available(lua_State *L) {
     lua_pushboolean(L, dl_tfevent_available());
     return 1;
@@ -226,16 +303,18 @@ void dlL_open_tensorboard(lua_State *L) {
     static const luaL_Reg meta[] = {{"__gc", w_gc}, {"__close", w_gc}, {NULL, NULL}};
     luaL_setfuncs(L, meta, 0);
     static const luaL_Reg methods[] = {
-        {"path", w_path},   {"flush", w_flush},         {"close", w_close}, {"scalar", w_scalar},
-        {"image", w_image}, {"histogram", w_histogram}, {"text", w_text},   {NULL, NULL},
+        {"path", w_path},     {"flush", w_flush},     {"close", w_close},
+        {"scalar", w_scalar}, {"image", w_image},     {"histogram", w_histogram},
+        {"text", w_text},     {"hparams", w_hparams}, {NULL, NULL},
     };
     luaL_newlib(L, methods);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
     static const luaL_Reg fns[] = {
-        {"open", l_open}, {"read", l_read},           {"crc32c", l_crc32c},
-        {"mask", l_mask}, {"available", l_available}, {"hostname", l_hostname},
-        {NULL, NULL},
+        {"open", l_open},           {"read", l_read},
+        {"crc32c", l_crc32c},       {"mask", l_mask},
+        {"available", l_available}, {"hostname", l_hostname},
+        {"time", l_time},           {NULL, NULL},
     };
     dlL_register_in(L, "_tensorboard", fns);
 }

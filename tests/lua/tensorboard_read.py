@@ -10,6 +10,9 @@
 #        texts = {tag = {{step, text}}}}
 #   python tensorboard_read.py loader FILE  EventFileLoader over one file:
 #       {{step, kind, tag}, ...} for every event it yields
+#   python tensorboard_read.py hparams DIR  the hparams plugin's data of the run:
+#       {hparams = {{name, type, domain}}, metrics = {tag, ...}, values = {name = value},
+#        status = name, scalars = {tag = {{step, value}}}}
 import io
 import sys
 
@@ -72,6 +75,30 @@ def load(path):
     return out
 
 
+def pb_value(v):
+    return getattr(v, v.WhichOneof("kind"))
+
+
+def hparams(path):
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+    acc = event_accumulator.EventAccumulator(path, purge_orphaned_data=False)
+    acc.Reload()
+    content = acc.PluginTagToContent("hparams")
+    exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
+    end = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_end_info"]).session_end_info
+    return {
+        "hparams": [[h.name, api_pb2.DataType.Name(h.type), [pb_value(v) for v in h.domain_discrete.values]]
+                    for h in exp.hparam_infos],
+        "metrics": [m.name.tag for m in exp.metric_infos],
+        "values": {k: pb_value(v) for k, v in start.hparams.items()},
+        "status": api_pb2.Status.Name(end.status),
+        "scalars": {t: [[e.step, e.value] for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]},
+    }
+
+
 if __name__ == "__main__":
     mode, path = sys.argv[1], sys.argv[2]
-    print("return " + lua(accumulate(path) if mode == "acc" else load(path)))
+    result = {"acc": accumulate, "loader": load, "hparams": hparams}[mode](path)
+    print("return " + lua(result))

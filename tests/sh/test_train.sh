@@ -179,6 +179,10 @@ run "$DLUA" "$ROOT/scripts/eval.lua" --weights A/last.safetensors --data "$TMP/n
 expect_bad "eval on a missing folder" "--data $TMP/nothing: "
 
 # --- --tensorboard DIR: what was trained is in the event file ----------------------------------------
+if [ "$("$DLUA" -e 'io.write(dl._tensorboard.available() and 1 or 0)')" = 0 ]; then
+run "$DLUA" "$TRAIN" "${COMMON[@]}" --epochs 1 --save-dir TBC --tensorboard TB
+expect_bad "--tensorboard in a build without protobuf-c" "built without protobuf-c"
+else
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --epochs 2 --save-dir TBC --tensorboard TB
 check "--tensorboard: training runs and names the log dir" '[ "$rc" -eq 0 ] && [[ "$out" == *"tensorboard: TB (view with: tensorboard --logdir TB)"* ]]'
 tb_val=$(printf '%s\n' "$out" | sed -n 's/.*; val top-1 \([0-9.]*\)%, top-3 \([0-9.]*\)%.*/\1 \2/p' | tr '\n' ' ')
@@ -225,6 +229,7 @@ check "--tensorboard: loss per step, lr, images/s, inputs, val top-1/top-5 per e
 touch afile
 run "$DLUA" "$TRAIN" "${COMMON[@]}" --epochs 1 --save-dir TBC2 --tensorboard afile/x
 expect_bad "--tensorboard on a file" "--tensorboard afile/x: "
+fi
 
 # --- SIGKILL while a checkpoint is written never leaves it unreadable --------------------------------
 cat > writer.lua <<'EOF'

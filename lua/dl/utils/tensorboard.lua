@@ -210,6 +210,67 @@ function SummaryWriter:add_text(tag, text_string, global_step, walltime)
   self._writer:text(tag .. "/text_summary", text_string, step, check_walltime(walltime, op))
 end
 
+-- PyTorch's layout: a run <log_dir>/<run_name (default: the time)> holding
+-- the hparams plugin's experiment, session start and end, and each metric
+-- as a scalar at global_step.  hparam_dict values are numbers, strings,
+-- booleans or one-element tensors; hparam_domain_discrete (optional) maps a
+-- name to the list of its possible values.
+function SummaryWriter:add_hparams(hparam_dict, metric_dict, hparam_domain_discrete, run_name, global_step)
+  local op = "SummaryWriter.add_hparams"
+  local function dict(t, what)
+    if type(t) ~= "table" or dl.is_tensor(t) then
+      fail("%s: %s must be a table of name = value, got %s", op, what, dl.is_tensor(t) and "tensor" or type(t))
+    end
+    local keys = {}
+    for k in pairs(t) do
+      check_tag(k, op, "a key of " .. what)
+      keys[#keys + 1] = k
+    end
+    table.sort(keys)
+    return keys
+  end
+  local function hvalue(v, what)
+    if dl.is_tensor(v) then v = check_value(v, op) end
+    local tv = type(v)
+    if tv ~= "number" and tv ~= "string" and tv ~= "boolean" then
+      fail("%s: %s must be a number, string, boolean or one-element tensor, got %s", op, what, tv)
+    end
+    return v
+  end
+  local names, metrics = dict(hparam_dict, "hparam_dict"), dict(metric_dict, "metric_dict")
+  local domains = hparam_domain_discrete or {}
+  if type(domains) ~= "table" then fail("%s: hparam_domain_discrete must be a table, got %s", op, type(domains)) end
+  for k, list in pairs(domains) do
+    if hparam_dict[k] == nil then fail("%s: hparam_domain_discrete names '%s', which is not in hparam_dict", op, tostring(k)) end
+    if type(list) ~= "table" or #list == 0 then fail("%s: hparam_domain_discrete['%s'] must be a list of values", op, k) end
+  end
+  local hps = {}
+  for i, k in ipairs(names) do
+    local v = hvalue(hparam_dict[k], "hparam_dict['" .. k .. "']")
+    local e = {k, v}
+    if domains[k] then
+      e.domain = {}
+      for j, d in ipairs(domains[k]) do
+        if type(d) ~= type(v) then
+          fail("%s: hparam_domain_discrete['%s'][%d] must be a %s like the value, got %s", op, k, j, type(v), type(d))
+        end
+        e.domain[j] = d
+      end
+    end
+    hps[i] = e
+  end
+  local mvals = {}
+  for i, k in ipairs(metrics) do mvals[i] = check_value(metric_dict[k], op) end
+  if run_name == nil then run_name = string.format("%.6f", C.time()) end
+  check_tag(run_name, op, "run_name")
+  local step = check_step(global_step, op)
+  self._writer:path() -- raises when closed
+  local w <close> = M.SummaryWriter(self.log_dir .. "/" .. run_name,
+    {flush_secs = self.flush_secs, max_queue = self.max_queue, filename_suffix = self.filename_suffix})
+  w._writer:hparams(hps, metrics, step)
+  for i, k in ipairs(metrics) do w:add_scalar(k, mvals[i], step) end
+end
+
 function SummaryWriter:flush()
   self._writer:flush()
   for _, d in ipairs(self._sub_order) do self._subs[d]:flush() end
