@@ -8,6 +8,7 @@
  * side (tags are strings, steps integers, images PNG bytes); what is checked
  * again here is what C would otherwise misread. */
 #include "lbind.h"
+#include "core/error.h"
 #include "io/tfevent.h"
 
 #include <math.h>
@@ -20,6 +21,14 @@
 typedef struct {
     dl_tfevent_writer *w;
 } writer_box;
+
+/* dl_last_error() as a Lua error without a position prefix: the messages
+ * already name SummaryWriter's method and the file */
+static int tb_fail(lua_State *L) {
+    const char *msg = dl_last_error();
+    lua_pushstring(L, msg[0] ? msg : "SummaryWriter: unknown error");
+    return lua_error(L);
+}
 
 static dl_tfevent_writer *check_open(lua_State *L, const char *op) {
     writer_box *b = luaL_checkudata(L, 1, DL_TFWRITER_MT);
@@ -45,7 +54,7 @@ static int l_open(lua_State *L) {
     luaL_setmetatable(L, DL_TFWRITER_MT);
     b->w =
         dl_tfevent_open(dir, suffix, flush_secs, (int)(max_queue > 1 << 20 ? 1 << 20 : max_queue));
-    if (!b->w) return dlL_fail(L);
+    if (!b->w) return tb_fail(L);
     return 1;
 }
 
@@ -53,7 +62,7 @@ static int w_close(lua_State *L) {
     writer_box *b = luaL_checkudata(L, 1, DL_TFWRITER_MT);
     dl_tfevent_writer *w = b->w;
     b->w = NULL;
-    if (dl_tfevent_close(w)) return dlL_fail(L);
+    if (dl_tfevent_close(w)) return tb_fail(L);
     return 0;
 }
 
@@ -70,7 +79,7 @@ static int w_path(lua_State *L) {
 }
 
 static int w_flush(lua_State *L) {
-    if (dl_tfevent_flush(check_open(L, "flush"))) return dlL_fail(L);
+    if (dl_tfevent_flush(check_open(L, "flush"))) return tb_fail(L);
     return 0;
 }
 
@@ -80,7 +89,7 @@ static int w_scalar(lua_State *L) {
     const char *tag = luaL_checkstring(L, 2);
     float v = (float)luaL_checknumber(L, 3);
     if (dl_tfevent_add_scalar(w, tag, v, luaL_checkinteger(L, 4), opt_wall(L, 5)))
-        return dlL_fail(L);
+        return tb_fail(L);
     return 0;
 }
 
@@ -94,7 +103,7 @@ static int w_image(lua_State *L) {
     int c = (int)luaL_checkinteger(L, 6);
     if (dl_tfevent_add_image(w, tag, h, wd, c, (const uint8_t *)png, n, luaL_checkinteger(L, 7),
                              opt_wall(L, 8)))
-        return dlL_fail(L);
+        return tb_fail(L);
     return 0;
 }
 
@@ -108,7 +117,7 @@ static int w_histogram(lua_State *L) {
         return luaL_argerror(L, 3, "add_histogram: values must be a contiguous float64 CPU tensor");
     if (dl_tfevent_add_histogram(w, tag, dl_tensor_data_ptr(t), (size_t)dl_tensor_numel(t),
                                  luaL_checkinteger(L, 4), opt_wall(L, 5)))
-        return dlL_fail(L);
+        return tb_fail(L);
     return 0;
 }
 
@@ -119,7 +128,7 @@ static int w_text(lua_State *L) {
     size_t n;
     const char *s = luaL_checklstring(L, 3, &n);
     if (dl_tfevent_add_text(w, tag, s, n, luaL_checkinteger(L, 4), opt_wall(L, 5)))
-        return dlL_fail(L);
+        return tb_fail(L);
     return 0;
 }
 
@@ -187,7 +196,7 @@ static int w_hparams(lua_State *L) {
         metrics[i] = luaL_checkstring(L, -1);
         lua_pop(L, 1);
     }
-    if (dl_tfevent_add_hparams(w, hp, n, metrics, nm, step, wall)) return dlL_fail(L);
+    if (dl_tfevent_add_hparams(w, hp, n, metrics, nm, step, wall)) return tb_fail(L);
     return 0;
 }
 
@@ -259,7 +268,7 @@ static int l_read(lua_State *L) {
     lua_settop(L, 1);
     lua_newtable(L);
     int truncated = 0;
-    if (dl_tfevent_read(path, read_cb, L, &truncated) < 0) return dlL_fail(L);
+    if (dl_tfevent_read(path, read_cb, L, &truncated) < 0) return tb_fail(L);
     lua_pushboolean(L, truncated);
     return 2;
 }
