@@ -93,6 +93,7 @@ struct dl_tfevent_writer {
     int max_queue;
     int pending;       /* records written since the last flush */
     double last_flush; /* wall time of the last flush */
+    int broken;        /* a write failed: nothing more is appended after it */
 };
 
 static double now(void) {
@@ -122,9 +123,15 @@ static int make_dirs(const char *dir) {
     return 0;
 }
 
+static int write_failed(dl_tfevent_writer *w) {
+    w->broken = 1;
+    return dl_error("SummaryWriter: cannot write '%s': %s", w->path, strerror(errno));
+}
+
 int dl_tfevent_flush(dl_tfevent_writer *w) {
-    if (fflush(w->f) != 0)
-        return dl_error("SummaryWriter: cannot write '%s': %s", w->path, strerror(errno));
+    if (w->broken)
+        return dl_error("SummaryWriter: '%s' had a write error; open a new writer", w->path);
+    if (fflush(w->f) != 0) return write_failed(w);
     w->pending = 0;
     w->last_flush = now();
     return 0;
@@ -132,6 +139,8 @@ int dl_tfevent_flush(dl_tfevent_writer *w) {
 
 /* Frames the event and appends it; flushes by the writer's policy. */
 static int write_event(dl_tfevent_writer *w, const Dltb__Event *ev) {
+    if (w->broken)
+        return dl_error("SummaryWriter: '%s' had a write error; open a new writer", w->path);
     size_t m = dltb__event__get_packed_size(ev);
     uint8_t *rec = malloc(m + 16);
     if (!rec) return dl_error("SummaryWriter: out of memory (%zu-byte event)", m);
@@ -141,8 +150,7 @@ static int write_event(dl_tfevent_writer *w, const Dltb__Event *ev) {
     put_le(rec + 12 + m, dl_crc32c_mask(dl_crc32c(0, rec + 12, m)), 4);
     size_t wrote = fwrite(rec, 1, m + 16, w->f);
     free(rec);
-    if (wrote != m + 16)
-        return dl_error("SummaryWriter: cannot write '%s': %s", w->path, strerror(errno));
+    if (wrote != m + 16) return write_failed(w);
     w->pending++;
     if (w->pending >= w->max_queue || now() - w->last_flush >= w->flush_secs)
         return dl_tfevent_flush(w);
@@ -163,6 +171,7 @@ dl_tfevent_writer *dl_tfevent_open(const char *dir, const char *suffix, double f
     dl_tfevent_writer *w = calloc(1, sizeof *w);
     char path[PATH_MAX];
     FILE *f = NULL;
+    dl_error("SummaryWriter: no new event file name in '%s'", dir); /* unless set below */
     for (int tries = 0; w && !f && tries < 100; tries++) {
         int len = snprintf(path, sizeof path, "%s/events.out.tfevents.%010lld.%s.%ld.%d%s", dir,
                            (long long)time(NULL), host, (long)getpid(),

@@ -14,6 +14,8 @@
  *    passed since the last flush (checked at each add), on flush and on close.
  *    A crash loses at most the unflushed records; earlier ones stay intact and
  *    a torn last record is skipped by readers.
+ *  - After a failed write or flush (disk full) the writer appends nothing
+ *    more, so the file never holds records after a torn one.
  *  - Functions return 0 (or a pointer) on success and -1 (NULL) with a
  *    dl_error message naming the function and the file on failure.
  *  - Built without protobuf-c (DL_WITH_PROTOBUF_C undefined), the CRC and
