@@ -100,4 +100,6 @@ struct dl_pipeline *dlL_topipeline(lua_State *L, int idx);
 void dlL_open_nn_conv(lua_State *L); /* l_nn_conv.c: dl._nn conv/bn/pool kernels */
 void dlL_open_optim(lua_State *L);   /* l_optim.c: dl._optim fused optimizer steps */
 
+void dlL_open_tensorboard(lua_State *L); /* l_tensorboard.c: dl._tensorboard event files */
+
 #endif

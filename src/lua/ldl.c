@@ -186,6 +186,8 @@ static void push_lua_root(lua_State *L) {
         "/../../../share/dlua/lua",    /* lib/lua/5.4/dl.so */
         "/../../share/dlua/lua",       /* lib/x86_64-linux-gnu/libdlua.so */
         "/../../../../share/dlua/lua", /* lib/x86_64-linux-gnu/lua/5.4/dl.so */
+        "/../../../share/lua/5.4",     /* a LuaRocks tree: lib/lua/5.4/dl.so */
+        "/../share/lua/5.4",           /* a LuaRocks tree: bin/dlua */
     };
     for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
         char p[PATH_MAX + 64], d[PATH_MAX + 128];
@@ -204,8 +206,8 @@ static void push_lua_root(lua_State *L) {
 static int module_index(lua_State *L) {
     const char *k = lua_tostring(L, 2);
     if (!k) return 0;
-    static const char *const lazy[] = {"nn",   "optim", "data",     "transforms", "models",
-                                       "util", "image", "autograd", "amp",        NULL};
+    static const char *const lazy[] = {"nn",    "optim",    "data", "transforms", "models", "util",
+                                       "image", "autograd", "amp",  "utils",      NULL};
     for (int i = 0; lazy[i]; i++)
         if (strcmp(k, lazy[i]) == 0) {
             lua_getglobal(L, "require");
@@ -259,6 +261,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_nn_conv(L);
     dlL_open_train(L);
     dlL_open_optim(L);
+    dlL_open_tensorboard(L);
 
     static const luaL_Reg functions[] = {
         {"clock", l_clock},
