@@ -38,7 +38,9 @@
  * (unknown keys are errors) before any tensor is created. */
 #include "lbind.h"
 #include "autograd/autograd.h"
-#include "ops/nn_conv.h"
+#include "ops/batchnorm.h"
+#include "ops/conv.h"
+#include "ops/pool.h"
 
 /* An optional tensor argument: nil -> NULL. */
 static dl_tensor *opttensor(lua_State *L, int idx) {
@@ -346,8 +348,8 @@ static int l_conv2d_winograd(lua_State *L) {
 
 /* dl._nn.primitive_cache() -> entries cached, capacity */
 static int l_primitive_cache(lua_State *L) {
-    lua_pushinteger(L, dl_nn_conv_cache_size());
-    lua_pushinteger(L, dl_nn_conv_cache_capacity());
+    lua_pushinteger(L, dl_conv2d_cache_size());
+    lua_pushinteger(L, dl_conv2d_cache_capacity());
     return 2;
 }
 

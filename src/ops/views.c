@@ -5,6 +5,7 @@
 #include "views.h"
 #include "autograd/autograd.h"
 #include "grad_util.h"
+#include "op_util.h"
 
 #include <string.h>
 
@@ -158,16 +159,7 @@ dl_tensor *dl_clone(dl_tensor *t) {
 }
 
 bool dl_is_channels_last(const dl_tensor *t) {
-    if (t->ndim != 4) return false;
-    static const int order[4] = {1, 3, 2, 0}; /* C fastest, then W, H, N */
-    int64_t expect = 1;
-    for (int k = 0; k < 4; k++) {
-        int d = order[k];
-        if (t->shape[d] == 1) continue;
-        if (t->strides[d] != expect) return false;
-        expect *= t->shape[d];
-    }
-    return true;
+    return t->ndim == 4 && dl_op_dense_channels_last(t);
 }
 
 /* A channels-last tensor that is not also plainly contiguous: the layout a

@@ -1,0 +1,117 @@
+/* op_util.h - the toolkit every op family shares: compute dtypes, operand
+ * preparation (dtype, contiguity, channels-last layout), releasing temporaries,
+ * device tests and the common operand checks.
+ *
+ * Invariants: every function returning a tensor returns a new reference, or
+ * NULL with dl_last_error() set; a NULL operand passes through as NULL where
+ * a comment says so.
+ *
+ * The conventions of every family's op header (ops/<family>.h): forwards and
+ * backwards are plain functions, outputs first; each validates its operands
+ * (messages name the op and the facts), infers the result's shape, allocates
+ * new results and dispatches to cpu/<family>.c or cuda/<family>.cu.  Inputs
+ * may be any strided views and are never modified unless the op says so
+ * (in-place ops, batch norm's running statistics).  Dimensions and indices
+ * are 0-based.  A function returning a tensor returns a new reference, or NULL
+ * with dl_last_error() set; an int function returns 0 or -1 and on failure
+ * sets none of its outputs.  The node-recording entry points (dl_conv2d,
+ * dl_softmax, ...) record when an input requires grad; their backwards are
+ * the family's *_backward functions, chosen by the node's saved parameters. */
+#ifndef DL_OPS_OP_UTIL_H
+#define DL_OPS_OP_UTIL_H
+
+#include "autograd/autograd.h"
+#include "core/tensor.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* --- dtypes ------------------------------------------------------------------- */
+
+/* The dtype an elementwise kernel computes a result dtype in: float64 stays,
+ * every other floating type computes in float32, integers and bool in int64. */
+dl_dtype dl_op_compute_dtype(dl_dtype result);
+
+/* The dtype a floating-point kernel (softmax, losses, conv, norm, pooling)
+ * computes in: float64 stays, anything else computes in float32. */
+dl_dtype dl_op_float_dtype(dl_dtype dt);
+
+/* Errors "<op>: <what> must be a floating-point tensor, got <dtype>" unless t
+ * is floating point; 0 otherwise. */
+int dl_op_need_floating(const char *op, const char *what, const dl_tensor *t);
+
+/* Errors "<op>: <what> <v> is too large" when one of v[0..n) is 2^31 or more
+ * in magnitude (so that no size arithmetic on it overflows); 0 otherwise. */
+int dl_op_check_limit(const char *op, const char *what, const int64_t *v, int n);
+
+/* --- operands and results ----------------------------------------------------- */
+
+/* t in dtype dt and contiguous (t itself, retained, when it already is);
+ * NULL for a NULL t. */
+dl_tensor *dl_op_dense(dl_tensor *t, dl_dtype dt);
+
+/* out (a result in the compute dtype; consumed) as dtype dt; NULL passes. */
+dl_tensor *dl_op_finish_as(dl_tensor *out, dl_dtype dt);
+
+/* Releases ts[0..n) (NULL entries allowed) and sets each to NULL. */
+void dl_op_release_all(dl_tensor **ts, int n);
+
+/* *t (a result in the compute dtype) converted to dt and viewed with shape
+ * (ndim, shape) (unbatched results).  0/-1; on failure *t is released and
+ * NULL.  A NULL *t passes. */
+int dl_op_finish_view(dl_tensor **t, dl_dtype dt, int ndim, const int64_t *shape);
+
+/* "[2, 3, 4]" of t, written into buf. */
+const char *dl_op_shape_str(const dl_tensor *t, char *buf, size_t n);
+
+/* --- devices ------------------------------------------------------------------ */
+
+static inline bool dl_op_is_cuda(dl_device dev) {
+    return dev.type == DL_DEVICE_CUDA;
+}
+static inline bool dl_op_on_cuda(const dl_tensor *t) {
+    return dl_op_is_cuda(dl_tensor_device(t));
+}
+
+/* 0 when a CUDA family table has the kernel op needs (have), with dev made
+ * current; else -1 with the error (dl_cuda_missing). */
+int dl_op_cuda_ready(const char *op, dl_device dev, bool have);
+
+/* --- recording autograd nodes ------------------------------------------------ */
+
+/* The node of an out-of-place op: out = op(in[0..n_in)).  When grad mode is
+ * on and an input requires grad, a node named `name` with backward fn is
+ * made, the n_save tensors its backward reads are saved (NULL entries save
+ * "absent"), ctx_size bytes of parameters are copied from ctx, and out is
+ * returned with the node attached.  Otherwise out is returned as it is.
+ * out is consumed: NULL in, NULL out; on failure out is released and NULL
+ * returned with the error. */
+dl_tensor *dl_op_record(dl_tensor *out, const char *name, dl_backward_fn fn, int n_in,
+                        dl_tensor *const *in, int n_save, dl_tensor *const *save, const void *ctx,
+                        size_t ctx_size);
+
+/* Drops a node under construction and the op's result; returns NULL (the
+ * error is already set). */
+dl_tensor *dl_op_abort(dl_node *n, dl_tensor *out);
+
+/* --- layouts ------------------------------------------------------------------
+ * Channels-last: an (N,C,*spatial) tensor dense with C fastest, i.e.
+ * (N,*spatial,C) in memory (size-1 dims aside, as PyTorch).  The public 4-D
+ * test is dl_is_channels_last (ops/views.h). */
+
+/* Whether t (ndim >= 3) is dense channels-last; a tensor that is also plain
+ * contiguous (C == 1, or 1x1 planes) counts. */
+bool dl_op_dense_channels_last(const dl_tensor *t);
+
+/* Whether t is channels-last and not also plain contiguous: the layout a
+ * kernel with a channels-last path should keep. */
+bool dl_op_is_channels_last(const dl_tensor *t);
+
+/* An uninitialised tensor of shape on dev; with cl, channels-last: an
+ * (N,*spatial,C) tensor viewed as (N,C,*spatial). */
+dl_tensor *dl_op_empty_layout(int ndim, const int64_t *shape, dl_dtype dt, dl_device dev, bool cl);
+
+/* t in dtype dt, contiguous or (cl) channels-last dense. */
+dl_tensor *dl_op_dense_layout(dl_tensor *t, dl_dtype dt, bool cl);
+
+#endif
