@@ -25,7 +25,11 @@
  * and C.  Every argument is checked before any tensor is made. */
 #include "lbind.h"
 #include "ops/elementwise.h"
-#include "ops/nn_func.h"
+#include "ops/activation.h"
+#include "ops/dropout.h"
+#include "ops/loss.h"
+#include "ops/pad.h"
+#include "ops/softmax.h"
 
 #include <string.h>
 

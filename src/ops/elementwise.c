@@ -29,7 +29,7 @@
 #include "cpu/elementwise.h"
 #include "ops/cuda_elementwise.h"
 #include "ops/grad_util.h"
-#include "ops/nn_func.h"
+#include "ops/activation.h"
 #include "ops/reduce.h"
 #include "ops/views.h"
 

@@ -73,6 +73,33 @@ int dl_op_cuda_ready(const char *op, dl_device dev, bool have) {
     return dl_cuda_rt->set_device(dev.index);
 }
 
+int dl_op_check_same_shape(const char *op, const char *wa, const dl_tensor *a, const char *wb,
+                           const dl_tensor *b) {
+    if (dl_shape_equal(a, b)) return 0;
+    char s1[128], s2[128];
+    return dl_error("%s: %s of shape %s does not match %s of shape %s", op, wa,
+                    dl_shape_str(a->ndim, a->shape, s1, sizeof s1), wb,
+                    dl_shape_str(b->ndim, b->shape, s2, sizeof s2));
+}
+
+dl_tensor *dl_op_onto(dl_tensor *t, dl_device dev) {
+    if (!t || dl_device_equal(dl_tensor_device(t), dev)) return t;
+    dl_tensor *m = dl_tensor_to_device(t, dev);
+    dl_tensor_release(t);
+    return m;
+}
+
+dl_tensor *dl_op_dense_on(dl_tensor *t, dl_dtype dt, dl_device dev) {
+    return dl_op_onto(dl_op_dense(t, dt), dev);
+}
+
+int dl_op_device(const char *op, int n, dl_tensor *const *ts, bool have, dl_device *dev) {
+    if (dl_common_device(op, n, ts, dev)) return -1;
+    if (dev->type == DL_DEVICE_CPU) return 0;
+    if (dev->type != DL_DEVICE_CUDA || !have || !dl_cuda_rt) return dl_cuda_missing(op);
+    return dl_cuda_rt->set_device(dev->index) < 0 ? -1 : 0;
+}
+
 const char *dl_op_shape_str(const dl_tensor *t, char *buf, size_t n) {
     return dl_shape_str(t->ndim, t->shape, buf, n);
 }

@@ -61,6 +61,30 @@ void dl_op_release_all(dl_tensor **ts, int n);
  * NULL.  A NULL *t passes. */
 int dl_op_finish_view(dl_tensor **t, dl_dtype dt, int ndim, const int64_t *shape);
 
+/* Errors "<op>: <wa> of shape [..] does not match <wb> of shape [..]" unless
+ * a and b have one shape; 0 otherwise. */
+int dl_op_check_same_shape(const char *op, const char *wa, const dl_tensor *a, const char *wb,
+                           const dl_tensor *b);
+
+/* t (consumed) on dev: moved when it is elsewhere (a 0-dim CPU operand
+ * beside CUDA ones, or a gradient from another device); NULL passes. */
+dl_tensor *dl_op_onto(dl_tensor *t, dl_device dev);
+
+/* dl_op_dense, then dl_op_onto dev. */
+dl_tensor *dl_op_dense_on(dl_tensor *t, dl_dtype dt, dl_device dev);
+
+/* Data pointers of a tensor (NULL for a NULL tensor); the typed ones are for
+ * a tensor in that compute dtype. */
+static inline void *dl_op_data(const dl_tensor *t) {
+    return t ? dl_tensor_data_ptr(t) : NULL;
+}
+static inline float *dl_op_f32p(const dl_tensor *t) {
+    return (float *)dl_op_data(t);
+}
+static inline double *dl_op_f64p(const dl_tensor *t) {
+    return (double *)dl_op_data(t);
+}
+
 /* "[2, 3, 4]" of t, written into buf. */
 const char *dl_op_shape_str(const dl_tensor *t, char *buf, size_t n);
 
@@ -72,6 +96,11 @@ static inline bool dl_op_is_cuda(dl_device dev) {
 static inline bool dl_op_on_cuda(const dl_tensor *t) {
     return dl_op_is_cuda(dl_tensor_device(t));
 }
+
+/* The device the n operands (NULLs skipped) share, as dl_common_device: the
+ * CPU, or a CUDA device, made current, when the family's CUDA table is
+ * present (have); -1 with the error otherwise. */
+int dl_op_device(const char *op, int n, dl_tensor *const *ts, bool have, dl_device *dev);
 
 /* 0 when a CUDA family table has the kernel op needs (have), with dev made
  * current; else -1 with the error (dl_cuda_missing). */
