@@ -16,8 +16,9 @@
 #include "l_bind.h"
 #include "autograd/autograd.h"
 #include "core/rng.h"
-#include "ops/cuda_backend.h"
+#include "kernels/cuda.h"
 #include "ops/device.h"
+#include "ops/op_util.h"
 #include "ops/views.h"
 
 #include <pthread.h>

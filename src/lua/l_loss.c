@@ -179,8 +179,8 @@ static int l_cross_entropy_backward(lua_State *L) {
 /* --- pointwise losses ------------------------------------------------------------------------ */
 
 typedef dl_tensor *(*pw_fwd_fn)(dl_tensor *, dl_tensor *, dl_reduction);
-typedef int (*pw_bwd_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
-                         dl_tensor **);
+typedef int (*pw_backward_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
+                              dl_tensor **);
 
 static int pw_forward(lua_State *L, const char *op, pw_fwd_fn fn) {
     dl_tensor *x = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
@@ -195,7 +195,7 @@ static int push_pair(lua_State *L, int rc, dl_tensor *a, dl_tensor *b) {
     return 2;
 }
 
-static int pw_backward(lua_State *L, const char *op, pw_bwd_fn fn) {
+static int pw_backward(lua_State *L, const char *op, pw_backward_fn fn) {
     dl_tensor *g = dlL_checktensor(L, 1), *x = dlL_checktensor(L, 2), *y = dlL_checktensor(L, 3);
     loss_opts o = read_loss_opts(L, 4, op, keys_plain);
     dl_tensor *gx, *gy;

@@ -9,15 +9,15 @@
 
 /* --- softmax -------------------------------------------------------------------------------- */
 
-static int softmax_fwd(lua_State *L, const char *op, dl_tensor *(*fn)(dl_tensor *, int)) {
+static int softmax_forward_any(lua_State *L, const char *op, dl_tensor *(*fn)(dl_tensor *, int)) {
     dl_tensor *x = dlL_checktensor(L, 1);
     int dim = dlL_checkdim(L, 2);
     dlL_nomore(L, 2, op);
     return dlL_pushtensor(L, fn(x, dim));
 }
 
-static int softmax_bwd(lua_State *L, const char *op,
-                       dl_tensor *(*fn)(dl_tensor *, dl_tensor *, int)) {
+static int softmax_backward_any(lua_State *L, const char *op,
+                                dl_tensor *(*fn)(dl_tensor *, dl_tensor *, int)) {
     dl_tensor *gy = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
     int dim = dlL_checkdim(L, 3);
     dlL_nomore(L, 3, op);
@@ -25,16 +25,16 @@ static int softmax_bwd(lua_State *L, const char *op,
 }
 
 static int l_softmax_forward(lua_State *L) {
-    return softmax_fwd(L, "softmax", dl_softmax);
+    return softmax_forward_any(L, "softmax", dl_softmax);
 }
 static int l_log_softmax_forward(lua_State *L) {
-    return softmax_fwd(L, "log_softmax", dl_log_softmax);
+    return softmax_forward_any(L, "log_softmax", dl_log_softmax);
 }
 static int l_softmax_backward(lua_State *L) {
-    return softmax_bwd(L, "softmax_backward", dl_softmax_backward);
+    return softmax_backward_any(L, "softmax_backward", dl_softmax_backward);
 }
 static int l_log_softmax_backward(lua_State *L) {
-    return softmax_bwd(L, "log_softmax_backward", dl_log_softmax_backward);
+    return softmax_backward_any(L, "log_softmax_backward", dl_log_softmax_backward);
 }
 
 void dlL_open_softmax(lua_State *L) {

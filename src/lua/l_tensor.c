@@ -60,11 +60,31 @@ static void maybe_collect(lua_State *L) {
     p->threshold = live / 8 > GC_MIN_BYTES ? live / 8 : GC_MIN_BYTES;
 }
 
+/* The spare box: an empty tensor userdata made ahead of time (registry key
+ * &spare_key), so that dlL_pushtensor anchors t in a userdata before it
+ * allocates anything.  Should making the next spare raise a memory error, t
+ * is already owned by a box on the stack and __gc releases it: no leak. */
+static const char spare_key = 0;
+
+static void new_spare(lua_State *L) {
+    dl_tensor **box = lua_newuserdatauv(L, sizeof *box, 1);
+    *box = NULL;
+    luaL_setmetatable(L, DL_TENSOR_MT);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &spare_key);
+}
+
 int dlL_pushtensor(lua_State *L, dl_tensor *t) {
     if (!t) return dlL_fail(L);
-    dl_tensor **box = lua_newuserdatauv(L, sizeof *box, 1);
-    *box = t;
-    luaL_setmetatable(L, DL_TENSOR_MT);
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &spare_key) == LUA_TUSERDATA) {
+        dl_tensor **box = lua_touserdata(L, -1);
+        *box = t;
+        new_spare(L);
+    } else { /* no spare yet (dlL_open_tensor makes the first) */
+        lua_pop(L, 1);
+        dl_tensor **box = lua_newuserdatauv(L, sizeof *box, 1);
+        *box = t;
+        luaL_setmetatable(L, DL_TENSOR_MT);
+    }
     /* collect after the new tensor is anchored on the stack */
     maybe_collect(L);
     return 1;
@@ -889,6 +909,7 @@ void dlL_open_tensor(lua_State *L) {
     lua_newtable(L);
     lua_setfield(L, -2, "methods");
     lua_pop(L, 1);
+    new_spare(L);
     dlL_register(L, functions, methods);
 
     /* dtype objects: dl.float32 ... with tostring "dl.float32" */

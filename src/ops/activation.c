@@ -4,7 +4,7 @@
  * dtype on one device (a 0-dim CPU tensor may stand beside CUDA ones). */
 #include "ops/activation.h"
 #include "cpu/activation.h"
-#include "ops/cuda_elementwise.h"
+#include "kernels/activation.h"
 #include "ops/op_util.h"
 
 /* --- relu_backward
@@ -28,8 +28,8 @@ dl_tensor *dl_relu_backward(dl_tensor *gy, dl_tensor *y) {
     if (gx && dev.type != DL_DEVICE_CUDA)
         dl_cpu_threshold_backward(gx, g, y, 0.0);
     else if (gx)
-        rc = dl_cuda_ew && dl_cuda_ew->threshold_backward
-                 ? dl_cuda_ew->threshold_backward(gx, g, y, 0.0)
+        rc = dl_cuda_activation && dl_cuda_activation->threshold_backward
+                 ? dl_cuda_activation->threshold_backward(gx, g, y, 0.0)
                  : dl_cuda_missing(op);
     dl_tensor_release(g);
     if (rc) {

@@ -12,7 +12,7 @@
 #include "autograd/autograd.h"
 #include "core/error.h"
 #include "cpu/batchnorm.h"
-#include "ops/cuda_nn.h"
+#include "kernels/batchnorm.h"
 #include "ops/op_util.h"
 
 #include <math.h>
@@ -26,8 +26,8 @@ static int bn_device(const char *op, int n, dl_tensor *const *ts, bool have, dl_
     if (dl_common_device(op, n, ts, dev)) return -1;
     if (dev->type != DL_DEVICE_CUDA) return 0;
     return dl_op_cuda_ready(op, *dev,
-                            have && dl_cuda_nn->batch_norm_update_running &&
-                                dl_cuda_nn->batch_norm_var_transform);
+                            have && dl_cuda_batchnorm->batch_norm_update_running &&
+                                dl_cuda_batchnorm->batch_norm_var_transform);
 }
 
 dl_batch_norm_params dl_batch_norm_default_params(void) {
@@ -83,7 +83,7 @@ static int update_running(dl_tensor *running, dl_tensor *stat, double m, double 
         const double *rp = dl_tensor_data_ptr(r), *sp = dl_tensor_data_ptr(st);
         double *op = dl_tensor_data_ptr(out);
         if (dev.type == DL_DEVICE_CUDA) {
-            rc = dl_cuda_nn->batch_norm_update_running(C, op, rp, sp, m, factor);
+            rc = dl_cuda_batchnorm->batch_norm_update_running(C, op, rp, sp, m, factor);
         } else {
             for (int64_t c = 0; c < C; c++) op[c] = (1 - m) * rp[c] + m * sp[c] * factor;
             rc = 0;
@@ -103,8 +103,9 @@ static dl_tensor *var_transform(dl_tensor *v, double eps, bool to_invstd) {
     dl_tensor *r = dl_tensor_empty(1, v->shape, v->dtype, dl_tensor_device(v));
     if (!r) return NULL;
     if (dl_tensor_device(v).type == DL_DEVICE_CUDA) {
-        if (dl_cuda_nn->batch_norm_var_transform(v->dtype, v->shape[0], dl_tensor_data_ptr(r),
-                                                 dl_tensor_data_ptr(v), eps, to_invstd)) {
+        if (dl_cuda_batchnorm->batch_norm_var_transform(v->dtype, v->shape[0],
+                                                        dl_tensor_data_ptr(r),
+                                                        dl_tensor_data_ptr(v), eps, to_invstd)) {
             dl_tensor_release(r);
             return NULL;
         }
@@ -134,7 +135,9 @@ int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias
     dl_device dev;
     if (bn_check(op, x, vecs, names, 4, &s)) return -1;
     dl_tensor *all[5] = {x, weight, bias, running_mean, running_var};
-    if (bn_device(op, 5, all, dl_cuda_nn && dl_cuda_nn->batch_norm_forward_train, &dev)) return -1;
+    if (bn_device(op, 5, all, dl_cuda_batchnorm && dl_cuda_batchnorm->batch_norm_forward_train,
+                  &dev))
+        return -1;
     if (!(p->eps >= 0)) return dl_error("%s: eps must be non-negative, got %g", op, p->eps);
     if ((running_mean == NULL) != (running_var == NULL))
         return dl_error("%s: running_mean and running_var must be given together", op);
@@ -181,8 +184,8 @@ int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias
         const void *x_ = dl_tensor_data_ptr(t[0]), *w_ = t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
                    *b_ = t[2] ? dl_tensor_data_ptr(t[2]) : NULL;
         rc = cuda
-                 ? dl_cuda_nn->batch_norm_forward_train(dt, cl, &s, p->eps, y_, mean_, var_, x_, w_,
-                                                        b_)
+                 ? dl_cuda_batchnorm->batch_norm_forward_train(dt, cl, &s, p->eps, y_, mean_, var_,
+                                                               x_, w_, b_)
                  : dl_cpu_batch_norm_forward_train(ct, cl, &s, p->eps, y_, mean_, var_, x_, w_, b_);
         if (rc == 0 && running_mean)
             rc = update_running(running_mean, t[4], m, 1.0) ||
@@ -213,7 +216,8 @@ dl_tensor *dl_batch_norm_forward_eval(dl_tensor *x, dl_tensor *weight, dl_tensor
     dl_device dev;
     dl_tensor *all[5] = {x, weight, bias, running_mean, running_var};
     if (bn_check(op, x, vecs, names, 4, &s) ||
-        bn_device(op, 5, all, dl_cuda_nn && dl_cuda_nn->batch_norm_forward_eval, &dev))
+        bn_device(op, 5, all, dl_cuda_batchnorm && dl_cuda_batchnorm->batch_norm_forward_eval,
+                  &dev))
         return NULL;
     if (!running_mean || !running_var) {
         dl_error("%s: running_mean and running_var are required in evaluation mode", op);
@@ -239,7 +243,8 @@ dl_tensor *dl_batch_norm_forward_eval(dl_tensor *x, dl_tensor *weight, dl_tensor
         const void *x_ = dl_tensor_data_ptr(t[0]), *m_ = dl_tensor_data_ptr(t[3]),
                    *v_ = dl_tensor_data_ptr(t[4]), *w_ = t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
                    *b_ = t[2] ? dl_tensor_data_ptr(t[2]) : NULL;
-        if (cuda ? dl_cuda_nn->batch_norm_forward_eval(dt, cl, &s, eps, y_, x_, m_, v_, w_, b_)
+        if (cuda ? dl_cuda_batchnorm->batch_norm_forward_eval(dt, cl, &s, eps, y_, x_, m_, v_, w_,
+                                                              b_)
                  : dl_cpu_batch_norm_forward_eval(ct, cl, &s, eps, y_, x_, m_, v_, w_, b_))
             goto done;
     }
@@ -264,7 +269,7 @@ int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_te
     *gx = *gweight = *gbias = NULL;
     dl_tensor *all[7] = {gy, x, weight, running_mean, running_var, save_mean, save_invstd};
     if (bn_check(op, x, vecs, names, 5, &s) || dl_op_need_floating(op, "grad_output", gy) ||
-        bn_device(op, 7, all, dl_cuda_nn && dl_cuda_nn->batch_norm_backward, &dev))
+        bn_device(op, 7, all, dl_cuda_batchnorm && dl_cuda_batchnorm->batch_norm_backward, &dev))
         return -1;
     if (!dl_shape_equal(gy, x)) {
         char a[96], b[96];
@@ -313,8 +318,8 @@ int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_te
         const void *gy_ = dl_tensor_data_ptr(t[0]), *x_ = dl_tensor_data_ptr(t[1]),
                    *m_ = dl_tensor_data_ptr(t[3]), *v_ = dl_tensor_data_ptr(t[5]),
                    *w_ = t[2] ? dl_tensor_data_ptr(t[2]) : NULL;
-        rc = cuda ? dl_cuda_nn->batch_norm_backward(dt, cl, &s, eps, training, gx_, gw_, gb_, gy_,
-                                                    x_, m_, v_, w_)
+        rc = cuda ? dl_cuda_batchnorm->batch_norm_backward(dt, cl, &s, eps, training, gx_, gw_, gb_,
+                                                           gy_, x_, m_, v_, w_)
                   : dl_cpu_batch_norm_backward(ct, cl, &s, eps, training, gx_, gw_, gb_, gy_, x_,
                                                m_, v_, w_);
     }
@@ -343,7 +348,7 @@ typedef struct {
     double eps;
 } bn_ctx;
 
-static int bn_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+static int bn_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const bn_ctx *c = n->ctx;
     dl_tensor *x = dl_node_saved(n, 0);
     if (!x) return -1;
@@ -370,7 +375,7 @@ dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *weight, dl_tensor *bias, dl_te
     dl_tensor *save[6] = {
         x, weight, training ? NULL : running_mean, training ? NULL : running_var, mean, invstd};
     bn_ctx c = {training, p->eps};
-    y = dl_op_record(y, "NativeBatchNormBackward", bn_bw, 3, in, 6, save, &c, sizeof c);
+    y = dl_op_record(y, "NativeBatchNormBackward", bn_backward, 3, in, 6, save, &c, sizeof c);
     dl_tensor_release(mean);
     dl_tensor_release(invstd);
     return y;

@@ -14,7 +14,7 @@
 #include "cpu/activation.h"
 #include "cpu/conv.h"
 #include "cpu/dnnl_util.h"
-#include "ops/cuda_linalg.h"
+#include "kernels/conv.h"
 #include "ops/elementwise.h"
 #include "ops/op_util.h"
 #include "ops/views.h"
@@ -29,11 +29,6 @@
  * shape) and not float64, else contiguous NCHW; the weight, grad_output and
  * every result follow that layout, except the weight's gradient, which takes
  * the weight's own layout. */
-
-dl_conv2d_params dl_conv2d_default_params(void) {
-    dl_conv2d_params p = {{1, 1}, {0, 0}, {1, 1}, 1};
-    return p;
-}
 
 static int check_conv_params(const char *op, const dl_conv2d_params *p) {
     if (dl_op_check_limit(op, "stride", p->stride, 2) ||
@@ -221,9 +216,9 @@ static dl_tensor *conv2d_forward_cuda_in(const dl_conv2d_shape *s, dl_tensor *x,
     else if (s->C == 0 || s->H == 0 || s->W == 0)
         rc = fill_bias(t[3], t[2]);
     else
-        rc = dl_cuda_la->conv2d_forward(dev.index, dt, s, nhwc, dl_tensor_data_ptr(t[3]),
-                                        dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]),
-                                        t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
+        rc = dl_cuda_conv->conv2d_forward(dev.index, dt, s, nhwc, dl_tensor_data_ptr(t[3]),
+                                          dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]),
+                                          t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
     if (rc) goto done;
     y = x->ndim == 4 ? dl_tensor_retain(t[3]) : dl_tensor_select(t[3], 0, 0);
 done:
@@ -260,11 +255,11 @@ static int conv2d_backward_cuda_in(const dl_conv2d_shape *s, dl_tensor *gy, dl_t
         for (int i = 3; i < 6 && rc == 0; i++)
             if (t[i]) rc = dl_tensor_fill_(t[i], 0);
         if (rc == 0 && t[5] && dl_tensor_numel(t[0]) > 0)
-            rc = dl_cuda_la->conv2d_backward(dev.index, dt, s, nhwc, NULL, NULL,
-                                             dl_tensor_data_ptr(t[5]), dl_tensor_data_ptr(t[0]),
-                                             NULL, NULL);
+            rc = dl_cuda_conv->conv2d_backward(dev.index, dt, s, nhwc, NULL, NULL,
+                                               dl_tensor_data_ptr(t[5]), dl_tensor_data_ptr(t[0]),
+                                               NULL, NULL);
     } else {
-        rc = dl_cuda_la->conv2d_backward(
+        rc = dl_cuda_conv->conv2d_backward(
             dev.index, dt, s, nhwc, t[3] ? dl_tensor_data_ptr(t[3]) : NULL,
             t[4] ? dl_tensor_data_ptr(t[4]) : NULL, t[5] ? dl_tensor_data_ptr(t[5]) : NULL,
             dl_tensor_data_ptr(t[0]), t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
@@ -294,15 +289,12 @@ done:
     return rc;
 }
 
-/* The CPU kernels' operand layouts (DL_CONV_FMT_*) for float32 x and w:
- * channels-last activations when x (4-D) is channels-last and not also plain
- * contiguous, OHWI weights when w is; float64 and the half types run NCHW. */
+/* The CPU kernels' operand formats (DL_CONV_FMT_*) for x and w: the op
+ * states the layouts (x 4-D channels-last and not also plain contiguous, w
+ * likewise); cpu/conv.c decides which of them its kernels bind. */
 static int cpu_conv_fmt(const dl_tensor *x, const dl_tensor *w) {
-    if (x->dtype != DL_DTYPE_F32 || w->dtype != DL_DTYPE_F32) return 0;
-    int fmt = 0;
-    if (x->ndim == 4 && conv_nhwc(x)) fmt |= DL_CONV_FMT_NHWC;
-    if (!dl_tensor_is_contiguous(w) && dl_is_channels_last(w)) fmt |= DL_CONV_FMT_W_OHWI;
-    return fmt;
+    return dl_cpu_conv2d_formats(x->dtype, w->dtype, x->ndim == 4 && conv_nhwc(x),
+                                 !dl_tensor_is_contiguous(w) && dl_is_channels_last(w));
 }
 
 /* t in the compute dtype ct and laid out channels-last (cl) or contiguous. */
@@ -316,7 +308,7 @@ static dl_tensor *prep_conv(dl_tensor *t, dl_dtype ct, bool cl) {
  * NCHW). */
 static dl_tensor *conv2d_forward_cuda(const dl_conv2d_shape *s, dl_tensor *x, dl_tensor *w,
                                       dl_tensor *b, dl_device dev) {
-    if (!dl_cuda_la || !dl_cuda_la->conv2d_forward) {
+    if (!dl_cuda_conv || !dl_cuda_conv->conv2d_forward) {
         dl_cuda_missing("conv2d");
         return NULL;
     }
@@ -328,7 +320,7 @@ static dl_tensor *conv2d_forward_cuda(const dl_conv2d_shape *s, dl_tensor *x, dl
 static int conv2d_backward_cuda(const dl_conv2d_shape *s, dl_tensor *gy, dl_tensor *x, dl_tensor *w,
                                 const bool need[3], dl_device dev, dl_tensor **gx, dl_tensor **gw,
                                 dl_tensor **gb) {
-    if (!dl_cuda_la || !dl_cuda_la->conv2d_backward) return dl_cuda_missing("conv2d_backward");
+    if (!dl_cuda_conv || !dl_cuda_conv->conv2d_backward) return dl_cuda_missing("conv2d_backward");
     int rc = conv2d_backward_cuda_in(s, gy, x, w, need, dev, true, gx, gw, gb);
     if (rc && conv_channels_last_input(x))
         rc = conv2d_backward_cuda_in(s, gy, x, w, need, dev, false, gx, gw, gb);
@@ -527,7 +519,7 @@ typedef struct {
     dl_conv2d_params p;
 } conv_ctx;
 
-static int conv_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+static int conv_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const conv_ctx *c = n->ctx;
     dl_tensor *x = dl_node_saved(n, 0), *w = dl_node_saved(n, 1);
     if (!x || !w) return -1;
@@ -541,5 +533,5 @@ dl_tensor *dl_conv2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_p
     dl_tensor *y = conv2d_forward(x, w, b, p, inference);
     if (inference) return y;
     conv_ctx c = {*p};
-    return dl_op_record(y, "ConvolutionBackward", conv_bw, 3, in, 2, save, &c, sizeof c);
+    return dl_op_record(y, "ConvolutionBackward", conv_backward, 3, in, 2, save, &c, sizeof c);
 }

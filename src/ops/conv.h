@@ -24,9 +24,6 @@ typedef struct dl_conv2d_params {
     int64_t groups;      /* >= 1, divides C and O */
 } dl_conv2d_params;
 
-/* stride 1, padding 0, dilation 1, groups 1 */
-dl_conv2d_params dl_conv2d_default_params(void);
-
 /* y (N,O,OH,OW) = conv2d(x (N,C,H,W), w (O,C/groups,KH,KW)) + b (O) or NULL,
  * OH = floor((H + 2*padding - dilation*(KH-1) - 1) / stride) + 1. */
 dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_params *p);

@@ -5,7 +5,7 @@
 #include "ops/dropout.h"
 #include "autograd/autograd.h"
 #include "cpu/activation.h"
-#include "ops/cuda_elementwise.h"
+#include "kernels/dropout.h"
 #include "ops/op_util.h"
 #include "ops/random.h"
 
@@ -27,8 +27,8 @@ static int mask_scale(const char *op, dl_tensor *out, dl_tensor *x, dl_tensor *m
         dl_cpu_mask_scale(out, x, mask, scale);
         return 0;
     }
-    if (!dl_cuda_ew || !dl_cuda_ew->mask_scale) return dl_cuda_missing(op);
-    return dl_cuda_ew->mask_scale(out, x, mask, scale);
+    if (!dl_cuda_dropout || !dl_cuda_dropout->mask_scale) return dl_cuda_missing(op);
+    return dl_cuda_dropout->mask_scale(out, x, mask, scale);
 }
 
 int dl_dropout_forward(dl_tensor *x, double p, bool training, dl_generator *g, dl_tensor **out,
@@ -87,7 +87,7 @@ typedef struct {
     double p;
 } dropout_ctx;
 
-static int dropout_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+static int dropout_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const dropout_ctx *c = n->ctx;
     dl_tensor *mask = n->saved[0].t;
     gin[0] = dl_dropout_backward(gout[0], mask, c->p);
@@ -98,7 +98,8 @@ int dl_dropout(dl_tensor *x, double p, bool training, dl_tensor **out, dl_tensor
     dl_tensor *m = NULL;
     if (dl_dropout_forward(x, p, training, NULL, out, &m)) return -1;
     if (training && dl_needs_grad1(x)) {
-        dl_node *n = dl_node_new("DropoutBackward", dropout_bw, 1, &x, 1, sizeof(dropout_ctx));
+        dl_node *n =
+            dl_node_new("DropoutBackward", dropout_backward, 1, &x, 1, sizeof(dropout_ctx));
         if (!n || dl_node_save(n, m) < 0) {
             dl_node_release(n);
             dl_tensor_release(*out);

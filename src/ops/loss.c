@@ -16,7 +16,8 @@
 #include "core/iter.h"
 #include "cpu/loss.h"
 #include "cpu/softmax.h"
-#include "ops/cuda_reduce.h"
+#include "kernels/loss.h"
+#include "kernels/reduce.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
 #include "ops/views.h"
@@ -25,8 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Runs CUDA entry fn of the reduce table, or refuses when this build lacks it. */
-#define CUDA_RUN(op, fn, ...) (dl_cuda_red->fn ? dl_cuda_red->fn(__VA_ARGS__) : dl_cuda_missing(op))
+/* Runs CUDA entry fn of the loss table, or refuses when this build lacks it. */
+#define CUDA_RUN(op, fn, ...)                                                                      \
+    (dl_cuda_loss->fn ? dl_cuda_loss->fn(__VA_ARGS__) : dl_cuda_missing(op))
 
 static int check_reduction(const char *op, dl_reduction r) {
     if (r != DL_REDUCTION_NONE && r != DL_REDUCTION_MEAN && r != DL_REDUCTION_SUM)
@@ -56,15 +58,6 @@ int dl_reduction_parse(const char *op, const char *name, dl_reduction *out) {
     return 0;
 }
 
-const char *dl_reduction_name(dl_reduction r) {
-    switch (r) {
-    case DL_REDUCTION_NONE: return "none";
-    case DL_REDUCTION_MEAN: return "mean";
-    case DL_REDUCTION_SUM: return "sum";
-    }
-    return "?";
-}
-
 /* Per-sample losses `per` (compute dtype, contiguous; consumed) as the op's
  * result: none -> reshaped to shape; sum and mean (divided by denom) -> a
  * 0-dim tensor.  The result has dtype dt and per's device. */
@@ -83,7 +76,9 @@ static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, int 
         dl_tensor *acc = dl_tensor_empty(0, NULL, DL_DTYPE_F64, dev);
         int rc = acc ? CUDA_RUN(op, sum, dl_op_data(per), per->dtype, n, dl_op_data(acc)) : -1;
         if (!rc && r == DL_REDUCTION_MEAN)
-            rc = CUDA_RUN(op, reduce_finish, DL_FIN_DIV, dl_op_data(acc), 1, denom, NULL);
+            rc = dl_cuda_reduce->reduce_finish
+                     ? dl_cuda_reduce->reduce_finish(DL_FIN_DIV, dl_op_data(acc), 1, denom, NULL)
+                     : dl_cuda_missing(op);
         dl_tensor_release(per);
         dl_tensor *res = rc ? NULL : dl_tensor_to_dtype(acc, dt);
         dl_tensor_release(acc);
@@ -121,7 +116,7 @@ static int class_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tenso
     for (int i = 0; i < x->ndim; i++)
         if (i != (x->ndim == 1 ? 0 : 1)) L->shape[L->ndim++] = x->shape[i];
     dl_tensor *ts[3] = {x, target, weight};
-    if (dl_op_device(op, 3, ts, dl_cuda_red != NULL, &L->dev)) return -1;
+    if (dl_op_device(op, 3, ts, dl_cuda_loss != NULL, &L->dev)) return -1;
     if (probs) {
         if (dl_op_check_same_shape(op, "probability target", target, "input", x)) return -1;
     } else {
@@ -527,7 +522,7 @@ static int pw_prepare(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor *w, 
     if (w && dl_op_need_floating(op, "weight", w)) return -1;
     if (pw && dl_op_need_floating(op, "pos_weight", pw)) return -1;
     dl_tensor *ts[4] = {x, y, w, pw};
-    if (dl_op_device(op, 4, ts, dl_cuda_red != NULL, &a->dev)) return -1;
+    if (dl_op_device(op, 4, ts, dl_cuda_loss != NULL, &a->dev)) return -1;
     if (same_shape) {
         if (dl_op_check_same_shape(op, "target", y, "input", x)) return -1;
         a->ndim = x->ndim;
@@ -683,7 +678,7 @@ static dl_node *loss_node(const char *name, dl_backward_fn fn, int n_in, dl_tens
 }
 
 /* inputs: 0 = x/logp, 1 = target, 2 = weight; saved: x, target, weight */
-static int nll_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+static int nll_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const loss_ctx *c = n->ctx;
     dl_tensor *x = dl_node_saved(n, 0), *t = dl_node_saved(n, 1);
     if (!x || !t) return -1;
@@ -697,7 +692,7 @@ dl_tensor *dl_nll_loss(dl_tensor *logp, dl_tensor *target, dl_tensor *weight, in
     dl_tensor *out = dl_nll_loss_forward(logp, target, weight, ignore_index, reduction);
     if (!out || !dl_needs_grad1(logp)) return out;
     dl_tensor *in[1] = {logp};
-    dl_node *n = loss_node("NllLossBackward", nll_bw, 1, in);
+    dl_node *n = loss_node("NllLossBackward", nll_backward, 1, in);
     if (!n || dl_node_save(n, logp) < 0 || dl_node_save(n, target) < 0 ||
         dl_node_save(n, weight) < 0)
         return dl_op_abort(n, out);
@@ -707,7 +702,7 @@ dl_tensor *dl_nll_loss(dl_tensor *logp, dl_tensor *target, dl_tensor *weight, in
     return dl_node_finish(n, out);
 }
 
-static int ce_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+static int ce_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const loss_ctx *c = n->ctx;
     dl_tensor *x = dl_node_saved(n, 0), *t = dl_node_saved(n, 1);
     if (!x || !t) return -1;
@@ -727,7 +722,7 @@ dl_tensor *dl_cross_entropy(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
     bool target_grad = dl_dtype_is_floating(target->dtype);
     dl_tensor *in[2] = {x, target_grad ? target : NULL};
     if (!out || !dl_autograd_needed(2, in)) return out;
-    dl_node *n = loss_node("CrossEntropyBackward", ce_bw, 2, in);
+    dl_node *n = loss_node("CrossEntropyBackward", ce_backward, 2, in);
     if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, target) < 0 || dl_node_save(n, weight) < 0)
         return dl_op_abort(n, out);
     loss_ctx *c = n->ctx;
@@ -737,10 +732,10 @@ dl_tensor *dl_cross_entropy(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
     return dl_node_finish(n, out);
 }
 
-typedef int (*pair_bw_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
-                          dl_tensor **);
+typedef int (*pair_backward_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
+                                dl_tensor **);
 
-static int pair_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin, pair_bw_fn fn) {
+static int pair_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin, pair_backward_fn fn) {
     const loss_ctx *c = n->ctx;
     dl_tensor *x = dl_node_saved(n, 0), *y = dl_node_saved(n, 1);
     if (!x || !y) return -1;
@@ -748,11 +743,11 @@ static int pair_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin, pair_bw_
               dl_node_needs_grad(n, 1) ? &gin[1] : NULL);
 }
 
-static int mse_bw(dl_node *n, dl_tensor *const *g, dl_tensor **gin) {
-    return pair_bw(n, g, gin, dl_mse_loss_backward);
+static int mse_backward(dl_node *n, dl_tensor *const *g, dl_tensor **gin) {
+    return pair_backward(n, g, gin, dl_mse_loss_backward);
 }
-static int l1_bw(dl_node *n, dl_tensor *const *g, dl_tensor **gin) {
-    return pair_bw(n, g, gin, dl_l1_loss_backward);
+static int l1_backward(dl_node *n, dl_tensor *const *g, dl_tensor **gin) {
+    return pair_backward(n, g, gin, dl_l1_loss_backward);
 }
 
 static dl_tensor *pair_loss(const char *name, dl_backward_fn bw, dl_tensor *out, dl_tensor *x,
@@ -766,15 +761,16 @@ static dl_tensor *pair_loss(const char *name, dl_backward_fn bw, dl_tensor *out,
 }
 
 dl_tensor *dl_mse_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
-    return pair_loss("MseLossBackward", mse_bw, dl_mse_loss_forward(x, y, reduction), x, y,
+    return pair_loss("MseLossBackward", mse_backward, dl_mse_loss_forward(x, y, reduction), x, y,
                      reduction);
 }
 
 dl_tensor *dl_l1_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
-    return pair_loss("L1LossBackward", l1_bw, dl_l1_loss_forward(x, y, reduction), x, y, reduction);
+    return pair_loss("L1LossBackward", l1_backward, dl_l1_loss_forward(x, y, reduction), x, y,
+                     reduction);
 }
 
-static int bce_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+static int bce_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const loss_ctx *c = n->ctx;
     dl_tensor *x = dl_node_saved(n, 0), *y = dl_node_saved(n, 1);
     if (!x || !y) return -1;
@@ -789,7 +785,7 @@ dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_te
         dl_binary_cross_entropy_with_logits_forward(x, y, weight, pos_weight, reduction);
     if (!out || !dl_needs_grad2(x, y)) return out;
     dl_tensor *in[2] = {x, y};
-    dl_node *n = loss_node("BinaryCrossEntropyWithLogitsBackward", bce_bw, 2, in);
+    dl_node *n = loss_node("BinaryCrossEntropyWithLogitsBackward", bce_backward, 2, in);
     if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, y) < 0 || dl_node_save(n, weight) < 0 ||
         dl_node_save(n, pos_weight) < 0)
         return dl_op_abort(n, out);

@@ -29,7 +29,6 @@ typedef enum { DL_REDUCTION_NONE = 0, DL_REDUCTION_MEAN, DL_REDUCTION_SUM } dl_r
 
 /* "none", "mean", "sum" -> the enum; -1 with an error naming op otherwise. */
 int dl_reduction_parse(const char *op, const char *name, dl_reduction *out);
-const char *dl_reduction_name(dl_reduction r);
 
 /* --- nll_loss --------------------------------------------------------------------------- */
 

@@ -3,7 +3,6 @@
  * backend or records autograd. */
 #include "ops/op_util.h"
 #include "core/error.h"
-#include "ops/cuda_backend.h"
 
 #include <string.h>
 
@@ -151,15 +150,26 @@ dl_tensor *dl_op_dense_layout(dl_tensor *t, dl_dtype dt, bool cl) {
     return r;
 }
 
+dl_node *dl_op_node_new(const char *name, dl_backward_fn fn, int n_in, dl_tensor *const *in,
+                        int n_out, int n_save, dl_tensor *const *save, const void *ctx,
+                        size_t ctx_size) {
+    dl_node *n = dl_node_new(name, fn, n_in, in, n_out, ctx_size);
+    if (!n) return NULL;
+    if (ctx_size) memcpy(n->ctx, ctx, ctx_size);
+    for (int i = 0; i < n_save; i++)
+        if (dl_node_save(n, save[i]) < 0) {
+            dl_node_release(n);
+            return NULL;
+        }
+    return n;
+}
+
 dl_tensor *dl_op_record(dl_tensor *out, const char *name, dl_backward_fn fn, int n_in,
                         dl_tensor *const *in, int n_save, dl_tensor *const *save, const void *ctx,
                         size_t ctx_size) {
     if (!out || !dl_autograd_needed(n_in, in)) return out;
-    dl_node *n = dl_node_new(name, fn, n_in, in, 1, ctx_size);
-    if (!n) return dl_op_abort(n, out);
-    for (int i = 0; i < n_save; i++)
-        if (dl_node_save(n, save[i]) < 0) return dl_op_abort(n, out);
-    if (ctx_size) memcpy(n->ctx, ctx, ctx_size);
+    dl_node *n = dl_op_node_new(name, fn, n_in, in, 1, n_save, save, ctx, ctx_size);
+    if (!n) return dl_op_abort(NULL, out);
     return dl_node_finish(n, out);
 }
 

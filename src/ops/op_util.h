@@ -22,6 +22,7 @@
 
 #include "autograd/autograd.h"
 #include "core/tensor.h"
+#include "kernels/cuda.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -90,6 +91,19 @@ const char *dl_op_shape_str(const dl_tensor *t, char *buf, size_t n);
 
 /* --- devices ------------------------------------------------------------------ */
 
+/* Sets "<op>: no CUDA kernel for this operation in this build" and returns -1. */
+int dl_cuda_missing(const char *op);
+
+/* The device n tensors share, for op's error messages: all CPU -> CPU; any on
+ * CUDA -> that device, provided every other one is on the same device or is
+ * a 0-dim CPU tensor (a scalar, which CUDA kernels take by value or the op
+ * moves).  NULL entries are skipped.  -1 with an error naming op and both
+ * devices otherwise. */
+int dl_common_device(const char *op, int n, dl_tensor *const *ts, dl_device *out);
+
+/* A 0-dim CPU tensor moved to dev (retained t when already there). */
+dl_tensor *dl_scalar_to(dl_tensor *t, dl_device dev);
+
 static inline bool dl_op_is_cuda(dl_device dev) {
     return dev.type == DL_DEVICE_CUDA;
 }
@@ -117,6 +131,13 @@ int dl_op_cuda_ready(const char *op, dl_device dev, bool have);
  * returned with the error. */
 dl_tensor *dl_op_record(dl_tensor *out, const char *name, dl_backward_fn fn, int n_in,
                         dl_tensor *const *in, int n_save, dl_tensor *const *save, const void *ctx,
+                        size_t ctx_size);
+
+/* The node alone (several outputs, or outputs the caller attaches itself):
+ * dl_node_new with n_out outputs, then the saves and the parameters as
+ * dl_op_record does.  NULL with the error. */
+dl_node *dl_op_node_new(const char *name, dl_backward_fn fn, int n_in, dl_tensor *const *in,
+                        int n_out, int n_save, dl_tensor *const *save, const void *ctx,
                         size_t ctx_size);
 
 /* Drops a node under construction and the op's result; returns NULL (the

@@ -4,7 +4,9 @@
  * (src/cpu/optim.c) or the CUDA one (cuda/optim.cu). */
 #include "optim.h"
 #include "cpu/optim.h"
-#include "cuda_random.h"
+#include "kernels/cuda.h"
+#include "kernels/optim.h"
+#include "ops/op_util.h"
 #include "views.h"
 
 #include <math.h>
@@ -86,10 +88,10 @@ static int check_params(const char *op, int n, dl_tensor *const *params, dl_devi
 static int dispatch(int rc, const char *op, dl_device dev, int n, dl_optim_tensors *ts,
                     const dl_sgd_coeffs *sc, const dl_adam_coeffs *ac) {
     if (rc == 0 && dev.type == DL_DEVICE_CUDA) {
-        if (!dl_cuda_rnd || (sc ? !dl_cuda_rnd->sgd_step : !dl_cuda_rnd->adam_step))
+        if (!dl_cuda_optim || (sc ? !dl_cuda_optim->sgd_step : !dl_cuda_optim->adam_step))
             rc = dl_cuda_missing(op);
         else
-            rc = sc ? dl_cuda_rnd->sgd_step(n, ts, sc) : dl_cuda_rnd->adam_step(n, ts, ac);
+            rc = sc ? dl_cuda_optim->sgd_step(n, ts, sc) : dl_cuda_optim->adam_step(n, ts, ac);
     } else if (rc == 0) {
         if (sc)
             dl_cpu_sgd_step(n, ts, sc);

@@ -8,7 +8,7 @@
 #include "autograd/autograd.h"
 #include "core/iter.h"
 #include "cpu/pad.h"
-#include "ops/cuda_index.h"
+#include "kernels/pad.h"
 #include "ops/op_util.h"
 #include "ops/views.h"
 
@@ -183,9 +183,9 @@ dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_m
     dl_tensor *xc = dl_tensor_contiguous(x);
     dl_tensor *out = xc ? dl_tensor_empty(x->ndim, oshape, x->dtype, dev) : NULL;
     if (out && dev.type == DL_DEVICE_CUDA) {
-        if (!dl_cuda_idx || !dl_cuda_idx->pad_gather
+        if (!dl_cuda_pad || !dl_cuda_pad->pad_gather
                 ? dl_cuda_missing(op)
-                : dl_cuda_idx->pad_gather(out, xc, p.outer, p.osz, p.isz, p.map)) {
+                : dl_cuda_pad->pad_gather(out, xc, p.outer, p.osz, p.isz, p.map)) {
             dl_tensor_release(out);
             out = NULL;
         }
@@ -247,9 +247,9 @@ dl_tensor *dl_pad_backward(dl_tensor *gy, int ndim, const int64_t *shape, int np
     dl_tensor *gyc = dl_op_dense(gy, cdt);
     dl_tensor *gx = gyc ? dl_tensor_empty(ndim, shape, cdt, dev) : NULL;
     if (gx && dev.type == DL_DEVICE_CUDA) {
-        if (!dl_cuda_idx || !dl_cuda_idx->pad_scatter
+        if (!dl_cuda_pad || !dl_cuda_pad->pad_scatter
                 ? dl_cuda_missing(op)
-                : dl_cuda_idx->pad_scatter(gx, gyc, p.outer, p.osz, p.isz, p.map)) {
+                : dl_cuda_pad->pad_scatter(gx, gyc, p.outer, p.osz, p.isz, p.map)) {
             dl_tensor_release(gx);
             gx = NULL;
         }
@@ -272,7 +272,7 @@ typedef struct {
     int64_t pads[2 * DL_MAX_DIMS];
 } pad_ctx;
 
-static int pad_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+static int pad_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const pad_ctx *c = n->ctx;
     const dl_tensor_meta *m = &n->input_meta[0];
     gin[0] = dl_pad_backward(gout[0], m->ndim, m->shape, c->npads, c->pads, c->mode);
@@ -282,6 +282,6 @@ static int pad_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
 dl_tensor *dl_pad(dl_tensor *x, int npads, const int64_t *pads, dl_pad_mode mode, double value) {
     pad_ctx c = {.mode = mode, .npads = npads};
     memcpy(c.pads, pads, sizeof(int64_t) * (size_t)npads);
-    return dl_op_record(dl_pad_forward(x, npads, pads, mode, value), "PadBackward", pad_bw, 1, &x,
-                        0, NULL, &c, sizeof c);
+    return dl_op_record(dl_pad_forward(x, npads, pads, mode, value), "PadBackward", pad_backward, 1,
+                        &x, 0, NULL, &c, sizeof c);
 }

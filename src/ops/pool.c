@@ -11,7 +11,7 @@
 #include "autograd/autograd.h"
 #include "core/error.h"
 #include "cpu/pool.h"
-#include "ops/cuda_nn.h"
+#include "kernels/pool.h"
 #include "ops/op_util.h"
 #include "ops/views.h"
 
@@ -135,7 +135,7 @@ typedef enum { POOL_MAX, POOL_AVG, POOL_ADAPTIVE_AVG, POOL_ADAPTIVE_MAX } pool_k
 
 /* Whether the CUDA nn table has the kernel of kind (forward or backward). */
 static bool pool_cuda_has(pool_kind kind, bool backward) {
-    const dl_cuda_nn_kernels *k = dl_cuda_nn;
+    const dl_cuda_pool_kernels *k = dl_cuda_pool;
     if (!k) return false;
     switch (kind) {
     case POOL_MAX:
@@ -210,7 +210,7 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x,
     if (!t[0] || !t[1] || (with_ind && !t[2])) goto done;
     rc = 0;
     if (dl_tensor_numel(t[1]) > 0 && cuda) {
-        const dl_cuda_nn_kernels *k = dl_cuda_nn;
+        const dl_cuda_pool_kernels *k = dl_cuda_pool;
         void *yp = dl_tensor_data_ptr(t[1]);
         const void *xp = dl_tensor_data_ptr(t[0]);
         int64_t *ip = with_ind ? dl_tensor_data_ptr(t[2]) : NULL;
@@ -268,7 +268,7 @@ static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, d
     if (!t[0] || (ind && !t[1]) || !t[2]) goto done;
     rc = 0;
     if (dl_tensor_numel(t[2]) > 0 && cuda) {
-        const dl_cuda_nn_kernels *k = dl_cuda_nn;
+        const dl_cuda_pool_kernels *k = dl_cuda_pool;
         void *gp = dl_tensor_data_ptr(t[2]);
         const void *yp = dl_tensor_data_ptr(t[0]);
         switch (kind) {
@@ -403,7 +403,7 @@ typedef struct {
     dl_pool2d_params p;
 } pool_ctx;
 
-static int maxpool_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+static int maxpool_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const pool_ctx *c = n->ctx;
     dl_tensor *x = dl_node_saved(n, 0), *ind = dl_node_saved(n, 1);
     if (!x || !ind) return -1;
@@ -417,7 +417,7 @@ static dl_tensor *record_maxpool(const char *name, dl_tensor *x, dl_tensor *y, d
                                  const dl_pool2d_params *p, dl_tensor **indices) {
     pool_ctx c = {.adaptive = p == NULL, .p = p ? *p : dl_pool2d_default_params(1, 1)};
     dl_tensor *save[2] = {x, ind};
-    y = dl_op_record(y, name, maxpool_bw, 1, &x, 2, save, &c, sizeof c);
+    y = dl_op_record(y, name, maxpool_backward, 1, &x, 2, save, &c, sizeof c);
     if (y && indices)
         *indices = ind;
     else
@@ -437,7 +437,7 @@ dl_tensor *dl_adaptive_max_pool2d(dl_tensor *x, int64_t oh, int64_t ow, dl_tenso
     return record_maxpool("AdaptiveMaxPool2DBackward", x, y, ind, NULL, indices);
 }
 
-static int avgpool_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+static int avgpool_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const pool_ctx *c = n->ctx;
     dl_tensor *x = dl_node_saved(n, 0);
     if (!x) return -1;
@@ -450,7 +450,7 @@ static int avgpool_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
 static dl_tensor *record_avgpool(const char *name, dl_tensor *x, dl_tensor *y,
                                  const dl_pool2d_params *p) {
     pool_ctx c = {.adaptive = p == NULL, .p = p ? *p : dl_pool2d_default_params(1, 1)};
-    return dl_op_record(y, name, avgpool_bw, 1, &x, 1, &x, &c, sizeof c);
+    return dl_op_record(y, name, avgpool_backward, 1, &x, 1, &x, &c, sizeof c);
 }
 
 dl_tensor *dl_avg_pool2d(dl_tensor *x, const dl_pool2d_params *p) {

@@ -9,11 +9,12 @@
 #include "ops/softmax.h"
 #include "autograd/autograd.h"
 #include "cpu/softmax.h"
-#include "ops/cuda_reduce.h"
+#include "kernels/softmax.h"
 #include "ops/op_util.h"
 
-/* Runs CUDA entry fn of the reduce table, or refuses when this build lacks it. */
-#define CUDA_RUN(op, fn, ...) (dl_cuda_red->fn ? dl_cuda_red->fn(__VA_ARGS__) : dl_cuda_missing(op))
+/* Runs CUDA entry fn of the softmax table, or refuses when this build lacks it. */
+#define CUDA_RUN(op, fn, ...)                                                                      \
+    (dl_cuda_softmax->fn ? dl_cuda_softmax->fn(__VA_ARGS__) : dl_cuda_missing(op))
 
 /* --- softmax ------------------------------------------------------------------------------ */
 
@@ -26,9 +27,10 @@ static void split3(const dl_tensor *t, int d, int64_t *outer, int64_t *D, int64_
     for (int i = d + 1; i < t->ndim; i++) *inner *= t->shape[i];
 }
 
-static dl_tensor *softmax_fwd(const char *op, dl_tensor *x, int dim, bool log) {
+static dl_tensor *softmax_forward_any(const char *op, dl_tensor *x, int dim, bool log) {
     dl_device dev;
-    if (dl_op_need_floating(op, "input", x) || dl_op_device(op, 1, &x, dl_cuda_red != NULL, &dev))
+    if (dl_op_need_floating(op, "input", x) ||
+        dl_op_device(op, 1, &x, dl_cuda_softmax != NULL, &dev))
         return NULL;
     int d = dl_wrap_dim(op, dim, x->ndim);
     if (d < 0) return NULL;
@@ -54,11 +56,12 @@ static dl_tensor *softmax_fwd(const char *op, dl_tensor *x, int dim, bool log) {
     return dl_op_finish_as(y, x->dtype);
 }
 
-static dl_tensor *softmax_bwd(const char *op, dl_tensor *gy, dl_tensor *y, int dim, bool log) {
+static dl_tensor *softmax_backward_any(const char *op, dl_tensor *gy, dl_tensor *y, int dim,
+                                       bool log) {
     dl_device dev;
     dl_tensor *ts[2] = {gy, y};
     if (dl_op_need_floating(op, "grad", gy) || dl_op_need_floating(op, "output", y) ||
-        dl_op_device(op, 2, ts, dl_cuda_red != NULL, &dev))
+        dl_op_device(op, 2, ts, dl_cuda_softmax != NULL, &dev))
         return NULL;
     if (dl_op_check_same_shape(op, "grad", gy, "output", y)) return NULL;
     int d = dl_wrap_dim(op, dim, y->ndim);
@@ -89,16 +92,16 @@ static dl_tensor *softmax_bwd(const char *op, dl_tensor *gy, dl_tensor *y, int d
 }
 
 dl_tensor *dl_softmax_forward(dl_tensor *x, int dim) {
-    return softmax_fwd("softmax", x, dim, false);
+    return softmax_forward_any("softmax", x, dim, false);
 }
 dl_tensor *dl_log_softmax_forward(dl_tensor *x, int dim) {
-    return softmax_fwd("log_softmax", x, dim, true);
+    return softmax_forward_any("log_softmax", x, dim, true);
 }
 dl_tensor *dl_softmax_backward(dl_tensor *gy, dl_tensor *y, int dim) {
-    return softmax_bwd("softmax_backward", gy, y, dim, false);
+    return softmax_backward_any("softmax_backward", gy, y, dim, false);
 }
 dl_tensor *dl_log_softmax_backward(dl_tensor *gy, dl_tensor *y, int dim) {
-    return softmax_bwd("log_softmax_backward", gy, y, dim, true);
+    return softmax_backward_any("log_softmax_backward", gy, y, dim, true);
 }
 
 /* --- with autograd ----------------------------------------------------------------
@@ -109,7 +112,7 @@ typedef struct {
     bool log;
 } softmax_ctx;
 
-static int softmax_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+static int softmax_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const softmax_ctx *c = n->ctx;
     dl_tensor *y = dl_node_saved(n, 0);
     if (!y) return -1;
@@ -121,8 +124,8 @@ static int softmax_bw(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
 static dl_tensor *softmax_common(dl_tensor *x, int dim, bool log) {
     dl_tensor *y = log ? dl_log_softmax_forward(x, dim) : dl_softmax_forward(x, dim);
     softmax_ctx c = {dim, log};
-    return dl_op_record(y, log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_bw, 1, &x, 1, &y,
-                        &c, sizeof c);
+    return dl_op_record(y, log ? "LogSoftmaxBackward" : "SoftmaxBackward", softmax_backward, 1, &x,
+                        1, &y, &c, sizeof c);
 }
 
 dl_tensor *dl_softmax(dl_tensor *x, int dim) {

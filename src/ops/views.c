@@ -76,15 +76,8 @@ static const char *const view_names[] = {
 /* Records out = kind(t) when t requires grad; consumes nothing, returns out
  * (NULL and releases out on failure). */
 static dl_tensor *record(dl_tensor *t, dl_tensor *out, const view_ctx *c) {
-    if (!out || !dl_needs_grad1(t)) return out;
     if (out == t) return out; /* contiguous/to on an already-suitable tensor */
-    dl_node *n = dl_node_new(view_names[c->kind], view_backward, 1, &t, 1, sizeof(view_ctx));
-    if (!n) {
-        dl_tensor_release(out);
-        return NULL;
-    }
-    memcpy(n->ctx, c, sizeof *c);
-    return dl_node_finish(n, out);
+    return dl_op_record(out, view_names[c->kind], view_backward, 1, &t, 0, NULL, c, sizeof *c);
 }
 
 dl_tensor *dl_view(dl_tensor *t, int ndim, const int64_t *shape) {
