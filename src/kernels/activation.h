@@ -2,10 +2,7 @@
  * (ops/activation.c): the CUDA table of the activations' backwards
  * (cpu/activation.h has the CPU twins).
  *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU. */
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
 #ifndef DL_KERNELS_ACTIVATION_H
 #define DL_KERNELS_ACTIVATION_H
 
@@ -20,7 +17,6 @@ typedef struct dl_cuda_activation_kernels {
     int (*threshold_backward)(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, double threshold);
 } dl_cuda_activation_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_activation_kernels *dl_cuda_activation;
 
 #endif

@@ -1,11 +1,7 @@
 /* kernels/batchnorm.h - the kernel interface of the batchnorm family
  * (ops/batchnorm.c): the (N,C,S) shape and the CUDA table (cpu/batchnorm.h
  * has the CPU twins).
- *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU.
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h.
  *
  * The CUDA table mirrors cpu/batchnorm.h, plus a layout and mixed precision:
  *  - dt is the dtype of x, y, gx, gy: F32, F64, F16 or BF16.  The per-channel
@@ -47,7 +43,6 @@ typedef struct dl_cuda_batchnorm_kernels {
                                     bool to_invstd);
 } dl_cuda_batchnorm_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_batchnorm_kernels *dl_cuda_batchnorm;
 
 #endif

@@ -1,11 +1,7 @@
 /* kernels/conv.h - the kernel interface of the conv family (ops/conv.c): the
  * shape of a 2-D convolution and the CUDA table (cuDNN; cpu/conv.h has the
  * CPU twins, oneDNN).
- *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU.
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h.
  * Every pointer to tensor data in the table is a device pointer on CUDA
  * device `device` (0-based), which each entry point makes current. */
 #ifndef DL_KERNELS_CONV_H
@@ -41,7 +37,6 @@ typedef struct dl_cuda_conv_kernels {
                            void *gw, void *gb, const void *gy, const void *x, const void *w);
 } dl_cuda_conv_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_conv_kernels *dl_cuda_conv;
 
 #endif

@@ -2,11 +2,7 @@
  * (ops/elementwise.c): the binary and unary op enums and the CUDA table of
  * binary, unary, clamp, where, masked_fill and isclose.  The CPU kernels
  * (cpu/elementwise.h) take the same tensors.
- *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU.
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h.
  *
  * What the op layer guarantees (as for the CPU kernels, src/cpu/elementwise.h and
  * src/cpu/activation.h): every operand has out's shape (broadcast operands are
@@ -120,7 +116,6 @@ typedef struct dl_cuda_elementwise_kernels {
                    bool equal_nan);
 } dl_cuda_elementwise_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_elementwise_kernels *dl_cuda_elementwise;
 
 #endif

@@ -2,10 +2,7 @@
  * the CUDA table of selection, gather/scatter, sorting, masking and the
  * triangular fills (cpu/index.h has the CPU twins).
  *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU. */
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
 #ifndef DL_KERNELS_INDEX_H
 #define DL_KERNELS_INDEX_H
 
@@ -51,7 +48,6 @@ typedef struct dl_cuda_index_kernels {
     int (*shift_i64)(dl_tensor *t, int64_t delta);
 } dl_cuda_index_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_index_kernels *dl_cuda_index;
 
 #endif

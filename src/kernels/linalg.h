@@ -1,11 +1,7 @@
 /* kernels/linalg.h - the kernel interface of the linalg family
  * (ops/linalg.c): the strided matrix operand of the GEMM kernels and the CUDA
  * table (cuBLAS and an exact integer kernel; cpu/gemm.h has the CPU twin).
- *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU.
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h.
  * Every pointer to tensor data in the table is a device pointer on CUDA
  * device `device` (0-based), which each entry point makes current. */
 #ifndef DL_KERNELS_LINALG_H
@@ -38,7 +34,6 @@ typedef struct dl_cuda_linalg_kernels {
                 void *out);
 } dl_cuda_linalg_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_linalg_kernels *dl_cuda_linalg;
 
 #endif

@@ -2,10 +2,7 @@
  * pointwise-loss enum and the CUDA table of the class and pointwise losses
  * (cpu/loss.h has the CPU twins).
  *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU. */
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
 #ifndef DL_KERNELS_LOSS_H
 #define DL_KERNELS_LOSS_H
 
@@ -55,7 +52,6 @@ typedef struct dl_cuda_loss_kernels {
                                    int64_t n, dl_pointwise_loss op);
 } dl_cuda_loss_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_loss_kernels *dl_cuda_loss;
 
 #endif

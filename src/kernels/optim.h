@@ -2,10 +2,7 @@
  * parameter with its optimizer state, the SGD and Adam coefficients, and the
  * CUDA table of the fused steps (cpu/optim.h has the CPU twins).
  *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU. */
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
 #ifndef DL_KERNELS_OPTIM_H
 #define DL_KERNELS_OPTIM_H
 
@@ -53,7 +50,6 @@ typedef struct dl_cuda_optim_kernels {
     int (*adam_step)(int n, const dl_optim_tensors *ts, const dl_adam_coeffs *c);
 } dl_cuda_optim_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_optim_kernels *dl_cuda_optim;
 
 #endif

@@ -2,10 +2,7 @@
  * CUDA table of the index-map gather and scatter that pad reads and writes
  * through (cpu/pad.h has the CPU twins).
  *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU. */
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
 #ifndef DL_KERNELS_PAD_H
 #define DL_KERNELS_PAD_H
 
@@ -26,7 +23,6 @@ typedef struct dl_cuda_pad_kernels {
                        const int64_t isz[3], const int64_t *const map[3]);
 } dl_cuda_pad_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_pad_kernels *dl_cuda_pad;
 
 #endif

@@ -1,10 +1,6 @@
 /* kernels/pool.h - the kernel interface of the pool family (ops/pool.c): the
  * pooling shape and the CUDA table (cpu/pool.h has the CPU twins).
- *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU.
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h.
  *
  * The CUDA table mirrors cpu/pool.h: F32 and F64 only (the op layer computes half
  * inputs in float32, as on the CPU); buffers contiguous (P,H,W)/(P,OH,OW). */
@@ -42,7 +38,6 @@ typedef struct dl_cuda_pool_kernels {
                                        const void *x);
 } dl_cuda_pool_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_pool_kernels *dl_cuda_pool;
 
 #endif

@@ -2,10 +2,7 @@
  * (ops/random.c): the distribution parameters and the CUDA table of random
  * fills (cpu/random.h has the CPU twin).
  *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU. */
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
 #ifndef DL_KERNELS_RANDOM_H
 #define DL_KERNELS_RANDOM_H
 
@@ -39,7 +36,6 @@ typedef struct dl_cuda_random_kernels {
     int (*random_fill)(dl_tensor *out, const dl_random_params *p, uint64_t seed, uint64_t base);
 } dl_cuda_random_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_random_kernels *dl_cuda_random;
 
 #endif

@@ -3,10 +3,7 @@
  * and the CUDA table of the reductions, scans and medians (cpu/reduce.h has
  * the CPU twins).
  *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU. */
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
 #ifndef DL_KERNELS_REDUCE_H
 #define DL_KERNELS_REDUCE_H
 
@@ -62,7 +59,6 @@ typedef struct dl_cuda_reduce_kernels {
     int (*reduce_zero_inf)(double *a, int64_t n);
 } dl_cuda_reduce_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_reduce_kernels *dl_cuda_reduce;
 
 #endif

@@ -2,10 +2,7 @@
  * (ops/softmax.c): the CUDA table of softmax and log_softmax over (outer, D,
  * inner) buffers (cpu/softmax.h has the CPU twins).
  *
- * Included alike by ops/ (which calls the kernels), cpu/ and cuda/ (which
- * implement them); it includes only core headers.  The CUDA table is filled in
- * by cuda/ at start-up (kernels/cuda.h states the contract) and is NULL
- * without a GPU. */
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
 #ifndef DL_KERNELS_SOFTMAX_H
 #define DL_KERNELS_SOFTMAX_H
 
@@ -22,7 +19,6 @@ typedef struct dl_cuda_softmax_kernels {
                             int64_t D, int64_t inner, bool is_log);
 } dl_cuda_softmax_kernels;
 
-/* Set by the CUDA backend when a GPU is present (cuda/backend.cu); NULL otherwise. */
 extern const dl_cuda_softmax_kernels *dl_cuda_softmax;
 
 #endif

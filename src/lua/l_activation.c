@@ -40,15 +40,8 @@ static int F_relu(lua_State *L) {
 }
 
 void dlL_open_activation(lua_State *L) {
-    static const luaL_Reg fns[] = {
-        {"relu_forward", l_relu_forward},
-        {"relu_backward", l_relu_backward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_nn", fns);
-    static const luaL_Reg F[] = {
-        {"relu", F_relu},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_F", F);
+    static const luaL_Reg nn[] = {
+        {"relu_forward", l_relu_forward}, {"relu_backward", l_relu_backward}, {NULL, NULL}};
+    static const luaL_Reg F[] = {{"relu", F_relu}, {NULL, NULL}};
+    dlL_register_nn(L, nn, F);
 }

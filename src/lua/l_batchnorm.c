@@ -78,15 +78,9 @@ static int F_batch_norm(lua_State *L) {
 }
 
 void dlL_open_batchnorm(lua_State *L) {
-    static const luaL_Reg fns[] = {
-        {"batch_norm_forward", l_batch_norm_forward},
-        {"batch_norm_backward", l_batch_norm_backward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_nn", fns);
-    static const luaL_Reg F[] = {
-        {"batch_norm", F_batch_norm},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_F", F);
+    static const luaL_Reg nn[] = {{"batch_norm_forward", l_batch_norm_forward},
+                                  {"batch_norm_backward", l_batch_norm_backward},
+                                  {NULL, NULL}};
+    static const luaL_Reg F[] = {{"batch_norm", F_batch_norm}, {NULL, NULL}};
+    dlL_register_nn(L, nn, F);
 }

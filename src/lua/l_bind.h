@@ -89,6 +89,9 @@ void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *metho
 
 /* Adds functions to the subtable dl.<name> (created when absent). */
 void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions);
+/* An nn family's functions: its kernel pairs into dl._nn, its recording entry
+ * points (what dl.nn.functional exposes) into dl._F; either may be NULL. */
+void dlL_register_nn(lua_State *L, const luaL_Reg *nn, const luaL_Reg *F);
 
 /* Marks L's state as owned by the calling thread: a failed allocation on
  * this thread collects it (l_dl.c).  dl_state_* calls this on entry. */

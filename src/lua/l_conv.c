@@ -103,19 +103,13 @@ static int l_primitive_cache(lua_State *L) {
 }
 
 void dlL_open_conv(lua_State *L) {
-    static const luaL_Reg fns[] = {
-        {"conv2d_forward", l_conv2d_forward},
-        {"conv2d_backward", l_conv2d_backward},
-        {"conv2d_fused", l_conv2d_fused},
-        {"conv2d_layout", l_conv2d_layout},
-        {"conv2d_winograd", l_conv2d_winograd},
-        {"primitive_cache", l_primitive_cache},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_nn", fns);
-    static const luaL_Reg F[] = {
-        {"conv2d", l_conv2d_forward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_F", F);
+    static const luaL_Reg nn[] = {{"conv2d_forward", l_conv2d_forward},
+                                  {"conv2d_backward", l_conv2d_backward},
+                                  {"conv2d_fused", l_conv2d_fused},
+                                  {"conv2d_layout", l_conv2d_layout},
+                                  {"conv2d_winograd", l_conv2d_winograd},
+                                  {"primitive_cache", l_primitive_cache},
+                                  {NULL, NULL}};
+    static const luaL_Reg F[] = {{"conv2d", l_conv2d_forward}, {NULL, NULL}};
+    dlL_register_nn(L, nn, F);
 }

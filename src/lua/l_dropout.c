@@ -58,15 +58,9 @@ static int F_dropout(lua_State *L) {
 }
 
 void dlL_open_dropout(lua_State *L) {
-    static const luaL_Reg fns[] = {
-        {"dropout_forward", l_dropout_forward},
-        {"dropout_backward", l_dropout_backward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_nn", fns);
-    static const luaL_Reg F[] = {
-        {"dropout", F_dropout},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_F", F);
+    static const luaL_Reg nn[] = {{"dropout_forward", l_dropout_forward},
+                                  {"dropout_backward", l_dropout_backward},
+                                  {NULL, NULL}};
+    static const luaL_Reg F[] = {{"dropout", F_dropout}, {NULL, NULL}};
+    dlL_register_nn(L, nn, F);
 }

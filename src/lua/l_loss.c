@@ -235,7 +235,7 @@ static int l_bce_logits_backward(lua_State *L) {
 }
 
 void dlL_open_loss(lua_State *L) {
-    static const luaL_Reg fns[] = {
+    static const luaL_Reg nn[] = {
         {"nll_loss_forward", l_nll_loss_forward},
         {"nll_loss_backward", l_nll_loss_backward},
         {"cross_entropy_forward", l_cross_entropy_forward},
@@ -246,16 +246,12 @@ void dlL_open_loss(lua_State *L) {
         {"l1_loss_backward", l_l1_loss_backward},
         {"binary_cross_entropy_with_logits_forward", l_bce_logits_forward},
         {"binary_cross_entropy_with_logits_backward", l_bce_logits_backward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_nn", fns);
-    static const luaL_Reg F[] = {
-        {"nll_loss", l_nll_loss_forward},
-        {"cross_entropy", l_cross_entropy_forward},
-        {"mse_loss", l_mse_loss_forward},
-        {"l1_loss", l_l1_loss_forward},
-        {"binary_cross_entropy_with_logits", l_bce_logits_forward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_F", F);
+        {NULL, NULL}};
+    static const luaL_Reg F[] = {{"nll_loss", l_nll_loss_forward},
+                                 {"cross_entropy", l_cross_entropy_forward},
+                                 {"mse_loss", l_mse_loss_forward},
+                                 {"l1_loss", l_l1_loss_forward},
+                                 {"binary_cross_entropy_with_logits", l_bce_logits_forward},
+                                 {NULL, NULL}};
+    dlL_register_nn(L, nn, F);
 }

@@ -88,15 +88,8 @@ static int l_pad_backward(lua_State *L) {
 }
 
 void dlL_open_pad(lua_State *L) {
-    static const luaL_Reg fns[] = {
-        {"pad_forward", l_pad_forward},
-        {"pad_backward", l_pad_backward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_nn", fns);
-    static const luaL_Reg F[] = {
-        {"pad", l_pad_forward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_F", F);
+    static const luaL_Reg nn[] = {
+        {"pad_forward", l_pad_forward}, {"pad_backward", l_pad_backward}, {NULL, NULL}};
+    static const luaL_Reg F[] = {{"pad", l_pad_forward}, {NULL, NULL}};
+    dlL_register_nn(L, nn, F);
 }

@@ -144,24 +144,19 @@ static int F_adaptive_max_pool2d(lua_State *L) {
 }
 
 void dlL_open_pool(lua_State *L) {
-    static const luaL_Reg fns[] = {
-        {"max_pool2d_forward", l_max_pool2d_forward},
-        {"max_pool2d_backward", l_max_pool2d_backward},
-        {"avg_pool2d_forward", l_avg_pool2d_forward},
-        {"avg_pool2d_backward", l_avg_pool2d_backward},
-        {"adaptive_avg_pool2d_forward", l_adaptive_avg_pool2d_forward},
-        {"adaptive_avg_pool2d_backward", l_adaptive_avg_pool2d_backward},
-        {"adaptive_max_pool2d_forward", l_adaptive_max_pool2d_forward},
-        {"adaptive_max_pool2d_backward", l_adaptive_max_pool2d_backward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_nn", fns);
-    static const luaL_Reg F[] = {
-        {"max_pool2d", F_max_pool2d},
-        {"avg_pool2d", l_avg_pool2d_forward},
-        {"adaptive_avg_pool2d", l_adaptive_avg_pool2d_forward},
-        {"adaptive_max_pool2d", F_adaptive_max_pool2d},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_F", F);
+    static const luaL_Reg nn[] = {{"max_pool2d_forward", l_max_pool2d_forward},
+                                  {"max_pool2d_backward", l_max_pool2d_backward},
+                                  {"avg_pool2d_forward", l_avg_pool2d_forward},
+                                  {"avg_pool2d_backward", l_avg_pool2d_backward},
+                                  {"adaptive_avg_pool2d_forward", l_adaptive_avg_pool2d_forward},
+                                  {"adaptive_avg_pool2d_backward", l_adaptive_avg_pool2d_backward},
+                                  {"adaptive_max_pool2d_forward", l_adaptive_max_pool2d_forward},
+                                  {"adaptive_max_pool2d_backward", l_adaptive_max_pool2d_backward},
+                                  {NULL, NULL}};
+    static const luaL_Reg F[] = {{"max_pool2d", F_max_pool2d},
+                                 {"avg_pool2d", l_avg_pool2d_forward},
+                                 {"adaptive_avg_pool2d", l_adaptive_avg_pool2d_forward},
+                                 {"adaptive_max_pool2d", F_adaptive_max_pool2d},
+                                 {NULL, NULL}};
+    dlL_register_nn(L, nn, F);
 }

@@ -38,18 +38,12 @@ static int l_log_softmax_backward(lua_State *L) {
 }
 
 void dlL_open_softmax(lua_State *L) {
-    static const luaL_Reg fns[] = {
-        {"softmax_forward", l_softmax_forward},
-        {"softmax_backward", l_softmax_backward},
-        {"log_softmax_forward", l_log_softmax_forward},
-        {"log_softmax_backward", l_log_softmax_backward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_nn", fns);
+    static const luaL_Reg nn[] = {{"softmax_forward", l_softmax_forward},
+                                  {"softmax_backward", l_softmax_backward},
+                                  {"log_softmax_forward", l_log_softmax_forward},
+                                  {"log_softmax_backward", l_log_softmax_backward},
+                                  {NULL, NULL}};
     static const luaL_Reg F[] = {
-        {"softmax", l_softmax_forward},
-        {"log_softmax", l_log_softmax_forward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_F", F);
+        {"softmax", l_softmax_forward}, {"log_softmax", l_log_softmax_forward}, {NULL, NULL}};
+    dlL_register_nn(L, nn, F);
 }

@@ -419,6 +419,11 @@ void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions) 
     lua_pop(L, 2);
 }
 
+void dlL_register_nn(lua_State *L, const luaL_Reg *nn, const luaL_Reg *F) {
+    if (nn) dlL_register_in(L, "_nn", nn);
+    if (F) dlL_register_in(L, "_F", F);
+}
+
 /* --- properties and indexing ---------------------------------------------- */
 
 static void push_shape(lua_State *L, const dl_tensor *t) {

@@ -331,10 +331,7 @@ int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_te
         rc = -1;
         goto done;
     }
-    *gx = t[6];
-    *gweight = t[7];
-    *gbias = t[8];
-    t[6] = t[7] = t[8] = NULL;
+    dl_op_take3(&t[6], gx, gweight, gbias);
 done:
     dl_op_release_all(t, 9);
     return rc;

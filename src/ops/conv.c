@@ -280,10 +280,7 @@ static int conv2d_backward_cuda_in(const dl_conv2d_shape *s, dl_tensor *gy, dl_t
         t[4] = g;
     }
     rc = 0;
-    *gx = t[3];
-    *gw = t[4];
-    *gb = t[5];
-    t[3] = t[4] = t[5] = NULL;
+    dl_op_take3(&t[3], gx, gw, gb);
 done:
     dl_op_release_all(t, 6);
     return rc;
@@ -503,28 +500,21 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
         rc = -1;
         goto done;
     }
-    *gx = t[3];
-    *gw = t[4];
-    *gb = t[5];
-    t[3] = t[4] = t[5] = NULL;
+    dl_op_take3(&t[3], gx, gw, gb);
 done:
     dl_op_release_all(t, 6);
     return rc;
 }
 
 /* --- with autograd ----------------------------------------------------------------
- * The node saves x and w and the parameters, and calls dl_conv2d_backward. */
-
-typedef struct {
-    dl_conv2d_params p;
-} conv_ctx;
+ * The node saves x and w; its parameters (ctx) are the dl_conv2d_params. */
 
 static int conv_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
-    const conv_ctx *c = n->ctx;
+    const dl_conv2d_params *p = n->ctx;
     dl_tensor *x = dl_node_saved(n, 0), *w = dl_node_saved(n, 1);
     if (!x || !w) return -1;
     bool need[3] = {dl_node_needs_grad(n, 0), dl_node_needs_grad(n, 1), dl_node_needs_grad(n, 2)};
-    return dl_conv2d_backward(gout[0], x, w, &c->p, need, &gin[0], &gin[1], &gin[2]);
+    return dl_conv2d_backward(gout[0], x, w, p, need, &gin[0], &gin[1], &gin[2]);
 }
 
 dl_tensor *dl_conv2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_params *p) {
@@ -532,6 +522,5 @@ dl_tensor *dl_conv2d(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_conv2d_p
     bool inference = !dl_autograd_needed(3, in);
     dl_tensor *y = conv2d_forward(x, w, b, p, inference);
     if (inference) return y;
-    conv_ctx c = {*p};
-    return dl_op_record(y, "ConvolutionBackward", conv_backward, 3, in, 2, save, &c, sizeof c);
+    return dl_op_record(y, "ConvolutionBackward", conv_backward, 3, in, 2, save, p, sizeof *p);
 }

@@ -81,16 +81,13 @@ dl_tensor *dl_dropout_backward(dl_tensor *gy, dl_tensor *mask, double p) {
     return gx;
 }
 
-/* --- with autograd ---------------------------------------------------------------- */
-
-typedef struct {
-    double p;
-} dropout_ctx;
+/* --- with autograd ----------------------------------------------------------------
+ * The node saves the mask; its parameter (ctx) is p, a double. */
 
 static int dropout_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
-    const dropout_ctx *c = n->ctx;
+    const double *p = n->ctx;
     dl_tensor *mask = n->saved[0].t;
-    gin[0] = dl_dropout_backward(gout[0], mask, c->p);
+    gin[0] = dl_dropout_backward(gout[0], mask, *p);
     return gin[0] ? 0 : -1;
 }
 
@@ -98,8 +95,7 @@ int dl_dropout(dl_tensor *x, double p, bool training, dl_tensor **out, dl_tensor
     dl_tensor *m = NULL;
     if (dl_dropout_forward(x, p, training, NULL, out, &m)) return -1;
     if (training && dl_needs_grad1(x)) {
-        dl_node *n =
-            dl_node_new("DropoutBackward", dropout_backward, 1, &x, 1, sizeof(dropout_ctx));
+        dl_node *n = dl_node_new("DropoutBackward", dropout_backward, 1, &x, 1, sizeof(double));
         if (!n || dl_node_save(n, m) < 0) {
             dl_node_release(n);
             dl_tensor_release(*out);
@@ -107,7 +103,7 @@ int dl_dropout(dl_tensor *x, double p, bool training, dl_tensor **out, dl_tensor
             *out = NULL;
             return -1;
         }
-        ((dropout_ctx *)n->ctx)->p = p;
+        *(double *)n->ctx = p;
         dl_node_finish(n, *out);
     }
     if (mask)

@@ -99,6 +99,13 @@ int dl_op_device(const char *op, int n, dl_tensor *const *ts, bool have, dl_devi
     return dl_cuda_rt->set_device(dev->index) < 0 ? -1 : 0;
 }
 
+void dl_op_take3(dl_tensor **ts, dl_tensor **a, dl_tensor **b, dl_tensor **c) {
+    *a = ts[0];
+    *b = ts[1];
+    *c = ts[2];
+    ts[0] = ts[1] = ts[2] = NULL;
+}
+
 const char *dl_op_shape_str(const dl_tensor *t, char *buf, size_t n) {
     return dl_shape_str(t->ndim, t->shape, buf, n);
 }

@@ -86,6 +86,10 @@ static inline double *dl_op_f64p(const dl_tensor *t) {
     return (double *)dl_op_data(t);
 }
 
+/* Hands ts[0], ts[1], ts[2] to the caller's outputs *a, *b, *c (the last
+ * step of a backward with three gradients) and leaves NULLs behind. */
+void dl_op_take3(dl_tensor **ts, dl_tensor **a, dl_tensor **b, dl_tensor **c);
+
 /* "[2, 3, 4]" of t, written into buf. */
 const char *dl_op_shape_str(const dl_tensor *t, char *buf, size_t n);
 
