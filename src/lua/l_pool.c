@@ -26,6 +26,14 @@
 
 static const int64_t one2[2] = {1, 1}, zero2[2] = {0, 0};
 
+/* The results of a max kind's forward (rc its status): y and the indices. */
+static int push_y_ind(lua_State *L, int rc, dl_tensor *y, dl_tensor *ind) {
+    if (rc) return dlL_fail(L);
+    dlL_pushtensor(L, y);
+    dlL_pushtensor(L, ind);
+    return 2;
+}
+
 /* --- pooling ------------------------------------------------------------------------ */
 
 /* Pooling options at opts after the kernel size at kidx. */
@@ -58,10 +66,8 @@ static int l_max_pool2d_forward(lua_State *L) {
     dl_tensor *x = dlL_checktensor(L, 1);
     dl_pool2d_params p = pool_opts(L, 2, 3, "max_pool2d", false);
     dl_tensor *y, *ind;
-    if (dl_max_pool2d_forward(x, &p, &y, &ind)) return dlL_fail(L);
-    dlL_pushtensor(L, y);
-    dlL_pushtensor(L, ind);
-    return 2;
+    int rc = dl_max_pool2d_forward(x, &p, &y, &ind);
+    return push_y_ind(L, rc, y, ind);
 }
 
 /* max_pool2d_backward(gy, x, indices, kernel_size, {same options}) -> gx */
@@ -112,10 +118,8 @@ static int l_adaptive_max_pool2d_forward(lua_State *L) {
     luaL_checkany(L, 2);
     dlL_checkpair(L, 2, "adaptive_max_pool2d", "output_size", o);
     dl_tensor *y, *ind;
-    if (dl_adaptive_max_pool2d_forward(x, o[0], o[1], &y, &ind)) return dlL_fail(L);
-    dlL_pushtensor(L, y);
-    dlL_pushtensor(L, ind);
-    return 2;
+    int rc = dl_adaptive_max_pool2d_forward(x, o[0], o[1], &y, &ind);
+    return push_y_ind(L, rc, y, ind);
 }
 
 /* adaptive_max_pool2d_backward(gy, x, indices) -> gx */

@@ -667,19 +667,26 @@ static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *ind
                         bool add);
 
 /* grad x = zeros with the gradient scatter-added at the gathered positions. */
-static int gather_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+/* The backward of an op that read x at the saved positions (saved 0) along
+ * ctx's dim: gout scattered (add: accumulated) into zeros of x's shape. */
+static int scatter_to_input(const char *op, dl_node *n, dl_tensor *const *gout, dl_tensor **gin,
+                            bool add) {
     int d = ((const dim_ctx *)n->ctx)->dim;
     const dl_tensor_meta *m = &n->input_meta[0];
     dl_tensor *index = dl_node_saved(n, 0);
     if (!index) return -1;
     dl_tensor *r = dl_tensor_zeros(m->ndim, m->shape, gout[0]->dtype, m->device);
-    if (!r || scatter_impl("gather", r, d, index, gout[0], true)) {
+    if (!r || scatter_impl(op, r, d, index, gout[0], add)) {
         dl_tensor_release(r);
         return -1;
     }
     gin[0] = dl_tensor_to_dtype(r, m->dtype);
     dl_tensor_release(r);
     return gin[0] ? 0 : -1;
+}
+
+static int gather_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    return scatter_to_input("gather", n, gout, gin, true);
 }
 
 dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index) {
@@ -1120,18 +1127,7 @@ done:
 /* Sorted (or top-k) values came from the positions in indices: the gradient
  * goes back there, zeros elsewhere. */
 static int sort_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
-    int dim = ((const dim_ctx *)n->ctx)->dim;
-    const dl_tensor_meta *m = &n->input_meta[0];
-    dl_tensor *idx = dl_node_saved(n, 0);
-    if (!idx) return -1;
-    dl_tensor *r = dl_tensor_zeros(m->ndim, m->shape, gout[0]->dtype, m->device);
-    if (!r || scatter_impl("sort", r, dim, idx, gout[0], false)) {
-        dl_tensor_release(r);
-        return -1;
-    }
-    gin[0] = dl_tensor_to_dtype(r, m->dtype);
-    dl_tensor_release(r);
-    return gin[0] ? 0 : -1;
+    return scatter_to_input("sort", n, gout, gin, false);
 }
 
 /* Records the values output; the node keeps its own copy of the indices

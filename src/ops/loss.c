@@ -100,6 +100,21 @@ typedef struct {
     dl_device dev; /* the operands' device */
 } class_layout;
 
+/* The end of a class loss's forward: h holds its 4 operands with the
+ * per-sample losses in h[3]; rc is the kernels' status.  Releases h and
+ * returns the reduced loss in dtype dt (NULL on failure). */
+static dl_tensor *class_loss_result(dl_tensor **h, int rc, dl_reduction reduction, double denom,
+                                    const class_layout *L, dl_dtype dt) {
+    if (rc) {
+        dl_op_release_all(h, 4);
+        return NULL;
+    }
+    dl_tensor *per = h[3];
+    h[3] = NULL;
+    dl_op_release_all(h, 3);
+    return reduce_loss(per, reduction, denom, L->ndim, L->shape, dt);
+}
+
 /* Checks input x (C), (N, C) or (N, C, d...), the target's shape (probs: x's
  * shape; else x's without the class dim, int64), weight, and that they share
  * a device. */
@@ -234,13 +249,18 @@ static int loss_grad(const char *op, dl_tensor *gloss, dl_reduction r, int ndim,
 
 /* --- nll_loss ----------------------------------------------------------------------------- */
 
+/* nll's operand checks (forward and backward); fills L. */
+static int nll_check(const char *op, dl_tensor *logp, dl_tensor *target, dl_tensor *weight,
+                     dl_reduction reduction, class_layout *L) {
+    if (dl_op_need_floating(op, "input", logp) || check_reduction(op, reduction)) return -1;
+    return class_check(op, logp, target, weight, false, L);
+}
+
 dl_tensor *dl_nll_loss_forward(dl_tensor *logp, dl_tensor *target, dl_tensor *weight,
                                int64_t ignore_index, dl_reduction reduction) {
     const char *op = "nll_loss";
     class_layout L;
-    if (dl_op_need_floating(op, "input", logp) || check_reduction(op, reduction) ||
-        class_check(op, logp, target, weight, false, &L))
-        return NULL;
+    if (nll_check(op, logp, target, weight, reduction, &L)) return NULL;
     dl_dtype cdt = dl_op_float_dtype(logp->dtype);
     int64_t R = L.N * L.S;
     dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, logp, weight, per */
@@ -264,23 +284,14 @@ dl_tensor *dl_nll_loss_forward(dl_tensor *logp, dl_tensor *target, dl_tensor *we
     double W = 1;
     if (!rc && reduction == DL_REDUCTION_MEAN)
         rc = class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &W);
-    if (rc) {
-        dl_op_release_all(h, 4);
-        return NULL;
-    }
-    dl_tensor *per = h[3];
-    h[3] = NULL;
-    dl_op_release_all(h, 3);
-    return reduce_loss(per, reduction, W, L.ndim, L.shape, logp->dtype);
+    return class_loss_result(h, rc, reduction, W, &L, logp->dtype);
 }
 
 dl_tensor *dl_nll_loss_backward(dl_tensor *gloss, dl_tensor *logp, dl_tensor *target,
                                 dl_tensor *weight, int64_t ignore_index, dl_reduction reduction) {
     const char *op = "nll_loss_backward";
     class_layout L;
-    if (dl_op_need_floating(op, "input", logp) || check_reduction(op, reduction) ||
-        class_check(op, logp, target, weight, false, &L))
-        return NULL;
+    if (nll_check(op, logp, target, weight, reduction, &L)) return NULL;
     dl_dtype cdt = dl_op_float_dtype(logp->dtype);
     dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, weight, g, gx */
     if (!(h[0] = checked_target(op, target, L.C, ignore_index, L.dev)) ||
@@ -389,14 +400,7 @@ dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *
     int rc = ce_forward_kernels(op, h, h[3], probs, cdt, &L, ignore_index, label_smoothing);
     if (!rc && !probs && reduction == DL_REDUCTION_MEAN)
         rc = class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &denom);
-    if (rc) {
-        dl_op_release_all(h, 4);
-        return NULL;
-    }
-    dl_tensor *per = h[3];
-    h[3] = NULL;
-    dl_op_release_all(h, 3);
-    return reduce_loss(per, reduction, denom, L.ndim, L.shape, x->dtype);
+    return class_loss_result(h, rc, reduction, denom, &L, x->dtype);
 }
 
 /* Runs the backward kernel of a cross entropy (h: target, x, weight, g, gx, gtarget). */
