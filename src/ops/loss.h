@@ -1,8 +1,6 @@
-/* ops/nn_func.h - the functional neural-network op family: softmax and
- * log_softmax, the losses (nll, cross entropy, mse, l1, binary cross entropy
- * with logits), relu's backward, dropout and padding.  Each op is a plain
- * forward function and a backward function (the autograd layer records them;
- * nothing here records anything).
+/* ops/loss.h - the loss family: nll, cross entropy, mse, l1 and binary
+ * cross entropy with logits; each a forward, a backward and a node-recording
+ * entry point.
  *
  * Conventions (C side, PyTorch 1.13 semantics):
  *  - Dims are 0-based, negatives count from the end.  Class indices in
@@ -17,13 +15,11 @@
  *    they belong to.
  *  - Inputs may be any strided view, 0-dim or empty (as PyTorch allows).
  *  - A mean over nothing is NaN (0/0), as in PyTorch.
- *  - Every function returns a new reference (or 0), or NULL (-1) with
- *    dl_last_error() naming the op; outputs passed by pointer are set to NULL
- *    on failure. */
-#ifndef DL_OPS_NN_FUNC_H
-#define DL_OPS_NN_FUNC_H
+ *  - Returns and errors: ops/op_util.h; outputs passed by pointer are set
+ *    to NULL on failure. */
+#ifndef DL_OPS_LOSS_H
+#define DL_OPS_LOSS_H
 
-#include "core/rng.h"
 #include "core/tensor.h"
 
 #include <stdbool.h>
@@ -33,17 +29,6 @@ typedef enum { DL_REDUCTION_NONE = 0, DL_REDUCTION_MEAN, DL_REDUCTION_SUM } dl_r
 
 /* "none", "mean", "sum" -> the enum; -1 with an error naming op otherwise. */
 int dl_reduction_parse(const char *op, const char *name, dl_reduction *out);
-const char *dl_reduction_name(dl_reduction r);
-
-/* --- softmax ---------------------------------------------------------------------------- */
-
-/* softmax / log_softmax along dim, numerically stable (the max is subtracted). */
-dl_tensor *dl_softmax_forward(dl_tensor *x, int dim);
-dl_tensor *dl_log_softmax_forward(dl_tensor *x, int dim);
-/* Backward from the forward's output y (gy and y of one shape):
- * softmax: gx = y * (gy - sum(gy * y, dim)); log_softmax: gx = gy - exp(y) * sum(gy, dim). */
-dl_tensor *dl_softmax_backward(dl_tensor *gy, dl_tensor *y, int dim);
-dl_tensor *dl_log_softmax_backward(dl_tensor *gy, dl_tensor *y, int dim);
 
 /* --- nll_loss --------------------------------------------------------------------------- */
 
@@ -100,48 +85,9 @@ int dl_binary_cross_entropy_with_logits_backward(dl_tensor *gloss, dl_tensor *x,
                                                  dl_reduction reduction, dl_tensor **gx,
                                                  dl_tensor **gy);
 
-/* --- relu ------------------------------------------------------------------------------- */
-
-/* relu's backward from its output: gx = (y > 0) ? gy : 0 (threshold_backward). */
-dl_tensor *dl_relu_backward(dl_tensor *gy, dl_tensor *y);
-
-/* --- dropout ---------------------------------------------------------------------------- */
-
-/* training: *mask = bernoulli(1 - p) (bool, x's shape, drawn from g or the
- * default generator, so dl_manual_seed reproduces it) and
- * *out = x * mask / (1 - p) (zeros when p == 1; p == 0 still draws its
- * all-true mask).  Not training: *out is x itself (a new reference) and
- * *mask is NULL.  p must lie in [0, 1]; mask may be NULL when not wanted. */
-int dl_dropout_forward(dl_tensor *x, double p, bool training, dl_generator *g, dl_tensor **out,
-                       dl_tensor **mask);
-/* gx = gy * mask / (1 - p); mask NULL (evaluation) gives gy itself. */
-dl_tensor *dl_dropout_backward(dl_tensor *gy, dl_tensor *mask, double p);
-
-/* --- pad -------------------------------------------------------------------------------- */
-
-typedef enum { DL_PAD_CONSTANT = 0, DL_PAD_REFLECT, DL_PAD_REPLICATE, DL_PAD_CIRCULAR } dl_pad_mode;
-
-/* "constant", "reflect", "replicate", "circular" -> the enum. */
-int dl_pad_mode_parse(const char *op, const char *name, dl_pad_mode *out);
-
-/* F.pad: pads = {before, after} for the last dim, then the one before it, ...
- * (npads even, npads/2 <= ndim; at most 3 dims for the non-constant modes).
- * Negative pads crop.  constant fills with value; reflect mirrors without
- * repeating the edge (each pad < that dim's size); replicate repeats the
- * edge; circular wraps around (pads in [0, size]). */
-dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_mode mode,
-                          double value);
-/* gx of the input shape (ndim, shape): the sum of gy over the output
- * positions that read each input element. */
-dl_tensor *dl_pad_backward(dl_tensor *gy, int ndim, const int64_t *shape, int npads,
-                           const int64_t *pads, dl_pad_mode mode);
-
-/* --- with autograd ----------------------------------------------------------------------------
- * The same ops recording a node when an input requires grad (the nn.functional
- * entry points).  Targets are 0-based here as above; the backward is the
- * matching *_backward. */
-dl_tensor *dl_softmax(dl_tensor *x, int dim);
-dl_tensor *dl_log_softmax(dl_tensor *x, int dim);
+/* --- with autograd ---------------------------------------------------------------
+ * Recording a node when an input requires grad; targets are 0-based as
+ * above; the backward is the matching *_backward. */
 dl_tensor *dl_nll_loss(dl_tensor *logp, dl_tensor *target, dl_tensor *weight, int64_t ignore_index,
                        dl_reduction reduction);
 dl_tensor *dl_cross_entropy(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
@@ -150,8 +96,5 @@ dl_tensor *dl_mse_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction);
 dl_tensor *dl_l1_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction);
 dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_tensor *weight,
                                                dl_tensor *pos_weight, dl_reduction reduction);
-/* out (and *mask when mask is not NULL) as dl_dropout_forward. */
-int dl_dropout(dl_tensor *x, double p, bool training, dl_tensor **out, dl_tensor **mask);
-dl_tensor *dl_pad(dl_tensor *x, int npads, const int64_t *pads, dl_pad_mode mode, double value);
 
 #endif

@@ -1,10 +1,10 @@
-/* ltensor.c - the tensor userdata and the binding helpers of lbind.h: checks,
+/* l_tensor.c - the tensor userdata and the binding helpers of l_bind.h: checks,
  * the metatable (__gc, __close, __index, __newindex, __len), properties
  * (shape, dtype, device, ndim), views and conversions.
  * A userdata holds one reference (dl_tensor *) or NULL once closed.  Pushing
  * a tensor counts its bytes; after enough bytes the collector runs, so loops
  * making temporaries never pile up storage waiting for Lua's own pacing. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "core/iter.h"
 #include "autograd/autograd.h"
 #include "ops/views.h"
@@ -60,11 +60,31 @@ static void maybe_collect(lua_State *L) {
     p->threshold = live / 8 > GC_MIN_BYTES ? live / 8 : GC_MIN_BYTES;
 }
 
+/* The spare box: an empty tensor userdata made ahead of time (registry key
+ * &spare_key), so that dlL_pushtensor anchors t in a userdata before it
+ * allocates anything.  Should making the next spare raise a memory error, t
+ * is already owned by a box on the stack and __gc releases it: no leak. */
+static const char spare_key = 0;
+
+static void new_spare(lua_State *L) {
+    dl_tensor **box = lua_newuserdatauv(L, sizeof *box, 1);
+    *box = NULL;
+    luaL_setmetatable(L, DL_TENSOR_MT);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &spare_key);
+}
+
 int dlL_pushtensor(lua_State *L, dl_tensor *t) {
     if (!t) return dlL_fail(L);
-    dl_tensor **box = lua_newuserdatauv(L, sizeof *box, 1);
-    *box = t;
-    luaL_setmetatable(L, DL_TENSOR_MT);
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &spare_key) == LUA_TUSERDATA) {
+        dl_tensor **box = lua_touserdata(L, -1);
+        *box = t;
+        new_spare(L);
+    } else { /* no spare yet (dlL_open_tensor makes the first) */
+        lua_pop(L, 1);
+        dl_tensor **box = lua_newuserdatauv(L, sizeof *box, 1);
+        *box = t;
+        luaL_setmetatable(L, DL_TENSOR_MT);
+    }
     /* collect after the new tensor is anchored on the stack */
     maybe_collect(L);
     return 1;
@@ -253,6 +273,93 @@ int dlL_optfield(lua_State *L, int idx, const char *key) {
     return lua_getfield(L, idx, key);
 }
 
+/* --- the nn families' argument readers ------------------------------------------- */
+
+dl_tensor *dlL_opttensor(lua_State *L, int idx) {
+    return lua_isnoneornil(L, idx) ? NULL : dlL_checktensor(L, idx);
+}
+
+/* One integer from the value at the top of the stack (popped), for the pair
+ * readers below. */
+static int64_t pop_integer(lua_State *L, const char *op, const char *key) {
+    int isint = 0;
+    lua_Integer v = lua_tointegerx(L, -1, &isint);
+    if (!isint)
+        luaL_error(L, "%s: %s must be an integer or a pair of integers, got %s", op, key,
+                   luaL_typename(L, -1));
+    lua_pop(L, 1);
+    return (int64_t)v;
+}
+
+void dlL_optpair(lua_State *L, int opts, const char *op, const char *key, const int64_t def[2],
+                 int64_t out[2]) {
+    int t = dlL_optfield(L, opts, key);
+    if (t == LUA_TNIL) {
+        lua_pop(L, 1);
+        out[0] = def[0];
+        out[1] = def[1];
+    } else if (t == LUA_TTABLE) {
+        int top = lua_gettop(L);
+        if (luaL_len(L, top) != 2)
+            luaL_error(L, "%s: %s must be a number or a pair {h, w}", op, key);
+        lua_geti(L, top, 1);
+        out[0] = pop_integer(L, op, key);
+        lua_geti(L, top, 2);
+        out[1] = pop_integer(L, op, key);
+        lua_pop(L, 1);
+    } else {
+        out[0] = out[1] = pop_integer(L, op, key);
+    }
+}
+
+void dlL_checkpair(lua_State *L, int idx, const char *op, const char *what, int64_t out[2]) {
+    if (lua_istable(L, idx)) {
+        if (luaL_len(L, idx) != 2)
+            luaL_error(L, "%s: %s must be a number or a pair {h, w}", op, what);
+        lua_geti(L, idx, 1);
+        out[0] = pop_integer(L, op, what);
+        lua_geti(L, idx, 2);
+        out[1] = pop_integer(L, op, what);
+    } else {
+        lua_pushvalue(L, idx);
+        out[0] = out[1] = pop_integer(L, op, what);
+    }
+}
+
+void dlL_optneed(lua_State *L, int opts, const char *op, bool need[3]) {
+    need[0] = need[1] = need[2] = true;
+    int t = dlL_optfield(L, opts, "need");
+    if (t == LUA_TTABLE) {
+        int top = lua_gettop(L);
+        for (int i = 0; i < 3; i++) {
+            lua_geti(L, top, i + 1);
+            if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+                luaL_error(L, "%s: need must be a table of 3 booleans", op);
+            need[i] = lua_isnil(L, -1) || lua_toboolean(L, -1);
+            lua_pop(L, 1);
+        }
+    } else if (t != LUA_TNIL) {
+        luaL_error(L, "%s: need must be a table of 3 booleans, got %s", op, luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+}
+
+int dlL_pushtensor3(lua_State *L, dl_tensor *a, dl_tensor *b, dl_tensor *c) {
+    dl_tensor *t[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        if (t[i])
+            dlL_pushtensor(L, t[i]);
+        else
+            lua_pushnil(L);
+    }
+    return 3;
+}
+
+void dlL_nomore(lua_State *L, int last, const char *op) {
+    if (lua_gettop(L) > last)
+        luaL_error(L, "%s: unexpected argument %d (%s)", op, last + 1, luaL_typename(L, last + 1));
+}
+
 lua_Number dlL_optnumber(lua_State *L, int idx, const char *key, lua_Number def) {
     int ty = dlL_optfield(L, idx, key);
     lua_Number v = def;
@@ -310,6 +417,11 @@ void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions) 
     }
     luaL_setfuncs(L, functions, 0);
     lua_pop(L, 2);
+}
+
+void dlL_register_nn(lua_State *L, const luaL_Reg *nn, const luaL_Reg *F) {
+    if (nn) dlL_register_in(L, "_nn", nn);
+    if (F) dlL_register_in(L, "_F", F);
 }
 
 /* --- properties and indexing ---------------------------------------------- */
@@ -802,6 +914,7 @@ void dlL_open_tensor(lua_State *L) {
     lua_newtable(L);
     lua_setfield(L, -2, "methods");
     lua_pop(L, 1);
+    new_spare(L);
     dlL_register(L, functions, methods);
 
     /* dtype objects: dl.float32 ... with tostring "dl.float32" */

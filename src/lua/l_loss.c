@@ -1,9 +1,5 @@
-/* l_nn_func.c - Lua bindings of the functional nn family (src/ops/nn_func.h),
- * in the table dl._nn (shared with other nn kernel families; created here
- * when absent).  These are the plain forward/backward pairs the autograd
- * layer and dl.nn build on:
- *   softmax_forward(x, dim)             softmax_backward(gy, y, dim)
- *   log_softmax_forward(x, dim)         log_softmax_backward(gy, y, dim)
+/* l_loss.c - Lua bindings of the loss family (src/ops/loss.h), in dl._nn
+ * (shared with the other nn families; created when absent) and dl._F:
  *   nll_loss_forward(logp, target [, opts])
  *   nll_loss_backward(gloss, logp, target [, opts]) -> gx
  *   cross_entropy_forward(x, target [, opts])
@@ -13,29 +9,14 @@
  *   l1_loss_forward / l1_loss_backward        (the same)
  *   binary_cross_entropy_with_logits_forward(x, y [, {weight=, pos_weight=, reduction=}])
  *   binary_cross_entropy_with_logits_backward(gloss, x, y [, opts]) -> gx, gy
- *   relu_forward(x)                     relu_backward(gy, y)
- *   dropout_forward(x [, p=0.5 [, training=true]]) -> out, mask (nil when not training)
- *   dropout_backward(gy, mask, p)
- *   pad_forward(x, pads [, mode="constant" [, value=0]])   or (x, pads, {mode=, value=})
- *   pad_backward(gy, input_shape, pads [, mode | {mode=}])
- * Dims are 1-based (negatives from the end).  Class-index targets are int64
- * tensors of 1-based labels 1..C; ignore_index is compared against those
- * labels.  The binding converts them to a 0-based copy for C, and a label
- * outside 1..C that is not ignore_index is an error naming the op, the label
- * and C.  Every argument is checked before any tensor is made. */
-#include "lbind.h"
-#include "ops/elementwise.h"
-#include "ops/nn_func.h"
-
-#include <string.h>
-
-/* --- argument helpers ---------------------------------------------------------------------- */
-
-/* Errors when anything follows argument `last`. */
-static void no_more(lua_State *L, int last, const char *op) {
-    if (lua_gettop(L) > last)
-        luaL_error(L, "%s: unexpected argument %d (%s)", op, last + 1, luaL_typename(L, last + 1));
-}
+ * Class-index targets are int64 tensors of 1-based labels 1..C;
+ * ignore_index is compared against those labels.  The binding converts them
+ * to a 0-based copy for C, and a label outside 1..C that is not ignore_index
+ * is an error naming the op, the label and C.
+ * Every argument is checked before any tensor is made; dims are 1-based
+ * (negatives from the end). */
+#include "l_bind.h"
+#include "ops/loss.h"
 
 typedef struct {
     dl_tensor *weight;     /* borrowed from the options table */
@@ -61,7 +42,7 @@ static dl_tensor *opt_tensor(lua_State *L, int idx, const char *op, const char *
 /* Reads the options table at idx (none/nil allowed; keys must be allowed). */
 static loss_opts read_loss_opts(lua_State *L, int idx, const char *op, const char *const *keys) {
     loss_opts o = {NULL, NULL, -100, DL_REDUCTION_MEAN, 0.0};
-    no_more(L, idx, op);
+    dlL_nomore(L, idx, op);
     dlL_checkoptions(L, idx, op, keys);
     if (lua_isnoneornil(L, idx)) return o;
     o.weight = opt_tensor(L, idx, op, "weight");
@@ -131,36 +112,6 @@ static int64_t c_ignore(lua_Integer ignore) {
     return (int64_t)((uint64_t)ignore - 1u);
 }
 
-/* --- softmax -------------------------------------------------------------------------------- */
-
-static int softmax_fwd(lua_State *L, const char *op, dl_tensor *(*fn)(dl_tensor *, int)) {
-    dl_tensor *x = dlL_checktensor(L, 1);
-    int dim = dlL_checkdim(L, 2);
-    no_more(L, 2, op);
-    return dlL_pushtensor(L, fn(x, dim));
-}
-
-static int softmax_bwd(lua_State *L, const char *op,
-                       dl_tensor *(*fn)(dl_tensor *, dl_tensor *, int)) {
-    dl_tensor *gy = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
-    int dim = dlL_checkdim(L, 3);
-    no_more(L, 3, op);
-    return dlL_pushtensor(L, fn(gy, y, dim));
-}
-
-static int l_softmax_forward(lua_State *L) {
-    return softmax_fwd(L, "softmax", dl_softmax);
-}
-static int l_log_softmax_forward(lua_State *L) {
-    return softmax_fwd(L, "log_softmax", dl_log_softmax);
-}
-static int l_softmax_backward(lua_State *L) {
-    return softmax_bwd(L, "softmax_backward", dl_softmax_backward);
-}
-static int l_log_softmax_backward(lua_State *L) {
-    return softmax_bwd(L, "log_softmax_backward", dl_log_softmax_backward);
-}
-
 /* --- nll_loss, cross_entropy ----------------------------------------------------------------- */
 
 static int l_nll_loss_forward(lua_State *L) {
@@ -228,8 +179,8 @@ static int l_cross_entropy_backward(lua_State *L) {
 /* --- pointwise losses ------------------------------------------------------------------------ */
 
 typedef dl_tensor *(*pw_fwd_fn)(dl_tensor *, dl_tensor *, dl_reduction);
-typedef int (*pw_bwd_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
-                         dl_tensor **);
+typedef int (*pw_backward_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
+                              dl_tensor **);
 
 static int pw_forward(lua_State *L, const char *op, pw_fwd_fn fn) {
     dl_tensor *x = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
@@ -244,7 +195,7 @@ static int push_pair(lua_State *L, int rc, dl_tensor *a, dl_tensor *b) {
     return 2;
 }
 
-static int pw_backward(lua_State *L, const char *op, pw_bwd_fn fn) {
+static int pw_backward(lua_State *L, const char *op, pw_backward_fn fn) {
     dl_tensor *g = dlL_checktensor(L, 1), *x = dlL_checktensor(L, 2), *y = dlL_checktensor(L, 3);
     loss_opts o = read_loss_opts(L, 4, op, keys_plain);
     dl_tensor *gx, *gy;
@@ -283,168 +234,8 @@ static int l_bce_logits_backward(lua_State *L) {
     return push_pair(L, rc, gx, gy);
 }
 
-/* --- relu, dropout --------------------------------------------------------------------------- */
-
-static int l_relu_forward(lua_State *L) {
-    dl_tensor *x = dlL_checktensor(L, 1);
-    no_more(L, 1, "relu");
-    return dlL_pushtensor(L, dl_unary(DL_UNARY_RELU, x));
-}
-
-static int l_relu_backward(lua_State *L) {
-    dl_tensor *gy = dlL_checktensor(L, 1), *y = dlL_checktensor(L, 2);
-    no_more(L, 2, "relu_backward");
-    return dlL_pushtensor(L, dl_relu_backward(gy, y));
-}
-
-static double check_p(lua_State *L, int idx, const char *op, double def) {
-    if (lua_isnoneornil(L, idx)) return def;
-    if (!lua_isnumber(L, idx))
-        luaL_error(L, "%s: p must be a number, got %s", op, luaL_typename(L, idx));
-    return lua_tonumber(L, idx);
-}
-
-static int l_dropout_forward(lua_State *L) {
-    const char *op = "dropout";
-    dl_tensor *x = dlL_checktensor(L, 1);
-    double p = check_p(L, 2, op, 0.5);
-    int training = 1;
-    if (!lua_isnoneornil(L, 3)) {
-        if (!lua_isboolean(L, 3))
-            luaL_error(L, "%s: training must be a boolean, got %s", op, luaL_typename(L, 3));
-        training = lua_toboolean(L, 3);
-    }
-    no_more(L, 3, op);
-    dl_tensor *out, *mask;
-    if (dl_dropout(x, p, training, &out, &mask)) return dlL_fail(L);
-    dlL_pushtensor(L, out);
-    if (mask)
-        dlL_pushtensor(L, mask);
-    else
-        lua_pushnil(L);
-    return 2;
-}
-
-static int l_dropout_backward(lua_State *L) {
-    const char *op = "dropout_backward";
-    dl_tensor *gy = dlL_checktensor(L, 1);
-    dl_tensor *mask = lua_isnil(L, 2) ? NULL : dlL_checktensor(L, 2);
-    if (lua_isnoneornil(L, 3)) luaL_error(L, "%s: p (the forward's probability) is required", op);
-    double p = check_p(L, 3, op, 0.5);
-    no_more(L, 3, op);
-    return dlL_pushtensor(L, dl_dropout_backward(gy, mask, p));
-}
-
-/* --- pad ---------------------------------------------------------------------------------------
- */
-
-#define MAX_PADS (2 * DL_MAX_DIMS)
-
-/* Reads the pads table at idx; returns its length. */
-static int read_pads(lua_State *L, int idx, const char *op, int64_t *pads) {
-    if (!lua_istable(L, idx))
-        luaL_error(L,
-                   "%s: pads must be a table of integers {left, right, top, bottom, ...}, got %s",
-                   op, luaL_typename(L, idx));
-    lua_Integer n = (lua_Integer)lua_rawlen(L, idx);
-    if (n > MAX_PADS) luaL_error(L, "%s: at most %d pads, got %I", op, MAX_PADS, n);
-    for (lua_Integer i = 1; i <= n; i++) {
-        lua_rawgeti(L, idx, i);
-        if (!lua_isinteger(L, -1))
-            luaL_error(L, "%s: pad %I must be an integer, got %s", op, i, luaL_typename(L, -1));
-        pads[i - 1] = lua_tointeger(L, -1);
-        lua_pop(L, 1);
-    }
-    return (int)n;
-}
-
-static dl_pad_mode read_mode(lua_State *L, int idx, const char *op) {
-    if (!lua_isstring(L, idx) || lua_isnumber(L, idx))
-        luaL_error(L, "%s: mode must be a string, got %s", op, luaL_typename(L, idx));
-    dl_pad_mode m;
-    if (dl_pad_mode_parse(op, lua_tostring(L, idx), &m)) dlL_fail(L);
-    return m;
-}
-
-static const char *const keys_pad[] = {"mode", "value", NULL};
-
-static int l_pad_forward(lua_State *L) {
-    const char *op = "pad";
-    dl_tensor *x = dlL_checktensor(L, 1);
-    int64_t pads[MAX_PADS];
-    int npads = read_pads(L, 2, op, pads);
-    dl_pad_mode mode = DL_PAD_CONSTANT;
-    double value = 0;
-    if (lua_istable(L, 3)) {
-        no_more(L, 3, op);
-        dlL_checkoptions(L, 3, op, keys_pad);
-        if (dlL_optfield(L, 3, "mode") != LUA_TNIL) mode = read_mode(L, -1, op);
-        lua_pop(L, 1);
-        value = dlL_optnumber(L, 3, "value", 0);
-    } else {
-        if (!lua_isnoneornil(L, 3)) mode = read_mode(L, 3, op);
-        if (!lua_isnoneornil(L, 4)) {
-            if (!lua_isnumber(L, 4))
-                luaL_error(L, "%s: value must be a number, got %s", op, luaL_typename(L, 4));
-            value = lua_tonumber(L, 4);
-        }
-        no_more(L, 4, op);
-    }
-    return dlL_pushtensor(L, dl_pad(x, npads, pads, mode, value));
-}
-
-static int l_pad_backward(lua_State *L) {
-    const char *op = "pad_backward";
-    dl_tensor *gy = dlL_checktensor(L, 1);
-    if (!lua_istable(L, 2))
-        luaL_error(L, "%s: input_shape must be a table of sizes, got %s", op, luaL_typename(L, 2));
-    int64_t shape[DL_MAX_DIMS], pads[MAX_PADS];
-    int next, ndim = dlL_checkshape(L, 2, shape, &next);
-    int npads = read_pads(L, 3, op, pads);
-    dl_pad_mode mode = DL_PAD_CONSTANT;
-    if (lua_istable(L, 4)) {
-        dlL_checkoptions(L, 4, op, keys_pad);
-        if (dlL_optfield(L, 4, "mode") != LUA_TNIL) mode = read_mode(L, -1, op);
-        lua_pop(L, 1);
-    } else if (!lua_isnoneornil(L, 4)) {
-        mode = read_mode(L, 4, op);
-    }
-    no_more(L, 4, op);
-    return dlL_pushtensor(L, dl_pad_backward(gy, ndim, shape, npads, pads, mode));
-}
-
-/* --- registration ------------------------------------------------------------------------------
- */
-
-/* --- dl._F: the functional entry points dl.nn.functional exposes --------------------------- */
-
-/* F.dropout(x, p=0.5, training=true) -> output only */
-static int F_dropout(lua_State *L) {
-    l_dropout_forward(L);
-    lua_pop(L, 1);
-    return 1;
-}
-
-/* F.relu(x [, {inplace=}]) */
-static int F_relu(lua_State *L) {
-    dl_tensor *x = dlL_checktensor(L, 1);
-    static const char *const keys[] = {"inplace", NULL};
-    dlL_checkoptions(L, 2, "relu", keys);
-    no_more(L, 2, "relu");
-    if (dlL_optboolean(L, 2, "inplace", 0)) {
-        if (dl_unary_(DL_UNARY_RELU, x)) return dlL_fail(L);
-        lua_settop(L, 1);
-        return 1;
-    }
-    return dlL_pushtensor(L, dl_unary(DL_UNARY_RELU, x));
-}
-
-void dlL_open_nn_func(lua_State *L) {
-    static const luaL_Reg fns[] = {
-        {"softmax_forward", l_softmax_forward},
-        {"softmax_backward", l_softmax_backward},
-        {"log_softmax_forward", l_log_softmax_forward},
-        {"log_softmax_backward", l_log_softmax_backward},
+void dlL_open_loss(lua_State *L) {
+    static const luaL_Reg nn[] = {
         {"nll_loss_forward", l_nll_loss_forward},
         {"nll_loss_backward", l_nll_loss_backward},
         {"cross_entropy_forward", l_cross_entropy_forward},
@@ -455,27 +246,12 @@ void dlL_open_nn_func(lua_State *L) {
         {"l1_loss_backward", l_l1_loss_backward},
         {"binary_cross_entropy_with_logits_forward", l_bce_logits_forward},
         {"binary_cross_entropy_with_logits_backward", l_bce_logits_backward},
-        {"relu_forward", l_relu_forward},
-        {"relu_backward", l_relu_backward},
-        {"dropout_forward", l_dropout_forward},
-        {"dropout_backward", l_dropout_backward},
-        {"pad_forward", l_pad_forward},
-        {"pad_backward", l_pad_backward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_nn", fns);
-    static const luaL_Reg F[] = {
-        {"softmax", l_softmax_forward},
-        {"log_softmax", l_log_softmax_forward},
-        {"nll_loss", l_nll_loss_forward},
-        {"cross_entropy", l_cross_entropy_forward},
-        {"mse_loss", l_mse_loss_forward},
-        {"l1_loss", l_l1_loss_forward},
-        {"binary_cross_entropy_with_logits", l_bce_logits_forward},
-        {"dropout", F_dropout},
-        {"relu", F_relu},
-        {"pad", l_pad_forward},
-        {NULL, NULL},
-    };
-    dlL_register_in(L, "_F", F);
+        {NULL, NULL}};
+    static const luaL_Reg F[] = {{"nll_loss", l_nll_loss_forward},
+                                 {"cross_entropy", l_cross_entropy_forward},
+                                 {"mse_loss", l_mse_loss_forward},
+                                 {"l1_loss", l_l1_loss_forward},
+                                 {"binary_cross_entropy_with_logits", l_bce_logits_forward},
+                                 {NULL, NULL}};
+    dlL_register_nn(L, nn, F);
 }

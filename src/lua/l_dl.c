@@ -1,9 +1,9 @@
-/* ldl.c - luaopen_dl: builds the `dl` module table, opens every binding
+/* l_dl.c - luaopen_dl: builds the `dl` module table, opens every binding
  * family, finds the Lua half of the library (lua/dl/) next to this binary and
  * puts it on package.path, and loads submodules (dl.nn, dl.optim, ...) lazily
  * on first access.  The same entry serves stock lua5.4 (require "dl" loads
  * dl.so) and the dlua executable (which preloads it). */
-#include "lbind.h"
+#include "l_bind.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/device.h"
@@ -255,10 +255,16 @@ int luaopen_dl(lua_State *L) {
     dlL_open_print(L);
     dlL_open_autograd(L);
     dlL_open_io(L);
-    dlL_open_nn_func(L);
+    dlL_open_softmax(L);
+    dlL_open_loss(L);
+    dlL_open_activation(L);
+    dlL_open_dropout(L);
+    dlL_open_pad(L);
     dlL_open_image(L);
     dlL_open_data(L);
-    dlL_open_nn_conv(L);
+    dlL_open_conv(L);
+    dlL_open_batchnorm(L);
+    dlL_open_pool(L);
     dlL_open_train(L);
     dlL_open_optim(L);
     dlL_open_tensorboard(L);

@@ -1,19 +1,15 @@
-/* cuda_index.h - the CUDA kernels of the indexing family (src/ops/index.c): index_select/add,
- * gather, scatter, sort/topk, masked ops, nonzero, one_hot, triangles; and padding
- * (src/ops/nn_func.c). The table is filled in by cuda/index.cu; see cuda_backend.h for the contract
- * (entry points mirror their CPU twins in src/cpu/index.h and src/cpu/pad.h and
- * return 0 or -1 with an error).
+/* kernels/index.h - the kernel interface of the index family (ops/index.c):
+ * the CUDA table of selection, gather/scatter, sorting, masking and the
+ * triangular fills (cpu/index.h has the CPU twins).
  *
- * Invariants: every tensor passed is on one CUDA device; the op layer has
- * checked shapes, dtypes and every index before a kernel is queued, so
- * kernels never index out of bounds.  Index arrays are device memory (a
- * contiguous int64 CUDA tensor's data).  Entries that return a number on the
- * host (count_nonzero, index_range) synchronise with the compute stream;
- * the others are asynchronous. */
-#ifndef DL_OPS_CUDA_INDEX_H
-#define DL_OPS_CUDA_INDEX_H
+ * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
+#ifndef DL_KERNELS_INDEX_H
+#define DL_KERNELS_INDEX_H
 
-#include "cuda_backend.h"
+#include "core/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 typedef struct dl_cuda_index_kernels {
     const char *family;
@@ -50,14 +46,8 @@ typedef struct dl_cuda_index_kernels {
     int (*index_range)(const dl_tensor *idx, int64_t *lo, int64_t *hi);
     /* t (contiguous int64) += delta (+1 or -1), saturating, in place. */
     int (*shift_i64)(dl_tensor *t, int64_t delta);
-    /* Padding through index maps, as dl_cpu_pad_gather / dl_cpu_pad_scatter_*:
-     * out/in (gin/gout) contiguous, viewed as (outer, D2, D1, D0); the maps are
-     * host arrays (copied to the device here).  pad_scatter takes float32 or
-     * float64 and zeroes gin first. */
-    int (*pad_gather)(dl_tensor *out, const dl_tensor *in, int64_t outer, const int64_t osz[3],
-                      const int64_t isz[3], const int64_t *const map[3]);
-    int (*pad_scatter)(dl_tensor *gin, const dl_tensor *gout, int64_t outer, const int64_t osz[3],
-                       const int64_t isz[3], const int64_t *const map[3]);
 } dl_cuda_index_kernels;
+
+extern const dl_cuda_index_kernels *dl_cuda_index;
 
 #endif

@@ -1,4 +1,4 @@
-/* lstate.c - dl_state, the embedding half of the public API (dlua.h): a Lua
+/* l_state.c - dl_state, the embedding half of the public API (dlua.h): a Lua
  * state with the standard libraries and dl loaded, driven from C.
  *
  * Invariants:
@@ -12,7 +12,7 @@
  *    put back on the way out (calls nest: a host callback may re-enter).
  *  - Failures leave the full message in S->error and a copy (truncated) in
  *    dl_last_error(); successes clear S->error. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "autograd/autograd.h"
 #include "core/rng.h"
 #include "dlua.h"

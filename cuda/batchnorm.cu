@@ -1,6 +1,6 @@
-// nn.cu - CUDA batch normalization (forward in training and evaluation,
-// backward) and the nn family's kernel table (see src/ops/cuda_nn.h; the
-// pooling kernels live in pool.cu).
+// batchnorm.cu - CUDA batch normalization (forward in training and
+// evaluation, backward) and the batchnorm family's kernel table (see
+// src/kernels/batchnorm.h).
 //
 // Our own kernels, not cuDNN's batch-norm API, so the semantics are the CPU's
 // (src/cpu/batchnorm.c): biased batch variance, the running-stat update left
@@ -26,7 +26,8 @@
 #include <type_traits>
 
 extern "C" {
-#include "ops/cuda_nn.h"
+#include "kernels/batchnorm.h"
+#include "kernels/cuda.h"
 }
 
 namespace {
@@ -456,33 +457,12 @@ static int bn_transform(dl_dtype dt, int64_t C, void *out, const void *v, double
     return 0;
 }
 
-// pool.cu
-int dl_cuda_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,
-                               const void *x);
-int dl_cuda_pool2d_scatter_backward(dl_dtype dt, int64_t P, int64_t HW, int64_t OHW, void *gx,
-                                    const void *gy, const int64_t *ind);
-int dl_cuda_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, const void *x);
-int dl_cuda_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx, const void *gy);
-int dl_cuda_adaptive_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y,
-                                        const void *x);
-int dl_cuda_adaptive_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx,
-                                         const void *gy);
-int dl_cuda_adaptive_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y,
-                                        int64_t *ind, const void *x);
-
-extern const dl_cuda_nn_kernels dl_cuda_nn_table;
-const dl_cuda_nn_kernels dl_cuda_nn_table = {
-    .family = "nn",
+extern const dl_cuda_batchnorm_kernels dl_cuda_batchnorm_table;
+const dl_cuda_batchnorm_kernels dl_cuda_batchnorm_table = {
+    .family = "batchnorm",
     .batch_norm_forward_train = bn_forward_train,
     .batch_norm_forward_eval = bn_forward_eval,
     .batch_norm_backward = bn_backward,
     .batch_norm_update_running = bn_running,
     .batch_norm_var_transform = bn_transform,
-    .max_pool2d_forward = dl_cuda_max_pool2d_forward,
-    .pool2d_scatter_backward = dl_cuda_pool2d_scatter_backward,
-    .avg_pool2d_forward = dl_cuda_avg_pool2d_forward,
-    .avg_pool2d_backward = dl_cuda_avg_pool2d_backward,
-    .adaptive_avg_pool2d_forward = dl_cuda_adaptive_avg_pool2d_forward,
-    .adaptive_avg_pool2d_backward = dl_cuda_adaptive_avg_pool2d_backward,
-    .adaptive_max_pool2d_forward = dl_cuda_adaptive_max_pool2d_forward,
 };

@@ -1,4 +1,4 @@
-/* lbind.h - what every binding file shares: the tensor userdata, argument
+/* l_bind.h - what every binding file shares: the tensor userdata, argument
  * checkers and the registration of methods and module functions.
  *
  * Rules for binding code:
@@ -9,13 +9,15 @@
  *    the function holds.  Push a new tensor with dlL_pushtensor, which takes
  *    ownership of the reference (and raises the error itself on NULL).
  *  - Options come as a trailing table; dlL_checkoptions rejects unknown keys. */
-#ifndef DL_LBIND_H
-#define DL_LBIND_H
+#ifndef DL_L_BIND_H
+#define DL_L_BIND_H
 
 #include <lauxlib.h>
 #include <lua.h>
 
 #include "core/tensor.h"
+
+#include <stdbool.h>
 
 #define DL_TENSOR_MT "dl.Tensor"
 #define DL_MODULE_KEY "dl.module"
@@ -67,20 +69,37 @@ int dlL_optboolean(lua_State *L, int idx, const char *key, int def);
 /* Pushes the field's value (or nil) and returns its type. */
 int dlL_optfield(lua_State *L, int idx, const char *key);
 
+/* Argument readers of the nn families' bindings.  An optional tensor argument
+ * (nil -> NULL); a size given as a number n ({n, n}) or a pair {h, w}, as
+ * option key of the table at opts (absent -> def) or at argument idx;
+ * opts.need = {bool, bool, bool} (default all true: which gradients a
+ * backward computes).  dlL_pushtensor3 pushes three results, nil for NULL,
+ * taking ownership; dlL_nomore errors when anything follows argument last. */
+dl_tensor *dlL_opttensor(lua_State *L, int idx);
+void dlL_optpair(lua_State *L, int opts, const char *op, const char *key, const int64_t def[2],
+                 int64_t out[2]);
+void dlL_checkpair(lua_State *L, int idx, const char *op, const char *what, int64_t out[2]);
+void dlL_optneed(lua_State *L, int opts, const char *op, bool need[3]);
+int dlL_pushtensor3(lua_State *L, dl_tensor *a, dl_tensor *b, dl_tensor *c);
+void dlL_nomore(lua_State *L, int last, const char *op);
+
 /* Adds functions to the dl module table and methods to the Tensor methods
  * table.  Either list may be NULL. */
 void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods);
 
 /* Adds functions to the subtable dl.<name> (created when absent). */
 void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions);
+/* An nn family's functions: its kernel pairs into dl._nn, its recording entry
+ * points (what dl.nn.functional exposes) into dl._F; either may be NULL. */
+void dlL_register_nn(lua_State *L, const luaL_Reg *nn, const luaL_Reg *F);
 
 /* Marks L's state as owned by the calling thread: a failed allocation on
- * this thread collects it (ldl.c).  dl_state_* calls this on entry. */
+ * this thread collects it (l_dl.c).  dl_state_* calls this on entry. */
 void dlL_adopt_state(lua_State *L);
 
 /* Family openers, called by luaopen_dl in this order. */
-void dlL_open_tensor(lua_State *L);      /* ltensor.c: userdata, views, conversion */
-void dlL_open_create(lua_State *L);      /* lcreate.c: creation, dl.tensor, tolist */
+void dlL_open_tensor(lua_State *L);      /* l_tensor.c: userdata, views, conversion */
+void dlL_open_create(lua_State *L);      /* l_create.c: creation, dl.tensor, tolist */
 void dlL_open_elementwise(lua_State *L); /* l_elementwise.c */
 void dlL_open_reduce(lua_State *L);      /* l_reduce.c */
 void dlL_open_linalg(lua_State *L);      /* l_linalg.c */
@@ -89,7 +108,11 @@ void dlL_open_random(lua_State *L);      /* l_random.c */
 void dlL_open_print(lua_State *L);       /* l_print.c: __tostring */
 void dlL_open_autograd(lua_State *L);    /* l_autograd.c: backward, no_grad, ... */
 void dlL_open_io(lua_State *L);          /* l_io.c: dl.save / dl.load (safetensors) */
-void dlL_open_nn_func(lua_State *L);     /* l_nn_func.c: dl._nn softmax, losses, dropout, pad */
+void dlL_open_softmax(lua_State *L);     /* l_softmax.c: dl._nn, dl._F softmax */
+void dlL_open_loss(lua_State *L);        /* l_loss.c: dl._nn, dl._F losses */
+void dlL_open_activation(lua_State *L);  /* l_activation.c: dl._nn, dl._F relu */
+void dlL_open_dropout(lua_State *L);     /* l_dropout.c: dl._nn, dl._F dropout */
+void dlL_open_pad(lua_State *L);         /* l_pad.c: dl._nn, dl._F pad */
 void dlL_open_image(lua_State *L);       /* l_image.c: dl.image, dl._transforms (pipelines) */
 void dlL_open_data(lua_State *L);        /* l_data.c: dl._data (ImageFolder index, loader, IDX) */
 void dlL_open_train(lua_State *L); /* l_train.c: RNG state, dl._train (SIGINT, tty, JSON, plot) */
@@ -97,8 +120,10 @@ void dlL_open_train(lua_State *L); /* l_train.c: RNG state, dl._train (SIGINT, t
 /* The C transform pipeline at idx (a dl._transforms.pipeline userdata), or
  * NULL when idx holds something else. */
 struct dl_pipeline *dlL_topipeline(lua_State *L, int idx);
-void dlL_open_nn_conv(lua_State *L); /* l_nn_conv.c: dl._nn conv/bn/pool kernels */
-void dlL_open_optim(lua_State *L);   /* l_optim.c: dl._optim fused optimizer steps */
+void dlL_open_conv(lua_State *L);      /* l_conv.c: dl._nn, dl._F conv2d */
+void dlL_open_batchnorm(lua_State *L); /* l_batchnorm.c: dl._nn, dl._F batch_norm */
+void dlL_open_pool(lua_State *L);      /* l_pool.c: dl._nn, dl._F pooling */
+void dlL_open_optim(lua_State *L);     /* l_optim.c: dl._optim fused optimizer steps */
 
 void dlL_open_tensorboard(lua_State *L); /* l_tensorboard.c: dl._tensorboard event files */
 

@@ -1,7 +1,7 @@
-/* lcreate.c - creation functions: empty zeros ones full arange linspace eye,
+/* l_create.c - creation functions: empty zeros ones full arange linspace eye,
  * the *_like forms, and dl.tensor(nested table) with PyTorch's type
  * inference (Lua integers -> int64, any float -> float32, booleans -> bool). */
-#include "lbind.h"
+#include "l_bind.h"
 #include "ops/views.h"
 
 #include <math.h>
