@@ -7,7 +7,7 @@
  * adds with an error.  Arguments arrive already checked and named by the Lua
  * side (tags are strings, steps integers, images PNG bytes); what is checked
  * again here is what C would otherwise misread. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "core/error.h"
 #include "io/tfevent.h"
 
