@@ -1,5 +1,5 @@
 // conv.cu - 2-D convolutions on CUDA through cuDNN's legacy API (see
-// src/ops/cuda_linalg.h): forward, backward data and backward filter by
+// src/kernels/conv.h): forward, backward data and backward filter by
 // cuDNN, the bias add and the bias gradient by two plain kernels of our own.
 //
 // Layouts: nhwc false is contiguous NCHW tensors and OIHW filters; nhwc true
@@ -26,7 +26,8 @@
 #include <string.h>
 
 extern "C" {
-#include "ops/cuda_linalg.h"
+#include "kernels/conv.h"
+#include "kernels/cuda.h"
 }
 
 int dl_cuda_la_use_device(int d); // linalg.cu
@@ -490,3 +491,10 @@ int dl_cuda_conv2d_backward(int device, dl_dtype dt, const dl_conv2d_shape *s, b
     }
     return gb ? bias_op(dt, true, gb, gy, s, nhwc) : 0;
 }
+
+extern const dl_cuda_conv_kernels dl_cuda_conv_table;
+const dl_cuda_conv_kernels dl_cuda_conv_table = {
+    .family = "conv",
+    .conv2d_forward = dl_cuda_conv2d_forward,
+    .conv2d_backward = dl_cuda_conv2d_backward,
+};

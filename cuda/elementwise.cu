@@ -1,6 +1,7 @@
-// elementwise.cu - CUDA kernels of the elementwise family (see src/ops/cuda_elementwise.h):
+// elementwise.cu - CUDA kernels of the elementwise family (see src/kernels/elementwise.h):
 // binary arithmetic, comparisons and logical ops, unary math, clamp, where, masked_fill,
-// isclose, and the activation helpers threshold_backward and mask_scale.
+// isclose, and the activation and dropout families' threshold_backward and
+// mask_scale (src/kernels/activation.h, dropout.h), whose tables end this file.
 //
 // One grid-stride kernel (map_kernel) runs a functor once per element.  Each entry point
 // has a functor holding its output (Out) and inputs (In<C>, read in the compute type C)
@@ -23,7 +24,9 @@
 #include <type_traits>
 
 extern "C" {
-#include "ops/cuda_elementwise.h"
+#include "kernels/activation.h"
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
 }
 
 namespace {
@@ -906,6 +909,18 @@ const dl_cuda_elementwise_kernels dl_cuda_elementwise_table = {
     .where = ew_where,
     .masked_fill = ew_masked_fill,
     .isclose = ew_isclose,
+};
+
+// The activation and dropout families' kernels are maps of this file's
+// machinery (loads, stores and the launch above), so their tables live here.
+extern const dl_cuda_activation_kernels dl_cuda_activation_table;
+const dl_cuda_activation_kernels dl_cuda_activation_table = {
+    .family = "activation",
     .threshold_backward = ew_threshold_backward,
+};
+
+extern const dl_cuda_dropout_kernels dl_cuda_dropout_table;
+const dl_cuda_dropout_kernels dl_cuda_dropout_table = {
+    .family = "dropout",
     .mask_scale = ew_mask_scale,
 };

@@ -1,4 +1,4 @@
-// index.cu - CUDA kernels of the index family (see src/ops/cuda_index.h):
+// index.cu - CUDA kernels of the index family (see src/kernels/index.h):
 // index_select/index_add, gather/scatter, one_hot, count_nonzero/nonzero,
 // masked_select/masked_scatter, tril/triu, the index range check and the
 // index-map padding.  Sorting lives in sort.cu; all of them are entries of
@@ -17,7 +17,8 @@
 #include <cub/device/device_scan.cuh>
 
 extern "C" {
-#include "ops/cuda_index.h"
+#include "kernels/index.h"
+#include "kernels/pad.h"
 }
 
 // Defined in sort.cu.
@@ -686,6 +687,12 @@ const dl_cuda_index_kernels dl_cuda_index_table = {
     .tri_ = tri_,
     .index_range = index_range,
     .shift_i64 = shift_i64,
+};
+
+// pad gathers and scatters through this file's index-map kernels.
+extern const dl_cuda_pad_kernels dl_cuda_pad_table;
+const dl_cuda_pad_kernels dl_cuda_pad_table = {
+    .family = "pad",
     .pad_gather = pad_gather,
     .pad_scatter = pad_scatter,
 };

@@ -1,4 +1,4 @@
-// linalg.cu - matrix products on CUDA (see src/ops/cuda_linalg.h): the
+// linalg.cu - matrix products on CUDA (see src/kernels/linalg.h): the
 // floating dtypes through cuBLAS, the integer dtypes through a plain kernel of
 // our own.  The table also carries the cuDNN convolutions of conv.cu.
 //
@@ -19,14 +19,11 @@
 #include <type_traits>
 
 extern "C" {
-#include "ops/cuda_linalg.h"
+#include "kernels/cuda.h"
+#include "kernels/linalg.h"
 }
 
 // conv.cu
-int dl_cuda_conv2d_forward(int device, dl_dtype dt, const dl_conv2d_shape *s, bool nhwc, void *y,
-                           const void *x, const void *w, const void *b);
-int dl_cuda_conv2d_backward(int device, dl_dtype dt, const dl_conv2d_shape *s, bool nhwc, void *gx,
-                            void *gw, void *gb, const void *gy, const void *x, const void *w);
 
 // Makes CUDA device d current (shared with conv.cu).
 int dl_cuda_la_use_device(int d) {
@@ -282,6 +279,4 @@ extern const dl_cuda_linalg_kernels dl_cuda_linalg_table;
 const dl_cuda_linalg_kernels dl_cuda_linalg_table = {
     .family = "linalg",
     .gemm = la_gemm,
-    .conv2d_forward = dl_cuda_conv2d_forward,
-    .conv2d_backward = dl_cuda_conv2d_backward,
 };

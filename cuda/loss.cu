@@ -1,7 +1,8 @@
 // loss.cu - CUDA kernels of the loss functions, forward and backward (see
 // src/cpu/loss.h for the layouts and formulas, which these mirror operation
 // for operation: float32 computes in float, float64 in double, sums over
-// classes accumulate in double).
+// classes accumulate in double); the loss family's table
+// (src/kernels/loss.h) ends this file.
 //
 // Class losses: a thread per sample r = n*S + s, whose class c lies at
 // (n*C + c)*S + s, looping over the C classes.  Targets were checked by the op
@@ -100,8 +101,8 @@ __global__ void nll_kernel(T *out, const T *logp, const int64_t *target, const T
 
 // gx is (N,C,S) and already zero; g is (N,S) or NULL.
 template <typename T>
-__global__ void nll_bwd_kernel(T *gx, const T *g, T g0, const int64_t *target, const T *weight,
-                               int64_t N, int64_t C, int64_t S, int64_t ignore_index) {
+__global__ void nll_backward_kernel(T *gx, const T *g, T g0, const int64_t *target, const T *weight,
+                                    int64_t N, int64_t C, int64_t S, int64_t ignore_index) {
     GRID_STRIDE(r, N * S) {
         int64_t t = target[r];
         if (t == ignore_index) continue;
@@ -137,9 +138,9 @@ __global__ void ce_kernel(T *out, const T *x, const int64_t *target, const T *we
 
 // gx, x are (N,C,S), g is (N,S) or NULL.
 template <typename T>
-__global__ void ce_bwd_kernel(T *gx, const T *g, T g0, const T *x, const int64_t *target,
-                              const T *weight, int64_t N, int64_t C, int64_t S,
-                              int64_t ignore_index, double eps) {
+__global__ void ce_backward_kernel(T *gx, const T *g, T g0, const T *x, const int64_t *target,
+                                   const T *weight, int64_t N, int64_t C, int64_t S,
+                                   int64_t ignore_index, double eps) {
     const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);
     GRID_STRIDE(r, N * S) {
         int64_t t = target[r], b = sample_base(r, C, S);
@@ -196,8 +197,9 @@ __global__ void ce_prob_kernel(T *out, const T *x, const T *target, const T *wei
 
 // gx, gtarget (either may be NULL), x, target are (N,C,S), g is (N,S) or NULL.
 template <typename T>
-__global__ void ce_prob_bwd_kernel(T *gx, T *gtarget, const T *g, T g0, const T *x, const T *target,
-                                   const T *weight, int64_t N, int64_t C, int64_t S, double eps) {
+__global__ void ce_prob_backward_kernel(T *gx, T *gtarget, const T *g, T g0, const T *x,
+                                        const T *target, const T *weight, int64_t N, int64_t C,
+                                        int64_t S, double eps) {
     const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);
     GRID_STRIDE(r, N * S) {
         int64_t b = sample_base(r, C, S);
@@ -246,8 +248,8 @@ __global__ void pw_kernel(T *out, const T *x, const T *y, const T *w, const T *p
 
 // gx, gy (either may be NULL), g (NULL: g0), x, y, w, pw are (n).
 template <typename T>
-__global__ void pw_bwd_kernel(T *gx, T *gy, const T *g, T g0, const T *x, const T *y, const T *w,
-                              const T *pw, int64_t n, int op) {
+__global__ void pw_backward_kernel(T *gx, T *gy, const T *g, T g0, const T *x, const T *y,
+                                   const T *w, const T *pw, int64_t n, int op) {
     GRID_STRIDE(i, n) {
         T G = g ? g[i] : g0, xv = x[i], yv = y[i], dx = 0, dy = 0;
         switch (op) {
@@ -365,7 +367,7 @@ int dl_cuda_nll_loss_backward(void *gx, const void *g, double g0, const int64_t 
     DL_CUDA_CHECK(cudaMemsetAsync(gx, 0, (size_t)(N * C * S) * esz, st));
     return by_dtype(dt, [&](auto tag) {
         typedef decltype(tag) T;
-        nll_bwd_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
+        nll_backward_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
             (T *)gx, (const T *)g, (T)g0, target, (const T *)weight, N, C, S, ignore_index);
     });
 }
@@ -393,7 +395,7 @@ int dl_cuda_cross_entropy_backward(void *gx, const void *g, double g0, const voi
     cudaStream_t st = dl_cuda_stream();
     return by_dtype(dt, [&](auto tag) {
         typedef decltype(tag) T;
-        ce_bwd_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
+        ce_backward_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
             (T *)gx, (const T *)g, (T)g0, (const T *)x, target, (const T *)weight, N, C, S,
             ignore_index, eps);
     });
@@ -420,7 +422,7 @@ int dl_cuda_cross_entropy_prob_backward(void *gx, void *gtarget, const void *g, 
     cudaStream_t st = dl_cuda_stream();
     return by_dtype(dt, [&](auto tag) {
         typedef decltype(tag) T;
-        ce_prob_bwd_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
+        ce_prob_backward_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
             (T *)gx, (T *)gtarget, (const T *)g, (T)g0, (const T *)x, (const T *)target,
             (const T *)weight, N, C, S, eps);
     });
@@ -446,8 +448,24 @@ int dl_cuda_pointwise_loss_backward(void *gx, void *gy, const void *g, double g0
     cudaStream_t st = dl_cuda_stream();
     return by_dtype(dt, [&](auto tag) {
         typedef decltype(tag) T;
-        pw_bwd_kernel<T><<<blocks(n), DL_RED_THREADS, 0, st>>>(
+        pw_backward_kernel<T><<<blocks(n), DL_RED_THREADS, 0, st>>>(
             (T *)gx, (T *)gy, (const T *)g, (T)g0, (const T *)x, (const T *)y, (const T *)w,
             (const T *)pw, n, (int)op);
     });
 }
+
+extern const dl_cuda_loss_kernels dl_cuda_loss_table;
+const dl_cuda_loss_kernels dl_cuda_loss_table = {
+    .family = "loss",
+    .sum = dl_cuda_loss_sum,
+    .class_weight_sum = dl_cuda_class_weight_sum,
+    .target_check = dl_cuda_target_check,
+    .nll_loss = dl_cuda_nll_loss,
+    .nll_loss_backward = dl_cuda_nll_loss_backward,
+    .cross_entropy = dl_cuda_cross_entropy,
+    .cross_entropy_backward = dl_cuda_cross_entropy_backward,
+    .cross_entropy_prob = dl_cuda_cross_entropy_prob,
+    .cross_entropy_prob_backward = dl_cuda_cross_entropy_prob_backward,
+    .pointwise_loss = dl_cuda_pointwise_loss,
+    .pointwise_loss_backward = dl_cuda_pointwise_loss_backward,
+};

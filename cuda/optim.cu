@@ -1,5 +1,6 @@
 // optim.cu - CUDA kernels of the fused optimizer steps (src/ops/optim.c; the
-// formulas are in src/cpu/optim.h).  Entry points of dl_cuda_random_table.
+// formulas are in src/cpu/optim.h).  The optim family's table
+// (src/kernels/optim.h) ends this file.
 //
 // One launch per step over all parameters (multi-tensor): the host lists
 // every parameter (its device pointers, length and per-parameter scalars)
@@ -16,7 +17,8 @@
 #include "common.cuh"
 
 extern "C" {
-#include "ops/cuda_random.h"
+#include "kernels/cuda.h"
+#include "kernels/optim.h"
 }
 
 #include <stdlib.h>
@@ -240,3 +242,10 @@ int dl_cuda_adam_step(int n, const dl_optim_tensors *ts, const dl_adam_coeffs *c
                      c->maximize};
     return run_step("adam_step", adam_kernel, n, ts, true, amsgrad, false, s);
 }
+
+extern const dl_cuda_optim_kernels dl_cuda_optim_table;
+const dl_cuda_optim_kernels dl_cuda_optim_table = {
+    .family = "optim",
+    .sgd_step = dl_cuda_sgd_step,
+    .adam_step = dl_cuda_adam_step,
+};

@@ -1,5 +1,6 @@
 // pool.cu - CUDA 2-D pooling: max (with indices), average, adaptive average
-// and adaptive max, forward and backward (entries of the nn table, nn.cu).
+// and adaptive max, forward and backward (the pool family's table, src/kernels/pool.h, ends this
+// file).
 //
 // The window rules are the CPU's (src/cpu/pool.c), line for line:
 //  - max: rows h0 + k*dh (h0 = oh*sh - ph) inside [0, H); the maximum starts
@@ -23,7 +24,8 @@
 #include <math.h>
 
 extern "C" {
-#include "cpu/pool.h"
+#include "kernels/cuda.h"
+#include "kernels/pool.h"
 }
 
 namespace {
@@ -159,7 +161,7 @@ template <typename T> __global__ void avg_pool_fwd(T *y, const T *x, dl_pool2d_s
 // over the windows holding it, in (oh, ow) order.  Candidate windows: those
 // whose unclipped rows [oh*sh - ph, oh*sh - ph + kh) reach ih; each is then
 // checked against its exact (clipped) window.
-template <typename T> __global__ void avg_pool_bwd(T *gx, const T *gy, dl_pool2d_shape s) {
+template <typename T> __global__ void avg_pool_backward(T *gx, const T *gy, dl_pool2d_shape s) {
     int64_t n = s.P * s.H * s.W;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x) {
@@ -195,9 +197,9 @@ template <typename T> __global__ void adaptive_avg_fwd(T *y, const T *x, dl_pool
     }
 }
 
-// gx (P,H,W) from gy (P,OH,OW), gathering as avg_pool_bwd.  Windows holding
+// gx (P,H,W) from gy (P,OH,OW), gathering as avg_pool_backward.  Windows holding
 // row ih lie within oh in [ih*OH/H - 1, ceil((ih+1)*OH/H)] (then checked).
-template <typename T> __global__ void adaptive_avg_bwd(T *gx, const T *gy, dl_pool2d_shape s) {
+template <typename T> __global__ void adaptive_avg_backward(T *gx, const T *gy, dl_pool2d_shape s) {
     int64_t n = s.P * s.H * s.W;
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
          e += (int64_t)gridDim.x * blockDim.x) {
@@ -334,7 +336,7 @@ int dl_cuda_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx,
     if (check_pool("avg_pool2d_backward", s, false)) return -1;
     int64_t n = s->P * s->H * s->W;
     if (n == 0) return 0;
-    POOL_LAUNCH("avg_pool2d_backward", dt, n, avg_pool_bwd, (T *)gx, (const T *)gy, *s);
+    POOL_LAUNCH("avg_pool2d_backward", dt, n, avg_pool_backward, (T *)gx, (const T *)gy, *s);
     return 0;
 }
 
@@ -352,7 +354,19 @@ int dl_cuda_adaptive_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, 
     if (check_pool("adaptive_avg_pool2d_backward", s, true)) return -1;
     int64_t n = s->P * s->H * s->W;
     if (n == 0) return 0;
-    POOL_LAUNCH("adaptive_avg_pool2d_backward", dt, n, adaptive_avg_bwd, (T *)gx, (const T *)gy,
-                *s);
+    POOL_LAUNCH("adaptive_avg_pool2d_backward", dt, n, adaptive_avg_backward, (T *)gx,
+                (const T *)gy, *s);
     return 0;
 }
+
+extern const dl_cuda_pool_kernels dl_cuda_pool_table;
+const dl_cuda_pool_kernels dl_cuda_pool_table = {
+    .family = "pool",
+    .max_pool2d_forward = dl_cuda_max_pool2d_forward,
+    .pool2d_scatter_backward = dl_cuda_pool2d_scatter_backward,
+    .avg_pool2d_forward = dl_cuda_avg_pool2d_forward,
+    .avg_pool2d_backward = dl_cuda_avg_pool2d_backward,
+    .adaptive_avg_pool2d_forward = dl_cuda_adaptive_avg_pool2d_forward,
+    .adaptive_avg_pool2d_backward = dl_cuda_adaptive_avg_pool2d_backward,
+    .adaptive_max_pool2d_forward = dl_cuda_adaptive_max_pool2d_forward,
+};

@@ -23,7 +23,8 @@
 
 extern "C" {
 #include "core/rng.h"
-#include "ops/cuda_random.h"
+#include "kernels/cuda.h"
+#include "kernels/random.h"
 }
 
 #include <math.h>
@@ -347,14 +348,8 @@ int cuda_random_fill(dl_tensor *out, const dl_random_params *p, uint64_t seed, u
 
 } // namespace
 
-// Fused optimizer steps (optim.cu).
-int dl_cuda_sgd_step(int n, const dl_optim_tensors *ts, const dl_sgd_coeffs *c);
-int dl_cuda_adam_step(int n, const dl_optim_tensors *ts, const dl_adam_coeffs *c);
-
 extern const dl_cuda_random_kernels dl_cuda_random_table;
 const dl_cuda_random_kernels dl_cuda_random_table = {
     .family = "random",
     .random_fill = cuda_random_fill,
-    .sgd_step = dl_cuda_sgd_step,
-    .adam_step = dl_cuda_adam_step,
 };

@@ -1,6 +1,6 @@
 // reduce.cu - CUDA kernels of the reductions, scans and the median (see
-// src/ops/cuda_reduce.h and src/cpu/reduce.h), and the reduce family's table
-// (softmax.cu and loss.cu supply the rest of it).
+// src/kernels/reduce.h and src/cpu/reduce.h), and the reduce family's table
+// (softmax.cu and loss.cu hold their families' tables).
 //
 // Reductions read a dense (RO, O, R, I) block, element (ro, o, r, i) at
 // ((ro*O + o)*R + r)*I + i, and fold over (ro, r) -- position j = ro*R + r --
@@ -623,17 +623,4 @@ const dl_cuda_reduce_kernels dl_cuda_reduce_table = {
     .median = cuda_median,
     .reduce_finish = cuda_reduce_finish,
     .reduce_zero_inf = cuda_reduce_zero_inf,
-    .softmax = dl_cuda_softmax,
-    .softmax_backward = dl_cuda_softmax_backward,
-    .sum = dl_cuda_loss_sum,
-    .class_weight_sum = dl_cuda_class_weight_sum,
-    .target_check = dl_cuda_target_check,
-    .nll_loss = dl_cuda_nll_loss,
-    .nll_loss_backward = dl_cuda_nll_loss_backward,
-    .cross_entropy = dl_cuda_cross_entropy,
-    .cross_entropy_backward = dl_cuda_cross_entropy_backward,
-    .cross_entropy_prob = dl_cuda_cross_entropy_prob,
-    .cross_entropy_prob_backward = dl_cuda_cross_entropy_prob_backward,
-    .pointwise_loss = dl_cuda_pointwise_loss,
-    .pointwise_loss_backward = dl_cuda_pointwise_loss_backward,
 };

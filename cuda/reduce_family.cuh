@@ -1,6 +1,6 @@
 // reduce_family.cuh - what the files of the reduce family share (reduce.cu,
-// softmax.cu, loss.cu): warp and block reductions and the entry points that
-// reduce.cu gathers into dl_cuda_reduce_table.  Included by those files only.
+// softmax.cu, loss.cu): warp and block reductions and dl_cuda_reduce_acc (which
+// loss.cu sums with); each file defines its family's table.  Included by those files only.
 //
 // Invariants: block helpers are called by every thread of a block whose size
 // is a multiple of 32 (at most 1024), from code that is uniform across the
@@ -11,7 +11,10 @@
 #include "common.cuh"
 
 extern "C" {
-#include "ops/cuda_reduce.h"
+#include "kernels/cuda.h"
+#include "kernels/loss.h"
+#include "kernels/reduce.h"
+#include "kernels/softmax.h"
 }
 
 #define DL_RED_THREADS 256
@@ -72,36 +75,3 @@ int dl_cuda_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rs
                        const double *shift, double *out);
 
 // --- entry points (softmax.cu) --------------------------------------------------------------
-int dl_cuda_softmax(void *y, const void *x, dl_dtype dt, int64_t outer, int64_t D, int64_t inner,
-                    bool is_log);
-int dl_cuda_softmax_backward(void *gx, const void *gy, const void *y, dl_dtype dt, int64_t outer,
-                             int64_t D, int64_t inner, bool is_log);
-
-// --- entry points (loss.cu) -----------------------------------------------------------------
-int dl_cuda_loss_sum(const void *v, dl_dtype dt, int64_t n, double *out);
-int dl_cuda_class_weight_sum(const int64_t *target, const void *weight, dl_dtype dt, int64_t n,
-                             int64_t ignore_index, double *out);
-int dl_cuda_target_check(const int64_t *target, int64_t n, int64_t C, int64_t ignore_index,
-                         int64_t *first_bad);
-int dl_cuda_nll_loss(void *out, const void *logp, const int64_t *target, const void *weight,
-                     dl_dtype dt, int64_t N, int64_t C, int64_t S, int64_t ignore_index);
-int dl_cuda_nll_loss_backward(void *gx, const void *g, double g0, const int64_t *target,
-                              const void *weight, dl_dtype dt, int64_t N, int64_t C, int64_t S,
-                              int64_t ignore_index);
-int dl_cuda_cross_entropy(void *out, const void *x, const int64_t *target, const void *weight,
-                          dl_dtype dt, int64_t N, int64_t C, int64_t S, int64_t ignore_index,
-                          double eps);
-int dl_cuda_cross_entropy_backward(void *gx, const void *g, double g0, const void *x,
-                                   const int64_t *target, const void *weight, dl_dtype dt,
-                                   int64_t N, int64_t C, int64_t S, int64_t ignore_index,
-                                   double eps);
-int dl_cuda_cross_entropy_prob(void *out, const void *x, const void *target, const void *weight,
-                               dl_dtype dt, int64_t N, int64_t C, int64_t S, double eps);
-int dl_cuda_cross_entropy_prob_backward(void *gx, void *gtarget, const void *g, double g0,
-                                        const void *x, const void *target, const void *weight,
-                                        dl_dtype dt, int64_t N, int64_t C, int64_t S, double eps);
-int dl_cuda_pointwise_loss(void *out, const void *x, const void *y, const void *w, const void *pw,
-                           dl_dtype dt, int64_t n, dl_pointwise_loss op);
-int dl_cuda_pointwise_loss_backward(void *gx, void *gy, const void *g, double g0, const void *x,
-                                    const void *y, const void *w, const void *pw, dl_dtype dt,
-                                    int64_t n, dl_pointwise_loss op);

@@ -25,7 +25,7 @@
 #include <unordered_map>
 
 extern "C" {
-#include "ops/cuda_backend.h"
+#include "kernels/cuda.h"
 }
 
 #define DL_CUDA_MAX_DEVICES 16
@@ -492,9 +492,7 @@ const dl_allocator allocator = {device_alloc, device_free};
 // --- start-up -------------------------------------------------------------------------------
 
 int dl_cuda_copy(dl_tensor *dst, dl_tensor *src); // copy.cu
-extern "C" int (*dl_copy_across_devices)(dl_tensor *dst, dl_tensor *src);
-extern "C" const char *(*dl_device_memory_describe)(int device, char *buf, size_t n);
-void dl_cuda_register_kernels(void); // backend.cu
+void dl_cuda_register_kernels(void);              // backend.cu
 
 // Called once (src/ops/device.c) before any tensor exists.  Leaves every
 // table NULL when there is no GPU.

@@ -1,5 +1,6 @@
 // softmax.cu - CUDA kernels of softmax and log_softmax, forward and backward
-// (see src/cpu/softmax.h for the (outer, D, inner) layout and the formulas).
+// (see src/cpu/softmax.h for the (outer, D, inner) layout and the formulas);
+// the softmax family's table (src/kernels/softmax.h) ends this file.
 //
 // Two shapes: inner == 1 with long rows -> a block per row (max, sum of
 // exponentials, outputs, each a block all-reduce); otherwise a thread per
@@ -73,8 +74,8 @@ __global__ void softmax_cols_kernel(T *y, const T *x, int64_t outer, int64_t D, 
 // gx, gy, y are (outer, D): a block per row.
 //   softmax: gx = y * (gy - sum(gy * y));  log_softmax: gx = gy - exp(y) * sum(gy)
 template <typename T>
-__global__ void softmax_bwd_rows_kernel(T *gx, const T *gy, const T *y, int64_t outer, int64_t D,
-                                        bool is_log) {
+__global__ void softmax_backward_rows_kernel(T *gx, const T *gy, const T *y, int64_t outer,
+                                             int64_t D, bool is_log) {
     for (int64_t o = blockIdx.x; o < outer; o += gridDim.x) {
         const T *gr = gy + o * D, *yr = y + o * D;
         T *xr = gx + o * D;
@@ -90,8 +91,8 @@ __global__ void softmax_bwd_rows_kernel(T *gx, const T *gy, const T *y, int64_t 
 
 // gx, gy, y are (outer, D, inner): a thread per (o, i).
 template <typename T>
-__global__ void softmax_bwd_cols_kernel(T *gx, const T *gy, const T *y, int64_t outer, int64_t D,
-                                        int64_t inner, bool is_log) {
+__global__ void softmax_backward_cols_kernel(T *gx, const T *gy, const T *y, int64_t outer,
+                                             int64_t D, int64_t inner, bool is_log) {
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < outer * inner;
          t += (int64_t)gridDim.x * blockDim.x) {
         int64_t o = t / inner, i = t - o * inner, base = o * D * inner + i;
@@ -129,14 +130,14 @@ int softmax_typed(T *y, const T *x, int64_t outer, int64_t D, int64_t inner, boo
 }
 
 template <typename T>
-int softmax_bwd_typed(T *gx, const T *gy, const T *y, int64_t outer, int64_t D, int64_t inner,
-                      bool is_log) {
+int softmax_backward_typed(T *gx, const T *gy, const T *y, int64_t outer, int64_t D, int64_t inner,
+                           bool is_log) {
     cudaStream_t st = dl_cuda_stream();
     if (use_rows(D, inner))
-        softmax_bwd_rows_kernel<T>
+        softmax_backward_rows_kernel<T>
             <<<dl_red_grid(outer), DL_RED_THREADS, 0, st>>>(gx, gy, y, outer, D, is_log);
     else
-        softmax_bwd_cols_kernel<T>
+        softmax_backward_cols_kernel<T>
             <<<dl_cuda_blocks(outer * inner, DL_RED_THREADS), DL_RED_THREADS, 0, st>>>(
                 gx, gy, y, outer, D, inner, is_log);
     DL_CUDA_LAUNCHED();
@@ -150,8 +151,8 @@ int check_shape(const char *op, int64_t outer, int64_t D, int64_t inner) {
 
 } // namespace
 
-int dl_cuda_softmax(void *y, const void *x, dl_dtype dt, int64_t outer, int64_t D, int64_t inner,
-                    bool is_log) {
+int dl_cuda_softmax_forward(void *y, const void *x, dl_dtype dt, int64_t outer, int64_t D,
+                            int64_t inner, bool is_log) {
     if (check_shape("softmax", outer, D, inner)) return -1;
     if (outer * D * inner == 0) return 0;
     if (dt == DL_DTYPE_F32)
@@ -166,11 +167,18 @@ int dl_cuda_softmax_backward(void *gx, const void *gy, const void *y, dl_dtype d
     if (check_shape("softmax_backward", outer, D, inner)) return -1;
     if (outer * D * inner == 0) return 0;
     if (dt == DL_DTYPE_F32)
-        return softmax_bwd_typed((float *)gx, (const float *)gy, (const float *)y, outer, D, inner,
-                                 is_log);
+        return softmax_backward_typed((float *)gx, (const float *)gy, (const float *)y, outer, D,
+                                      inner, is_log);
     if (dt == DL_DTYPE_F64)
-        return softmax_bwd_typed((double *)gx, (const double *)gy, (const double *)y, outer, D,
-                                 inner, is_log);
+        return softmax_backward_typed((double *)gx, (const double *)gy, (const double *)y, outer, D,
+                                      inner, is_log);
     return dl_error("softmax_backward: CUDA kernels take float32 or float64, got %s",
                     dl_dtype_name(dt));
 }
+
+extern const dl_cuda_softmax_kernels dl_cuda_softmax_table;
+const dl_cuda_softmax_kernels dl_cuda_softmax_table = {
+    .family = "softmax",
+    .softmax = dl_cuda_softmax_forward,
+    .softmax_backward = dl_cuda_softmax_backward,
+};

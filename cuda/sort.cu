@@ -1,5 +1,5 @@
 // sort.cu - sort/argsort/topk on CUDA (the `sort` entry of the index table,
-// see src/ops/cuda_index.h), mirroring dl_cpu_sort.
+// see src/kernels/index.h), mirroring dl_cpu_sort.
 //
 // Every value becomes a uint64 key whose unsigned order is the wanted order,
 // exactly as the CPU builds them: floats by their IEEE bits (sign-folded, -0

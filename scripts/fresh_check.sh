@@ -18,7 +18,9 @@
 # Usage: scripts/fresh_check.sh
 # Environment: DLUA_FRESH_MIRROR (default http://deb.debian.org/debian),
 #              DLUA_FRESH_DIR (parent of the temporary root, default /var/tmp),
-#              DLUA_FRESH_KEEP=1 (keep the root afterwards, for a look inside).
+#              DLUA_FRESH_KEEP=1 (keep the root afterwards, for a look inside),
+#              DLUA_FRESH_TESTS (the test command's ctest arguments instead of
+#              "-L smoke"; empty: the whole suite, as the README's command runs it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -116,7 +118,7 @@ in_root() {
 }
 
 in_root run "bash scripts/run.sh --epochs 1 --train-subset 2000"
-in_root test "bash scripts/test.sh -L smoke"
+in_root test "bash scripts/test.sh ${DLUA_FRESH_TESTS--L smoke}"
 if [ -f "$root/root/dlua/tests/sh/test_luarocks.sh" ]; then
   in_root luarocks "bash tests/sh/test_luarocks.sh"
 fi

@@ -60,7 +60,7 @@ if [ "$mode" != "--bench-only" ]; then
   say ""
   say "$(printf '%-34s %8s %8s %8s' 'CUDA test file' passed failed seconds)"
   budget=${DL_GPU_TEST_BUDGET:-260} # seconds for all test files together
-  for f in tests/lua/test_cuda_*.lua; do
+  for f in tests/lua/test_cuda.lua tests/lua/test_*_cuda.lua; do # the API, then each family
     name=$(basename "$f" .lua)
     t0=$(date +%s)
     left=$(( budget - (t0 - start) ))
@@ -84,7 +84,7 @@ if [ "$mode" != "--bench-only" ]; then
   say "$(printf '%-34s %8s %8s %8s' test_train_device "$(echo "$line" | awk '{print $1}')" \
     "$(echo "$line" | awk '{print $3}')" $(( $(date +%s) - t0 )))"
   # the first failures of each file, for the log
-  grep -h -A4 '^FAIL' "$logs"/test_cuda_*.log "$logs"/test_train_device.log 2>/dev/null | head -150 >"$logs/failures.txt"
+  grep -h -A4 '^FAIL' "$logs"/test_cuda.log "$logs"/test_*_cuda.log "$logs"/test_train_device.log 2>/dev/null | head -150 >"$logs/failures.txt"
   say "test files failing: $fails"
 fi
 

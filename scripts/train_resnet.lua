@@ -67,6 +67,7 @@ local SPEC = {
   {name = "save-dir", default = "./checkpoints", metavar = "DIR", help = "where last.safetensors and best.safetensors go"},
   {name = "resume", optional_value = "", metavar = "FILE", help = "continue from a checkpoint (no FILE: <save-dir>/last.safetensors)"},
   {name = "plot", metavar = "PNG", help = "draw loss and accuracy curves into this PNG after every epoch"},
+  {name = "tensorboard", metavar = "DIR", help = "write TensorBoard event files into DIR (tensorboard --logdir DIR)"},
   {name = "max-steps", type = "int", min = 0, default = 0, help = "stop after this many optimizer steps in all (0: no limit); writes a checkpoint"},
 }
 
@@ -325,6 +326,10 @@ local function main(argv)
     val_set and string.format(", %d validation images", #val_set) or "",
     o.arch, device, amp_dtype and (", " .. o.amp) or "", dl.get_num_threads()))
 
+  -- TensorBoard (--tensorboard): loss, lr, images/s, inputs, validation, weight histograms
+  local tblog = o.tensorboard and checked("--tensorboard " .. o.tensorboard, train.tensorboard.open,
+    o.tensorboard, {log_every = o.log_every})
+
   local tty = progress.stdout_is_tty()
   dl._train.sigint_watch(true)
   local t_start = dl.clock()
@@ -371,6 +376,10 @@ local function main(argv)
           optimizer:step()
         end
         losses[step] = l
+        if tblog then
+          tblog:inputs(x, step)
+          tblog:step(step, l, lr, y.shape[1])
+        end
         p:step(b, y.shape[1], l, wait)
         if dl._train.sigint_pending() > 0 then stopped = "interrupt" end
         if o.max_steps > 0 and step >= o.max_steps then stopped = stopped or "max-steps" end
@@ -401,6 +410,10 @@ local function main(argv)
       if r.top1 > best_top1 then best_top1, best_epoch = r.top1, epoch end
     end
     print(summary)
+    if tblog then
+      local v = val_hist[#val_hist]
+      tblog:epoch(epoch, st.mean_loss, v and v.epoch == epoch and v or nil, model)
+    end
     save(last_path, {epoch = epoch + 1, batch = 0})
     if val_loader and best_epoch == epoch then save(best_path, {epoch = epoch + 1, batch = 0}) end
     draw_plot()
@@ -409,6 +422,7 @@ local function main(argv)
   dl._train.sigint_watch(false)
   loader:close()
   if val_loader then val_loader:close() end
+  if tblog then tblog:close() end
 
   local resume_cmd = string.format("%s %s --resume %s", arg and arg[-1] or "dlua",
     arg and arg[0] or "scripts/train_resnet.lua", last_path)
@@ -430,6 +444,7 @@ local function main(argv)
   end
   print("checkpoint: " .. last_path)
   if o.plot then print("plot: " .. o.plot) end
+  if o.tensorboard then print("tensorboard: " .. o.tensorboard .. " (view with: tensorboard --logdir " .. o.tensorboard .. ")") end
   print(string.format("time: %s", progress.format_time(dl.clock() - t_start)))
   return 0
 end

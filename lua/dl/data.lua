@@ -13,25 +13,13 @@
 -- Labels are 1-based class indices; shuffling is a Philox permutation of
 -- (seed, epoch), so it is reproducible from the seed and differs per epoch.
 local dl = require "dl"
+local util = require "dl.util"
 local C = dl._data
 
 local D = {}
 
 local function fail(name, msg, level) error(name .. ": " .. msg, (level or 1) + 2) end
 
-local function check_opts(name, opts, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then fail(name, "options table expected, got " .. type(opts), 2) end
-  for k in pairs(opts) do
-    if not allowed[k] then
-      local names = {}
-      for a in pairs(allowed) do names[#names + 1] = a end
-      table.sort(names)
-      fail(name, "unknown option '" .. tostring(k) .. "' (expected: " .. table.concat(names, ", ") .. ")", 2)
-    end
-  end
-  return opts
-end
 
 local function callable(f)
   if type(f) == "function" then return true end
@@ -77,8 +65,7 @@ local DEFAULT_EXTENSIONS = {".jpg", ".jpeg", ".png"}
 -- ImageFolder{root =, transform =, target_transform =, extensions =, mode = "RGB"|"L"}
 function D.ImageFolder(opts)
   if type(opts) == "string" then opts = {root = opts} end
-  opts = check_opts("ImageFolder", opts, {root = true, transform = true, target_transform = true,
-    extensions = true, mode = true})
+  opts = util.check_options(opts, "ImageFolder", {"root", "transform", "target_transform", "extensions", "mode"})
   if type(opts.root) ~= "string" then fail("ImageFolder", "root (a folder path) is required") end
   local exts = {}
   for i, e in ipairs(opts.extensions or DEFAULT_EXTENSIONS) do
@@ -191,7 +178,7 @@ end
 -- random_split(dataset, lengths [, {seed =}]) - lengths are counts or
 -- fractions summing to 1 (the remainder is spread as torch does)
 function D.random_split(dataset, lengths, opts)
-  opts = check_opts("random_split", opts, {seed = true})
+  opts = util.check_options(opts, "random_split", {"seed"})
   local n = check_dataset("random_split", dataset)
   if type(lengths) ~= "table" or #lengths == 0 then fail("random_split", "lengths must be a non-empty list") end
   local counts, sum = {}, 0
@@ -215,7 +202,7 @@ function D.random_split(dataset, lengths, opts)
     end
     if sum ~= n then fail("random_split", "sum of input lengths (" .. sum .. ") does not equal the length of the dataset (" .. n .. ")") end
   end
-  local seed = opts.seed or C.seed()
+  local seed = opts.seed == nil and C.seed() or util.check_int(opts.seed, "random_split", "seed")
   local perm = C.randperm(n, seed, 0):tolist()
   local out, off = {}, 0
   for i, c in ipairs(counts) do
@@ -281,23 +268,17 @@ local DataLoader = {}
 DataLoader.__index = DataLoader
 DataLoader.__name = "dl.data.DataLoader"
 
-local loader_keys = {batch_size = true, shuffle = true, num_workers = true, drop_last = true, seed = true,
-  prefetch = true, pin_memory = true, collate = true, skip_bad = true}
+local loader_keys = {"batch_size", "shuffle", "num_workers", "drop_last", "seed", "prefetch", "pin_memory",
+  "collate", "skip_bad"}
 
 function D.DataLoader(dataset, opts)
   local n = check_dataset("DataLoader", dataset)
-  opts = check_opts("DataLoader", opts, loader_keys)
+  opts = util.check_options(opts, "DataLoader", loader_keys)
   local function int_opt(k, def, lo)
-    local v = opts[k]
-    if v == nil then return def end
-    if math.type(v) ~= "integer" or v < lo then fail("DataLoader", k .. " must be an integer >= " .. lo .. ", got " .. tostring(v), 2) end
-    return v
+    if opts[k] == nil then return def end
+    return util.check_int(opts[k], "DataLoader", k, lo)
   end
-  local function bool_opt(k)
-    local v = opts[k]
-    if v ~= nil and type(v) ~= "boolean" then fail("DataLoader", k .. " must be a boolean", 2) end
-    return v == true
-  end
+  local function bool_opt(k) return util.opt_bool(opts[k], false, "DataLoader", k) end
   local self = setmetatable({
     dataset = dataset,
     batch_size = int_opt("batch_size", 1, 1),
@@ -317,7 +298,7 @@ function D.DataLoader(dataset, opts)
   -- copies without blocking; a no-op on a machine without a GPU
   self._pin = self.pin_memory and dl.cuda.is_available()
   if self.seed == nil then self.seed = C.seed()
-  elseif math.type(self.seed) ~= "integer" then fail("DataLoader", "seed must be an integer") end
+  else self.seed = util.check_int(self.seed, "DataLoader", "seed") end
   if callable(dataset._c_source) then self._src = dataset:_c_source() end
   return self
 end
@@ -458,7 +439,7 @@ end
 
 D.read_idx = function(path) return C.idx_read(path) end
 D.write_idx = function(path, t, opts)
-  opts = check_opts("write_idx", opts, {gzip = true})
+  opts = util.check_options(opts, "write_idx", {"gzip"})
   return C.idx_write(path, t, opts.gzip)
 end
 
@@ -492,12 +473,12 @@ end
 function D.mnist(where, opts)
   local images, labels
   if type(where) == "table" then
-    opts = check_opts("mnist", where, {images = true, labels = true, transform = true, classes = true})
+    opts = util.check_options(where, "mnist", {"images", "labels", "transform", "classes"})
     images, labels = opts.images, opts.labels
     if type(images) ~= "string" or type(labels) ~= "string" then fail("mnist", "images and labels paths are required") end
   elseif type(where) == "string" then
-    opts = check_opts("mnist", opts, {train = true, transform = true, classes = true})
-    local train = opts.train ~= false
+    opts = util.check_options(opts, "mnist", {"train", "transform", "classes"})
+    local train = util.opt_bool(opts.train, true, "mnist", "train")
     local prefix = train and "train" or "t10k"
     images = find_idx(where, prefix .. "-images-idx3-ubyte")
     labels = find_idx(where, prefix .. "-labels-idx1-ubyte")

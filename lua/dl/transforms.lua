@@ -16,6 +16,7 @@
 -- makes them reproducible); DataLoader workers draw per sample from
 -- (loader seed, epoch, sample index).
 local dl = require "dl"
+local util = require "dl.util"
 local C = dl._transforms
 
 local T = {}
@@ -26,19 +27,6 @@ T.InterpolationMode = {NEAREST = "nearest", BILINEAR = "bilinear", BICUBIC = "bi
 
 local function fail(name, msg, level) error(name .. ": " .. msg, (level or 1) + 2) end
 
-local function check_opts(name, opts, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then fail(name, "options table expected, got " .. type(opts), 2) end
-  for k in pairs(opts) do
-    if not allowed[k] then
-      local names = {}
-      for a in pairs(allowed) do names[#names + 1] = a end
-      table.sort(names)
-      fail(name, "unknown option '" .. tostring(k) .. "' (expected: " .. table.concat(names, ", ") .. ")", 2)
-    end
-  end
-  return opts
-end
 
 local function is_int(v) return math.type(v) == "integer" or (type(v) == "number" and v == math.floor(v)) end
 
@@ -131,12 +119,12 @@ local function fmt_list(t)
 end
 
 function T.Resize(size, opts)
-  opts = check_opts("Resize", opts, {interpolation = true, max_size = true, antialias = true})
+  opts = util.check_options(opts, "Resize", {"interpolation", "max_size", "antialias"})
   local s = size_arg("Resize", size, false)
   if opts.max_size ~= nil and (not is_int(opts.max_size) or #s ~= 1) then
     fail("Resize", "max_size must be an integer, and size a single number")
   end
-  if opts.antialias == false then
+  if util.opt_bool(opts.antialias, true, "Resize", "antialias") == false then
     fail("Resize", "antialias=false is not supported (resizing always antialiases, as on Pillow images)")
   end
   return ctransform("Resize", {size = s, max_size = opts.max_size, interpolation = interp_arg("Resize", opts.interpolation)},
@@ -148,8 +136,8 @@ function T.CenterCrop(size)
 end
 
 function T.RandomCrop(size, opts)
-  opts = check_opts("RandomCrop", opts, {padding = true, pad_if_needed = true, fill = true, padding_mode = true})
-  local step = {size = size_arg("RandomCrop", size, true), pad_if_needed = opts.pad_if_needed and true or false,
+  opts = util.check_options(opts, "RandomCrop", {"padding", "pad_if_needed", "fill", "padding_mode"})
+  local step = {size = size_arg("RandomCrop", size, true), pad_if_needed = util.opt_bool(opts.pad_if_needed, false, "RandomCrop", "pad_if_needed"),
     fill = opts.fill or 0, padding_mode = padding_mode_arg("RandomCrop", opts.padding_mode)}
   if opts.padding ~= nil then step.padding = padding_arg("RandomCrop", opts.padding) end
   return ctransform("RandomCrop", step, "RandomCrop(size=" .. fmt_list(size) .. ")")
@@ -160,7 +148,8 @@ end
 -- (top and left 1-based), drawn from the default generator as the transform
 -- itself draws them.
 T.RandomResizedCrop = setmetatable({}, {__call = function(_, size, opts)
-  opts = check_opts("RandomResizedCrop", opts, {scale = true, ratio = true, interpolation = true, antialias = true})
+  opts = util.check_options(opts, "RandomResizedCrop", {"scale", "ratio", "interpolation", "antialias"})
+  util.opt_bool(opts.antialias, true, "RandomResizedCrop", "antialias")
   return ctransform("RandomResizedCrop", {size = size_arg("RandomResizedCrop", size, true),
     scale = pair_arg("RandomResizedCrop", "scale", opts.scale, {0.08, 1.0}),
     ratio = pair_arg("RandomResizedCrop", "ratio", opts.ratio, {3 / 4, 4 / 3}),
@@ -178,7 +167,7 @@ end
 
 local function prob_arg(name, p)
   if type(p) == "table" then
-    check_opts(name, p, {p = true})
+    util.check_options(p, name, {"p"})
     p = p.p
   end
   if p == nil then return 0.5 end
@@ -199,7 +188,7 @@ end
 -- ColorJitter(brightness, contrast, saturation, hue) or ColorJitter{brightness=, ...}
 function T.ColorJitter(b, c, s, h)
   if type(b) == "table" and c == nil then
-    local o = check_opts("ColorJitter", b, {brightness = true, contrast = true, saturation = true, hue = true})
+    local o = util.check_options(b, "ColorJitter", {"brightness", "contrast", "saturation", "hue"})
     b, c, s, h = o.brightness, o.contrast, o.saturation, o.hue
   end
   local step = {}
@@ -230,7 +219,7 @@ function T.ColorJitter(b, c, s, h)
 end
 
 function T.Grayscale(n)
-  if type(n) == "table" then n = check_opts("Grayscale", n, {num_output_channels = true}).num_output_channels end
+  if type(n) == "table" then n = util.check_options(n, "Grayscale", {"num_output_channels"}).num_output_channels end
   n = n or 1
   return ctransform("Grayscale", {num_output_channels = n}, "Grayscale(num_output_channels=" .. tostring(n) .. ")")
 end
@@ -238,7 +227,8 @@ end
 function T.ToTensor() return ctransform("ToTensor", {}, "ToTensor()") end
 
 function T.Normalize(mean, std, opts)
-  check_opts("Normalize", opts, {inplace = true})
+  opts = util.check_options(opts, "Normalize", {"inplace"})
+  util.opt_bool(opts.inplace, false, "Normalize", "inplace")
   local function vals(v, key)
     if type(v) == "number" then return {v} end
     if type(v) ~= "table" or #v == 0 then fail("Normalize", key .. " must be a number or a list of numbers", 3) end
@@ -252,7 +242,7 @@ function T.Normalize(mean, std, opts)
 end
 
 function T.Pad(padding, opts)
-  opts = check_opts("Pad", opts, {fill = true, padding_mode = true})
+  opts = util.check_options(opts, "Pad", {"fill", "padding_mode"})
   return ctransform("Pad", {padding = padding_arg("Pad", padding), fill = opts.fill or 0,
     padding_mode = padding_mode_arg("Pad", opts.padding_mode)}, "Pad(padding=" .. fmt_list(padding) .. ")")
 end
@@ -376,7 +366,8 @@ function F.crop(img, top, left, height, width)
 end
 
 function F.resized_crop(img, top, left, height, width, size, opts)
-  opts = check_opts("resized_crop", opts, {interpolation = true, antialias = true})
+  opts = util.check_options(opts, "resized_crop", {"interpolation", "antialias"})
+  util.opt_bool(opts.antialias, true, "resized_crop", "antialias")
   return once("resized_crop", {crop = {top, left, height, width}, size = size_arg("resized_crop", size, true),
     interpolation = interp_arg("resized_crop", opts.interpolation)}, img)
 end

@@ -29,7 +29,6 @@ bool dl_autograd_needed(int n, dl_tensor *const *inputs) {
 /* --- nodes -------------------------------------------------------------------- */
 
 static uint64_t next_seq;
-extern void (*dl_tensor_release_autograd)(dl_tensor *t);
 
 static void release_tensor_graph(dl_tensor *t) {
     if (t->grad_fn) dl_node_release(t->grad_fn);

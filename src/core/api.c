@@ -2,7 +2,7 @@
  * out of tensors and the accessors a host reads a tensor through.  The
  * library's own code uses tensor.h directly; these functions check everything
  * a host can get wrong and answer with NULL and dl_last_error(), never a
- * crash.  (dl_state_* lives in src/lua/lstate.c.) */
+ * crash.  (dl_state_* lives in src/lua/l_state.c.) */
 #include "tensor.h"
 #include "parallel.h"
 #include "dlua.h"

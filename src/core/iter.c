@@ -129,7 +129,3 @@ static void iter_run(int nargs, dl_tensor *const *args, dl_loop_fn fn, void *ctx
 void dl_iter_foreach(int nargs, dl_tensor *const *args, dl_loop_fn fn, void *ctx) {
     iter_run(nargs, args, fn, ctx, true);
 }
-
-void dl_iter_foreach_serial(int nargs, dl_tensor *const *args, dl_loop_fn fn, void *ctx) {
-    iter_run(nargs, args, fn, ctx, false);
-}

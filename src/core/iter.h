@@ -21,7 +21,5 @@ typedef void (*dl_loop_fn)(char **data, const int64_t *strides, int64_t n, void 
 /* Runs fn over all elements of nargs CPU tensors that share one shape
  * (expand them first).  By convention operand 0 is the output. */
 void dl_iter_foreach(int nargs, dl_tensor *const *args, dl_loop_fn fn, void *ctx);
-/* The same, never in parallel (for kernels with sequential state). */
-void dl_iter_foreach_serial(int nargs, dl_tensor *const *args, dl_loop_fn fn, void *ctx);
 
 #endif

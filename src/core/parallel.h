@@ -1,4 +1,5 @@
-/* parallel.h - the CPU thread count shared by OpenMP loops and oneDNN. */
+/* parallel.h - the CPU thread count shared by OpenMP loops and oneDNN, and
+ * the multiversioning macro of the hot loops. */
 #ifndef DL_PARALLEL_H
 #define DL_PARALLEL_H
 
@@ -8,5 +9,16 @@ void dl_set_num_threads(int n);
 int dl_get_num_threads(void);
 /* Elements below which loops stay single-threaded. */
 #define DL_PARALLEL_GRAIN 32768
+
+/* A hot CPU loop compiled once per listed target and picked at load time
+ * (GCC function multiversioning: the build itself targets plain x86-64), e.g.
+ * DL_TARGET_CLONES("avx512f", "arch=haswell", "default").  Each user lists the
+ * targets it was measured with; elsewhere (clang, other architectures) the
+ * function is compiled once. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DL_TARGET_CLONES(...) __attribute__((target_clones(__VA_ARGS__)))
+#else
+#define DL_TARGET_CLONES(...)
+#endif
 
 #endif

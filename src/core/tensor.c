@@ -148,8 +148,7 @@ dl_tensor *dl_tensor_retain(dl_tensor *t) {
     return t;
 }
 
-/* Autograd hooks: set by src/autograd so the core can drop graph references
- * without depending on it. */
+/* The autograd hook (tensor.h). */
 void (*dl_tensor_release_autograd)(dl_tensor *t);
 
 void dl_tensor_release(dl_tensor *t) {
@@ -643,7 +642,7 @@ static bool copy_transposed(dl_tensor *dst, dl_tensor *src) {
 }
 #undef TILE
 
-/* Cross-device copies are provided by the backend that owns the device. */
+/* The cross-device copy hook (tensor.h). */
 int (*dl_copy_across_devices)(dl_tensor *dst, dl_tensor *src);
 
 int dl_tensor_copy_(dl_tensor *dst, dl_tensor *src) {
@@ -739,12 +738,6 @@ int dl_tensor_item_i64(const dl_tensor *t, int64_t *out) {
     *out = dl_load_i64(dl_tensor_data_ptr(h), h->dtype);
     dl_tensor_release(h);
     return 0;
-}
-
-void *dl_tensor_ptr_at(const dl_tensor *t, const int64_t *index) {
-    int64_t off = t->offset;
-    for (int i = 0; i < t->ndim; i++) off += index[i] * t->strides[i];
-    return (char *)t->storage->data + off * (int64_t)dl_dtype_size(t->dtype);
 }
 
 void dl_tensor_bump_version(dl_tensor *t) {

@@ -108,10 +108,16 @@ int dl_tensor_fill_(dl_tensor *t, double value);
 /* The value of a one-element tensor. */
 int dl_tensor_item(const dl_tensor *t, double *out);
 int dl_tensor_item_i64(const dl_tensor *t, int64_t *out);
-/* Pointer to the element at a full index (0-based, already checked). */
-void *dl_tensor_ptr_at(const dl_tensor *t, const int64_t *index);
 
 /* Bumps the storage's version counter (in-place writes). */
 void dl_tensor_bump_version(dl_tensor *t);
+
+/* Hooks the layers above fill in, so the core depends on neither:
+ * dl_tensor_release_autograd is set by src/autograd (drops a dying tensor's
+ * graph references); dl_copy_across_devices by the backend that owns a
+ * non-CPU device (cuda/runtime.cu), and used by dl_tensor_copy_ when dst and
+ * src live on different devices.  NULL until set. */
+extern void (*dl_tensor_release_autograd)(dl_tensor *t);
+extern int (*dl_copy_across_devices)(dl_tensor *dst, dl_tensor *src);
 
 #endif

@@ -1,7 +1,7 @@
 /* cpu/activation.h - CPU kernels of the activation backward passes and of
  * dropout's masking: elementwise loops over strided tensors (dl_iter_foreach),
- * so no operand needs to be contiguous.  The ops layer (src/ops/nn_func.c)
- * has checked shapes and dtypes: every tensor is on the CPU and has out's
+ * so no operand needs to be contiguous.  The ops layer (src/ops/activation.c,
+ * dropout.c) has checked shapes and dtypes: every tensor is on the CPU and has out's
  * shape; out and the data operands share one floating dtype (float32,
  * float64, float16, bfloat16; half types compute in float32 and round per
  * element). */

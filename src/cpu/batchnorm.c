@@ -41,11 +41,10 @@
  * lane at the end: the order is written out, so every clone gives the same
  * sums. */
 #define NACC 16
-#define BN_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 
 /* sum over the channel of x, and of (x - m)^2 */
-BN_CLONES static void f32_moments(const dl_bn_shape *s, const float *x, double m, double *sum,
-                                  double *sq) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_moments(const dl_bn_shape *s, const float *x, double m, double *sum, double *sq) {
     double a[NACC] = {0}, b[NACC] = {0};
     double ta = 0, tb = 0;
     for (int64_t n = 0; n < s->N; n++) {
@@ -72,8 +71,9 @@ BN_CLONES static void f32_moments(const dl_bn_shape *s, const float *x, double m
 }
 
 /* sum over the channel of gy, and of gy * (x - m) */
-BN_CLONES static void f32_grad_sums(const dl_bn_shape *s, const float *gy, const float *x, double m,
-                                    double *sdy, double *sdyx) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_grad_sums(const dl_bn_shape *s, const float *gy, const float *x, double m,
+                          double *sdy, double *sdyx) {
     double a[NACC] = {0}, b[NACC] = {0};
     double ta = 0, tb = 0;
     for (int64_t n = 0; n < s->N; n++) {
@@ -100,7 +100,8 @@ BN_CLONES static void f32_grad_sums(const dl_bn_shape *s, const float *gy, const
 }
 
 /* y = x * a + b over the channel, one rounding (PyTorch's) */
-BN_CLONES static void f32_affine(const dl_bn_shape *s, float *y, const float *x, float a, float b) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_affine(const dl_bn_shape *s, float *y, const float *x, float a, float b) {
     for (int64_t n = 0; n < s->N; n++) {
         const float *r = x + n * s->C * s->S;
         float *o = y + n * s->C * s->S;
@@ -109,8 +110,9 @@ BN_CLONES static void f32_affine(const dl_bn_shape *s, float *y, const float *x,
 }
 
 /* gx = (gy - mdy - (x - m) * k) * a over the channel, in float */
-BN_CLONES static void f32_grad_input(const dl_bn_shape *s, float *gx, const float *gy,
-                                     const float *x, float m, float mdy, float k, float a) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_grad_input(const dl_bn_shape *s, float *gx, const float *gy, const float *x,
+                           float m, float mdy, float k, float a) {
     for (int64_t n = 0; n < s->N; n++) {
         const float *g = gy + n * s->C * s->S, *r = x + n * s->C * s->S;
         float *o = gx + n * s->C * s->S;
@@ -317,9 +319,9 @@ typedef struct cl_job {
 } cl_job;
 
 /* float32 sums over rows of a tile: n channels, rows ld apart */
-BN_CLONES static void f32_moments_cl(int64_t ld, int64_t rows, int64_t n, const float *restrict x,
-                                     const double *restrict m, double *restrict a,
-                                     double *restrict b) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_moments_cl(int64_t ld, int64_t rows, int64_t n, const float *restrict x,
+                           const double *restrict m, double *restrict a, double *restrict b) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < n; j++) {
             double d = (double)x[r * ld + j] - m[j];
@@ -328,10 +330,10 @@ BN_CLONES static void f32_moments_cl(int64_t ld, int64_t rows, int64_t n, const 
         }
 }
 
-BN_CLONES static void f32_grad_sums_cl(int64_t ld, int64_t rows, int64_t n,
-                                       const float *restrict gy, const float *restrict x,
-                                       const double *restrict m, double *restrict a,
-                                       double *restrict b) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_grad_sums_cl(int64_t ld, int64_t rows, int64_t n, const float *restrict gy,
+                             const float *restrict x, const double *restrict m, double *restrict a,
+                             double *restrict b) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < n; j++) {
             double g = (double)gy[r * ld + j];
@@ -341,17 +343,18 @@ BN_CLONES static void f32_grad_sums_cl(int64_t ld, int64_t rows, int64_t n,
 }
 
 /* float32 maps over whole rows */
-BN_CLONES static void f32_affine_cl(int64_t C, int64_t rows, float *restrict y,
-                                    const float *restrict x, const float *restrict a,
-                                    const float *restrict b) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_affine_cl(int64_t C, int64_t rows, float *restrict y, const float *restrict x,
+                          const float *restrict a, const float *restrict b) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < C; c++) y[r * C + c] = fmaf(x[r * C + c], a[c], b[c]);
 }
 
-BN_CLONES static void f32_grad_input_cl(int64_t C, int64_t rows, float *restrict gx,
-                                        const float *restrict gy, const float *restrict x,
-                                        const float *restrict m, const float *restrict mdy,
-                                        const float *restrict k, const float *restrict a) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_grad_input_cl(int64_t C, int64_t rows, float *restrict gx, const float *restrict gy,
+                              const float *restrict x, const float *restrict m,
+                              const float *restrict mdy, const float *restrict k,
+                              const float *restrict a) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < C; c++) {
             int64_t i = r * C + c;

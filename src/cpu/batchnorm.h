@@ -6,19 +6,16 @@
  * the product of the spatial sizes (1 for (N,C) input), or with cl
  * (channels-last) (N,S,C); the per-channel vectors are (C).  w (scale) and b
  * (shift) may be NULL (1 and 0).  Sizes were validated by the op layer
- * (src/ops/nn_conv.c): N*S >= 1 and C >= 1.  Both layouts use the same
+ * (src/ops/batchnorm.c): N*S >= 1 and C >= 1.  Both layouts use the same
  * per-element formulas; only the order of the per-channel sums differs. */
 #ifndef DL_CPU_BATCHNORM_H
 #define DL_CPU_BATCHNORM_H
 
+#include "kernels/batchnorm.h"
 #include "core/dtype.h"
 
 #include <stdbool.h>
 #include <stdint.h>
-
-typedef struct dl_bn_shape {
-    int64_t N, C, S;
-} dl_bn_shape;
 
 /* Training forward: mean and var (biased, over N and S) of each channel of x,
  * y = (x - mean) / sqrt(var + eps) * w + b.

@@ -8,37 +8,19 @@
  * buffers directly; in the ANY layout oneDNN picks its own (blocked) layouts
  * and every argument is reordered into a scratch buffer and back (gy once
  * for both backward primitives when they agree on its layout).  The default,
- * AUTO, takes PLAIN for 1x1 kernels and ANY for the rest: measured on
- * ResNet-50's layers at batch 8 on 1 and 2 threads (scripts/bench_conv.lua),
- * oneDNN runs a 1x1 convolution on NCHW as a GEMM that on most of those
- * layers beats the blocked kernel plus its reorders, while 3x3 and 7x7
- * kernels run about 1.3-2x faster blocked (jit:avx512_core) than on NCHW
- * (gemm-based), reorders included; forward + backward over the layers, AUTO
- * took ~10% less time than either layout alone.
- *
- * A channels-last network (DL_CONV_FMT_NHWC) binds its NHWC activations
- * directly and lets oneDNN pick only the weights' layout: on NHWC oneDNN runs
- * its brgemm forward kernels and its AVX-512 backward kernels about as fast
- * as on its blocked layouts, so no activation is reordered at all (measured
- * over ResNet-50's convolutions at batch 8, 2 threads: forward 198 ms vs 192
- * blocked without reorders and 270 on NCHW).
+ * AUTO, takes PLAIN for 1x1 kernels and ANY for the rest.  A channels-last
+ * network (DL_CONV_FMT_NHWC) binds its NHWC activations directly and lets
+ * oneDNN pick only the weights' layout.
  *
  * 3x3 stride-1 convolutions on planes of at least 14x14 with channel counts
- * that are multiples of 16 run oneDNN's Winograd F(4x4, 3x3) kernels
- * (jit_wino_4x3, blocked layouts): over ResNet-50's 3x3 layers at batch 8 on
- * one thread they took 122/121/117 ms (forward / backward-data /
- * backward-weights) against 184/199/198 ms direct; on 7x7 planes direct was
- * faster.  Its accuracy differs by direction (float32 against float64):
- *  - forward: 1.3x the direct kernel's error on a 256-channel layer, 1.45x on
- *    ResNet-50's logits, but through batch norm's statistics it made the stem
- *    batch norm's bias gradient 2.6x PyTorch's error (the golden test's bar is
- *    2x), so the forward runs Winograd only when no gradient will be taken
- *    (DL_CONV_INFERENCE: under no_grad, or inputs that need none);
- *  - backward-data: 3.6-6.5x the direct kernel's: never used;
- *  - backward-weights: 0.35-0.9x the direct kernel's (which sums N*H*W
- *    products in float32): always used, with the golden test at 1.1x.
- * Should oneDNN refuse Winograd for a shape, the direct kernel runs.
+ * that are multiples of 16 run oneDNN's Winograd F(4x4, 3x3) kernels for the
+ * forward only when no gradient will be taken (DL_CONV_INFERENCE) and for the
+ * weights' gradient always, never for the data gradient.  Should oneDNN
+ * refuse Winograd for a shape, the direct kernel runs.
  * dl_cpu_conv_set_winograd(false) turns it off (benchmarks).
+ *
+ * The measurements behind these choices (speed per layout, Winograd's speed
+ * and accuracy per direction) are in docs/conv_cpu.md.
  *
  * float64: im2col + GEMM per (sample, group); backward is GEMM + col2im for
  * gx and GEMM accumulated over samples for gw.  A 1x1 / stride 1 / no padding
@@ -282,7 +264,7 @@ static int build_fwd(dl_dnnl_entry *e, const void *vctx) {
  * 3x3 layers); the weight gradient runs Winograd when c->wino (its error
  * measured 0.9-0.35x the direct kernel's, which sums N*H*W products in
  * float32, and it is about 1.7x faster), with its own forward hint. */
-static int build_bwd(dl_dnnl_entry *e, const void *vctx) {
+static int build_backward(dl_dnnl_entry *e, const void *vctx) {
     const conv_ctx *c = vctx;
     conv_ctx cd = *c, cw = *c;
     cd.wino = 0;
@@ -433,7 +415,7 @@ static int backward_f32(const dl_conv2d_shape *s, int fmt, float *gx, float *gw,
         s, gw && gb, gx != NULL, gw != NULL, layout_for(s), fmt, 0, gw && winograd_shape(s)};
     if (gb && !gw) bias_grad_float(s, fmt & DL_CONV_FMT_NHWC, gb, gy);
     if (!gx && !gw) return 0;
-    dl_dnnl_entry *e = conv_entry(&c, "bwd", build_bwd);
+    dl_dnnl_entry *e = conv_entry(&c, "bwd", build_backward);
     if (!e) return -1;
     conv_layouts *L = e->user;
     conv_tmp t = {0};
@@ -588,6 +570,11 @@ static int backward_f64(const dl_conv2d_shape *s, double *gx, double *gw, double
 }
 
 /* --- entry points --------------------------------------------------------------- */
+
+int dl_cpu_conv2d_formats(dl_dtype xdt, dl_dtype wdt, bool x_cl, bool w_cl) {
+    if (xdt != DL_DTYPE_F32 || wdt != DL_DTYPE_F32) return 0;
+    return (x_cl ? DL_CONV_FMT_NHWC : 0) | (w_cl ? DL_CONV_FMT_W_OHWI : 0);
+}
 
 int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, int post, void *y,
                           const void *x, const void *w, const void *b) {

@@ -5,26 +5,17 @@
  * for gradient checks.  All buffers are dense, of one dtype (float32 may be
  * channels-last, see DL_CONV_FMT_*), otherwise contiguous row-major;
  * shapes are described by dl_conv2d_shape and were validated by the op layer
- * (src/ops/nn_conv.c): every size is positive, OH/OW follow PyTorch's formula
+ * (src/ops/conv.c): every size is positive, OH/OW follow PyTorch's formula
  * floor((H + 2*ph - dh*(KH-1) - 1) / sh) + 1.  No Lua, no allocation of
  * results: outputs are written in full (never accumulated into). */
 #ifndef DL_CPU_CONV_H
 #define DL_CPU_CONV_H
 
+#include "kernels/conv.h"
 #include "core/dtype.h"
 
 #include <stdbool.h>
 #include <stdint.h>
-
-typedef struct dl_conv2d_shape {
-    int64_t N, C, H, W; /* input (N,C,H,W) */
-    int64_t O, KH, KW;  /* weight (O, C/groups, KH, KW) */
-    int64_t OH, OW;     /* output (N,O,OH,OW) */
-    int64_t sh, sw;     /* stride */
-    int64_t ph, pw;     /* zero padding, both sides */
-    int64_t dh, dw;     /* dilation (1 = dense) */
-    int64_t groups;     /* C and O are multiples of it */
-} dl_conv2d_shape;
 
 /* Memory layouts of the operands, a bit mask (0: all as below).  NHWC: x, y,
  * gx, gy are (N,H,W,C)/(N,OH,OW,O) in memory (channels-last); W_OHWI: w and
@@ -37,6 +28,12 @@ enum { DL_CONV_INFERENCE = 4 };
 /* Post-ops of a float32 forward, a bit mask: SUM adds the result to y's
  * previous contents, then RELU clamps at 0 (inference fusion, no gradient). */
 enum { DL_CONV_POST_SUM = 1, DL_CONV_POST_RELU = 2 };
+
+/* The formats (DL_CONV_FMT_*) the kernels bind for operands of dtypes xdt
+ * and wdt whose layouts are channels-last (x_cl: x NHWC; w_cl: w OHWI): float32
+ * runs either layout in place, float64 and the half types (computed in
+ * float64/float32 copies) always run NCHW/OIHW. */
+int dl_cpu_conv2d_formats(dl_dtype xdt, dl_dtype wdt, bool x_cl, bool w_cl);
 
 /* y = conv(x, w) + b.  dt is F32 or F64.
  * y is (N,O,OH,OW), x is (N,C,H,W), w is (O,C/groups,KH,KW), b is (O) or NULL

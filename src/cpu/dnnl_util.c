@@ -156,15 +156,6 @@ void dl_dnnl_cache_put(dl_dnnl_entry *e) {
     pthread_mutex_unlock(&cache_mu);
 }
 
-int dl_dnnl_cache_clear(void) {
-    pthread_mutex_lock(&cache_mu);
-    while (evict_one()) {
-    }
-    int n = cache_n;
-    pthread_mutex_unlock(&cache_mu);
-    return n;
-}
-
 int dl_dnnl_cache_size(void) {
     pthread_mutex_lock(&cache_mu);
     int n = cache_n;

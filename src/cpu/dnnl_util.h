@@ -62,9 +62,6 @@ typedef int (*dl_dnnl_build_fn)(dl_dnnl_entry *e, const void *ctx);
  * primitive's work split and scratch for the threads it was created for. */
 dl_dnnl_entry *dl_dnnl_cache_get(const char *key, dl_dnnl_build_fn build, const void *ctx);
 void dl_dnnl_cache_put(dl_dnnl_entry *e);
-/* Drops every entry not in use (tests, memory pressure).  Returns how many
- * entries remain cached. */
-int dl_dnnl_cache_clear(void);
 /* Entries currently cached. */
 int dl_dnnl_cache_size(void);
 

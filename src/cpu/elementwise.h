@@ -6,12 +6,12 @@
  * float32, float64 and int64 only (bool for the logical ops); half types and
  * narrower integers are converted by the op layer.  Kernels never allocate
  * and never set error messages; they report integer division by zero with a
- * -1 status.  The op enums come from the op header (types only). */
+ * -1 status.  The op enums come from kernels/elementwise.h. */
 #ifndef DL_CPU_ELEMENTWISE_H
 #define DL_CPU_ELEMENTWISE_H
 
 #include "core/tensor.h"
-#include "ops/elementwise.h"
+#include "kernels/elementwise.h"
 
 /* out = op(a, b).  a, b: one dtype in {float32, float64, int64} (bool for the
  * logical ops); out: that dtype, or bool for comparisons and logical ops.

@@ -45,15 +45,6 @@ static bool batch_parallel(int64_t batch, int nt, int64_t work) {
  * of MC x KC, B panels of KC x NC. */
 enum { MR = 6, NR = 16, KC = 256, NC = 512, MC = 96 };
 
-/* The float64 tile loop is compiled for AVX-512, AVX2 and the baseline and
- * picked at load time (GCC function multiversioning): the build itself
- * targets plain x86-64, where the tile runs 4x slower. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define DL_ISA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DL_ISA_CLONES
-#endif
-
 static int64_t min64(int64_t a, int64_t b) {
     return a < b ? a : b;
 }
@@ -248,8 +239,9 @@ static void pack_a(dl_dtype dt, mat_view a, int64_t mb, int64_t kb, void *ap) {
 }
 
 /* c is (mr, nr) inside a matrix with row stride ldc: c += alpha * ap @ bp.
- * ap is (kb, MR), bp is (kb, NR). */
-DL_ISA_CLONES
+ * ap is (kb, MR), bp is (kb, NR).  Compiled for AVX-512, AVX2 and the
+ * baseline (plain x86-64 runs the tile 4x slower). */
+DL_TARGET_CLONES("avx512f", "avx2", "default")
 static void micro_f64(int64_t kb, const double *ap, const double *bp, double alpha, double *c,
                       int64_t ldc, int64_t mr, int64_t nr) {
     double acc[MR][NR] = {{0}};

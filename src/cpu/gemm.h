@@ -9,18 +9,11 @@
 #ifndef DL_CPU_GEMM_H
 #define DL_CPU_GEMM_H
 
+#include "kernels/linalg.h"
 #include "core/dtype.h"
 
 #include <stdbool.h>
 #include <stdint.h>
-
-/* One operand: element (b, i, j) lives at data + (boff[b] + i*rs + j*cs)
- * elements.  boff == NULL means every batch entry uses offset 0. */
-typedef struct dl_gemm_matrix {
-    const void *data;
-    const int64_t *boff;
-    int64_t rs, cs; /* row and column strides, in elements */
-} dl_gemm_matrix;
 
 /* True when sgemm can read a (rows, cols) float32 matrix with strides
  * (rs, cs) in place: one unit stride and a leading dimension large enough. */

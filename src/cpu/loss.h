@@ -18,6 +18,7 @@
 #ifndef DL_CPU_LOSS_H
 #define DL_CPU_LOSS_H
 
+#include "kernels/loss.h"
 #include <stdint.h>
 
 /* --- sums ------------------------------------------------------------------------------- */
@@ -93,14 +94,7 @@ void dl_cpu_cross_entropy_prob_backward_f64(double *gx, double *gtarget, const d
                                             const double *weight, int64_t N, int64_t C, int64_t S,
                                             double eps);
 
-/* --- pointwise losses --------------------------------------------------------------------- */
-
-typedef enum {
-    DL_POINTWISE_MSE,        /* (x - y)^2 */
-    DL_POINTWISE_L1,         /* |x - y| */
-    DL_POINTWISE_BCE_LOGITS, /* w * ((1 - y) x + (1 + (pw - 1) y) softplus(-x)) */
-} dl_pointwise_loss;
-
+/* --- pointwise losses (dl_pointwise_loss: kernels/loss.h) --------------------------------- */
 /* out[i] = loss(x[i], y[i]); w and pw (BCE only; NULL for none) are (n).
  * out, x, y are (n). */
 void dl_cpu_pointwise_loss_f32(float *out, const float *x, const float *y, const float *w,

@@ -4,7 +4,7 @@
  * three dims, the padded ones (unpadded or missing dims have size 1 and the
  * identity map).  map[k][o] is the input index along dim k that output index
  * o reads (always in range: the ops layer builds and checks the maps).
- * Constant padding needs no kernel (src/ops/nn_func.c fills and copies
+ * Constant padding needs no kernel (src/ops/pad.c fills and copies
  * through views). */
 #ifndef DL_CPU_PAD_H
 #define DL_CPU_PAD_H

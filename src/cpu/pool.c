@@ -261,8 +261,6 @@ POOL_AVX512 static void max_row_f32(const dl_pool2d_shape *s, float *y, int64_t 
     }
 }
 
-#define POOL_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-
 /* Work (window reads) below which pooling loops stay on one thread. */
 #define POOL_WORK(s) ((s)->P * (s)->OH * (s)->OW * (s)->kh * (s)->kw)
 
@@ -365,8 +363,9 @@ INLINE void max_window_cl(bool f32, const void *x, int64_t W, int64_t C, int64_t
 
 /* Unit u = (n, oh, channel block) of max pooling, or of adaptive max
  * pooling when adaptive. */
-POOL_CLONES static void max_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *y,
-                                    int64_t *ind, const void *x, int64_t u) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void max_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *y, int64_t *ind,
+                        const void *x, int64_t u) {
     int64_t nb = cl_blocks(s->C), row = u / nb, n = row / s->OH, oh = row % s->OH;
     int64_t c0 = (u % nb) * CB, nc = min64(CB, s->C - c0), sz = f32 ? 4 : 8;
     int64_t hs, he, dh = adaptive ? 1 : s->dh, dw = adaptive ? 1 : s->dw;
@@ -408,8 +407,9 @@ static void max_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *y, i
 /* Unit u = (n, channel block) of the channels-last scatter: zeroes its
  * block of gx, then adds in order of j.  Returns the out-of-range count.
  * (AVX-512 gather/scatter across the channels measured slower than this.) */
-POOL_CLONES static int64_t scatter_unit_cl(bool f32, int64_t HW, int64_t OHW, int64_t C, void *gx,
-                                           const void *gy, const int64_t *ind, int64_t u) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static int64_t scatter_unit_cl(bool f32, int64_t HW, int64_t OHW, int64_t C, void *gx,
+                               const void *gy, const int64_t *ind, int64_t u) {
     int64_t nb = cl_blocks(C), n = u / nb, c0 = (u % nb) * CB, nc = min64(CB, C - c0);
     int64_t sz = f32 ? 4 : 8, bad = 0;
     char *g = (char *)gx + (n * HW * C + c0) * sz;
@@ -488,8 +488,9 @@ static void mean_window(bool adaptive, const dl_pool2d_shape *s, int64_t oh, int
 }
 
 /* Unit u = (n, oh, channel block) of average pooling's forward. */
-POOL_CLONES static void mean_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *y,
-                                     const void *x, int64_t u) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void mean_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *y, const void *x,
+                         int64_t u) {
     int64_t nb = cl_blocks(s->C), row = u / nb, n = row / s->OH, oh = row % s->OH;
     int64_t c0 = (u % nb) * CB, nc = min64(CB, s->C - c0), sz = f32 ? 4 : 8;
     const char *xn = (const char *)x + (n * s->H * s->W * s->C + c0) * sz;
@@ -507,8 +508,9 @@ POOL_CLONES static void mean_unit_cl(bool f32, bool adaptive, const dl_pool2d_sh
 
 /* Unit u = (n, channel block) of average pooling's backward: zeroes its
  * block of gx, then spreads the outputs' gradients in output order. */
-POOL_CLONES static void spread_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *gx,
-                                       const void *gy, int64_t u) {
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void spread_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *gx,
+                           const void *gy, int64_t u) {
     int64_t nb = cl_blocks(s->C), n = u / nb, c0 = (u % nb) * CB, nc = min64(CB, s->C - c0);
     int64_t sz = f32 ? 4 : 8, HW = s->H * s->W;
     double q[CB];
@@ -595,7 +597,8 @@ INLINE void avg_fwd_row(bool f32, const dl_pool2d_shape *s, void *y, const void 
 }
 
 /* Plane p of gx (zeroed by the caller). */
-INLINE void avg_bwd_plane(bool f32, const dl_pool2d_shape *s, void *gx, const void *gy, int64_t p) {
+INLINE void avg_backward_plane(bool f32, const dl_pool2d_shape *s, void *gx, const void *gy,
+                               int64_t p) {
     int64_t HW = s->H * s->W, OHW = s->OH * s->OW;
     {
         char *g = (char *)gx + p * HW * (f32 ? 4 : 8);
@@ -618,15 +621,15 @@ static void avg_fwd_f64(const dl_pool2d_shape *s, void *y, const void *x) {
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (POOL_WORK(s) >= DL_PARALLEL_GRAIN)
     for (int64_t r = 0; r < s->P * s->OH; r++) avg_fwd_row(false, s, y, x, r);
 }
-static void avg_bwd_f32(const dl_pool2d_shape *s, void *gx, const void *gy) {
+static void avg_backward_f32(const dl_pool2d_shape *s, void *gx, const void *gy) {
     memset(gx, 0, sizeof(float) * (size_t)(s->P * s->H * s->W));
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (POOL_WORK(s) >= DL_PARALLEL_GRAIN)
-    for (int64_t p = 0; p < s->P; p++) avg_bwd_plane(true, s, gx, gy, p);
+    for (int64_t p = 0; p < s->P; p++) avg_backward_plane(true, s, gx, gy, p);
 }
-static void avg_bwd_f64(const dl_pool2d_shape *s, void *gx, const void *gy) {
+static void avg_backward_f64(const dl_pool2d_shape *s, void *gx, const void *gy) {
     memset(gx, 0, sizeof(double) * (size_t)(s->P * s->H * s->W));
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (POOL_WORK(s) >= DL_PARALLEL_GRAIN)
-    for (int64_t p = 0; p < s->P; p++) avg_bwd_plane(false, s, gx, gy, p);
+    for (int64_t p = 0; p < s->P; p++) avg_backward_plane(false, s, gx, gy, p);
 }
 
 /* --- average pooling: oneDNN (float32) ----------------------------------------------- */
@@ -731,9 +734,9 @@ int dl_cpu_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx, 
     if (s->C && (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64)) {
         spread_cl(dt == DL_DTYPE_F32, false, s, gx, gy);
     } else if (dt == DL_DTYPE_F32) {
-        avg_bwd_f32(s, gx, gy);
+        avg_backward_f32(s, gx, gy);
     } else if (dt == DL_DTYPE_F64) {
-        avg_bwd_f64(s, gx, gy);
+        avg_backward_f64(s, gx, gy);
     } else {
         return dl_error("avg_pool2d_backward: no CPU kernel for %s", dl_dtype_name(dt));
     }
@@ -761,8 +764,8 @@ INLINE void adaptive_avg_fwd_row(bool f32, const dl_pool2d_shape *s, void *y, co
 }
 
 /* Plane p of gx (zeroed by the caller). */
-INLINE void adaptive_avg_bwd_plane(bool f32, const dl_pool2d_shape *s, void *gx, const void *gy,
-                                   int64_t p) {
+INLINE void adaptive_avg_backward_plane(bool f32, const dl_pool2d_shape *s, void *gx,
+                                        const void *gy, int64_t p) {
     int64_t H = s->H, W = s->W, HW = H * W, OHW = s->OH * s->OW;
     {
         char *g = (char *)gx + p * HW * (f32 ? 4 : 8);
@@ -816,17 +819,17 @@ static void adaptive_avg_fwd_f64(const dl_pool2d_shape *s, void *y, const void *
                                                                DL_PARALLEL_GRAIN)
     for (int64_t r = 0; r < s->P * s->OH; r++) adaptive_avg_fwd_row(false, s, y, x, r);
 }
-static void adaptive_avg_bwd_f32(const dl_pool2d_shape *s, void *gx, const void *gy) {
+static void adaptive_avg_backward_f32(const dl_pool2d_shape *s, void *gx, const void *gy) {
     memset(gx, 0, sizeof(float) * (size_t)(s->P * s->H * s->W));
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
                                                                DL_PARALLEL_GRAIN)
-    for (int64_t p = 0; p < s->P; p++) adaptive_avg_bwd_plane(true, s, gx, gy, p);
+    for (int64_t p = 0; p < s->P; p++) adaptive_avg_backward_plane(true, s, gx, gy, p);
 }
-static void adaptive_avg_bwd_f64(const dl_pool2d_shape *s, void *gx, const void *gy) {
+static void adaptive_avg_backward_f64(const dl_pool2d_shape *s, void *gx, const void *gy) {
     memset(gx, 0, sizeof(double) * (size_t)(s->P * s->H * s->W));
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
                                                                DL_PARALLEL_GRAIN)
-    for (int64_t p = 0; p < s->P; p++) adaptive_avg_bwd_plane(false, s, gx, gy, p);
+    for (int64_t p = 0; p < s->P; p++) adaptive_avg_backward_plane(false, s, gx, gy, p);
 }
 static void adaptive_max_f32(const dl_pool2d_shape *s, void *y, int64_t *ind, const void *x) {
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
@@ -857,9 +860,9 @@ int dl_cpu_adaptive_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, v
     if (s->C && (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64))
         spread_cl(dt == DL_DTYPE_F32, true, s, gx, gy);
     else if (dt == DL_DTYPE_F32)
-        adaptive_avg_bwd_f32(s, gx, gy);
+        adaptive_avg_backward_f32(s, gx, gy);
     else if (dt == DL_DTYPE_F64)
-        adaptive_avg_bwd_f64(s, gx, gy);
+        adaptive_avg_backward_f64(s, gx, gy);
     else
         return dl_error("adaptive_avg_pool2d_backward: no CPU kernel for %s", dl_dtype_name(dt));
     return 0;

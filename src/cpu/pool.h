@@ -18,22 +18,15 @@
  *    (N,OH,OW,C), N = P/C (an NCHW tensor with NHWC strides).
  * An index is ih*W + iw in both layouts, and both give bit-equal results:
  * each output element sees its window in the same order.  Sizes were
- * validated by the op layer (src/ops/nn_conv.c): every window holds at least
+ * validated by the op layer (src/ops/pool.c): every window holds at least
  * one input element. */
 #ifndef DL_CPU_POOL_H
 #define DL_CPU_POOL_H
 
+#include "kernels/pool.h"
 #include "core/dtype.h"
 
 #include <stdint.h>
-
-typedef struct dl_pool2d_shape {
-    int64_t P, H, W, OH, OW;
-    int64_t kh, kw, sh, sw, ph, pw, dh, dw;
-    int count_include_pad;    /* avg */
-    int64_t divisor_override; /* avg; 0 = none */
-    int64_t C;                /* CPU only: > 0 channels-last with C channels, 0 planar */
-} dl_pool2d_shape;
 
 /* y and ind (P,OH,OW) from x (P,H,W). */
 int dl_cpu_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,

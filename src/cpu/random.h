@@ -19,25 +19,10 @@
 #ifndef DL_CPU_RANDOM_H
 #define DL_CPU_RANDOM_H
 
+#include "kernels/random.h"
 #include "core/dtype.h"
 
 #include <stdint.h>
-
-typedef enum {
-    DL_RANDOM_UNIFORM,   /* [a, b) */
-    DL_RANDOM_NORMAL,    /* mean a, standard deviation b */
-    DL_RANDOM_INT,       /* low + [0, range) */
-    DL_RANDOM_BERNOULLI, /* 1 with probability a (or probs[i]), else 0 */
-    DL_RANDOM_PERM,      /* a permutation of low .. low + n - 1 */
-} dl_random_kind;
-
-typedef struct {
-    dl_random_kind kind;
-    double a, b;
-    int64_t low;
-    uint64_t range;
-    const double *probs; /* bernoulli: n probabilities, or NULL to use a */
-} dl_random_params;
 
 uint64_t dl_cpu_random_blocks(const dl_random_params *p, dl_dtype dtype, int64_t n);
 /* out is (n,) contiguous of dtype.  The parameters were checked by the op

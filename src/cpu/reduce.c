@@ -36,7 +36,7 @@
 /* the block folds built for AVX-512 and AVX2 too, picked at load time (the
  * sums' order is fixed by LANES and COL_BLOCK, not by the vector width:
  * every accumulator is its own chain) */
-#define REDUCE_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#define REDUCE_CLONES DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
 
 /* --- splitting the work ------------------------------------------------------ */
 

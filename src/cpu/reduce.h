@@ -13,33 +13,11 @@
 #ifndef DL_CPU_REDUCE_H
 #define DL_CPU_REDUCE_H
 
+#include "kernels/reduce.h"
 #include "core/dtype.h"
 
 #include <stdbool.h>
 #include <stdint.h>
-
-/* Element (ro, o, r, i) is x[((ro*O + o)*R + r)*I + i].  RO > 1 lets a dense
- * input whose reduced dims lie on both sides of the kept ones be read in
- * place; indices (minmax) are only meaningful when RO == 1. */
-typedef struct {
-    int64_t RO, O, R, I;
-} dl_rshape;
-
-/* What a float reduction accumulates (v is one element). */
-typedef enum {
-    DL_ACC_SUM,     /* sum v */
-    DL_ACC_SUMSQ,   /* sum v^2 */
-    DL_ACC_SUMABS,  /* sum |v| */
-    DL_ACC_SUMPOW,  /* sum |v|^p */
-    DL_ACC_COUNTNZ, /* number of v != 0 */
-    DL_ACC_PROD,    /* product of v */
-    DL_ACC_MAX,     /* max v, NaN wins; -inf when R == 0 */
-    DL_ACC_MIN,     /* min v, NaN wins; +inf when R == 0 */
-    DL_ACC_MAXABS,  /* max |v|, NaN wins; 0 when R == 0 */
-    DL_ACC_MINABS,  /* min |v|, NaN wins; +inf when R == 0 */
-    DL_ACC_SUMEXP,  /* sum exp(v - shift) */
-    DL_ACC_SQDEV,   /* sum (v - shift)^2 */
-} dl_acc_kind;
 
 /* x is float32 or float64 (dt); out is (O,I).  shift is (O,I) for SUMEXP
  * and SQDEV (else unused); p is the power of SUMPOW. */
@@ -69,13 +47,6 @@ int dl_cpu_scan(bool prod, const void *x, dl_dtype dt, int64_t O, int64_t R, int
 int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, void *vals,
                   int64_t *idx);
 
-/* Final touches on n accumulated values a, in place. */
-typedef enum {
-    DL_FIN_DIV,       /* a / c */
-    DL_FIN_SQRT_DIV,  /* sqrt(a / c) */
-    DL_FIN_POW,       /* a^c */
-    DL_FIN_LOG_SHIFT, /* log(a) + shift */
-} dl_fin_kind;
 void dl_cpu_reduce_finish(dl_fin_kind kind, double *a, int64_t n, double c, const double *shift);
 
 #endif

@@ -22,7 +22,7 @@
  * time (no FMA contraction in this file, so every variant rounds each
  * product alike; the sums' vector width, and so their order, is the
  * variant's) */
-#define SOFTMAX_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#define SOFTMAX_CLONES DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
 
 /* --- float32 ------------------------------------------------------------------------------ */
 
@@ -51,8 +51,8 @@ SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool
     }
 }
 
-SOFTMAX_CLONES static void row_bwd_f32(float *gx, const float *gy, const float *y, int64_t D,
-                                       bool is_log) {
+SOFTMAX_CLONES static void row_backward_f32(float *gx, const float *gy, const float *y, int64_t D,
+                                            bool is_log) {
     // gx, gy, y are (D)
     double acc = 0;
     if (is_log) {
@@ -111,8 +111,8 @@ SOFTMAX_CLONES static void cols_fwd_f32(float *y, const float *x, int64_t D, int
     }
 }
 
-SOFTMAX_CLONES static void cols_bwd_f32(float *gx, const float *gy, const float *y, int64_t D,
-                                        int64_t inner, int64_t nc, bool is_log) {
+SOFTMAX_CLONES static void cols_backward_f32(float *gx, const float *gy, const float *y, int64_t D,
+                                             int64_t inner, int64_t nc, bool is_log) {
     // gx, gy, y point at (0, i0) of (D, inner) slices; nc <= COLS
     double s[COLS];
     float t[COLS];
@@ -163,7 +163,8 @@ static void row_fwd_f64(double *y, const double *x, int64_t D, bool is_log) {
     }
 }
 
-static void row_bwd_f64(double *gx, const double *gy, const double *y, int64_t D, bool is_log) {
+static void row_backward_f64(double *gx, const double *gy, const double *y, int64_t D,
+                             bool is_log) {
     // gx, gy, y are (D)
     double acc = 0;
     if (is_log) {
@@ -201,8 +202,8 @@ static void cols_fwd_f64(double *y, const double *x, int64_t D, int64_t inner, i
         }
 }
 
-static void cols_bwd_f64(double *gx, const double *gy, const double *y, int64_t D, int64_t inner,
-                         int64_t nc, bool is_log) {
+static void cols_backward_f64(double *gx, const double *gy, const double *y, int64_t D,
+                              int64_t inner, int64_t nc, bool is_log) {
     // gx, gy, y point at (0, i0) of (D, inner) slices; nc <= COLS
     double s[COLS];
     for (int64_t c = 0; c < nc; c++) s[c] = 0;
@@ -264,14 +265,14 @@ void dl_cpu_softmax_backward_f32(float *gx, const float *gy, const float *y, int
     if (inner == 1) {
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
         for (int64_t r = 0; r < outer; r++)
-            row_bwd_f32(gx + r * D, gy + r * D, y + r * D, D, is_log);
+            row_backward_f32(gx + r * D, gy + r * D, y + r * D, D, is_log);
         return;
     }
     const int64_t nblk = (inner + COLS - 1) / COLS;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
     for (int64_t w = 0; w < outer * nblk; w++) {
         int64_t nc, off = block_of(w, nblk, D, inner, &nc);
-        cols_bwd_f32(gx + off, gy + off, y + off, D, inner, nc, is_log);
+        cols_backward_f32(gx + off, gy + off, y + off, D, inner, nc, is_log);
     }
 }
 
@@ -281,13 +282,13 @@ void dl_cpu_softmax_backward_f64(double *gx, const double *gy, const double *y, 
     if (inner == 1) {
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
         for (int64_t r = 0; r < outer; r++)
-            row_bwd_f64(gx + r * D, gy + r * D, y + r * D, D, is_log);
+            row_backward_f64(gx + r * D, gy + r * D, y + r * D, D, is_log);
         return;
     }
     const int64_t nblk = (inner + COLS - 1) / COLS;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
     for (int64_t w = 0; w < outer * nblk; w++) {
         int64_t nc, off = block_of(w, nblk, D, inner, &nc);
-        cols_bwd_f64(gx + off, gy + off, y + off, D, inner, nc, is_log);
+        cols_backward_f64(gx + off, gy + off, y + off, D, inner, nc, is_log);
     }
 }

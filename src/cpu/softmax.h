@@ -1,7 +1,7 @@
 /* cpu/softmax.h - CPU kernels of softmax and log_softmax, forward and
  * backward, on dense buffers viewed as (outer, D, inner): the op runs along
  * D, element (o, d, i) is at (o*D + d)*inner + i.  The ops layer
- * (src/ops/nn_func.c) makes the buffers contiguous and picks float32 (for
+ * (src/ops/softmax.c, loss.c) makes the buffers contiguous and picks float32 (for
  * float32, float16 and bfloat16) or float64.  Exponentials are computed in
  * the buffer's type; the sum of exponentials accumulates in double.  Results
  * do not depend on the thread count. */

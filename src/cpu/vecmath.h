@@ -7,7 +7,7 @@
 #ifndef DL_CPU_VECMATH_H
 #define DL_CPU_VECMATH_H
 
-#include "ops/elementwise.h"
+#include "kernels/elementwise.h"
 
 #include <stdbool.h>
 #include <stdint.h>

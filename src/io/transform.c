@@ -11,6 +11,7 @@
 #pragma GCC optimize("O3") /* the resampling loops want vectorising */
 #endif
 #include "transform.h"
+#include "core/parallel.h"
 #include "codec.h"
 #include "core/error.h"
 
@@ -190,13 +191,9 @@ static int taps_make(taps *t, int64_t in_size, double in0, double in1, int64_t o
     return 0;
 }
 
-/* The hot loops get an AVX2 build beside the baseline one (32-bit integer
- * multiplies vectorise only from SSE4.1 on); the loader picks at run time. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define DL_HOT __attribute__((target_clones("avx2", "default")))
-#else
-#define DL_HOT
-#endif
+/* The hot loops below get an AVX2 build beside the baseline one
+ * (DL_TARGET_CLONES: 32-bit integer multiplies vectorise only from SSE4.1
+ * on). */
 
 static inline uint8_t clip8(int32_t v) {
     v >>= PREC_BITS;
@@ -204,8 +201,9 @@ static inline uint8_t clip8(int32_t v) {
 }
 
 /* Horizontal pass, uint8: rows [y0, y0 + nrows) of src -> tmp (nrows, ow, C). */
-DL_HOT static void hpass_u8(uint8_t *tmp, const dl_tensor *src, int64_t y0, int64_t nrows,
-                            int64_t ow, const taps *tx) {
+DL_TARGET_CLONES("avx2", "default")
+static void hpass_u8(uint8_t *tmp, const dl_tensor *src, int64_t y0, int64_t nrows, int64_t ow,
+                     const taps *tx) {
     const uint8_t *base = dl_tensor_data_ptr(src);
     int64_t C = src->shape[0], sc = src->strides[0], sy = src->strides[1], sx = src->strides[2];
     int K = tx->ksize;
@@ -264,8 +262,9 @@ static void hpass_f32(float *tmp, const dl_tensor *src, int64_t y0, int64_t nrow
 
 /* One output row of the vertical pass: out[i] = clip(sum_t rows[t][i] * k[t])
  * over count consecutive rows of rowlen bytes. */
-DL_HOT static void vpass_u8_row(uint8_t *out, int32_t *a, const uint8_t *rows, size_t rowlen,
-                                const int32_t *k, int64_t count) {
+DL_TARGET_CLONES("avx2", "default")
+static void vpass_u8_row(uint8_t *out, int32_t *a, const uint8_t *rows, size_t rowlen,
+                         const int32_t *k, int64_t count) {
     for (size_t i = 0; i < rowlen; i++) a[i] = 1 << (PREC_BITS - 1);
     for (int64_t t = 0; t < count; t++) {
         const uint8_t *row = rows + (size_t)t * rowlen;
@@ -282,7 +281,8 @@ typedef struct {
     const float *lut;
 } sink;
 
-DL_HOT static void store_row_u8(const sink *s, int64_t y, const uint8_t *v, int64_t ow, int64_t C) {
+DL_TARGET_CLONES("avx2", "default")
+static void store_row_u8(const sink *s, int64_t y, const uint8_t *v, int64_t ow, int64_t C) {
     dl_tensor *d = s->dst;
     int64_t oh = d->shape[1];
     int64_t Y = s->vflip ? oh - 1 - y : y;

@@ -5,7 +5,7 @@
  * The engine runs inside the calling C function; a Lua backward of a custom
  * Function is called on the same Lua state, which the binding records for the
  * duration of the call. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "autograd/autograd.h"
 
 #include <stdlib.h>

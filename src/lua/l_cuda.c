@@ -13,11 +13,12 @@
  *    cache; a block that served a non_blocking copy is reused or freed only
  *    after its device has synchronised, so a copy still in flight never sees
  *    its source overwritten. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "autograd/autograd.h"
 #include "core/rng.h"
-#include "ops/cuda_backend.h"
+#include "kernels/cuda.h"
 #include "ops/device.h"
+#include "ops/op_util.h"
 #include "ops/views.h"
 
 #include <pthread.h>

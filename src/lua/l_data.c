@@ -6,7 +6,7 @@
  * is 0-based and the conversion happens here.  A loader userdata is created
  * before the C loader, so __gc always runs; __gc, __close and close() stop
  * and join the worker threads. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "core/rng.h"
 #include "data/folder.h"
 #include "data/loader.h"

@@ -10,7 +10,7 @@
  * other operand, so it never widens a tensor's dtype within its category.
  * Arguments are all checked before any tensor is made; C failures release
  * what is held and raise dl_last_error(). */
-#include "lbind.h"
+#include "l_bind.h"
 #include "ops/elementwise.h"
 
 #include <string.h>

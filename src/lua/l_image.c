@@ -7,7 +7,7 @@
  * packed (H, W, C) buffers and the conversion happens here.  Step tables come
  * from transforms.lua already normalised (torchvision's argument forms are
  * expanded there); crop boxes arrive 1-based and are converted here. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "core/rng.h"
 #include "io/codec.h"
 #include "io/pipeline.h"

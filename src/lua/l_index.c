@@ -11,7 +11,7 @@
  * made; tensors held when a C call fails are released before dlL_fail.
  * Index tensors on CUDA are converted on the device (those whose negatives
  * wrap on a host copy, moved back), so the op sees them on the data's device. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "ops/index.h"
 
 #include <string.h>

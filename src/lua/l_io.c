@@ -4,7 +4,7 @@
  * Every argument is checked before the C call; the loaded set is held by a
  * userdata with __gc while the result table is built, so a Lua error half-way
  * (out of memory, a failed device copy) leaks nothing. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "io/safetensors.h"
 
 #include <string.h>

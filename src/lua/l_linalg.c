@@ -3,7 +3,7 @@
  * method (a:matmul(b)).  Arguments are checked here (tensor types, the
  * options table); shapes and dtypes are checked by src/ops/linalg.c.  No
  * temporaries are held, so a failing op needs nothing released. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "ops/linalg.h"
 
 typedef dl_tensor *(*binary_op)(dl_tensor *, dl_tensor *);

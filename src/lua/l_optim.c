@@ -10,7 +10,7 @@
  * after this step).  The tensors are updated in place; nothing is returned.
  * The C arrays live in userdata on the Lua stack, so an error leaks nothing;
  * the tensors stay referenced by the caller's tables during the call. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "ops/optim.h"
 
 static const char *const sgd_keys[] = {"lr",       "momentum", "dampening", "weight_decay",

@@ -2,7 +2,7 @@
  * and the REPL's echo), dl.set_printoptions{...} and dl.get_printoptions().
  * The formatting itself is src/ops/print.c.  A closed tensor prints as
  * "tensor(<closed>)" rather than raising, so printing never fails on it. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "ops/print.h"
 
 #include <math.h>

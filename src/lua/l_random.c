@@ -14,9 +14,9 @@
  *   t:bernoulli_(p=0.5)   p a number or a tensor broadcast to t
  * opts are {dtype=, device=, requires_grad=}; a CUDA device fills on the
  * GPU with the CPU's values (src/ops/random.h).  All draw from the default
- * generator, which dl.manual_seed(s) (in ldl.c) resets; there is one
+ * generator, which dl.manual_seed(s) (in l_dl.c) resets; there is one
  * generator for both devices. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "ops/elementwise.h"
 #include "ops/random.h"
 

@@ -15,7 +15,7 @@
  *   cumsum cumprod    (t, dim [, dtype | {dtype=}])
  * Every argument is checked before any tensor is made; a surplus argument
  * or an unknown option is an error. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "ops/reduce.h"
 
 #include <math.h>

@@ -17,7 +17,7 @@
  *   text_width(s [, scale]) -> pixels
  * Plot coordinates are 0-based pixels (a drawing convention, not an index);
  * see src/io/plot.h.  Every argument is checked before anything is drawn. */
-#include "lbind.h"
+#include "l_bind.h"
 #include "core/rng.h"
 #include "io/json.h"
 #include "io/plot.h"

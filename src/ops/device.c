@@ -2,7 +2,22 @@
  * whether it exists, so no other op body needs #ifdef. */
 #include "device.h"
 #include "cpu/info.h"
-#include "cuda_backend.h"
+#include "kernels/activation.h"
+#include "kernels/batchnorm.h"
+#include "kernels/conv.h"
+#include "kernels/cuda.h"
+#include "ops/op_util.h"
+#include "kernels/dropout.h"
+#include "kernels/elementwise.h"
+#include "kernels/index.h"
+#include "kernels/linalg.h"
+#include "kernels/loss.h"
+#include "kernels/optim.h"
+#include "kernels/pad.h"
+#include "kernels/pool.h"
+#include "kernels/random.h"
+#include "kernels/reduce.h"
+#include "kernels/softmax.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -16,12 +31,20 @@ void dl_cuda_init(void);
 
 /* The backend's tables: set by dl_cuda_init when a GPU is present. */
 const dl_cuda_runtime *dl_cuda_rt;
-const struct dl_cuda_elementwise_kernels *dl_cuda_ew;
-const struct dl_cuda_reduce_kernels *dl_cuda_red;
-const struct dl_cuda_index_kernels *dl_cuda_idx;
-const struct dl_cuda_linalg_kernels *dl_cuda_la;
-const struct dl_cuda_nn_kernels *dl_cuda_nn;
-const struct dl_cuda_random_kernels *dl_cuda_rnd;
+const dl_cuda_elementwise_kernels *dl_cuda_elementwise;
+const dl_cuda_activation_kernels *dl_cuda_activation;
+const dl_cuda_dropout_kernels *dl_cuda_dropout;
+const dl_cuda_reduce_kernels *dl_cuda_reduce;
+const dl_cuda_softmax_kernels *dl_cuda_softmax;
+const dl_cuda_loss_kernels *dl_cuda_loss;
+const dl_cuda_index_kernels *dl_cuda_index;
+const dl_cuda_pad_kernels *dl_cuda_pad;
+const dl_cuda_linalg_kernels *dl_cuda_linalg;
+const dl_cuda_conv_kernels *dl_cuda_conv;
+const dl_cuda_batchnorm_kernels *dl_cuda_batchnorm;
+const dl_cuda_pool_kernels *dl_cuda_pool;
+const dl_cuda_random_kernels *dl_cuda_random;
+const dl_cuda_optim_kernels *dl_cuda_optim;
 dl_backend_flags dl_flags = {false, false};
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;

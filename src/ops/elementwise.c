@@ -27,9 +27,11 @@
 #include "ops/elementwise.h"
 #include "core/iter.h"
 #include "cpu/elementwise.h"
-#include "ops/cuda_elementwise.h"
+#include "kernels/elementwise.h"
+#include "kernels/cuda.h"
+#include "ops/op_util.h"
 #include "ops/grad_util.h"
-#include "ops/nn_func.h"
+#include "ops/activation.h"
 #include "ops/reduce.h"
 #include "ops/views.h"
 
@@ -124,13 +126,6 @@ static bool is_predicate(dl_unary_op op) {
 
 /* --- shared helpers --------------------------------------------------------------- */
 
-/* The dtype a kernel computes in for a result dtype. */
-static dl_dtype compute_dtype(dl_dtype result) {
-    if (result == DL_DTYPE_F64) return DL_DTYPE_F64;
-    if (dl_dtype_is_floating(result)) return DL_DTYPE_F32;
-    return DL_DTYPE_I64;
-}
-
 /* PyTorch's canCast for in-place results: never float -> integer/bool, never
  * integer -> bool. */
 static bool can_cast(dl_dtype from, dl_dtype to) {
@@ -141,10 +136,6 @@ static bool can_cast(dl_dtype from, dl_dtype to) {
 static int op_device(const char *op, dl_tensor *a, dl_tensor *b, dl_tensor *c, dl_device *dev) {
     dl_tensor *ts[3] = {a, b, c};
     return dl_common_device(op, 3, ts, dev);
-}
-
-static bool on_cuda(const dl_tensor *t) {
-    return dl_tensor_device(t).type == DL_DEVICE_CUDA;
 }
 
 /* In place, the op runs where self is. */
@@ -221,10 +212,6 @@ static int prepare(int n, dl_tensor *const *in, dl_dtype common, dl_dtype comput
     return 0;
 }
 
-static void release_all(int n, dl_tensor **t) {
-    for (int i = 0; i < n; i++) dl_tensor_release(t[i]);
-}
-
 /* Takes ownership of out (computed in its dtype) and returns it in dtype. */
 static dl_tensor *finish_as(dl_tensor *out, dl_dtype dtype) {
     if (!out || out->dtype == dtype) return out;
@@ -295,7 +282,7 @@ static dl_tensor *sc_keep(scratch *s, dl_tensor *t) {
 }
 
 static void sc_free(scratch *s) {
-    release_all(s->n, s->t);
+    dl_op_release_all(s->t, s->n);
     s->n = 0;
 }
 
@@ -414,7 +401,7 @@ static int binary_types(const char *name, dl_binary_op op, const dl_tensor *a, c
                         double alpha, op_types *ty) {
     dl_dtype common = dl_result_type(a, b);
     if (is_comparison(op)) {
-        *ty = (op_types){DL_DTYPE_BOOL, common, compute_dtype(common), DL_DTYPE_BOOL};
+        *ty = (op_types){DL_DTYPE_BOOL, common, dl_op_compute_dtype(common), DL_DTYPE_BOOL};
         return 0;
     }
     if (is_logical(op)) {
@@ -444,7 +431,7 @@ static int binary_types(const char *name, dl_binary_op op, const dl_tensor *a, c
     if ((op == DL_BINARY_ADD || op == DL_BINARY_SUB) && !dl_dtype_is_floating(common) &&
         (alpha != floor(alpha) || fabs(alpha) >= 9.2e18))
         return dl_error("%s: alpha must be an integer for integer tensors (got %g)", name, alpha);
-    dl_dtype c = compute_dtype(common);
+    dl_dtype c = dl_op_compute_dtype(common);
     *ty = (op_types){common, common, c, c};
     return 0;
 }
@@ -464,9 +451,9 @@ static dl_dtype out_dtype(dl_device dev, const op_types *ty) {
 /* Runs the binary kernel of out's device.  0, or -1 with the error set. */
 static int run_binary(const char *name, dl_binary_op op, dl_tensor *out, dl_tensor *a, dl_tensor *b,
                       double alpha) {
-    if (!on_cuda(out)) return dl_cpu_binary(op, out, a, b, alpha) ? zero_division(name) : 0;
-    if (!dl_cuda_ew || !dl_cuda_ew->binary) return dl_cuda_missing(name);
-    int rc = dl_cuda_ew->binary(op, out, a, b, alpha);
+    if (!dl_op_on_cuda(out)) return dl_cpu_binary(op, out, a, b, alpha) ? zero_division(name) : 0;
+    if (!dl_cuda_elementwise || !dl_cuda_elementwise->binary) return dl_cuda_missing(name);
+    int rc = dl_cuda_elementwise->binary(op, out, a, b, alpha);
     if (rc == DL_CUDA_ZERO_DIVISION) return zero_division(name);
     return rc ? -1 : 0;
 }
@@ -503,7 +490,7 @@ static dl_tensor *binary_fwd(dl_binary_op op, dl_tensor *a, dl_tensor *b, double
         dl_tensor_release(out);
         out = NULL;
     }
-    release_all(2, ops);
+    dl_op_release_all(ops, 2);
     return finish_as(out, ty.result);
 }
 
@@ -725,21 +712,6 @@ dl_tensor *dl_pow(dl_tensor *a, dl_tensor *b) {
 dl_tensor *dl_maximum(dl_tensor *a, dl_tensor *b) {
     return dl_binary(DL_BINARY_MAXIMUM, a, b, 1);
 }
-dl_tensor *dl_minimum(dl_tensor *a, dl_tensor *b) {
-    return dl_binary(DL_BINARY_MINIMUM, a, b, 1);
-}
-int dl_add_(dl_tensor *self, dl_tensor *other, double alpha) {
-    return dl_binary_(DL_BINARY_ADD, self, other, alpha);
-}
-int dl_sub_(dl_tensor *self, dl_tensor *other, double alpha) {
-    return dl_binary_(DL_BINARY_SUB, self, other, alpha);
-}
-int dl_mul_(dl_tensor *self, dl_tensor *other) {
-    return dl_binary_(DL_BINARY_MUL, self, other, 1);
-}
-int dl_div_(dl_tensor *self, dl_tensor *other) {
-    return dl_binary_(DL_BINARY_DIV, self, other, 1);
-}
 
 /* An integer base with a negative integer scalar exponent is an error. */
 static int check_pow_scalar(const char *op, const dl_tensor *a, const dl_tensor *e) {
@@ -768,13 +740,13 @@ static int unary_types(const char *name, dl_unary_op op, const dl_tensor *x, op_
     if (is_predicate(op)) {
         /* logical_not reads truth values; the others need floats (integers are
          * answered without a kernel) */
-        dl_dtype c = op == DL_UNARY_LOGICAL_NOT ? DL_DTYPE_BOOL : compute_dtype(d);
+        dl_dtype c = op == DL_UNARY_LOGICAL_NOT ? DL_DTYPE_BOOL : dl_op_compute_dtype(d);
         *ty = (op_types){DL_DTYPE_BOOL, d, c, DL_DTYPE_BOOL};
         return 0;
     }
     if (!keeps_integers(op)) {
         dl_dtype r = dl_dtype_is_floating(d) ? d : DL_DTYPE_F32;
-        *ty = (op_types){r, d, compute_dtype(r), compute_dtype(r)};
+        *ty = (op_types){r, d, dl_op_compute_dtype(r), dl_op_compute_dtype(r)};
         return 0;
     }
     if (d == DL_DTYPE_BOOL) {
@@ -787,18 +759,18 @@ static int unary_types(const char *name, dl_unary_op op, const dl_tensor *x, op_
         else if (op != DL_UNARY_SIGN)
             return dl_error("%s: not supported for bool tensors", name);
     }
-    *ty = (op_types){d, x->dtype, compute_dtype(d), compute_dtype(d)};
+    *ty = (op_types){d, x->dtype, dl_op_compute_dtype(d), dl_op_compute_dtype(d)};
     return 0;
 }
 
 /* Runs the unary kernel of out's device.  0, or -1 with the error set. */
 static int run_unary(const char *name, dl_unary_op op, dl_tensor *out, dl_tensor *x) {
-    if (!on_cuda(out)) {
+    if (!dl_op_on_cuda(out)) {
         dl_cpu_unary(op, out, x);
         return 0;
     }
-    if (!dl_cuda_ew || !dl_cuda_ew->unary) return dl_cuda_missing(name);
-    return dl_cuda_ew->unary(op, out, x);
+    if (!dl_cuda_elementwise || !dl_cuda_elementwise->unary) return dl_cuda_missing(name);
+    return dl_cuda_elementwise->unary(op, out, x);
 }
 
 static dl_tensor *unary_fwd(dl_unary_op op, dl_tensor *x) {
@@ -1025,7 +997,7 @@ static int clamp_plan(const char *name, dl_tensor *x, dl_tensor *lo, dl_tensor *
     if (op_device(name, x, lo, hi, dev)) return -1;
     dl_tensor *all[3] = {x, lo, hi};
     dl_dtype r = result_type_n(3, all);
-    *ty = (op_types){r, r, compute_dtype(r), compute_dtype(r)};
+    *ty = (op_types){r, r, dl_op_compute_dtype(r), dl_op_compute_dtype(r)};
     int nd = x->ndim;
     memcpy(shape, x->shape, sizeof(int64_t) * (size_t)nd);
     for (int i = 1; i < 3; i++) {
@@ -1063,18 +1035,18 @@ static int clamp_run(dl_tensor *out, dl_tensor *x, dl_tensor *lo, dl_tensor *hi,
         ops[i] = b ? dl_tensor_expand(b, out->ndim, out->shape) : NULL;
         dl_tensor_release(b);
         if (!ops[i]) {
-            release_all(3, ops);
+            dl_op_release_all(ops, 3);
             return -1;
         }
     }
     int rc = 0;
-    if (!on_cuda(out))
+    if (!dl_op_on_cuda(out))
         dl_cpu_clamp(out, ops[0], ops[1], ops[2]);
-    else if (!dl_cuda_ew || !dl_cuda_ew->clamp)
+    else if (!dl_cuda_elementwise || !dl_cuda_elementwise->clamp)
         rc = dl_cuda_missing("clamp");
     else
-        rc = dl_cuda_ew->clamp(out, ops[0], ops[1], ops[2]);
-    release_all(3, ops);
+        rc = dl_cuda_elementwise->clamp(out, ops[0], ops[1], ops[2]);
+    dl_op_release_all(ops, 3);
     return rc;
 }
 
@@ -1203,18 +1175,18 @@ static dl_tensor *where_fwd(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
     }
     dl_tensor *out = dl_tensor_empty(nd, shape, r, dev);
     int rc = 0;
-    if (out && !on_cuda(out))
+    if (out && !dl_op_on_cuda(out))
         dl_cpu_where(out, ec, ops[0], ops[1]);
-    else if (out && (!dl_cuda_ew || !dl_cuda_ew->where))
+    else if (out && (!dl_cuda_elementwise || !dl_cuda_elementwise->where))
         rc = dl_cuda_missing("where");
     else if (out)
-        rc = dl_cuda_ew->where(out, ec, ops[0], ops[1]);
+        rc = dl_cuda_elementwise->where(out, ec, ops[0], ops[1]);
     if (rc) {
         dl_tensor_release(out);
         out = NULL;
     }
     dl_tensor_release(ec);
-    release_all(2, ops);
+    dl_op_release_all(ops, 2);
     return out;
 }
 
@@ -1235,12 +1207,12 @@ static int masked_fill_run(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
     dl_tensor *v = vd ? dl_tensor_to_device(vd, DL_CPU) : NULL;
     dl_tensor *em = v ? dl_tensor_expand(mask, self->ndim, self->shape) : NULL;
     int rc = -1;
-    if (em && !on_cuda(self)) {
+    if (em && !dl_op_on_cuda(self)) {
         dl_cpu_masked_fill(self, em, dl_tensor_data_ptr(v));
         rc = 0;
     } else if (em) {
-        rc = dl_cuda_ew && dl_cuda_ew->masked_fill
-                 ? dl_cuda_ew->masked_fill(self, em, dl_tensor_data_ptr(v))
+        rc = dl_cuda_elementwise && dl_cuda_elementwise->masked_fill
+                 ? dl_cuda_elementwise->masked_fill(self, em, dl_tensor_data_ptr(v))
                  : dl_cuda_missing("masked_fill");
     }
     if (rc == 0) dl_tensor_bump_version(self);
@@ -1382,17 +1354,17 @@ dl_tensor *dl_isclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool
     if (prepare(2, in, c, c, nd, shape, dev, ops)) return NULL;
     dl_tensor *out = dl_tensor_empty(nd, shape, DL_DTYPE_BOOL, dev);
     int rc = 0;
-    if (out && !on_cuda(out))
+    if (out && !dl_op_on_cuda(out))
         dl_cpu_isclose(out, ops[0], ops[1], rtol, atol, equal_nan);
-    else if (out && (!dl_cuda_ew || !dl_cuda_ew->isclose))
+    else if (out && (!dl_cuda_elementwise || !dl_cuda_elementwise->isclose))
         rc = dl_cuda_missing("isclose");
     else if (out)
-        rc = dl_cuda_ew->isclose(out, ops[0], ops[1], rtol, atol, equal_nan);
+        rc = dl_cuda_elementwise->isclose(out, ops[0], ops[1], rtol, atol, equal_nan);
     if (rc) {
         dl_tensor_release(out);
         out = NULL;
     }
-    release_all(2, ops);
+    dl_op_release_all(ops, 2);
     return out;
 }
 

@@ -21,83 +21,14 @@
  *    written in place give zero gradients, bool results are never recorded.
  *    In-place forms refuse a leaf that requires grad, and otherwise make self
  *    the node's output (its earlier history becomes the node's input).
- * The op enums are shared with the backends' kernels (src/cpu/elementwise.h). */
+ * The op enums (kernels/elementwise.h) are shared with the backends' kernels. */
 #ifndef DL_OPS_ELEMENTWISE_H
 #define DL_OPS_ELEMENTWISE_H
 
+#include "kernels/elementwise.h"
 #include "core/tensor.h"
 
 #include <stdbool.h>
-
-typedef enum {
-    /* arithmetic: result is the promoted type */
-    DL_BINARY_ADD = 0, /* a + alpha * b */
-    DL_BINARY_SUB,     /* a - alpha * b */
-    DL_BINARY_MUL,
-    DL_BINARY_DIV,       /* true division: integer inputs give float32 */
-    DL_BINARY_DIV_FLOOR, /* div(.., rounding_mode="floor"), Python's // */
-    DL_BINARY_DIV_TRUNC, /* div(.., rounding_mode="trunc") */
-    DL_BINARY_POW,
-    DL_BINARY_MAXIMUM, /* NaN-propagating */
-    DL_BINARY_MINIMUM,
-    DL_BINARY_REMAINDER, /* sign of the divisor (Python's %) */
-    DL_BINARY_FMOD,      /* sign of the dividend (C's fmod) */
-    DL_BINARY_ATAN2,     /* integer inputs give float32 */
-    /* comparisons: bool result, compared in the promoted type */
-    DL_BINARY_EQ,
-    DL_BINARY_NE,
-    DL_BINARY_LT,
-    DL_BINARY_LE,
-    DL_BINARY_GT,
-    DL_BINARY_GE,
-    /* logical: bool result, nonzero (and NaN) is true */
-    DL_BINARY_LOGICAL_AND,
-    DL_BINARY_LOGICAL_OR,
-    DL_BINARY_LOGICAL_XOR,
-    DL_BINARY_COUNT
-} dl_binary_op;
-
-typedef enum {
-    /* keep integer dtypes (compute exactly on integers) */
-    DL_UNARY_NEG = 0,
-    DL_UNARY_ABS,
-    DL_UNARY_SIGN,
-    DL_UNARY_RELU,
-    DL_UNARY_FLOOR,
-    DL_UNARY_CEIL,
-    DL_UNARY_ROUND, /* half to even */
-    DL_UNARY_TRUNC,
-    DL_UNARY_SQUARE, /* bool gives int64 */
-    /* floating functions: integer and bool inputs give float32 */
-    DL_UNARY_EXP,
-    DL_UNARY_EXP2,
-    DL_UNARY_EXPM1,
-    DL_UNARY_LOG,
-    DL_UNARY_LOG2,
-    DL_UNARY_LOG10,
-    DL_UNARY_LOG1P,
-    DL_UNARY_SQRT,
-    DL_UNARY_RSQRT,
-    DL_UNARY_RECIPROCAL,
-    DL_UNARY_SIN,
-    DL_UNARY_COS,
-    DL_UNARY_TAN,
-    DL_UNARY_ASIN,
-    DL_UNARY_ACOS,
-    DL_UNARY_ATAN,
-    DL_UNARY_SINH,
-    DL_UNARY_COSH,
-    DL_UNARY_TANH,
-    DL_UNARY_SIGMOID,
-    DL_UNARY_ERF,
-    DL_UNARY_FRAC, /* x - trunc(x) */
-    /* predicates: bool result */
-    DL_UNARY_LOGICAL_NOT,
-    DL_UNARY_ISNAN,
-    DL_UNARY_ISINF,
-    DL_UNARY_ISFINITE,
-    DL_UNARY_COUNT
-} dl_unary_op;
 
 /* The op's name in messages: "add", "exp", ... (DIV_FLOOR and DIV_TRUNC are
  * "div", the Lua op that selects them with rounding_mode). */
@@ -116,11 +47,6 @@ dl_tensor *dl_mul(dl_tensor *a, dl_tensor *b);
 dl_tensor *dl_div(dl_tensor *a, dl_tensor *b);
 dl_tensor *dl_pow(dl_tensor *a, dl_tensor *b);
 dl_tensor *dl_maximum(dl_tensor *a, dl_tensor *b);
-dl_tensor *dl_minimum(dl_tensor *a, dl_tensor *b);
-int dl_add_(dl_tensor *self, dl_tensor *other, double alpha);
-int dl_sub_(dl_tensor *self, dl_tensor *other, double alpha);
-int dl_mul_(dl_tensor *self, dl_tensor *other);
-int dl_div_(dl_tensor *self, dl_tensor *other);
 
 /* pow(tensor, scalar exponent given as a 0-dim tensor): like dl_pow, but an
  * integer base with a negative integer exponent is an error (PyTorch's rule

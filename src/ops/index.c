@@ -1,6 +1,6 @@
 /* index.c - the joining and indexing ops (see ops/index.h): argument checks,
  * shape and dtype inference, output allocation and dispatch to the CPU
- * kernels of cpu/index.c or the CUDA ones (ops/cuda_index.h).  Joining,
+ * kernels of cpu/index.c or the CUDA ones (kernels/index.h).  Joining,
  * splitting, flip and roll are built from core views and dl_tensor_copy_.
  * Invariant: every index is checked before a kernel runs, so kernels never
  * read or write out of bounds and in-place ops leave self untouched on error.
@@ -24,7 +24,9 @@
 #include "autograd/autograd.h"
 #include "core/iter.h"
 #include "cpu/index.h"
-#include "ops/cuda_index.h"
+#include "kernels/index.h"
+#include "kernels/cuda.h"
+#include "ops/op_util.h"
 #include "ops/elementwise.h"
 #include "ops/grad_util.h"
 #include "ops/reduce.h"
@@ -34,10 +36,6 @@
 #include <string.h>
 
 /* --- shared checks ---------------------------------------------------------- */
-
-static bool on_cuda(const dl_tensor *t) {
-    return dl_tensor_device(t).type == DL_DEVICE_CUDA;
-}
 
 /* The device of n tensors (NULLs skipped), as dl_common_device. */
 static int device_of(const char *op, int n, dl_tensor *const *ts, dl_device *dev) {
@@ -107,12 +105,12 @@ static int check_indices(const char *op, const int64_t *idx, int64_t n, int64_t 
 static int check_index_tensor(const char *op, dl_tensor *idx, int64_t size, int dim,
                               bool allow_negative) {
     int64_t n = dl_tensor_numel(idx);
-    if (!on_cuda(idx))
+    if (!dl_op_on_cuda(idx))
         return check_indices(op, dl_tensor_data_ptr(idx), n, size, dim, allow_negative);
     if (n == 0) return 0;
-    if (!dl_cuda_idx || !dl_cuda_idx->index_range) return dl_cuda_missing(op);
+    if (!dl_cuda_index || !dl_cuda_index->index_range) return dl_cuda_missing(op);
     int64_t lo, hi;
-    if (dl_cuda_idx->index_range(idx, &lo, &hi)) return -1;
+    if (dl_cuda_index->index_range(idx, &lo, &hi)) return -1;
     if (lo >= (allow_negative ? -size : 0) && hi < size) return 0;
     dl_tensor *h = dl_tensor_to_device(idx, DL_CPU);
     int rc = h ? check_indices(op, dl_tensor_data_ptr(h), n, size, dim, allow_negative) : -1;
@@ -126,7 +124,7 @@ static int check_index_tensor(const char *op, dl_tensor *idx, int64_t size, int 
 
 /* A host copy of an index tensor (retained when it is on the CPU). */
 static dl_tensor *host_indices(dl_tensor *idx) {
-    return on_cuda(idx) ? dl_tensor_to_device(idx, DL_CPU) : dl_tensor_retain(idx);
+    return dl_op_on_cuda(idx) ? dl_tensor_to_device(idx, DL_CPU) : dl_tensor_retain(idx);
 }
 
 /* --- recording helpers ----------------------------------------------------- */
@@ -136,34 +134,14 @@ static bool wants_grad(int n, dl_tensor *const *ins, dl_dtype dt) {
     return dl_dtype_is_floating(dt) && dl_autograd_needed(n, ins);
 }
 
-/* A node with its parameters (ctx_size bytes copied from ctx) and the
- * tensors a backward needs saved; NULL with an error. */
-static dl_node *node_new(const char *name, dl_backward_fn fn, int n, dl_tensor *const *ins,
-                         int n_outputs, const void *ctx, size_t ctx_size, int nsave,
-                         dl_tensor *const *save) {
-    dl_node *node = dl_node_new(name, fn, n, ins, n_outputs, ctx_size);
-    if (!node) return NULL;
-    if (ctx_size) memcpy(node->ctx, ctx, ctx_size);
-    for (int i = 0; i < nsave; i++)
-        if (dl_node_save(node, save[i]) < 0) {
-            dl_node_release(node);
-            return NULL;
-        }
-    return node;
-}
-
-/* Records out = op(ins) when wanted; returns out (NULL, out released, on
- * failure).  Costs one check when nothing requires grad. */
+/* Records out = op(ins) when wanted (floating results only); returns out
+ * (NULL, out released, on failure).  Costs one check when nothing requires
+ * grad. */
 static dl_tensor *record(dl_tensor *out, const char *name, dl_backward_fn fn, int n,
                          dl_tensor *const *ins, const void *ctx, size_t ctx_size, int nsave,
                          dl_tensor *const *save) {
-    if (!out || !wants_grad(n, ins, out->dtype)) return out;
-    dl_node *node = node_new(name, fn, n, ins, 1, ctx, ctx_size, nsave, save);
-    if (!node) {
-        dl_tensor_release(out);
-        return NULL;
-    }
-    return dl_node_finish(node, out);
+    if (!out || !dl_dtype_is_floating(out->dtype)) return out;
+    return dl_op_record(out, name, fn, n, ins, nsave, save, ctx, ctx_size);
 }
 
 /* Before an in-place write to self: the leaf check, and the node (NULL when
@@ -174,7 +152,7 @@ static dl_node *inplace_begin(const char *op, dl_tensor *self, const char *name,
                               int nsave, dl_tensor *const *save, bool *failed) {
     *failed = dl_check_inplace(op, self) != 0;
     if (*failed || !wants_grad(n, ins, self->dtype)) return NULL;
-    dl_node *node = node_new(name, fn, n, ins, 1, ctx, ctx_size, nsave, save);
+    dl_node *node = dl_op_node_new(name, fn, n, ins, 1, nsave, save, ctx, ctx_size);
     *failed = node == NULL;
     return node;
 }
@@ -423,7 +401,7 @@ static int record_pieces(int n, dl_tensor *t, dl_tensor ***out, const char *name
                          bool select) {
     if (n <= 0 || !wants_grad(1, &t, t->dtype)) return n;
     split_ctx c = {dl_wrap_dim(name, dim, t->ndim), select};
-    dl_node *node = node_new(name, split_backward, 1, &t, n, &c, sizeof c, 0, NULL);
+    dl_node *node = dl_op_node_new(name, split_backward, 1, &t, n, 0, NULL, &c, sizeof c);
     if (!node) {
         dl_tensors_free(n, *out);
         *out = NULL;
@@ -571,10 +549,10 @@ static dl_tensor *index_select_impl(dl_tensor *x, int dim, dl_tensor *index) {
     if (!(xd = moved_to(x, dev)) || !(xc = dl_tensor_contiguous(xd))) goto done;
     if (!(out = dl_tensor_empty(x->ndim, shape, x->dtype, dev))) goto done;
     if (dl_tensor_numel(out) == 0) goto done;
-    if (on_cuda(out)) {
-        int rc = !dl_cuda_idx || !dl_cuda_idx->index_select
+    if (dl_op_on_cuda(out)) {
+        int rc = !dl_cuda_index || !dl_cuda_index->index_select
                      ? dl_cuda_missing("index_select")
-                     : dl_cuda_idx->index_select(out, xc, d, dl_tensor_data_ptr(idx), n);
+                     : dl_cuda_index->index_select(out, xc, d, dl_tensor_data_ptr(idx), n);
         if (rc) {
             dl_tensor_release(out);
             out = NULL;
@@ -608,12 +586,12 @@ static int index_select_backward(dl_node *n, dl_tensor *const *gout, dl_tensor *
     if (r && dl_tensor_numel(gc) > 0) {
         int64_t nidx = dl_tensor_numel(idx);
         int rc = 0;
-        if (!on_cuda(r))
+        if (!dl_op_on_cuda(r))
             dl_cpu_index_add(r, d, dl_tensor_data_ptr(idx), nidx, gc);
-        else if (!dl_cuda_idx || !dl_cuda_idx->index_add)
+        else if (!dl_cuda_index || !dl_cuda_index->index_add)
             rc = dl_cuda_missing("index_select backward");
         else
-            rc = dl_cuda_idx->index_add(r, d, dl_tensor_data_ptr(idx), nidx, gc);
+            rc = dl_cuda_index->index_add(r, d, dl_tensor_data_ptr(idx), nidx, gc);
         if (rc) {
             dl_tensor_release(r);
             r = NULL;
@@ -672,10 +650,10 @@ static dl_tensor *gather_impl(dl_tensor *x, int dim, dl_tensor *index) {
     if (check_index_tensor("gather", idx, size_nonempty(x, d), d, false)) goto done;
     if (!(xd = moved_to(x, dev))) goto done; /* a 0-dim CPU x beside a CUDA index */
     if (!(out = dl_tensor_empty(idx->ndim, idx->shape, x->dtype, dev))) goto done;
-    if (!on_cuda(out)) {
+    if (!dl_op_on_cuda(out)) {
         dl_cpu_gather(out, xd, d, idx);
-    } else if (!dl_cuda_idx || !dl_cuda_idx->gather ? dl_cuda_missing("gather")
-                                                    : dl_cuda_idx->gather(out, xd, d, idx)) {
+    } else if (!dl_cuda_index || !dl_cuda_index->gather ? dl_cuda_missing("gather")
+                                                        : dl_cuda_index->gather(out, xd, d, idx)) {
         dl_tensor_release(out);
         out = NULL;
     }
@@ -689,19 +667,26 @@ static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *ind
                         bool add);
 
 /* grad x = zeros with the gradient scatter-added at the gathered positions. */
-static int gather_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+/* The backward of an op that read x at the saved positions (saved 0) along
+ * ctx's dim: gout scattered (add: accumulated) into zeros of x's shape. */
+static int scatter_to_input(const char *op, dl_node *n, dl_tensor *const *gout, dl_tensor **gin,
+                            bool add) {
     int d = ((const dim_ctx *)n->ctx)->dim;
     const dl_tensor_meta *m = &n->input_meta[0];
     dl_tensor *index = dl_node_saved(n, 0);
     if (!index) return -1;
     dl_tensor *r = dl_tensor_zeros(m->ndim, m->shape, gout[0]->dtype, m->device);
-    if (!r || scatter_impl("gather", r, d, index, gout[0], true)) {
+    if (!r || scatter_impl(op, r, d, index, gout[0], add)) {
         dl_tensor_release(r);
         return -1;
     }
     gin[0] = dl_tensor_to_dtype(r, m->dtype);
     dl_tensor_release(r);
     return gin[0] ? 0 : -1;
+}
+
+static int gather_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    return scatter_to_input("gather", n, gout, gin, true);
 }
 
 dl_tensor *dl_gather(dl_tensor *x, int dim, dl_tensor *index) {
@@ -742,10 +727,11 @@ static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *ind
      * reads; a 0-dim CPU src beside CUDA self is moved */
     dl_tensor *s = src->storage == self->storage ? dl_tensor_clone(src) : moved_to(src, dev);
     if (!s) goto done;
-    if (!on_cuda(self)) {
+    if (!dl_op_on_cuda(self)) {
         dl_cpu_scatter(self, d, idx, s, add);
-    } else if (!dl_cuda_idx || !dl_cuda_idx->scatter ? dl_cuda_missing(op)
-                                                     : dl_cuda_idx->scatter(self, d, idx, s, add)) {
+    } else if (!dl_cuda_index || !dl_cuda_index->scatter
+                   ? dl_cuda_missing(op)
+                   : dl_cuda_index->scatter(self, d, idx, s, add)) {
         dl_tensor_release(s);
         goto done;
     }
@@ -1117,12 +1103,12 @@ static int sort_impl(const char *op, dl_tensor *x, int dim, bool descending, int
     dl_tensor *vk = v && scalar_out ? dl_tensor_reshape(v, 1, &one) : dl_tensor_retain(v);
     dl_tensor *ik = scalar_out ? dl_tensor_reshape(i, 1, &one) : dl_tensor_retain(i);
     if ((!v || vk) && ik) {
-        if (!on_cuda(x1))
+        if (!dl_op_on_cuda(x1))
             rc = dl_cpu_sort(x1, d, descending, k, vk, ik);
-        else if (!dl_cuda_idx || !dl_cuda_idx->sort)
+        else if (!dl_cuda_index || !dl_cuda_index->sort)
             rc = dl_cuda_missing(op);
         else
-            rc = dl_cuda_idx->sort(x1, d, descending, k, vk, ik);
+            rc = dl_cuda_index->sort(x1, d, descending, k, vk, ik);
     }
     dl_tensor_release(vk);
     dl_tensor_release(ik);
@@ -1141,18 +1127,7 @@ done:
 /* Sorted (or top-k) values came from the positions in indices: the gradient
  * goes back there, zeros elsewhere. */
 static int sort_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
-    int dim = ((const dim_ctx *)n->ctx)->dim;
-    const dl_tensor_meta *m = &n->input_meta[0];
-    dl_tensor *idx = dl_node_saved(n, 0);
-    if (!idx) return -1;
-    dl_tensor *r = dl_tensor_zeros(m->ndim, m->shape, gout[0]->dtype, m->device);
-    if (!r || scatter_impl("sort", r, dim, idx, gout[0], false)) {
-        dl_tensor_release(r);
-        return -1;
-    }
-    gin[0] = dl_tensor_to_dtype(r, m->dtype);
-    dl_tensor_release(r);
-    return gin[0] ? 0 : -1;
+    return scatter_to_input("sort", n, gout, gin, false);
 }
 
 /* Records the values output; the node keeps its own copy of the indices
@@ -1162,7 +1137,8 @@ static int record_sorted(int rc, const char *name, dl_tensor *x, int dim, dl_ten
     if (rc || !values || !wants_grad(1, &x, (*values)->dtype)) return rc;
     dl_tensor *own = dl_tensor_clone(*indices);
     dim_ctx c = {dim};
-    dl_node *node = own ? node_new(name, sort_backward, 1, &x, 1, &c, sizeof c, 1, &own) : NULL;
+    dl_node *node =
+        own ? dl_op_node_new(name, sort_backward, 1, &x, 1, 1, &own, &c, sizeof c) : NULL;
     dl_tensor_release(own);
     if (!node) {
         dl_tensor_release(*values);
@@ -1199,9 +1175,10 @@ int dl_topk(dl_tensor *x, int64_t k, int dim, bool largest, bool sorted, dl_tens
 
 /* The smallest and largest of n > 0 labels (contiguous int64, any device). */
 static int label_range(dl_tensor *lab, int64_t n, int64_t *lo, int64_t *hi) {
-    if (on_cuda(lab))
-        return !dl_cuda_idx || !dl_cuda_idx->index_range ? dl_cuda_missing("one_hot")
-                                                         : dl_cuda_idx->index_range(lab, lo, hi);
+    if (dl_op_on_cuda(lab))
+        return !dl_cuda_index || !dl_cuda_index->index_range
+                   ? dl_cuda_missing("one_hot")
+                   : dl_cuda_index->index_range(lab, lo, hi);
     const int64_t *lp = dl_tensor_data_ptr(lab);
     *lo = *hi = lp[0];
     for (int64_t i = 1; i < n; i++) {
@@ -1247,10 +1224,10 @@ dl_tensor *dl_one_hot(dl_tensor *labels, int64_t num_classes) {
     shape[lab->ndim] = num_classes;
     if (!(out = dl_tensor_zeros(lab->ndim + 1, shape, DL_DTYPE_I64, dl_tensor_device(lab))))
         goto done;
-    if (!on_cuda(out)) {
+    if (!dl_op_on_cuda(out)) {
         dl_cpu_one_hot(out, lab);
-    } else if (!dl_cuda_idx || !dl_cuda_idx->one_hot ? dl_cuda_missing("one_hot")
-                                                     : dl_cuda_idx->one_hot(out, lab)) {
+    } else if (!dl_cuda_index || !dl_cuda_index->one_hot ? dl_cuda_missing("one_hot")
+                                                         : dl_cuda_index->one_hot(out, lab)) {
         dl_tensor_release(out);
         out = NULL;
     }
@@ -1262,22 +1239,22 @@ done:
 
 /* The number of non-zero elements of x on its device; -1 with an error. */
 static int64_t count_nonzero(const char *op, const dl_tensor *x) {
-    if (!on_cuda(x)) return dl_cpu_count_nonzero(x);
-    if (!dl_cuda_idx || !dl_cuda_idx->count_nonzero) return dl_cuda_missing(op);
+    if (!dl_op_on_cuda(x)) return dl_cpu_count_nonzero(x);
+    if (!dl_cuda_index || !dl_cuda_index->count_nonzero) return dl_cuda_missing(op);
     int64_t count;
-    return dl_cuda_idx->count_nonzero(x, &count) ? -1 : count;
+    return dl_cuda_index->count_nonzero(x, &count) ? -1 : count;
 }
 
 /* out (mask's shape, non-overlapping) gets src's values where the mask is
  * true, on out's device. */
 static int masked_scatter_dispatch(const char *op, dl_tensor *out, dl_tensor *mask,
                                    dl_tensor *src) {
-    if (!on_cuda(out)) {
+    if (!dl_op_on_cuda(out)) {
         dl_cpu_masked_scatter(out, mask, src);
         return 0;
     }
-    if (!dl_cuda_idx || !dl_cuda_idx->masked_scatter) return dl_cuda_missing(op);
-    return dl_cuda_idx->masked_scatter(out, mask, src);
+    if (!dl_cuda_index || !dl_cuda_index->masked_scatter) return dl_cuda_missing(op);
+    return dl_cuda_index->masked_scatter(out, mask, src);
 }
 
 static dl_tensor *masked_select_impl(dl_tensor *x, dl_tensor *mask) {
@@ -1300,12 +1277,12 @@ static dl_tensor *masked_select_impl(dl_tensor *x, dl_tensor *mask) {
     if (count >= 0) out = dl_tensor_empty(1, &count, x->dtype, dev);
     if (out && count) {
         int rc = 0;
-        if (!on_cuda(out))
+        if (!dl_op_on_cuda(out))
             dl_cpu_masked_select(out, xe, me);
-        else if (!dl_cuda_idx || !dl_cuda_idx->masked_select)
+        else if (!dl_cuda_index || !dl_cuda_index->masked_select)
             rc = dl_cuda_missing("masked_select");
         else
-            rc = dl_cuda_idx->masked_select(out, xe, me);
+            rc = dl_cuda_index->masked_select(out, xe, me);
         if (rc) {
             dl_tensor_release(out);
             out = NULL;
@@ -1352,10 +1329,10 @@ dl_tensor *dl_nonzero(dl_tensor *x) {
     if (shape[0] < 0) return NULL;
     dl_tensor *out = dl_tensor_empty(2, shape, DL_DTYPE_I64, dl_tensor_device(x));
     if (!out || !shape[0] || !x->ndim) return out;
-    if (!on_cuda(out)) {
+    if (!dl_op_on_cuda(out)) {
         dl_cpu_nonzero(out, x);
-    } else if (!dl_cuda_idx || !dl_cuda_idx->nonzero ? dl_cuda_missing("nonzero")
-                                                     : dl_cuda_idx->nonzero(out, x)) {
+    } else if (!dl_cuda_index || !dl_cuda_index->nonzero ? dl_cuda_missing("nonzero")
+                                                         : dl_cuda_index->nonzero(out, x)) {
         dl_tensor_release(out);
         out = NULL;
     }
@@ -1371,9 +1348,9 @@ static inline int64_t shifted(int64_t v, int64_t delta) {
 int dl_index_shift_(dl_tensor *t, int64_t delta) {
     if (t->dtype != DL_DTYPE_I64 || !dl_tensor_is_contiguous(t) || (delta != 1 && delta != -1))
         return dl_error("index_shift_: expected a contiguous int64 tensor and a shift of 1 or -1");
-    if (on_cuda(t))
-        return !dl_cuda_idx || !dl_cuda_idx->shift_i64 ? dl_cuda_missing("index_shift_")
-                                                       : dl_cuda_idx->shift_i64(t, delta);
+    if (dl_op_on_cuda(t))
+        return !dl_cuda_index || !dl_cuda_index->shift_i64 ? dl_cuda_missing("index_shift_")
+                                                           : dl_cuda_index->shift_i64(t, delta);
     int64_t *p = dl_tensor_data_ptr(t), n = dl_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) p[i] = shifted(p[i], delta);
     return 0;
@@ -1525,10 +1502,10 @@ static int tri_inplace(const char *op, dl_tensor *x, int64_t diagonal, bool uppe
     int64_t lim = x->shape[x->ndim - 2] + x->shape[x->ndim - 1];
     if (diagonal > lim) diagonal = lim;
     if (diagonal < -lim) diagonal = -lim;
-    if (!on_cuda(x))
+    if (!dl_op_on_cuda(x))
         dl_cpu_tri_(x, diagonal, upper);
-    else if (!dl_cuda_idx || !dl_cuda_idx->tri_ ? dl_cuda_missing(op)
-                                                : dl_cuda_idx->tri_(x, diagonal, upper))
+    else if (!dl_cuda_index || !dl_cuda_index->tri_ ? dl_cuda_missing(op)
+                                                    : dl_cuda_index->tri_(x, diagonal, upper))
         return -1;
     dl_tensor_bump_version(x);
     return 0;

@@ -17,7 +17,9 @@
 #include "cpu/gemm.h"
 #include "autograd/autograd.h"
 #include "ops/elementwise.h"
-#include "ops/cuda_linalg.h"
+#include "kernels/linalg.h"
+#include "kernels/cuda.h"
+#include "ops/op_util.h"
 #include "ops/grad_util.h"
 
 #include <math.h>
@@ -31,7 +33,7 @@
 static int check_device(const char *op, int n, dl_tensor *const *ts) {
     dl_device dev;
     if (dl_common_device(op, n, ts, &dev)) return -1;
-    if (dev.type == DL_DEVICE_CUDA && (!dl_cuda_la || !dl_cuda_la->gemm))
+    if (dev.type == DL_DEVICE_CUDA && (!dl_cuda_linalg || !dl_cuda_linalg->gemm))
         return dl_cuda_missing(op);
     return 0;
 }
@@ -168,8 +170,8 @@ static int gemm_into(dl_tensor *a, dl_tensor *b, int nb, const int64_t *obs, dl_
         dl_gemm_matrix B = {dl_tensor_data_ptr(b), offs + batch, b->strides[bn - 2],
                             b->strides[bn - 1]};
         if (cuda)
-            rc = dl_cuda_la->gemm(dev.index, dt, batch, M, N, K, alpha, &A, &B, beta,
-                                  dl_tensor_data_ptr(out));
+            rc = dl_cuda_linalg->gemm(dev.index, dt, batch, M, N, K, alpha, &A, &B, beta,
+                                      dl_tensor_data_ptr(out));
         else
             rc = dl_cpu_gemm(dt, batch, M, N, K, alpha, &A, &B, beta, dl_tensor_data_ptr(out));
         if (rc == 0) dl_tensor_bump_version(out);

@@ -4,7 +4,9 @@
  * (src/cpu/optim.c) or the CUDA one (cuda/optim.cu). */
 #include "optim.h"
 #include "cpu/optim.h"
-#include "cuda_random.h"
+#include "kernels/cuda.h"
+#include "kernels/optim.h"
+#include "ops/op_util.h"
 #include "views.h"
 
 #include <math.h>
@@ -81,15 +83,31 @@ static int check_params(const char *op, int n, dl_tensor *const *params, dl_devi
     return 0;
 }
 
+/* The kernels' view of n parameters and their gradients (the state slots
+ * NULL, filled in by the caller); NULL with an error when out of memory. */
+static dl_optim_tensors *new_tensors(const char *op, int n, dl_tensor *const *params,
+                                     dl_tensor *const *grads) {
+    dl_optim_tensors *ts = calloc((size_t)n, sizeof *ts);
+    if (!ts) {
+        dl_error("%s: out of memory for %d parameters", op, n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        ts[i].param = params[i];
+        ts[i].grad = grads[i];
+    }
+    return ts;
+}
+
 /* Runs the step (SGD when sc is set, else Adam) on dev's kernel, bumps the
  * versions of the tensors written and frees ts.  rc: the checks' status. */
 static int dispatch(int rc, const char *op, dl_device dev, int n, dl_optim_tensors *ts,
                     const dl_sgd_coeffs *sc, const dl_adam_coeffs *ac) {
     if (rc == 0 && dev.type == DL_DEVICE_CUDA) {
-        if (!dl_cuda_rnd || (sc ? !dl_cuda_rnd->sgd_step : !dl_cuda_rnd->adam_step))
+        if (!dl_cuda_optim || (sc ? !dl_cuda_optim->sgd_step : !dl_cuda_optim->adam_step))
             rc = dl_cuda_missing(op);
         else
-            rc = sc ? dl_cuda_rnd->sgd_step(n, ts, sc) : dl_cuda_rnd->adam_step(n, ts, ac);
+            rc = sc ? dl_cuda_optim->sgd_step(n, ts, sc) : dl_cuda_optim->adam_step(n, ts, ac);
     } else if (rc == 0) {
         if (sc)
             dl_cpu_sgd_step(n, ts, sc);
@@ -117,12 +135,10 @@ int dl_sgd_step(int n, dl_tensor *const *params, dl_tensor *const *grads, dl_ten
     if (o->momentum != 0 && (!bufs || !fresh))
         return dl_error("%s: momentum %g needs momentum buffers", op, o->momentum);
     if (n <= 0) return 0;
-    dl_optim_tensors *ts = calloc((size_t)n, sizeof *ts);
-    if (!ts) return dl_error("%s: out of memory for %d parameters", op, n);
+    dl_optim_tensors *ts = new_tensors(op, n, params, grads);
+    if (!ts) return -1;
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
-        ts[i].param = params[i];
-        ts[i].grad = grads[i];
         rc = check_like(op, "grad", i, grads[i], params[i]);
         if (rc == 0 && o->momentum != 0) {
             ts[i].buf = bufs[i];
@@ -150,12 +166,10 @@ int dl_adam_step(int n, dl_tensor *const *params, dl_tensor *const *grads,
     if (o->amsgrad && !max_exp_avg_sqs)
         return dl_error("%s: amsgrad needs the max_exp_avg_sq tensors", op);
     if (n <= 0) return 0;
-    dl_optim_tensors *ts = calloc((size_t)n, sizeof *ts);
-    if (!ts) return dl_error("%s: out of memory for %d parameters", op, n);
+    dl_optim_tensors *ts = new_tensors(op, n, params, grads);
+    if (!ts) return -1;
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
-        ts[i].param = params[i];
-        ts[i].grad = grads[i];
         ts[i].exp_avg = exp_avgs[i];
         ts[i].exp_avg_sq = exp_avg_sqs[i];
         rc = check_like(op, "grad", i, grads[i], params[i]);

@@ -330,15 +330,6 @@ static char *finish(strbuf *b) {
     return b->p;
 }
 
-char *dl_tensor_format_body(dl_tensor *t, int indent) {
-    dl_tensor *c = on_cpu(t);
-    if (!c) return NULL;
-    strbuf b = {0};
-    body_into(&b, c, indent);
-    dl_tensor_release(c);
-    return finish(&b);
-}
-
 /* Appends ", suffix" or, when the line would pass the width, ",\n" + indent. */
 static void add_suffix(strbuf *b, const char *suffix, int indent, int linewidth) {
     if (b->failed) return;

@@ -32,8 +32,5 @@ int dl_print_options_profile(const char *name, dl_print_options *o);
  * caller frees it.  NULL with an error on failure (out of memory, a device
  * copy that fails). */
 char *dl_tensor_format(dl_tensor *t);
-/* Only the bracketed body PyTorch's _tensor_str gives ("[1, 2]", "3.5000",
- * "[]"), with the first line starting after `indent` characters. */
-char *dl_tensor_format_body(dl_tensor *t, int indent);
 
 #endif

@@ -12,7 +12,9 @@
  * copied to the device for the kernel. */
 #include "random.h"
 #include "cpu/random.h"
-#include "cuda_random.h"
+#include "kernels/cuda.h"
+#include "kernels/random.h"
+#include "ops/op_util.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -73,10 +75,10 @@ static int cuda_fill(dl_tensor *t, const dl_random_params *p, dl_tensor *probs, 
     }
     int rc;
     if (dl_tensor_is_contiguous(t)) {
-        rc = dl_cuda_rnd->random_fill(t, &dp, seed, base);
+        rc = dl_cuda_random->random_fill(t, &dp, seed, base);
     } else {
         tmp = dl_tensor_empty(t->ndim, t->shape, t->dtype, dev);
-        rc = tmp ? dl_cuda_rnd->random_fill(tmp, &dp, seed, base) : -1;
+        rc = tmp ? dl_cuda_random->random_fill(tmp, &dp, seed, base) : -1;
         if (rc == 0) rc = dl_tensor_copy_(t, tmp);
     }
     dl_tensor_release(tmp);
@@ -91,7 +93,7 @@ static int random_fill(const char *op, dl_tensor *t, const dl_random_params *p, 
     int64_t n = dl_tensor_numel(t);
     if (n == 0) return 0;
     int on_cuda = dl_tensor_device(t).type == DL_DEVICE_CUDA && p->kind != DL_RANDOM_PERM;
-    if (on_cuda && (!dl_cuda_rnd || !dl_cuda_rnd->random_fill)) return dl_cuda_missing(op);
+    if (on_cuda && (!dl_cuda_random || !dl_cuda_random->random_fill)) return dl_cuda_missing(op);
     if (!g) g = dl_default_generator();
     uint64_t seed = g->seed;
     uint64_t base = dl_generator_reserve(g, dl_cpu_random_blocks(p, t->dtype, n));

@@ -11,7 +11,7 @@
  * last (RO == I == 1).  The kernel's O*I results come out in that kept-dim
  * order and are copied into the result through a view in the same order.
  *
- * Devices: a CUDA input runs the CUDA twins of the kernels (cuda_reduce.h,
+ * Devices: a CUDA input runs the CUDA twins of the kernels (kernels/reduce.h,
  * through the k_* dispatchers below) on its device; results, scratch and the
  * kernels' double accumulators live there, and finishing steps run there too
  * (no device memory is read on the host).
@@ -26,7 +26,9 @@
 #include "ops/reduce.h"
 #include "autograd/autograd.h"
 #include "cpu/reduce.h"
-#include "ops/cuda_reduce.h"
+#include "kernels/reduce.h"
+#include "kernels/cuda.h"
+#include "ops/op_util.h"
 #include "ops/elementwise.h"
 #include "ops/grad_util.h"
 #include "ops/index.h"
@@ -42,7 +44,7 @@
 static int check_device(const char *op, const dl_tensor *x) {
     dl_device d = dl_tensor_device(x);
     if (d.type == DL_DEVICE_CPU) return 0;
-    if (d.type != DL_DEVICE_CUDA || !dl_cuda_red || !dl_cuda_rt) return dl_cuda_missing(op);
+    if (d.type != DL_DEVICE_CUDA || !dl_cuda_reduce || !dl_cuda_rt) return dl_cuda_missing(op);
     return dl_cuda_rt->set_device(d.index) < 0 ? -1 : 0;
 }
 
@@ -445,8 +447,8 @@ static const void *plan_data(const rplan *p) {
 static int k_acc(const rplan *p, dl_acc_kind k, dl_dtype dt, double pw, const double *shift,
                  double *out) {
     if (!p->cuda) return dl_cpu_reduce_acc(k, plan_data(p), dt, &p->s, pw, shift, out);
-    if (!dl_cuda_red->reduce_acc) return dl_cuda_missing("reduce");
-    return dl_cuda_red->reduce_acc(k, plan_data(p), dt, &p->s, pw, shift, out);
+    if (!dl_cuda_reduce->reduce_acc) return dl_cuda_missing("reduce");
+    return dl_cuda_reduce->reduce_acc(k, plan_data(p), dt, &p->s, pw, shift, out);
 }
 
 static int k_finish(const rplan *p, dl_fin_kind k, double *a, int64_t n, double c,
@@ -455,8 +457,8 @@ static int k_finish(const rplan *p, dl_fin_kind k, double *a, int64_t n, double 
         dl_cpu_reduce_finish(k, a, n, c, shift);
         return 0;
     }
-    if (!dl_cuda_red->reduce_finish) return dl_cuda_missing("reduce");
-    return dl_cuda_red->reduce_finish(k, a, n, c, shift);
+    if (!dl_cuda_reduce->reduce_finish) return dl_cuda_missing("reduce");
+    return dl_cuda_reduce->reduce_finish(k, a, n, c, shift);
 }
 
 /* a[i] = 0 where a[i] is infinite */
@@ -466,32 +468,32 @@ static int k_zero_inf(const rplan *p, double *a, int64_t n) {
             if (isinf(a[i])) a[i] = 0;
         return 0;
     }
-    if (!dl_cuda_red->reduce_zero_inf) return dl_cuda_missing("logsumexp");
-    return dl_cuda_red->reduce_zero_inf(a, n);
+    if (!dl_cuda_reduce->reduce_zero_inf) return dl_cuda_missing("logsumexp");
+    return dl_cuda_reduce->reduce_zero_inf(a, n);
 }
 
 static int k_acc_i64(const rplan *p, bool prod, int64_t *out) {
     if (!p->cuda) return dl_cpu_reduce_acc_i64(prod, plan_data(p), &p->s, out);
-    if (!dl_cuda_red->reduce_acc_i64) return dl_cuda_missing(prod ? "prod" : "sum");
-    return dl_cuda_red->reduce_acc_i64(prod, plan_data(p), &p->s, out);
+    if (!dl_cuda_reduce->reduce_acc_i64) return dl_cuda_missing(prod ? "prod" : "sum");
+    return dl_cuda_reduce->reduce_acc_i64(prod, plan_data(p), &p->s, out);
 }
 
 static int k_minmax(const rplan *p, bool mx, dl_dtype dt, void *vals, int64_t *idx) {
     if (!p->cuda) return dl_cpu_reduce_minmax(mx, plan_data(p), dt, &p->s, vals, idx);
-    if (!dl_cuda_red->reduce_minmax) return dl_cuda_missing(mx ? "max" : "min");
-    return dl_cuda_red->reduce_minmax(mx, plan_data(p), dt, &p->s, vals, idx);
+    if (!dl_cuda_reduce->reduce_minmax) return dl_cuda_missing(mx ? "max" : "min");
+    return dl_cuda_reduce->reduce_minmax(mx, plan_data(p), dt, &p->s, vals, idx);
 }
 
 static int k_allany(const rplan *p, bool all, uint8_t *out) {
     if (!p->cuda) return dl_cpu_reduce_allany(all, plan_data(p), &p->s, out);
-    if (!dl_cuda_red->reduce_allany) return dl_cuda_missing(all ? "all" : "any");
-    return dl_cuda_red->reduce_allany(all, plan_data(p), &p->s, out);
+    if (!dl_cuda_reduce->reduce_allany) return dl_cuda_missing(all ? "all" : "any");
+    return dl_cuda_reduce->reduce_allany(all, plan_data(p), &p->s, out);
 }
 
 static int k_median(const rplan *p, dl_dtype dt, void *vals, int64_t *idx) {
     if (!p->cuda) return dl_cpu_median(plan_data(p), dt, p->s.O, p->s.R, p->s.I, vals, idx);
-    if (!dl_cuda_red->median) return dl_cuda_missing("median");
-    return dl_cuda_red->median(plan_data(p), dt, p->s.O, p->s.R, p->s.I, vals, idx);
+    if (!dl_cuda_reduce->median) return dl_cuda_missing("median");
+    return dl_cuda_reduce->median(plan_data(p), dt, p->s.O, p->s.R, p->s.I, vals, idx);
 }
 
 /* n doubles of scratch on the plan's device: host memory, or the data of a
@@ -1234,8 +1236,8 @@ static dl_tensor *scan(const char *op, bool prod, dl_tensor *x, int dim, dl_dtyp
         if (dev.type != DL_DEVICE_CUDA)
             rc = dl_cpu_scan(prod, src, ct, O, R, I, dst);
         else
-            rc = dl_cuda_red->scan ? dl_cuda_red->scan(prod, src, ct, O, R, I, dst)
-                                   : dl_cuda_missing(op);
+            rc = dl_cuda_reduce->scan ? dl_cuda_reduce->scan(prod, src, ct, O, R, I, dst)
+                                      : dl_cuda_missing(op);
         if (!rc && tmp) rc = dl_tensor_copy_(out, tmp);
     }
     dl_tensor_release(tmp);

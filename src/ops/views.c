@@ -5,6 +5,7 @@
 #include "views.h"
 #include "autograd/autograd.h"
 #include "grad_util.h"
+#include "op_util.h"
 
 #include <string.h>
 
@@ -75,15 +76,8 @@ static const char *const view_names[] = {
 /* Records out = kind(t) when t requires grad; consumes nothing, returns out
  * (NULL and releases out on failure). */
 static dl_tensor *record(dl_tensor *t, dl_tensor *out, const view_ctx *c) {
-    if (!out || !dl_needs_grad1(t)) return out;
     if (out == t) return out; /* contiguous/to on an already-suitable tensor */
-    dl_node *n = dl_node_new(view_names[c->kind], view_backward, 1, &t, 1, sizeof(view_ctx));
-    if (!n) {
-        dl_tensor_release(out);
-        return NULL;
-    }
-    memcpy(n->ctx, c, sizeof *c);
-    return dl_node_finish(n, out);
+    return dl_op_record(out, view_names[c->kind], view_backward, 1, &t, 0, NULL, c, sizeof *c);
 }
 
 dl_tensor *dl_view(dl_tensor *t, int ndim, const int64_t *shape) {
@@ -158,16 +152,7 @@ dl_tensor *dl_clone(dl_tensor *t) {
 }
 
 bool dl_is_channels_last(const dl_tensor *t) {
-    if (t->ndim != 4) return false;
-    static const int order[4] = {1, 3, 2, 0}; /* C fastest, then W, H, N */
-    int64_t expect = 1;
-    for (int k = 0; k < 4; k++) {
-        int d = order[k];
-        if (t->shape[d] == 1) continue;
-        if (t->strides[d] != expect) return false;
-        expect *= t->shape[d];
-    }
-    return true;
+    return t->ndim == 4 && dl_op_dense_channels_last(t);
 }
 
 /* A channels-last tensor that is not also plainly contiguous: the layout a

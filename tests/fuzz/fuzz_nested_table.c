@@ -1,4 +1,4 @@
-/* fuzz_nested_table.c - dl.tensor(nested table) (src/lua/lcreate.c) on
+/* fuzz_nested_table.c - dl.tensor(nested table) (src/lua/l_create.c) on
  * tables built from the bytes through the Lua C API.
  *
  * Byte 0 picks the dtype option (none or one of eight).  The rest is a

@@ -119,7 +119,7 @@ local cases = {
   {"SGD misspelt option", function() return dl.optim.SGD(m3:parameters(), {lr = 0.1, mom = 0.9}) end, "unknown option 'mom'"},
   {"Adam beta out of range", function() return dl.optim.Adam(m3:parameters(), {betas = {1.5, 0.9}}) end, "Invalid beta parameter at index 1"},
   {"optimizer without parameters", function() return dl.optim.SGD({}, {lr = 0.1}) end, "empty parameter list"},
-  {"DataLoader batch_size 0", function() return D.DataLoader(D.TensorDataset(dl.ones(4, 2)), {batch_size = 0}) end, "batch_size must be an integer >= 1, got 0"},
+  {"DataLoader batch_size 0", function() return D.DataLoader(D.TensorDataset(dl.ones(4, 2)), {batch_size = 0}) end, "DataLoader: batch_size must be at least 1, got 0"},
   {"DataLoader misspelt option", function() return D.DataLoader(D.TensorDataset(dl.ones(4, 2)), {batchsize = 2}) end, "unknown option 'batchsize'"},
   {"TensorDataset lengths", function() return D.TensorDataset(dl.ones(4, 2), dl.ones(3)) end, "size mismatch"},
   {"Conv2d zero channels", function() return dl.nn.Conv2d(0, 3, 3) end, "in_channels must be at least 1"},

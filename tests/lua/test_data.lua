@@ -260,10 +260,36 @@ T.case("bad roots, empty classes, over-limit images and mismatched shapes", func
   T.raises(function() for _ in D.DataLoader(raw, {batch_size = 4, num_workers = 2}):iter() do end end,
     "the transform must make every image the same size")
   -- bad options
-  T.raises(function() D.DataLoader(raw, {batch_size = 0}) end, "batch_size must be an integer >= 1")
+  T.raises(function() D.DataLoader(raw, {batch_size = 0}) end, "DataLoader: batch_size must be at least 1, got 0")
   T.raises(function() D.DataLoader(raw, {workers = 2}) end, "unknown option 'workers'")
   T.raises(function() D.DataLoader(raw, {num_workers = -1}) end, "num_workers")
   T.raises(function() D.DataLoader({}, {}) end, "get(i)")
+end)
+
+T.case("options are checked as everywhere in dl: unknown names and wrong types", function()
+  local ds = D.TensorDataset(dl.ones(4, 2))
+  T.raises(function() D.DataLoader(ds, {batchsize = 2}) end,
+    "DataLoader: unknown option 'batchsize' (expected: batch_size, shuffle,")
+  T.raises(function() D.DataLoader(ds, 4) end, "DataLoader: options table expected, got number")
+  T.raises(function() D.DataLoader(ds, dl.ones(2)) end, "DataLoader: options table expected, got tensor")
+  T.raises(function() D.DataLoader(ds, {[1] = 4}) end, "DataLoader: option names must be strings")
+  T.raises(function() D.DataLoader(ds, {batch_size = "2"}) end, "DataLoader: batch_size must be an integer, got string")
+  T.raises(function() D.DataLoader(ds, {batch_size = 1.5}) end, "DataLoader: batch_size must be an integer, got 1.5")
+  T.raises(function() D.DataLoader(ds, {num_workers = -1}) end, "DataLoader: num_workers must be at least 0, got -1")
+  T.raises(function() D.DataLoader(ds, {shuffle = 1}) end, "DataLoader: shuffle must be a boolean, got number")
+  T.raises(function() D.DataLoader(ds, {seed = "x"}) end, "DataLoader: seed must be an integer, got string")
+  T.raises(function() D.random_split(ds, {2, 2}, {seed = 0.5}) end, "random_split: seed must be an integer, got 0.5")
+  T.raises(function() D.random_split(ds, {2, 2}, {sead = 1}) end, "random_split: unknown option 'sead' (expected: seed)")
+  T.raises(function() D.ImageFolder{root = root, bogus = 1} end,
+    "ImageFolder: unknown option 'bogus' (expected: root, transform, target_transform, extensions, mode)")
+  T.raises(function() D.write_idx(dir .. "/x.idx", dl.ones(2), {zip = true}) end, "write_idx: unknown option 'zip'")
+  T.raises(function() D.mnist(dir, {training = true}) end, "mnist: unknown option 'training'")
+  T.raises(function() D.mnist(dir, {train = "yes"}) end, "mnist: train must be a boolean, got string")
+  -- valid options still work; an integral float is an integer
+  local L = D.DataLoader(ds, {batch_size = 2.0, shuffle = false, seed = 3})
+  T.eq(L.batch_size, 2)
+  T.eq(math.type(L.batch_size), "integer")
+  T.eq(#D.random_split(ds, {3, 1}, {seed = 5}), 3)
 end)
 
 T.case("Lua stages run on the main thread; target_transform and collate", function()

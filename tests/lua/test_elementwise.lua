@@ -451,4 +451,34 @@ T.case("errors release what they hold", function()
   T.eq(dl.memory_allocated(), before)
 end)
 
+
+-- dense (N,C,H,W) with channels fastest, not plain contiguous
+local function is_cl(t) return T.is_channels_last(t) and not t:is_contiguous() end
+local CL = {memory_format = "channels_last"}
+
+T.case("elementwise ops keep channels-last and loop in memory order", function()
+  dl.manual_seed(8)
+  local a, b = dl.randn(2, 5, 4, 3), dl.randn(2, 5, 4, 3)
+  local ac, bc = a:contiguous(CL), b:contiguous(CL)
+  local s = ac + bc
+  T.truthy(is_cl(s), "channels-last + channels-last")
+  T.tensor_eq(s, a + b, 0)
+  T.truthy(is_cl(ac * b), "channels-last * contiguous takes the channels-last layout")
+  T.tensor_eq(ac * b, a * b, 0)
+  T.tensor_eq(dl.nn.functional.relu(ac), dl.nn.functional.relu(a), 0)
+  T.truthy(is_cl(dl.nn.functional.relu(ac)), "relu")
+  -- a transposed output operand still gets every element right
+  local m = dl.randn(7, 9)
+  local out = dl.empty(9, 7):t()
+  out:copy_(m)
+  out:add_(1)
+  T.tensor_eq(out, m + 1, 0)
+  -- relu's gradient keeps the layout
+  local x = dl.randn(2, 5, 4, 3):contiguous(CL):requires_grad_()
+  local y = dl.nn.functional.relu(x)
+  local g = dl.autograd.grad(y, x, {grad_outputs = dl.ones(2, 5, 4, 3):contiguous(CL)})
+  T.truthy(is_cl(g), "relu gradient channels-last")
+  T.tensor_eq(g, x:detach():gt(0):float(), 0)
+end)
+
 T.done()

@@ -139,15 +139,8 @@ emit(cases)
 ]==])
 
 local function make_view(b, v)
-  if v == "T" then return b:transpose(1, -1) end
-  if v == "narrow" then return b:narrow(-1, 2, b.shape[#b.shape] - 2) end
   if v == "perm" then return b:permute(3, 1, 2) end
-  if v == "expand" then
-    local s = b.shape
-    s[1] = 3
-    return b:expand(s)
-  end
-  return b
+  return T.torch_view(b, v)
 end
 
 local function run(x, c)

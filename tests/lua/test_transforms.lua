@@ -299,6 +299,32 @@ T.case("non-contiguous inputs and 1-channel images", function()
   T.shape_eq(TF.Compose{TF.ToTensor(), TF.Normalize(0.5, 0.2)}(g), {1, 37, 53})
 end)
 
+T.case("options are checked as everywhere in dl: unknown names and wrong types", function()
+  T.raises(function() TF.Resize(10, {mode = 1}) end,
+    "Resize: unknown option 'mode' (expected: interpolation, max_size, antialias)")
+  T.raises(function() TF.Resize(10, "bilinear") end, "Resize: options table expected, got string")
+  T.raises(function() TF.Resize(10, {antialias = "no"}) end, "Resize: antialias must be a boolean, got string")
+  T.raises(function() TF.RandomCrop(8, {pad_if_needed = 1}) end, "RandomCrop: pad_if_needed must be a boolean, got number")
+  T.raises(function() TF.RandomCrop(8, {pading = 2}) end, "RandomCrop: unknown option 'pading'")
+  T.raises(function() TF.RandomResizedCrop(8, {antialias = 0}) end,
+    "RandomResizedCrop: antialias must be a boolean, got number")
+  T.raises(function() TF.RandomResizedCrop(8, {scales = {0.5, 1}}) end, "RandomResizedCrop: unknown option 'scales'")
+  T.raises(function() TF.RandomHorizontalFlip{prob = 0.5} end, "RandomHorizontalFlip: unknown option 'prob' (expected: p)")
+  T.raises(function() TF.ColorJitter{bright = 0.5} end, "ColorJitter: unknown option 'bright'")
+  T.raises(function() TF.Grayscale{channels = 3} end, "Grayscale: unknown option 'channels'")
+  T.raises(function() TF.Normalize({0.5}, {0.5}, {in_place = true}) end, "Normalize: unknown option 'in_place'")
+  T.raises(function() TF.Normalize({0.5}, {0.5}, {inplace = 1}) end, "Normalize: inplace must be a boolean, got number")
+  T.raises(function() TF.Pad(2, {mode = "edge"}) end, "Pad: unknown option 'mode' (expected: fill, padding_mode)")
+  T.raises(function() F.resized_crop(img, 1, 1, 4, 4, 3, {interp = "nearest"}) end, "resized_crop: unknown option 'interp'")
+  T.raises(function() F.resized_crop(img, 1, 1, 4, 4, 3, {antialias = "x"}) end,
+    "resized_crop: antialias must be a boolean, got string")
+  -- valid options are taken as before
+  T.shape_eq(TF.Resize(10, {antialias = true, interpolation = "nearest"})(img), {3, 10, 14})
+  T.shape_eq(TF.RandomCrop(8, {pad_if_needed = false, padding = 1})(img), {3, 8, 8})
+  T.shape_eq(TF.Normalize({0.5}, {0.5}, {inplace = false})(TF.ToTensor()(TF.Grayscale()(img))), {1, 37, 53})
+  T.shape_eq(TF.RandomHorizontalFlip{p = 1}(img), img.shape)
+end)
+
 T.case("bad arguments give clear errors", function()
   T.raises(function() TF.Resize(0) end, "Resize: size must be a positive integer")
   T.raises(function() TF.Resize({1, 2, 3}) end, "Resize: size must be")

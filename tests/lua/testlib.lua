@@ -173,6 +173,25 @@ function T.from_torch(rec)
   return flat:reshape(rec.shape)
 end
 
+-- The view torch_oracle.view(b, v) takes of a tensor b: "T" the first and
+-- last dims swapped, "t" the last two, "narrow" the last dim without its
+-- ends, "expand" the first dim expanded to 3, anything else b itself.
+function T.torch_view(b, v)
+  if v == "T" then return b:transpose(1, -1) end
+  if v == "t" then return b:transpose(-1, -2) end
+  if v == "narrow" then return b:narrow(-1, 2, b.shape[#b.shape] - 2) end
+  if v == "expand" then
+    local s = b.shape
+    s[1] = 3
+    return b:expand(s)
+  end
+  return b
+end
+
+-- An oracle record holding the contiguous base, rebuilt as the
+-- non-contiguous view (T.torch_view) with the values torch saw.
+function T.from_torch_view(rec, v) return T.torch_view(T.from_torch(rec), v) end
+
 -- Compares a dl tensor with an oracle record: shape, dtype and values
 -- (floats within rtol relative + atol absolute).
 function T.match_torch(t, rec, rtol, atol, msg)
@@ -201,6 +220,187 @@ function T.match_torch(t, rec, rtol, atol, msg)
   end
 end
 
+-- 1..n as a tensor of the given shape and dtype: T.seq(dl.float64, 2, 3).
+function T.seq(dtype, ...)
+  local n = 1
+  for _, s in ipairs({...}) do n = n * s end
+  return dl.arange(1, n + 1):to(dtype):reshape(...)
+end
+
+-- --- numbers and gradients ---------------------------------------------------------
+
+-- A float32 standard-normal tensor drawn on the CPU, then converted and moved:
+-- T.randn(2, 3) or T.randn({2, 3}), with a trailing {seed=, dtype=, device=}.
+-- seed reseeds dl's default generator first (the same values on every
+-- device and, up to rounding, in every dtype); dtype and device apply after
+-- the draw.
+function T.randn(...)
+  local args = table.pack(...)
+  local opts = {}
+  if args.n > 0 and type(args[args.n]) == "table" and not dl.is_tensor(args[args.n])
+      and args[args.n][1] == nil then
+    opts = args[args.n]
+    args.n = args.n - 1
+  end
+  local shape = args[1]
+  if type(shape) ~= "table" then shape = {table.unpack(args, 1, args.n)} end
+  if opts.seed then dl.manual_seed(opts.seed) end
+  local t = dl.randn(shape)
+  if opts.dtype then t = t:to(opts.dtype) end
+  if opts.device then t = t:to(opts.device) end
+  return t
+end
+
+-- The norm of a tensor as float64 on the CPU: ord 2 (default) or "max".
+local function norm(t, ord)
+  t = t:cpu():to(dl.float64)
+  if t:numel() == 0 then return 0 end
+  if ord == "max" then return t:abs():max():item() end
+  return t:norm():item()
+end
+
+-- Norm-wise closeness: ||a - b|| <= atol + rtol * ||b|| (b the reference),
+-- in float64 on the CPU, 2-norm unless ord is "max"; same shapes.  Tables of
+-- tensors are compared entry by entry.  Returns ||a - b||, ||b||; a failure
+-- reports both norms.
+function T.close(a, b, rtol, atol, msg, ord)
+  msg = msg or "not close"
+  rtol, atol = rtol or 1e-5, atol or 1e-8
+  if not dl.is_tensor(a) and type(a) == "table" then
+    for k, v in pairs(a) do T.close(v, b[k], rtol, atol, msg .. "." .. tostring(k), ord) end
+    return
+  end
+  if not dl.is_tensor(a) or not dl.is_tensor(b) then
+    error(msg .. ": expected two tensors, got " .. type(a) .. " and " .. type(b), 2)
+  end
+  if fmt(a.shape) ~= fmt(b.shape) then
+    error(msg .. ": shape " .. fmt(a.shape) .. ", expected " .. fmt(b.shape), 2)
+  end
+  local d = norm(a:cpu():to(dl.float64) - b:cpu():to(dl.float64), ord)
+  local n = norm(b, ord)
+  if not (d <= atol + rtol * n) then
+    error(string.format("%s: ||a - b|| = %.6g, ||b|| = %.6g (%s norm): %.3g of ||b||, allowed %g + %g * ||b||",
+      msg, d, n, ord == "max" and "max" or "2", n > 0 and d / n or d, atol, rtol), 2)
+  end
+  return d, n
+end
+
+-- Float64 finite differences through autograd: dl.autograd.gradcheck(fn,
+-- inputs, opts) (central differences, eps 1e-6; each element within
+-- atol + rtol * |numeric|, dl's defaults atol 1e-5, rtol 1e-3 unless opts
+-- say).  Also checks that fn's output records and that every input that
+-- requires grad gets a gradient of its shape and dtype (opts.allow_unused:
+-- none is fine).  Fails naming `what`.
+function T.gradcheck(fn, inputs, opts, what)
+  if type(opts) == "string" then opts, what = nil, opts end
+  what = what or "gradcheck"
+  inputs = dl.is_tensor(inputs) and {inputs} or inputs
+  local o, allow_unused = {raise = false}, false
+  for k, v in pairs(opts or {}) do
+    if k == "allow_unused" then allow_unused = v else o[k] = v end
+  end
+  local out = fn(table.unpack(inputs))
+  if not (dl.is_tensor(out) and out.requires_grad) then
+    error(what .. ": the output does not require grad", 2)
+  end
+  local wanted = {}
+  for _, x in ipairs(inputs) do if dl.is_tensor(x) and x.requires_grad then wanted[#wanted + 1] = x end end
+  local g = dl.autograd.grad(out:sum(), wanted, {allow_unused = true})
+  for k, x in ipairs(wanted) do
+    if g[k] == nil then
+      if not allow_unused then error(what .. ": no gradient for input " .. k, 2) end
+    else
+      if fmt(g[k].shape) ~= fmt(x.shape) then
+        error(what .. ": gradient of input " .. k .. " has shape " .. fmt(g[k].shape) .. ", input " .. fmt(x.shape), 2)
+      end
+      if g[k].dtype ~= x.dtype then
+        error(what .. ": gradient of input " .. k .. " is " .. tostring(g[k].dtype) .. ", input " .. tostring(x.dtype), 2)
+      end
+    end
+  end
+  local ok, err = dl.autograd.gradcheck(fn, inputs, o)
+  if not ok then error(what .. ": " .. err, 2) end
+  return true
+end
+
+-- Finite differences of a kernel pair without autograd: d/dinput of
+-- sum(fwd() * gy) by central differences (eps 1e-6) against the given
+-- analytic gradients (a nil entry is skipped).  inputs are the float64
+-- tensors fwd reads (any strides), perturbed in place and restored.  Every
+-- element is probed, or opts.probes random ones per input; each must be
+-- within tol * max(1, min(|numeric|, |analytic|)) (opts.tol, default 1e-6).
+local function element(x, k) -- x's k-th element (row-major) as a 0-dim view
+  local idx, r, e = {}, k - 1, x
+  for d = x:dim(), 1, -1 do
+    idx[d] = r % x.shape[d] + 1
+    r = r // x.shape[d]
+  end
+  for d = 1, #idx do e = e[idx[d]] end
+  return e
+end
+
+function T.kernel_gradcheck(what, fwd, inputs, analytic, gy, opts)
+  opts = opts or {}
+  local eps, tol = opts.eps or 1e-6, opts.tol or 1e-6
+  local function loss() return dl.mul(fwd(), gy):sum():item() end
+  for i, x in ipairs(inputs) do
+    local g = analytic[i]
+    if g then
+      if fmt(g.shape) ~= fmt(x.shape) then
+        error(what .. ": gradient " .. i .. " has shape " .. fmt(g.shape) .. ", input " .. fmt(x.shape), 2)
+      end
+      local gflat = g:contiguous():view(-1)
+      local n = opts.probes or x:numel()
+      for p = 1, n do
+        local k = opts.probes and math.random(x:numel()) or p
+        local e = element(x, k)
+        local v = e:item()
+        e:fill_(v + eps)
+        local fp = loss()
+        e:fill_(v - eps)
+        local fm = loss()
+        e:fill_(v)
+        local num, ana = (fp - fm) / (2 * eps), gflat[k]:item()
+        if not (math.abs(num - ana) <= tol * math.max(1, math.min(math.abs(num), math.abs(ana)))) then
+          error(string.format("%s: input %d element %d: analytic %.10g, numeric %.10g", what, i, k, ana, num), 2)
+        end
+      end
+    end
+  end
+end
+
+-- Tolerances (rtol, atol) of a dl result against PyTorch's in a dtype: one
+-- op's rounding ("op", the default; float16 and integers as float32) or a
+-- long sum through oneDNN ("sum": convolution, batch norm, pooling).
+local TORCH_TOL = {
+  op = {float32 = {2e-5, 2e-6}, float64 = {1e-10, 1e-12}, bfloat16 = {2e-2, 2e-2}},
+  sum = {float32 = {1e-4, 1e-4}, float64 = {1e-10, 1e-10}, bfloat16 = {2e-2, 2e-2}, float16 = {2e-3, 2e-3}},
+}
+function T.torch_tol(dtype, kind)
+  local t = TORCH_TOL[kind or "op"]
+  local r = t[dtype] or t.float32
+  return r[1], r[2]
+end
+
+-- One case per oracle record c, named "<op> #i": run(c, rtol, atol, msg) with
+-- rtol, atol = tol(dtype of c.y, float32 without one; tol defaults to
+-- T.torch_tol); then one case that
+-- every op in ops had records, so an oracle that emits none cannot pass.
+function T.oracle_cases(data, tol, ops, run)
+  local counts = {}
+  for i, c in ipairs(data) do
+    counts[c.op] = (counts[c.op] or 0) + 1
+    T.case(string.format("%s #%d", c.op, i), function()
+      local dt = c.y and c.y.dtype or "float32"
+      local rtol, atol = (tol or T.torch_tol)(dt)
+      run(c, rtol, atol, string.format("%s #%d (%s)", c.op, i, dt))
+    end)
+  end
+  T.case("the oracle covered every op: " .. table.concat(ops, ", "), function()
+    for _, op in ipairs(ops) do T.truthy((counts[op] or 0) > 0, "no cases for " .. op) end
+  end)
+end
+
 function T.tmpdir()
   local d = os.getenv("DL_TEST_TMP") or "/tmp/dlua-test"
   os.execute("mkdir -p '" .. d .. "'")
@@ -225,12 +425,19 @@ function T.require_cuda()
   end
 end
 
+-- The tensors moved to dev, in order: a, b = T.to("cuda", a, b).
+function T.to(dev, ...)
+  local r = table.pack(...)
+  for i = 1, r.n do r[i] = r[i]:to(dev) end
+  return table.unpack(r, 1, r.n)
+end
+
 -- Runs fn("cpu") and fn("cuda") and compares what they return: a tensor, a
 -- number or a (nested) table of them, element by element with
 -- |cuda - cpu| <= atol + rtol * |cpu| (defaults 1e-5, 1e-5), and equal shapes
 -- and dtypes.  fn builds its inputs on the CPU (deterministically) and moves
 -- them with :to(dev).  Returned CUDA tensors are brought back with :cpu().
-local function compare(a, b, rtol, atol, path)
+local function compare(a, b, rtol, atol, path, ord)
   if dl.is_tensor(a) then
     T.truthy(dl.is_tensor(b), path .. ": cuda gave " .. type(b) .. ", not a tensor")
     T.truthy(tostring(b.device):match("^cuda"), path .. ": result not on cuda (" .. tostring(b.device) .. ")")
@@ -238,6 +445,7 @@ local function compare(a, b, rtol, atol, path)
     T.eq(tostring(a.dtype), tostring(bc.dtype), path .. ": dtype")
     T.eq(fmt(a:size()), fmt(bc:size()), path .. ": shape")
     if a:numel() == 0 then return end
+    if ord then return T.close(bc, a, rtol, atol, path, ord) end
     local af, bf = a:to("float64"):reshape(-1), bc:to("float64"):reshape(-1)
     local bad = (af - bf):abs():gt(af:abs() * rtol + atol)
     bad = bad:logical_or(af:isnan():ne(bf:isnan()))
@@ -247,7 +455,7 @@ local function compare(a, b, rtol, atol, path)
         path, bad:sum():item(), a:numel(), i, af[i]:item(), bf[i]:item()))
     end
   elseif type(a) == "table" then
-    for k, v in pairs(a) do compare(v, b[k], rtol, atol, path .. "." .. tostring(k)) end
+    for k, v in pairs(a) do compare(v, b[k], rtol, atol, path .. "." .. tostring(k), ord) end
   elseif type(a) == "number" then
     local y = b
     if not ((a ~= a and y ~= y) or a == y or math.abs(a - y) <= atol + rtol * math.abs(a)) then
@@ -258,16 +466,22 @@ local function compare(a, b, rtol, atol, path)
   end
 end
 
-function T.same_on_devices(fn, rtol, atol)
+-- compare(cpu, cuda, rtol, atol, path, ord) for results computed outside
+-- T.same_on_devices.
+T.compare_devices = compare
+
+-- With ord (2 or "max") each tensor is compared norm-wise instead, as
+-- T.close(cuda, cpu, rtol, atol, path, ord): the natural measure of long sums.
+function T.same_on_devices(fn, rtol, atol, ord)
   local cpu = fn("cpu")
   local gpu = fn("cuda")
-  compare(cpu, gpu, rtol or 1e-5, atol or 1e-5, "result")
+  compare(cpu, gpu, rtol or 1e-5, atol or 1e-5, "result", ord)
 end
 
 -- A case comparing fn("cuda") with fn("cpu"); a no-op without a GPU.
-function T.cuda_case(name, fn, rtol, atol)
+function T.cuda_case(name, fn, rtol, atol, ord)
   if not T.cuda then return end
-  T.case(name, function() T.same_on_devices(fn, rtol, atol) end)
+  T.case(name, function() T.same_on_devices(fn, rtol, atol, ord) end)
 end
 
 function T.done()

@@ -52,3 +52,33 @@ def lua(v):
 
 def emit(v):
     sys.stdout.write("return " + lua(v) + "\n")
+
+
+# --- helpers for case lists ------------------------------------------------------------
+# A snippet builds `cases` with add(...) and emits it; mk draws float64
+# normals (times scale) converted to dt; view(b, v) is the non-contiguous view
+# the Lua side rebuilds with T.from_torch_view(rec, v); leaf is a fresh leaf.
+cases = []
+
+
+def add(**kw):
+    cases.append(kw)
+
+
+def mk(shape, dt, scale=1.0):
+    return (torch.randn(shape, dtype=torch.float64) * scale).to(dt)
+
+
+def view(b, v):
+    if v == "T":
+        return b.transpose(0, -1)
+    if v == "narrow":
+        return b.narrow(-1, 1, b.shape[-1] - 2)
+    if v == "expand":
+        return b.expand(3, *b.shape[1:])
+    return b
+
+
+def leaf(t):
+    return t.detach().requires_grad_(True)
+

@@ -5,7 +5,8 @@
 # and Ctrl-C stop with a checkpoint and --resume reproduces the uninterrupted
 # run's losses and weights exactly; --help; bad input gives one line and a
 # non-zero status; predict names the true class; eval agrees with training's
-# validation; SIGKILL while a checkpoint is written never leaves it unreadable.
+# validation; --tensorboard logs every step, validation and weight histograms;
+# SIGKILL while a checkpoint is written never leaves it unreadable.
 # Usage: bash test_train.sh <path-to-dlua> [build-dir]
 # Prints "N passed, N failed"; exits non-zero on any failure.
 
@@ -176,6 +177,59 @@ want=$(printf '%s\n' "$A_out" | sed -n 's/^final val top-1: \([0-9.]*\)%.*/\1/p'
 check "eval prints top-1/top-3 equal to training's last validation ($top1 vs $want)" '[ "$rc" -eq 0 ] && [ -n "$top1" ] && [ "$top1" == "$want" ] && [[ "$out" == *"top-3: "* ]]'
 run "$DLUA" "$ROOT/scripts/eval.lua" --weights A/last.safetensors --data "$TMP/nothing"
 expect_bad "eval on a missing folder" "--data $TMP/nothing: "
+
+# --- --tensorboard DIR: what was trained is in the event file ----------------------------------------
+if [ "$("$DLUA" -e 'io.write(dl._tensorboard.available() and 1 or 0)')" = 0 ]; then
+run "$DLUA" "$TRAIN" "${COMMON[@]}" --epochs 1 --save-dir TBC --tensorboard TB
+expect_bad "--tensorboard in a build without protobuf-c" "built without protobuf-c"
+else
+run "$DLUA" "$TRAIN" "${COMMON[@]}" --epochs 2 --save-dir TBC --tensorboard TB
+check "--tensorboard: training runs and names the log dir" '[ "$rc" -eq 0 ] && [[ "$out" == *"tensorboard: TB (view with: tensorboard --logdir TB)"* ]]'
+tb_val=$(printf '%s\n' "$out" | sed -n 's/.*; val top-1 \([0-9.]*\)%, top-3 \([0-9.]*\)%.*/\1 \2/p' | tr '\n' ' ')
+cat > tbcheck.lua <<'EOF'
+-- tbcheck.lua FILE CHECKPOINT "top1 top5 ...": the event file holds every
+-- step's loss (as in the checkpoint's history), lr, images/s, the inputs,
+-- each epoch's validation and weight histograms
+local tb = dl.utils.tensorboard
+local ev = tb.read_events(arg[1])
+local by = {}
+for _, e in ipairs(ev) do
+  if e.tag then by[e.tag] = by[e.tag] or {}; table.insert(by[e.tag], e) end
+end
+local hist = dl.load(arg[2])["history.loss"]:tolist()
+local function need(c, msg) if not c then print(msg) os.exit(1) end end
+need(by["train/loss"] and #by["train/loss"] == #hist, "train/loss: " .. #(by["train/loss"] or {}) .. " vs " .. #hist .. " steps")
+for i, e in ipairs(by["train/loss"]) do
+  need(e.step == i and e.value == string.unpack("f", string.pack("f", hist[i])), "loss at step " .. i)
+end
+need(#by["train/lr"] == #hist and by["train/lr"][1].value > 0, "train/lr")
+need(by["train/images_per_s"] and by["train/images_per_s"][1].value > 0, "train/images_per_s")
+need(by["inputs/1"] and #by["inputs/1"] == 1 and by["inputs/1"][1].width == 8 and by["inputs/4"], "inputs")
+local i = 0
+for v in arg[3]:gmatch("%S+") do
+  i = i + 1
+  local top1, top5 = by["val/top1"][(i + 1) // 2], by["val/top5"][(i + 1) // 2]
+  local want = tonumber(v) / 100
+  local got = (i % 2 == 1 and top1 or top5).value
+  need(math.abs(got - want) < 6e-5, string.format("val %d: %g vs %g", i, got, want))
+end
+need(i == 4 and #by["val/top1"] == 2 and by["val/top1"][2].step == 2, "val per epoch")
+local nh = 0
+for tag, es in pairs(by) do
+  if tag:match("^weights/") then
+    need(#es == 2 and es[1].kind == "histogram" and es[1].num > 0, tag)
+    nh = nh + 1
+  end
+end
+need(nh >= 4, "weight histograms: " .. nh)
+print("ok " .. #ev)
+EOF
+run "$DLUA" tbcheck.lua "$(ls TB/*tfevents* | head -1)" TBC/last.safetensors "$tb_val"
+check "--tensorboard: loss per step, lr, images/s, inputs, val top-1/top-5 per epoch, weight histograms ($out)" '[ "$rc" -eq 0 ] && [[ "$out" == "ok "* ]]'
+touch afile
+run "$DLUA" "$TRAIN" "${COMMON[@]}" --epochs 1 --save-dir TBC2 --tensorboard afile/x
+expect_bad "--tensorboard on a file" "--tensorboard afile/x: "
+fi
 
 # --- SIGKILL while a checkpoint is written never leaves it unreadable --------------------------------
 cat > writer.lua <<'EOF'

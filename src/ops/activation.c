@@ -1,0 +1,40 @@
+/* ops/activation.c - the activation family (see activation.h): the
+ * backwards of the activations whose forwards are elementwise unary ops
+ * (relu), on the CPU (cpu/activation.c) or CUDA.  Tensors need a floating
+ * dtype on one device (a 0-dim CPU tensor may stand beside CUDA ones). */
+#include "ops/activation.h"
+#include "cpu/activation.h"
+#include "kernels/activation.h"
+#include "ops/op_util.h"
+
+/* --- relu_backward
+ * --------------------------------------------------------------------------------- */
+
+dl_tensor *dl_relu_backward(dl_tensor *gy, dl_tensor *y) {
+    const char *op = "relu_backward";
+    dl_tensor *ts[2] = {gy, y};
+    dl_device dev;
+    if (dl_op_need_floating(op, "grad", gy) || dl_op_need_floating(op, "output", y) ||
+        dl_op_check_same_shape(op, "grad", gy, "output", y) || dl_common_device(op, 2, ts, &dev))
+        return NULL;
+    dl_tensor *g = dl_tensor_to_dtype(gy, y->dtype);
+    /* a channels-last y gives a channels-last gradient (no layout change
+     * between the convolutions of a channels-last network) */
+    bool keep = y->ndim == 4 && dl_op_is_channels_last(y);
+    dl_tensor *gx = !g     ? NULL
+                    : keep ? dl_tensor_empty_like_layout(y, y->dtype, dev)
+                           : dl_tensor_empty(y->ndim, y->shape, y->dtype, dev);
+    int rc = 0;
+    if (gx && dev.type != DL_DEVICE_CUDA)
+        dl_cpu_threshold_backward(gx, g, y, 0.0);
+    else if (gx)
+        rc = dl_cuda_activation && dl_cuda_activation->threshold_backward
+                 ? dl_cuda_activation->threshold_backward(gx, g, y, 0.0)
+                 : dl_cuda_missing(op);
+    dl_tensor_release(g);
+    if (rc) {
+        dl_tensor_release(gx);
+        return NULL;
+    }
+    return gx;
+}

@@ -1,0 +1,798 @@
+/* ops/loss.c - the loss family (see loss.h): nll, cross entropy (class
+ * indices or probabilities, label smoothing), mse, l1 and binary cross
+ * entropy with logits, forward and backward, on the CPU (cpu/loss.c) or CUDA
+ * (cuda/loss.cu); the autograd nodes at the end.
+ *
+ * Dtypes: every floating operand is converted to the compute dtype (float64
+ * for float64, float32 for float32/float16/bfloat16) and made contiguous;
+ * results are converted back, so half types round once per element.  Class
+ * losses view input as (N, C, S) and targets as (N, S) (see cpu/loss.h);
+ * targets are checked here, before any kernel runs.  Sums over samples
+ * accumulate in double and are rounded once.  On CUDA, results and scratch
+ * live on the device and the host reads device values only through
+ * dl_tensor_item (the gradient's factor, the mean's denominator). */
+#include "ops/loss.h"
+#include "autograd/autograd.h"
+#include "core/iter.h"
+#include "cpu/loss.h"
+#include "cpu/softmax.h"
+#include "kernels/loss.h"
+#include "kernels/reduce.h"
+#include "ops/op_util.h"
+#include "ops/reduce.h"
+#include "ops/views.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Runs CUDA entry fn of the loss table, or refuses when this build lacks it. */
+#define CUDA_RUN(op, fn, ...)                                                                      \
+    (dl_cuda_loss->fn ? dl_cuda_loss->fn(__VA_ARGS__) : dl_cuda_missing(op))
+
+static int check_reduction(const char *op, dl_reduction r) {
+    if (r != DL_REDUCTION_NONE && r != DL_REDUCTION_MEAN && r != DL_REDUCTION_SUM)
+        return dl_error("%s: invalid reduction %d", op, (int)r);
+    return 0;
+}
+
+static int scalar_grad(const char *op, dl_tensor *g, double *out) {
+    if (dl_tensor_numel(g) != 1) {
+        char s[128];
+        return dl_error("%s: the gradient of a reduced loss must have one element, got shape %s",
+                        op, dl_shape_str(g->ndim, g->shape, s, sizeof s));
+    }
+    return dl_tensor_item(g, out);
+}
+
+int dl_reduction_parse(const char *op, const char *name, dl_reduction *out) {
+    if (name && strcmp(name, "none") == 0)
+        *out = DL_REDUCTION_NONE;
+    else if (name && strcmp(name, "mean") == 0)
+        *out = DL_REDUCTION_MEAN;
+    else if (name && strcmp(name, "sum") == 0)
+        *out = DL_REDUCTION_SUM;
+    else
+        return dl_error("%s: unknown reduction '%s' (expected 'none', 'mean' or 'sum')", op,
+                        name ? name : "(null)");
+    return 0;
+}
+
+/* Per-sample losses `per` (compute dtype, contiguous; consumed) as the op's
+ * result: none -> reshaped to shape; sum and mean (divided by denom) -> a
+ * 0-dim tensor.  The result has dtype dt and per's device. */
+static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, int ndim,
+                              const int64_t *shape, dl_dtype dt) {
+    if (!per) return NULL;
+    if (r == DL_REDUCTION_NONE) {
+        dl_tensor *v = dl_tensor_view(per, ndim, shape);
+        dl_tensor_release(per);
+        return dl_op_finish_as(v, dt);
+    }
+    int64_t n = dl_tensor_numel(per);
+    dl_device dev = dl_tensor_device(per);
+    if (dl_op_is_cuda(dev)) { /* the sum and the division on the device */
+        const char *op = "loss reduction";
+        dl_tensor *acc = dl_tensor_empty(0, NULL, DL_DTYPE_F64, dev);
+        int rc = acc ? CUDA_RUN(op, sum, dl_op_data(per), per->dtype, n, dl_op_data(acc)) : -1;
+        if (!rc && r == DL_REDUCTION_MEAN)
+            rc = dl_cuda_reduce->reduce_finish
+                     ? dl_cuda_reduce->reduce_finish(DL_FIN_DIV, dl_op_data(acc), 1, denom, NULL)
+                     : dl_cuda_missing(op);
+        dl_tensor_release(per);
+        dl_tensor *res = rc ? NULL : dl_tensor_to_dtype(acc, dt);
+        dl_tensor_release(acc);
+        return res;
+    }
+    double s = per->dtype == DL_DTYPE_F64 ? dl_cpu_sum_f64(dl_op_f64p(per), n)
+                                          : dl_cpu_sum_f32(dl_op_f32p(per), n);
+    dl_tensor_release(per);
+    if (r == DL_REDUCTION_MEAN) s /= denom;
+    return dl_tensor_scalar(s, dt);
+}
+
+/* --- class losses: layout and checks ------------------------------------------------------- */
+
+typedef struct {
+    int64_t N, C, S;
+    int ndim; /* per-sample result: target's shape (input's without the class dim) */
+    int64_t shape[DL_MAX_DIMS];
+    dl_device dev; /* the operands' device */
+} class_layout;
+
+/* The end of a class loss's forward: h holds its 4 operands with the
+ * per-sample losses in h[3]; rc is the kernels' status.  Releases h and
+ * returns the reduced loss in dtype dt (NULL on failure). */
+static dl_tensor *class_loss_result(dl_tensor **h, int rc, dl_reduction reduction, double denom,
+                                    const class_layout *L, dl_dtype dt) {
+    if (rc) {
+        dl_op_release_all(h, 4);
+        return NULL;
+    }
+    dl_tensor *per = h[3];
+    h[3] = NULL;
+    dl_op_release_all(h, 3);
+    return reduce_loss(per, reduction, denom, L->ndim, L->shape, dt);
+}
+
+/* Checks input x (C), (N, C) or (N, C, d...), the target's shape (probs: x's
+ * shape; else x's without the class dim, int64), weight, and that they share
+ * a device. */
+static int class_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
+                       bool probs, class_layout *L) {
+    char s1[128], s2[128], s3[128];
+    if (x->ndim == 0)
+        return dl_error("%s: input must have a class dimension, got a 0-dim tensor", op);
+    L->C = x->ndim == 1 ? x->shape[0] : x->shape[1];
+    L->N = x->ndim == 1 ? 1 : x->shape[0];
+    L->S = 1;
+    for (int i = 2; i < x->ndim; i++) L->S *= x->shape[i];
+    L->ndim = 0;
+    for (int i = 0; i < x->ndim; i++)
+        if (i != (x->ndim == 1 ? 0 : 1)) L->shape[L->ndim++] = x->shape[i];
+    dl_tensor *ts[3] = {x, target, weight};
+    if (dl_op_device(op, 3, ts, dl_cuda_loss != NULL, &L->dev)) return -1;
+    if (probs) {
+        if (dl_op_check_same_shape(op, "probability target", target, "input", x)) return -1;
+    } else {
+        if (target->dtype != DL_DTYPE_I64)
+            return dl_error("%s: class-index target must be int64, got %s", op,
+                            dl_dtype_name(target->dtype));
+        bool ok = target->ndim == L->ndim;
+        for (int i = 0; ok && i < L->ndim; i++) ok = target->shape[i] == L->shape[i];
+        if (!ok)
+            return dl_error("%s: expected target of shape %s for input of shape %s, got %s", op,
+                            dl_shape_str(L->ndim, L->shape, s1, sizeof s1),
+                            dl_shape_str(x->ndim, x->shape, s2, sizeof s2),
+                            dl_shape_str(target->ndim, target->shape, s3, sizeof s3));
+    }
+    if (weight) {
+        if (dl_op_need_floating(op, "weight", weight)) return -1;
+        if (weight->ndim != 1 || weight->shape[0] != L->C)
+            return dl_error("%s: weight must be 1-D with one entry per class (%lld), got shape %s",
+                            op, (long long)L->C,
+                            dl_shape_str(weight->ndim, weight->shape, s1, sizeof s1));
+    }
+    return 0;
+}
+
+/* The first target (dense int64 t on CUDA) that is neither ignore_index nor
+ * in [0, C): its position in *bad (-1 when none) and its value in *value. */
+static int cuda_first_bad(const char *op, dl_tensor *t, int64_t C, int64_t ignore_index,
+                          int64_t *bad, int64_t *value) {
+    int64_t n = dl_tensor_numel(t), first = n;
+    dl_tensor *fb = dl_tensor_empty(0, NULL, DL_DTYPE_I64, dl_tensor_device(t));
+    int rc =
+        fb ? CUDA_RUN(op, target_check, dl_op_data(t), n, C, ignore_index, dl_op_data(fb)) : -1;
+    if (!rc) rc = dl_tensor_item_i64(fb, &first);
+    dl_tensor_release(fb);
+    *bad = -1;
+    if (rc || first >= n) return rc;
+    *bad = first;
+    dl_tensor *v = dl_tensor_as_strided(t, 0, NULL, NULL, t->offset + first);
+    rc = v ? dl_tensor_item_i64(v, value) : -1;
+    dl_tensor_release(v);
+    return rc;
+}
+
+/* The target as a dense int64 tensor on dev whose entries were all checked
+ * to be ignore_index or in [0, C). */
+static dl_tensor *checked_target(const char *op, dl_tensor *target, int64_t C, int64_t ignore_index,
+                                 dl_device dev) {
+    dl_tensor *t = dl_op_onto(dl_tensor_contiguous(target), dev);
+    if (!t) return NULL;
+    int64_t n = dl_tensor_numel(t), bad = -1, value = 0;
+    if (dl_op_is_cuda(dev)) {
+        if (cuda_first_bad(op, t, C, ignore_index, &bad, &value)) {
+            dl_tensor_release(t);
+            return NULL;
+        }
+    } else {
+        const int64_t *d = dl_tensor_data_ptr(t);
+        for (int64_t i = 0; i < n && bad < 0; i++)
+            if (d[i] != ignore_index && (d[i] < 0 || d[i] >= C)) bad = i, value = d[i];
+    }
+    if (bad >= 0) {
+        dl_error("%s: target %lld is out of bounds for %lld classes (0-based; ignore_index is "
+                 "%lld)",
+                 op, (long long)value, (long long)C, (long long)ignore_index);
+        dl_tensor_release(t);
+        return NULL;
+    }
+    return t;
+}
+
+/* *out = the sum of the weights of the non-ignored targets (t and w dense, on dev). */
+static int class_weight_sum(const char *op, const dl_tensor *t, const dl_tensor *w, dl_dtype cdt,
+                            int64_t ignore_index, dl_device dev, double *out) {
+    const int64_t *td = dl_tensor_data_ptr(t);
+    int64_t n = dl_tensor_numel(t);
+    if (dl_op_is_cuda(dev)) {
+        dl_tensor *acc = dl_tensor_empty(0, NULL, DL_DTYPE_F64, dev);
+        int rc = acc ? CUDA_RUN(op, class_weight_sum, td, dl_op_data(w), cdt, n, ignore_index,
+                                dl_op_data(acc))
+                     : -1;
+        if (!rc) rc = dl_tensor_item(acc, out);
+        dl_tensor_release(acc);
+        return rc;
+    }
+    *out = cdt == DL_DTYPE_F64 ? dl_cpu_class_weight_sum_f64(td, dl_op_f64p(w), n, ignore_index)
+                               : dl_cpu_class_weight_sum_f32(td, dl_op_f32p(w), n, ignore_index);
+    return 0;
+}
+
+/* Reads the loss gradient: per-sample (none: a dense compute-dtype tensor of
+ * the per-sample shape on dev in *g) or one factor g0 = gloss / denom. */
+static int loss_grad(const char *op, dl_tensor *gloss, dl_reduction r, int ndim,
+                     const int64_t *shape, dl_dtype cdt, double denom, dl_device dev, dl_tensor **g,
+                     double *g0) {
+    *g = NULL;
+    *g0 = 0;
+    if (dl_op_need_floating(op, "grad", gloss)) return -1;
+    if (r == DL_REDUCTION_NONE) {
+        bool ok = gloss->ndim == ndim;
+        for (int i = 0; ok && i < ndim; i++) ok = gloss->shape[i] == shape[i];
+        if (!ok) {
+            char s1[128], s2[128];
+            return dl_error("%s: expected grad of shape %s (reduction 'none'), got %s", op,
+                            dl_shape_str(ndim, shape, s1, sizeof s1),
+                            dl_shape_str(gloss->ndim, gloss->shape, s2, sizeof s2));
+        }
+        *g = dl_op_dense_on(gloss, cdt, dev);
+        return *g ? 0 : -1;
+    }
+    double v;
+    if (scalar_grad(op, gloss, &v)) return -1;
+    *g0 = r == DL_REDUCTION_MEAN ? v / denom : v;
+    return 0;
+}
+
+/* --- nll_loss ----------------------------------------------------------------------------- */
+
+/* nll's operand checks (forward and backward); fills L. */
+static int nll_check(const char *op, dl_tensor *logp, dl_tensor *target, dl_tensor *weight,
+                     dl_reduction reduction, class_layout *L) {
+    if (dl_op_need_floating(op, "input", logp) || check_reduction(op, reduction)) return -1;
+    return class_check(op, logp, target, weight, false, L);
+}
+
+dl_tensor *dl_nll_loss_forward(dl_tensor *logp, dl_tensor *target, dl_tensor *weight,
+                               int64_t ignore_index, dl_reduction reduction) {
+    const char *op = "nll_loss";
+    class_layout L;
+    if (nll_check(op, logp, target, weight, reduction, &L)) return NULL;
+    dl_dtype cdt = dl_op_float_dtype(logp->dtype);
+    int64_t R = L.N * L.S;
+    dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, logp, weight, per */
+    if (!(h[0] = checked_target(op, target, L.C, ignore_index, L.dev))) return NULL;
+    if (!(h[1] = dl_op_dense(logp, cdt)) || (weight && !(h[2] = dl_op_dense(weight, cdt))) ||
+        !(h[3] = dl_tensor_empty(1, &R, cdt, L.dev))) {
+        dl_op_release_all(h, 4);
+        return NULL;
+    }
+    const int64_t *td = dl_tensor_data_ptr(h[0]);
+    int rc = 0;
+    if (dl_op_is_cuda(L.dev))
+        rc = CUDA_RUN(op, nll_loss, dl_op_data(h[3]), dl_op_data(h[1]), td, dl_op_data(h[2]), cdt,
+                      L.N, L.C, L.S, ignore_index);
+    else if (cdt == DL_DTYPE_F64)
+        dl_cpu_nll_loss_f64(dl_op_f64p(h[3]), dl_op_f64p(h[1]), td, dl_op_f64p(h[2]), L.N, L.C, L.S,
+                            ignore_index);
+    else
+        dl_cpu_nll_loss_f32(dl_op_f32p(h[3]), dl_op_f32p(h[1]), td, dl_op_f32p(h[2]), L.N, L.C, L.S,
+                            ignore_index);
+    double W = 1;
+    if (!rc && reduction == DL_REDUCTION_MEAN)
+        rc = class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &W);
+    return class_loss_result(h, rc, reduction, W, &L, logp->dtype);
+}
+
+dl_tensor *dl_nll_loss_backward(dl_tensor *gloss, dl_tensor *logp, dl_tensor *target,
+                                dl_tensor *weight, int64_t ignore_index, dl_reduction reduction) {
+    const char *op = "nll_loss_backward";
+    class_layout L;
+    if (nll_check(op, logp, target, weight, reduction, &L)) return NULL;
+    dl_dtype cdt = dl_op_float_dtype(logp->dtype);
+    dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, weight, g, gx */
+    if (!(h[0] = checked_target(op, target, L.C, ignore_index, L.dev)) ||
+        (weight && !(h[1] = dl_op_dense(weight, cdt)))) {
+        dl_op_release_all(h, 4);
+        return NULL;
+    }
+    double W = 1, g0;
+    if ((reduction == DL_REDUCTION_MEAN &&
+         class_weight_sum(op, h[0], h[1], cdt, ignore_index, L.dev, &W)) ||
+        loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, W, L.dev, &h[2], &g0) ||
+        !(h[3] = dl_tensor_empty(logp->ndim, logp->shape, cdt, L.dev))) {
+        dl_op_release_all(h, 4);
+        return NULL;
+    }
+    const int64_t *td = dl_tensor_data_ptr(h[0]);
+    if (dl_op_is_cuda(L.dev)) {
+        if (CUDA_RUN(op, nll_loss_backward, dl_op_data(h[3]), dl_op_data(h[2]), g0, td,
+                     dl_op_data(h[1]), cdt, L.N, L.C, L.S, ignore_index)) {
+            dl_op_release_all(h, 4);
+            return NULL;
+        }
+    } else if (cdt == DL_DTYPE_F64) {
+        dl_cpu_nll_loss_backward_f64(dl_op_f64p(h[3]), dl_op_f64p(h[2]), g0, td, dl_op_f64p(h[1]),
+                                     L.N, L.C, L.S, ignore_index);
+    } else {
+        dl_cpu_nll_loss_backward_f32(dl_op_f32p(h[3]), dl_op_f32p(h[2]), (float)g0, td,
+                                     dl_op_f32p(h[1]), L.N, L.C, L.S, ignore_index);
+    }
+    dl_tensor *gx = h[3];
+    h[3] = NULL;
+    dl_op_release_all(h, 3);
+    return dl_op_finish_as(gx, logp->dtype);
+}
+
+/* --- cross_entropy ------------------------------------------------------------------------ */
+
+static int ce_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
+                    dl_reduction reduction, double eps, bool *probs, class_layout *L) {
+    if (dl_op_need_floating(op, "input", x) || check_reduction(op, reduction)) return -1;
+    *probs = dl_dtype_is_floating(target->dtype);
+    if (!*probs && target->dtype != DL_DTYPE_I64)
+        return dl_error("%s: target must be int64 class indices or floating-point class "
+                        "probabilities, got %s",
+                        op, dl_dtype_name(target->dtype));
+    if (!(eps >= 0 && eps <= 1))
+        return dl_error("%s: label_smoothing must be in [0, 1], got %g", op, eps);
+    return class_check(op, x, target, weight, *probs, L);
+}
+
+/* The target of a cross entropy on L's device: dense probabilities in the
+ * compute dtype, or checked class indices. */
+static dl_tensor *ce_target(const char *op, dl_tensor *target, bool probs, dl_dtype cdt,
+                            int64_t ignore_index, const class_layout *L) {
+    return probs ? dl_op_dense_on(target, cdt, L->dev)
+                 : checked_target(op, target, L->C, ignore_index, L->dev);
+}
+
+/* Runs the forward kernel of a cross entropy into per (h: target, x, weight). */
+static int ce_forward_kernels(const char *op, dl_tensor *const *h, dl_tensor *per, bool probs,
+                              dl_dtype cdt, const class_layout *L, int64_t ignore_index,
+                              double eps) {
+    int64_t N = L->N, C = L->C, S = L->S;
+    if (dl_op_is_cuda(L->dev))
+        return probs
+                   ? CUDA_RUN(op, cross_entropy_prob, dl_op_data(per), dl_op_data(h[1]),
+                              dl_op_data(h[0]), dl_op_data(h[2]), cdt, N, C, S, eps)
+                   : CUDA_RUN(op, cross_entropy, dl_op_data(per), dl_op_data(h[1]),
+                              dl_op_data(h[0]), dl_op_data(h[2]), cdt, N, C, S, ignore_index, eps);
+    if (probs) {
+        if (cdt == DL_DTYPE_F64)
+            dl_cpu_cross_entropy_prob_f64(dl_op_f64p(per), dl_op_f64p(h[1]), dl_op_f64p(h[0]),
+                                          dl_op_f64p(h[2]), N, C, S, eps);
+        else
+            dl_cpu_cross_entropy_prob_f32(dl_op_f32p(per), dl_op_f32p(h[1]), dl_op_f32p(h[0]),
+                                          dl_op_f32p(h[2]), N, C, S, eps);
+        return 0;
+    }
+    const int64_t *td = dl_tensor_data_ptr(h[0]);
+    if (cdt == DL_DTYPE_F64)
+        dl_cpu_cross_entropy_f64(dl_op_f64p(per), dl_op_f64p(h[1]), td, dl_op_f64p(h[2]), N, C, S,
+                                 ignore_index, eps);
+    else
+        dl_cpu_cross_entropy_f32(dl_op_f32p(per), dl_op_f32p(h[1]), td, dl_op_f32p(h[2]), N, C, S,
+                                 ignore_index, eps);
+    return 0;
+}
+
+dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
+                                    int64_t ignore_index, dl_reduction reduction,
+                                    double label_smoothing) {
+    const char *op = "cross_entropy";
+    class_layout L;
+    bool probs;
+    if (ce_check(op, x, target, weight, reduction, label_smoothing, &probs, &L)) return NULL;
+    dl_dtype cdt = dl_op_float_dtype(x->dtype);
+    int64_t R = L.N * L.S;
+    dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, x, weight, per */
+    h[0] = ce_target(op, target, probs, cdt, ignore_index, &L);
+    if (!h[0] || !(h[1] = dl_op_dense(x, cdt)) || (weight && !(h[2] = dl_op_dense(weight, cdt))) ||
+        !(h[3] = dl_tensor_empty(1, &R, cdt, L.dev))) {
+        dl_op_release_all(h, 4);
+        return NULL;
+    }
+    double denom = (double)R;
+    int rc = ce_forward_kernels(op, h, h[3], probs, cdt, &L, ignore_index, label_smoothing);
+    if (!rc && !probs && reduction == DL_REDUCTION_MEAN)
+        rc = class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &denom);
+    return class_loss_result(h, rc, reduction, denom, &L, x->dtype);
+}
+
+/* Runs the backward kernel of a cross entropy (h: target, x, weight, g, gx, gtarget). */
+static int ce_backward_kernels(const char *op, dl_tensor *const *h, double g0, bool probs,
+                               dl_dtype cdt, const class_layout *L, int64_t ignore_index,
+                               double eps) {
+    int64_t N = L->N, C = L->C, S = L->S;
+    if (dl_op_is_cuda(L->dev))
+        return probs ? CUDA_RUN(op, cross_entropy_prob_backward, dl_op_data(h[4]), dl_op_data(h[5]),
+                                dl_op_data(h[3]), g0, dl_op_data(h[1]), dl_op_data(h[0]),
+                                dl_op_data(h[2]), cdt, N, C, S, eps)
+                     : CUDA_RUN(op, cross_entropy_backward, dl_op_data(h[4]), dl_op_data(h[3]), g0,
+                                dl_op_data(h[1]), dl_op_data(h[0]), dl_op_data(h[2]), cdt, N, C, S,
+                                ignore_index, eps);
+    if (probs) {
+        if (cdt == DL_DTYPE_F64)
+            dl_cpu_cross_entropy_prob_backward_f64(
+                dl_op_f64p(h[4]), dl_op_f64p(h[5]), dl_op_f64p(h[3]), g0, dl_op_f64p(h[1]),
+                dl_op_f64p(h[0]), dl_op_f64p(h[2]), N, C, S, eps);
+        else
+            dl_cpu_cross_entropy_prob_backward_f32(
+                dl_op_f32p(h[4]), dl_op_f32p(h[5]), dl_op_f32p(h[3]), (float)g0, dl_op_f32p(h[1]),
+                dl_op_f32p(h[0]), dl_op_f32p(h[2]), N, C, S, eps);
+        return 0;
+    }
+    const int64_t *td = dl_tensor_data_ptr(h[0]);
+    if (cdt == DL_DTYPE_F64)
+        dl_cpu_cross_entropy_backward_f64(dl_op_f64p(h[4]), dl_op_f64p(h[3]), g0, dl_op_f64p(h[1]),
+                                          td, dl_op_f64p(h[2]), N, C, S, ignore_index, eps);
+    else
+        dl_cpu_cross_entropy_backward_f32(dl_op_f32p(h[4]), dl_op_f32p(h[3]), (float)g0,
+                                          dl_op_f32p(h[1]), td, dl_op_f32p(h[2]), N, C, S,
+                                          ignore_index, eps);
+    return 0;
+}
+
+int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
+                              int64_t ignore_index, dl_reduction reduction, double label_smoothing,
+                              dl_tensor **gx, dl_tensor **gtarget) {
+    const char *op = "cross_entropy_backward";
+    *gx = NULL;
+    if (gtarget) *gtarget = NULL;
+    class_layout L;
+    bool probs;
+    if (ce_check(op, x, target, weight, reduction, label_smoothing, &probs, &L)) return -1;
+    dl_dtype cdt = dl_op_float_dtype(x->dtype);
+    bool want_gt = probs && gtarget;
+    dl_tensor *h[6] = {NULL}; /* target, x, weight, g, gx, gtarget */
+    h[0] = ce_target(op, target, probs, cdt, ignore_index, &L);
+    if (!h[0] || !(h[1] = dl_op_dense(x, cdt)) || (weight && !(h[2] = dl_op_dense(weight, cdt)))) {
+        dl_op_release_all(h, 6);
+        return -1;
+    }
+    double denom = probs ? (double)(L.N * L.S) : 1, g0;
+    if ((!probs && reduction == DL_REDUCTION_MEAN &&
+         class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &denom)) ||
+        loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, denom, L.dev, &h[3], &g0) ||
+        !(h[4] = dl_tensor_empty(x->ndim, x->shape, cdt, L.dev)) ||
+        (want_gt && !(h[5] = dl_tensor_empty(x->ndim, x->shape, cdt, L.dev))) ||
+        ce_backward_kernels(op, h, g0, probs, cdt, &L, ignore_index, label_smoothing)) {
+        dl_op_release_all(h, 6);
+        return -1;
+    }
+    dl_tensor *rx = h[4], *rt = h[5];
+    h[4] = h[5] = NULL;
+    dl_op_release_all(h, 4);
+    *gx = dl_op_finish_as(rx, x->dtype);
+    if (!*gx) {
+        dl_tensor_release(rt);
+        return -1;
+    }
+    if (want_gt) {
+        *gtarget = dl_op_finish_as(rt, target->dtype);
+        if (!*gtarget) {
+            dl_tensor_release(*gx);
+            *gx = NULL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* --- pointwise losses --------------------------------------------------------------------- */
+
+typedef struct {
+    int ndim; /* the common (broadcast) shape */
+    int64_t shape[DL_MAX_DIMS];
+    int64_t n;
+    dl_dtype dt, cdt;
+    dl_device dev;
+    dl_tensor *x, *y, *w,
+        *pw; /* dense, compute dtype, the common shape, on dev; w, pw may be NULL */
+} pw_args;
+
+static void pw_release(pw_args *a) {
+    dl_tensor *ts[4] = {a->x, a->y, a->w, a->pw};
+    dl_op_release_all(ts, 4);
+    a->x = a->y = a->w = a->pw = NULL;
+}
+
+/* An operand broadcast to the common shape, dense in the compute dtype, on a's device. */
+static dl_tensor *pw_operand(const char *op, const char *what, dl_tensor *t, const pw_args *a) {
+    dl_tensor *e = dl_tensor_expand(t, a->ndim, a->shape);
+    if (!e) {
+        char s1[128], s2[128];
+        dl_error("%s: %s of shape %s cannot be broadcast to shape %s", op, what,
+                 dl_shape_str(t->ndim, t->shape, s1, sizeof s1),
+                 dl_shape_str(a->ndim, a->shape, s2, sizeof s2));
+        return NULL;
+    }
+    dl_tensor *d = dl_op_dense_on(e, a->cdt, a->dev);
+    dl_tensor_release(e);
+    return d;
+}
+
+/* same_shape: y must have x's shape (BCE); else x and y broadcast. */
+static int pw_prepare(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor *w, dl_tensor *pw,
+                      dl_reduction r, bool same_shape, pw_args *a) {
+    memset(a, 0, sizeof *a);
+    if (dl_op_need_floating(op, "input", x) || dl_op_need_floating(op, "target", y) ||
+        check_reduction(op, r))
+        return -1;
+    if (w && dl_op_need_floating(op, "weight", w)) return -1;
+    if (pw && dl_op_need_floating(op, "pos_weight", pw)) return -1;
+    dl_tensor *ts[4] = {x, y, w, pw};
+    if (dl_op_device(op, 4, ts, dl_cuda_loss != NULL, &a->dev)) return -1;
+    if (same_shape) {
+        if (dl_op_check_same_shape(op, "target", y, "input", x)) return -1;
+        a->ndim = x->ndim;
+        memcpy(a->shape, x->shape, sizeof a->shape);
+    } else {
+        a->ndim = dl_broadcast_shapes(op, x->ndim, x->shape, y->ndim, y->shape, a->shape);
+        if (a->ndim < 0) return -1;
+    }
+    a->n = 1;
+    for (int i = 0; i < a->ndim; i++) a->n *= a->shape[i];
+    a->dt = dl_promote_types(x->dtype, y->dtype);
+    a->cdt = dl_op_float_dtype(a->dt);
+    if (!(a->x = pw_operand(op, "input", x, a)) || !(a->y = pw_operand(op, "target", y, a)) ||
+        (w && !(a->w = pw_operand(op, "weight", w, a))) ||
+        (pw && !(a->pw = pw_operand(op, "pos_weight", pw, a)))) {
+        pw_release(a);
+        return -1;
+    }
+    return 0;
+}
+
+static dl_tensor *pw_forward(const char *op, dl_tensor *x, dl_tensor *y, dl_tensor *w,
+                             dl_tensor *pw, dl_reduction r, dl_pointwise_loss kind) {
+    pw_args a;
+    if (pw_prepare(op, x, y, w, pw, r, kind == DL_POINTWISE_BCE_LOGITS, &a)) return NULL;
+    dl_tensor *per = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev);
+    if (per && dl_op_is_cuda(a.dev)) {
+        if (CUDA_RUN(op, pointwise_loss, dl_op_data(per), dl_op_data(a.x), dl_op_data(a.y),
+                     dl_op_data(a.w), dl_op_data(a.pw), a.cdt, a.n, kind)) {
+            dl_tensor_release(per);
+            per = NULL;
+        }
+    } else if (per) {
+        if (a.cdt == DL_DTYPE_F64)
+            dl_cpu_pointwise_loss_f64(dl_op_f64p(per), dl_op_f64p(a.x), dl_op_f64p(a.y),
+                                      dl_op_f64p(a.w), dl_op_f64p(a.pw), a.n, kind);
+        else
+            dl_cpu_pointwise_loss_f32(dl_op_f32p(per), dl_op_f32p(a.x), dl_op_f32p(a.y),
+                                      dl_op_f32p(a.w), dl_op_f32p(a.pw), a.n, kind);
+    }
+    pw_release(&a);
+    return reduce_loss(per, r, (double)a.n, a.ndim, a.shape, a.dt);
+}
+
+/* t (the common shape; consumed) summed over broadcast dims back to (ndim, shape). */
+static dl_tensor *sum_to(dl_tensor *t, int ndim, const int64_t *shape) {
+    if (!t) return NULL;
+    int lead = t->ndim - ndim, dims[DL_MAX_DIMS], nd = 0;
+    for (int i = 0; i < lead; i++) dims[nd++] = i;
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] == 1 && t->shape[lead + i] != 1) dims[nd++] = lead + i;
+    if (nd == 0) return t;
+    dl_tensor *s = dl_sum(t, nd, dims, true, DL_REDUCE_DTYPE_NONE);
+    dl_tensor_release(t);
+    if (!s) return NULL;
+    dl_tensor *r = dl_tensor_reshape(s, ndim, shape);
+    dl_tensor_release(s);
+    return r;
+}
+
+static int pw_backward(const char *op, dl_tensor *gloss, dl_tensor *x, dl_tensor *y, dl_tensor *w,
+                       dl_tensor *pw, dl_reduction r, dl_pointwise_loss kind, dl_tensor **gx,
+                       dl_tensor **gy) {
+    if (gx) *gx = NULL;
+    if (gy) *gy = NULL;
+    pw_args a;
+    if (pw_prepare(op, x, y, w, pw, r, kind == DL_POINTWISE_BCE_LOGITS, &a)) return -1;
+    dl_tensor *g = NULL, *rx = NULL, *ry = NULL;
+    double g0;
+    int rc = loss_grad(op, gloss, r, a.ndim, a.shape, a.cdt, (double)a.n, a.dev, &g, &g0);
+    if (!rc && gx && !(rx = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev))) rc = -1;
+    if (!rc && gy && !(ry = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev))) rc = -1;
+    if (!rc && dl_op_is_cuda(a.dev))
+        rc = CUDA_RUN(op, pointwise_loss_backward, dl_op_data(rx), dl_op_data(ry), dl_op_data(g),
+                      g0, dl_op_data(a.x), dl_op_data(a.y), dl_op_data(a.w), dl_op_data(a.pw),
+                      a.cdt, a.n, kind);
+    else if (!rc && a.cdt == DL_DTYPE_F64)
+        dl_cpu_pointwise_loss_backward_f64(dl_op_f64p(rx), dl_op_f64p(ry), dl_op_f64p(g), g0,
+                                           dl_op_f64p(a.x), dl_op_f64p(a.y), dl_op_f64p(a.w),
+                                           dl_op_f64p(a.pw), a.n, kind);
+    else if (!rc)
+        dl_cpu_pointwise_loss_backward_f32(dl_op_f32p(rx), dl_op_f32p(ry), dl_op_f32p(g), (float)g0,
+                                           dl_op_f32p(a.x), dl_op_f32p(a.y), dl_op_f32p(a.w),
+                                           dl_op_f32p(a.pw), a.n, kind);
+    dl_tensor_release(g);
+    pw_release(&a);
+    if (rc) {
+        dl_tensor_release(rx);
+        dl_tensor_release(ry);
+        return -1;
+    }
+    if (gx && !(*gx = dl_op_finish_as(sum_to(rx, x->ndim, x->shape), x->dtype))) {
+        dl_tensor_release(ry);
+        return -1;
+    }
+    if (gy && !(*gy = dl_op_finish_as(sum_to(ry, y->ndim, y->shape), y->dtype))) {
+        if (gx) {
+            dl_tensor_release(*gx);
+            *gx = NULL;
+        }
+        return -1;
+    }
+    return 0;
+}
+
+dl_tensor *dl_mse_loss_forward(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
+    return pw_forward("mse_loss", x, y, NULL, NULL, reduction, DL_POINTWISE_MSE);
+}
+
+dl_tensor *dl_l1_loss_forward(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
+    return pw_forward("l1_loss", x, y, NULL, NULL, reduction, DL_POINTWISE_L1);
+}
+
+int dl_mse_loss_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *y, dl_reduction reduction,
+                         dl_tensor **gx, dl_tensor **gy) {
+    return pw_backward("mse_loss_backward", gloss, x, y, NULL, NULL, reduction, DL_POINTWISE_MSE,
+                       gx, gy);
+}
+
+int dl_l1_loss_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *y, dl_reduction reduction,
+                        dl_tensor **gx, dl_tensor **gy) {
+    return pw_backward("l1_loss_backward", gloss, x, y, NULL, NULL, reduction, DL_POINTWISE_L1, gx,
+                       gy);
+}
+
+dl_tensor *dl_binary_cross_entropy_with_logits_forward(dl_tensor *x, dl_tensor *y,
+                                                       dl_tensor *weight, dl_tensor *pos_weight,
+                                                       dl_reduction reduction) {
+    return pw_forward("binary_cross_entropy_with_logits", x, y, weight, pos_weight, reduction,
+                      DL_POINTWISE_BCE_LOGITS);
+}
+
+int dl_binary_cross_entropy_with_logits_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *y,
+                                                 dl_tensor *weight, dl_tensor *pos_weight,
+                                                 dl_reduction reduction, dl_tensor **gx,
+                                                 dl_tensor **gy) {
+    return pw_backward("binary_cross_entropy_with_logits_backward", gloss, x, y, weight, pos_weight,
+                       reduction, DL_POINTWISE_BCE_LOGITS, gx, gy);
+}
+
+/* --- with autograd ----------------------------------------------------------------
+ * Each loss records one node saving what its *_backward reads and the
+ * loss's parameters. */
+
+typedef struct {
+    int64_t ignore_index;
+    dl_reduction reduction;
+    double label_smoothing;
+} loss_ctx;
+
+static dl_node *loss_node(const char *name, dl_backward_fn fn, int n_in, dl_tensor *const *in) {
+    return dl_node_new(name, fn, n_in, in, 1, sizeof(loss_ctx));
+}
+
+/* inputs: 0 = x/logp, 1 = target, 2 = weight; saved: x, target, weight */
+static int nll_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const loss_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *t = dl_node_saved(n, 1);
+    if (!x || !t) return -1;
+    dl_tensor *w = n->saved[2].t;
+    gin[0] = dl_nll_loss_backward(gout[0], x, t, w, c->ignore_index, c->reduction);
+    return gin[0] ? 0 : -1;
+}
+
+dl_tensor *dl_nll_loss(dl_tensor *logp, dl_tensor *target, dl_tensor *weight, int64_t ignore_index,
+                       dl_reduction reduction) {
+    dl_tensor *out = dl_nll_loss_forward(logp, target, weight, ignore_index, reduction);
+    if (!out || !dl_needs_grad1(logp)) return out;
+    dl_tensor *in[1] = {logp};
+    dl_node *n = loss_node("NllLossBackward", nll_backward, 1, in);
+    if (!n || dl_node_save(n, logp) < 0 || dl_node_save(n, target) < 0 ||
+        dl_node_save(n, weight) < 0)
+        return dl_op_abort(n, out);
+    loss_ctx *c = n->ctx;
+    c->ignore_index = ignore_index;
+    c->reduction = reduction;
+    return dl_node_finish(n, out);
+}
+
+static int ce_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const loss_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *t = dl_node_saved(n, 1);
+    if (!x || !t) return -1;
+    dl_tensor *gx = NULL, *gt = NULL;
+    if (dl_cross_entropy_backward(gout[0], x, t, n->saved[2].t, c->ignore_index, c->reduction,
+                                  c->label_smoothing, &gx, dl_node_needs_grad(n, 1) ? &gt : NULL))
+        return -1;
+    gin[0] = gx;
+    gin[1] = gt;
+    return 0;
+}
+
+dl_tensor *dl_cross_entropy(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
+                            int64_t ignore_index, dl_reduction reduction, double label_smoothing) {
+    dl_tensor *out =
+        dl_cross_entropy_forward(x, target, weight, ignore_index, reduction, label_smoothing);
+    bool target_grad = dl_dtype_is_floating(target->dtype);
+    dl_tensor *in[2] = {x, target_grad ? target : NULL};
+    if (!out || !dl_autograd_needed(2, in)) return out;
+    dl_node *n = loss_node("CrossEntropyBackward", ce_backward, 2, in);
+    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, target) < 0 || dl_node_save(n, weight) < 0)
+        return dl_op_abort(n, out);
+    loss_ctx *c = n->ctx;
+    c->ignore_index = ignore_index;
+    c->reduction = reduction;
+    c->label_smoothing = label_smoothing;
+    return dl_node_finish(n, out);
+}
+
+typedef int (*pair_backward_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
+                                dl_tensor **);
+
+static int pair_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin, pair_backward_fn fn) {
+    const loss_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *y = dl_node_saved(n, 1);
+    if (!x || !y) return -1;
+    return fn(gout[0], x, y, c->reduction, dl_node_needs_grad(n, 0) ? &gin[0] : NULL,
+              dl_node_needs_grad(n, 1) ? &gin[1] : NULL);
+}
+
+static int mse_backward(dl_node *n, dl_tensor *const *g, dl_tensor **gin) {
+    return pair_backward(n, g, gin, dl_mse_loss_backward);
+}
+static int l1_backward(dl_node *n, dl_tensor *const *g, dl_tensor **gin) {
+    return pair_backward(n, g, gin, dl_l1_loss_backward);
+}
+
+static dl_tensor *pair_loss(const char *name, dl_backward_fn bw, dl_tensor *out, dl_tensor *x,
+                            dl_tensor *y, dl_reduction reduction) {
+    if (!out || !dl_needs_grad2(x, y)) return out;
+    dl_tensor *in[2] = {x, y};
+    dl_node *n = loss_node(name, bw, 2, in);
+    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, y) < 0) return dl_op_abort(n, out);
+    ((loss_ctx *)n->ctx)->reduction = reduction;
+    return dl_node_finish(n, out);
+}
+
+dl_tensor *dl_mse_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
+    return pair_loss("MseLossBackward", mse_backward, dl_mse_loss_forward(x, y, reduction), x, y,
+                     reduction);
+}
+
+dl_tensor *dl_l1_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
+    return pair_loss("L1LossBackward", l1_backward, dl_l1_loss_forward(x, y, reduction), x, y,
+                     reduction);
+}
+
+static int bce_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
+    const loss_ctx *c = n->ctx;
+    dl_tensor *x = dl_node_saved(n, 0), *y = dl_node_saved(n, 1);
+    if (!x || !y) return -1;
+    return dl_binary_cross_entropy_with_logits_backward(
+        gout[0], x, y, n->saved[2].t, n->saved[3].t, c->reduction,
+        dl_node_needs_grad(n, 0) ? &gin[0] : NULL, dl_node_needs_grad(n, 1) ? &gin[1] : NULL);
+}
+
+dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_tensor *weight,
+                                               dl_tensor *pos_weight, dl_reduction reduction) {
+    dl_tensor *out =
+        dl_binary_cross_entropy_with_logits_forward(x, y, weight, pos_weight, reduction);
+    if (!out || !dl_needs_grad2(x, y)) return out;
+    dl_tensor *in[2] = {x, y};
+    dl_node *n = loss_node("BinaryCrossEntropyWithLogitsBackward", bce_backward, 2, in);
+    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, y) < 0 || dl_node_save(n, weight) < 0 ||
+        dl_node_save(n, pos_weight) < 0)
+        return dl_op_abort(n, out);
+    ((loss_ctx *)n->ctx)->reduction = reduction;
+    return dl_node_finish(n, out);
+}
