@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 int luaopen_dl(lua_State *L);
+void dlL_open_dist(lua_State *L); /* l_dist.c */
 void dlL_open_cuda(lua_State *L); /* l_cuda.c */
 
 static int l_clock(lua_State *L) {
@@ -205,7 +206,7 @@ static int module_index(lua_State *L) {
     const char *k = lua_tostring(L, 2);
     if (!k) return 0;
     static const char *const lazy[] = {"nn",   "optim", "data",     "transforms", "models",
-                                       "util", "image", "autograd", "amp",        NULL};
+                                       "util", "image", "autograd", "amp",        "distributed", NULL};
     for (int i = 0; lazy[i]; i++)
         if (strcmp(k, lazy[i]) == 0) {
             lua_getglobal(L, "require");
@@ -259,6 +260,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_nn_conv(L);
     dlL_open_train(L);
     dlL_open_optim(L);
+    dlL_open_dist(L); /* l_dist.c: dl._dist (process group, DDP reducer) */
 
     static const luaL_Reg functions[] = {
         {"clock", l_clock},
