@@ -180,13 +180,17 @@ static int launcher_world_size(void) {
     return 0;
 }
 
+/* A process that ends without destroy_process_group: abort the job when the
+ * group is broken, else finalize without a barrier (a barrier here could be
+ * matched against a peer's pending all-reduce; a peer still computing makes
+ * MPI's finalize wait, and that peer's next collective times out). */
 static void at_exit(void) {
     if (!G.be) return;
-    if (G.broken) {
+    if (G.broken)
         G.be->abort_job(G.st, 1);
-        return;
-    }
-    dl_dist_destroy();
+    else
+        G.be->finalize(G.st);
+    G.be = NULL;
 }
 
 static void export_env(void) {
