@@ -12,6 +12,7 @@
 #include "ops/elementwise.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -384,14 +385,20 @@ int dl_dist_work_test(dl_dist_work *w) {
     return work_finish(w) ? -1 : 1;
 }
 
-/* Polls until done or past the deadline: spins for the first millisecond
- * (latency), then sleeps 50 us between polls. */
+/* Polls until done or past the deadline.  MPI advances a collective only
+ * inside its calls, so the poll must be frequent: yield the core between
+ * polls (other ranks may share it) for the first second, then sleep 50 us
+ * (a rank waiting on a slow peer should not burn a core). */
 static int work_wait_keep(dl_dist_work *w) {
     double t0 = now_s();
     int r;
     struct timespec nap = {0, 50000};
-    while ((r = dl_dist_work_test(w)) == 0)
-        if (now_s() - t0 > 1e-3) nanosleep(&nap, NULL);
+    while ((r = dl_dist_work_test(w)) == 0) {
+        if (now_s() - t0 < 1.0)
+            sched_yield();
+        else
+            nanosleep(&nap, NULL);
+    }
     G.wait_s += now_s() - t0;
     return r < 0 ? -1 : 0;
 }
