@@ -348,7 +348,7 @@ static dl_dist_work *work_new(const char *what, dl_tensor *t) {
 
 static int work_finish(dl_dist_work *w) {
     if (!w->t) return 0;
-    if (w->avg) {
+    if (w->avg && G.info.size > 1) {
         dl_tensor *n = dl_tensor_scalar((double)G.info.size, w->stage->dtype);
         int rc = n ? dl_div_(w->stage, n) : -1;
         dl_tensor_release(n);

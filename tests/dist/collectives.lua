@@ -7,7 +7,7 @@ local T = require "testlib"
 local dist = dl.distributed
 
 dl.set_num_threads(1)
-dist.init_process_group{backend = os.getenv("DL_TEST_BACKEND") or "mpi", timeout = 60}
+dist.init_process_group{backend = DL_TEST_BACKEND or os.getenv("DL_TEST_BACKEND") or "mpi", timeout = 60}
 local rank, world = dist.get_rank(), dist.get_world_size()
 T.eq(tonumber(os.getenv("RANK")), rank, "RANK exported")
 T.eq(tonumber(os.getenv("WORLD_SIZE")), world, "WORLD_SIZE exported")

@@ -8,7 +8,7 @@ local dist = dl.distributed
 local D = dl.data
 
 dl.set_num_threads(1)
-dist.init_process_group{backend = os.getenv("DL_TEST_BACKEND") or "mpi", timeout = 60}
+dist.init_process_group{backend = DL_TEST_BACKEND or os.getenv("DL_TEST_BACKEND") or "mpi", timeout = 60}
 local rank, world = dist.get_rank(), dist.get_world_size()
 
 local N = 10
