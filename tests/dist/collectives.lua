@@ -6,20 +6,13 @@ local dl = require "dl"
 local T = require "testlib"
 local dist = dl.distributed
 
-dl.set_num_threads(1)
-dist.init_process_group{backend = DL_TEST_BACKEND or os.getenv("DL_TEST_BACKEND") or "mpi", timeout = 60}
-local rank, world = dist.get_rank(), dist.get_world_size()
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or ".") .. "/distlib.lua")
+local rank, world = H.rank, H.world
 T.eq(tonumber(os.getenv("RANK")), rank, "RANK exported")
 T.eq(tonumber(os.getenv("WORLD_SIZE")), world, "WORLD_SIZE exported")
 T.truthy(dist.get_local_rank() >= 0 and dist.get_local_rank() < world, "local rank in range")
 
--- t equals on every rank, bit for bit
-local function same_everywhere(t, what)
-  local list = {}
-  for r = 1, world do list[r] = dl.zeros(t.shape, {dtype = t.dtype}) end
-  dist.all_gather(list, t)
-  for r = 2, world do T.same_bits(list[r], list[1], what .. ": rank " .. (r - 1) .. " differs from rank 0") end
-end
+local same_everywhere = H.same_everywhere
 
 -- rank r holds (r+1) * base: SUM = base * W(W+1)/2, MAX = W * base, MIN = base
 local tri = world * (world + 1) / 2

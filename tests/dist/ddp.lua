@@ -10,9 +10,8 @@ local T = require "testlib"
 local dist = dl.distributed
 local nn = dl.nn
 
-dl.set_num_threads(1)
-dist.init_process_group{backend = DL_TEST_BACKEND or os.getenv("DL_TEST_BACKEND") or "mpi", timeout = 60}
-local rank, world = dist.get_rank(), dist.get_world_size()
+local H = dofile((debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or ".") .. "/distlib.lua")
+local rank, world = H.rank, H.world
 local DDP = nn.parallel.DistributedDataParallel
 
 local B, STEPS = 8, 10
@@ -33,12 +32,7 @@ end
 
 -- every rank holds bit-identical copies of ps
 local function same_across_ranks(ps, what)
-  for i, p in ipairs(ps) do
-    local list = {}
-    for r = 1, world do list[r] = dl.zeros(p.shape) end
-    dist.all_gather(list, p:detach())
-    for r = 2, world do T.same_bits(list[r], list[1], what .. ": parameter " .. i .. " on rank " .. (r - 1)) end
-  end
+  for i, p in ipairs(ps) do H.same_everywhere(p, what .. ": parameter " .. i) end
 end
 
 local function close_to(ps, ref, what)
