@@ -488,6 +488,7 @@ static int run_engine(int n, dl_tensor *const *roots, dl_tensor *const *grads, b
             free_saved(node);
             node->released = true;
         }
+        if (hk && rc == 0 && hk->node_done(hk->ud)) rc = -1;
         if (rc) goto done;
     }
 done:

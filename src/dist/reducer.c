@@ -191,12 +191,16 @@ static int on_leaf_grad(void *ud, dl_tensor *leaf) {
     for (dl_reducer *r = live; r; r = r->next_r) {
         if (!r->active) continue;
         int i = find_param(r, leaf);
-        if (i < 0) {
-            if (progress(r)) return -1;
-            continue;
-        }
-        if (--r->p[i].edges == 0 && mark_ready(r, i)) return -1;
+        if (i >= 0 && --r->p[i].edges == 0 && mark_ready(r, i)) return -1;
     }
+    return 0;
+}
+
+/* after every backward node: the transport advances in-flight buckets */
+static int on_node_done(void *ud) {
+    (void)ud;
+    for (dl_reducer *r = live; r; r = r->next_r)
+        if (r->active && progress(r)) return -1;
     return 0;
 }
 
@@ -291,7 +295,8 @@ static int on_end(void *ud, int status) {
     return status;
 }
 
-static const dl_autograd_hooks reducer_hooks = {on_begin, on_leaf_edge, on_leaf_grad, on_end, NULL};
+static const dl_autograd_hooks reducer_hooks = {on_begin,     on_leaf_edge, on_leaf_grad,
+                                                on_node_done, on_end,       NULL};
 
 /* --- lifetime --------------------------------------------------------------- */
 

@@ -2,7 +2,7 @@
  * gradients are copied into flat bucket buffers as the autograd engine
  * reports them final (autograd.h's gradient-ready hooks); a full bucket
  * starts a non-blocking all-reduce (AVG), buckets are launched in index
- * order on every rank, progress is driven from every hook call, and the
+ * order on every rank, progress is driven after every backward node, and the
  * backward that was armed with dl_reducer_prepare waits for the last bucket
  * and writes the averaged gradients back into each parameter's .grad before
  * it returns.
