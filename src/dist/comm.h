@@ -64,6 +64,13 @@ typedef struct dl_comm_backend {
     int (*test)(void *st, void *req, char *err, size_t errlen);
     void (*req_free)(void *st, void *req);
     int device_buffers; /* 1: buffers may live on the CUDA device (NCCL) */
+    /* A backend that needs another to start (NCCL exchanges its id over MPI)
+     * has init_boot instead of init: boot is initialised and stays owned by
+     * the caller, info holds its ranks on entry; NULL for the others.  Such a
+     * backend takes device buffers only: host tensors and barriers go to the
+     * boot backend. */
+    void *(*init_boot)(dl_comm_info *info, double timeout_s, const struct dl_comm_backend *boot,
+                       void *boot_st, char *err, size_t errlen);
 } dl_comm_backend;
 
 typedef const dl_comm_backend *(*dl_dist_plugin_fn)(void);

@@ -75,14 +75,18 @@ static const dl_comm_backend local_backend = {
     DL_COMM_ABI,    "local",          local_init,       local_finalize,
     local_abort,    local_iallreduce, local_ibroadcast, local_iallgather,
     local_ibarrier, local_test,       local_req_free,   1,
+    NULL,
 };
 
 /* --- the group --------------------------------------------------------------- */
 
 static struct {
-    const dl_comm_backend *be;
+    const dl_comm_backend *be; /* the group's backend */
     void *st;
-    void *handle; /* dlopen handle of a plugin */
+    /* where host tensors and barriers go: be itself, or the MPI backend
+     * that started NCCL (comm.h's init_boot) */
+    const dl_comm_backend *boot_be;
+    void *boot_st;
     dl_comm_info info;
     double timeout_s;
     uint64_t seq;    /* last collective's number */
@@ -139,6 +143,7 @@ static int find_plugin(const char *file, char *out, size_t n) {
     return -1;
 }
 
+/* Loads a plugin (kept loaded: MPI libraries do not survive dlclose). */
 static const dl_comm_backend *load_plugin(const char *name) {
     char file[64], path[PATH_MAX + 128];
     snprintf(file, sizeof file, "dlua_dist_%s.so", name);
@@ -160,12 +165,10 @@ static const dl_comm_backend *load_plugin(const char *name) {
     dl_dist_plugin_fn fn = (dl_dist_plugin_fn)dlsym(h, "dl_dist_plugin");
     const dl_comm_backend *be = fn ? fn() : NULL;
     if (!be || be->abi != DL_COMM_ABI) {
-        dlclose(h);
         dl_error("init_process_group: %s is not a dlua %s plugin of this version (ABI %d)", path,
                  name, DL_COMM_ABI);
         return NULL;
     }
-    G.handle = h;
     return be;
 }
 
@@ -185,13 +188,21 @@ static int launcher_world_size(void) {
  * group is broken, else finalize without a barrier (a barrier here could be
  * matched against a peer's pending all-reduce; a peer still computing makes
  * MPI's finalize wait, and that peer's next collective times out). */
-static void at_exit(void) {
-    if (!G.be) return;
-    if (G.broken)
+static void leave(bool abort) {
+    if (abort) {
         G.be->abort_job(G.st, 1);
-    else
+        if (G.boot_be != G.be) G.boot_be->abort_job(G.boot_st, 1);
+    } else {
         G.be->finalize(G.st);
-    G.be = NULL;
+        if (G.boot_be != G.be) G.boot_be->finalize(G.boot_st);
+    }
+    G.finalized = G.boot_be != &local_backend;
+    G.be = G.boot_be = NULL;
+    G.st = G.boot_st = NULL;
+}
+
+static void at_exit(void) {
+    if (G.be) leave(G.broken != 0);
 }
 
 static void export_env(void) {
@@ -208,30 +219,42 @@ int dl_dist_init(const char *backend, double timeout_s) {
     if (G.be) return dl_error("init_process_group: the process group is already initialized");
     if (!(timeout_s > 0)) return dl_error("init_process_group: timeout must be > 0 seconds");
     if (strcmp(backend, "auto") == 0) backend = launcher_world_size() > 1 ? "mpi" : "local";
-    const dl_comm_backend *be;
+    bool nccl = strcmp(backend, "nccl") == 0;
+    const dl_comm_backend *be, *boot = NULL;
     if (strcmp(backend, "local") == 0) {
         be = &local_backend;
-    } else if (strcmp(backend, "mpi") == 0 || strcmp(backend, "nccl") == 0) {
-        if (G.finalized && strcmp(backend, G.backend_name) == 0)
+    } else if (strcmp(backend, "mpi") == 0 || nccl) {
+        if (G.finalized)
             return dl_error("init_process_group: backend \"%s\" cannot be initialized again "
-                            "in this process after destroy_process_group",
+                            "in this process after destroy_process_group (MPI starts once)",
                             backend);
         be = load_plugin(backend);
         if (!be) return -1;
+        if (nccl && !(boot = load_plugin("mpi"))) return -1;
     } else {
         return dl_error("init_process_group: unknown backend \"%s\" (auto, local, mpi, nccl)",
                         backend);
     }
     char err[512] = "";
     dl_comm_info info;
-    void *st = be->init(&info, timeout_s, err, sizeof err);
-    if (!st) {
-        if (G.handle) dlclose(G.handle);
-        G.handle = NULL;
-        return dl_error("init_process_group: backend \"%s\": %s", backend, err);
+    void *boot_st = NULL, *st;
+    if (boot) {
+        boot_st = boot->init(&info, timeout_s, err, sizeof err);
+        if (!boot_st) return dl_error("init_process_group: backend \"mpi\": %s", err);
+        st = be->init_boot(&info, timeout_s, boot, boot_st, err, sizeof err);
+        if (!st) {
+            boot->finalize(boot_st);
+            G.finalized = true;
+            return dl_error("init_process_group: backend \"nccl\": rank %d: %s", info.rank, err);
+        }
+    } else {
+        st = be->init(&info, timeout_s, err, sizeof err);
+        if (!st) return dl_error("init_process_group: backend \"%s\": %s", backend, err);
     }
     G.be = be;
     G.st = st;
+    G.boot_be = boot ? boot : be;
+    G.boot_st = boot ? boot_st : st;
     G.info = info;
     G.timeout_s = timeout_s;
     G.seq = 0;
@@ -271,6 +294,8 @@ double dl_dist_wait_seconds(void) {
 /* --- requests and deadlines -------------------------------------------------- */
 
 struct dl_dist_work {
+    const dl_comm_backend *be; /* the transport that runs it */
+    void *st;
     void *req;
     uint64_t seq;
     const char *what; /* "all_reduce", ... */
@@ -314,10 +339,10 @@ static int timeout_error(dl_dist_work *w) {
 /* The tensor the transport works on: t itself when it is a dense host
  * tensor (or a device tensor the backend takes), else a contiguous host
  * copy. */
-static dl_tensor *stage_for(dl_tensor *t) {
+static dl_tensor *stage_for(dl_tensor *t, const dl_comm_backend *be) {
     bool host = dl_tensor_device(t).type == DL_DEVICE_CPU;
-    if (dl_tensor_is_contiguous(t) && (host || G.be->device_buffers)) return dl_tensor_retain(t);
-    if (host || G.be->device_buffers) return dl_tensor_contiguous(t);
+    if (dl_tensor_is_contiguous(t) && (host || be->device_buffers)) return dl_tensor_retain(t);
+    if (host || be->device_buffers) return dl_tensor_contiguous(t);
     dl_tensor *h = dl_tensor_to_device(t, DL_CPU);
     if (!h || dl_tensor_is_contiguous(h)) return h;
     dl_tensor *c = dl_tensor_contiguous(h);
@@ -325,18 +350,24 @@ static dl_tensor *stage_for(dl_tensor *t) {
     return c;
 }
 
+/* A request for t (NULL: a barrier) on the transport that takes it: a
+ * device tensor goes to a backend taking device buffers, the rest to the
+ * boot backend. */
 static dl_dist_work *work_new(const char *what, dl_tensor *t) {
     dl_dist_work *w = calloc(1, sizeof *w);
     if (!w) {
         dl_error("dist.%s: out of memory", what);
         return NULL;
     }
+    bool dev = t && dl_tensor_device(t).type != DL_DEVICE_CPU;
+    w->be = dev && G.be->device_buffers ? G.be : G.boot_be;
+    w->st = w->be == G.be ? G.st : G.boot_st;
     w->what = what;
     w->seq = ++G.seq;
     w->deadline = now_s() + G.timeout_s;
     if (t) {
         w->t = dl_tensor_retain(t);
-        w->stage = stage_for(t);
+        w->stage = stage_for(t, w->be);
         if (!w->stage) {
             dl_tensor_release(w->t);
             free(w);
@@ -362,7 +393,7 @@ static int work_finish(dl_dist_work *w) {
 void dl_dist_work_free(dl_dist_work *w) {
     if (!w) return;
     if (w->req && !w->done) {
-        G.be->req_free(G.st, w->req);
+        w->be->req_free(w->st, w->req);
         if (!G.broken) G.broken = w->seq;
     }
     dl_tensor_release(w->stage);
@@ -373,7 +404,7 @@ void dl_dist_work_free(dl_dist_work *w) {
 int dl_dist_work_test(dl_dist_work *w) {
     if (w->done) return 1;
     char err[512] = "";
-    int r = G.be->test(G.st, w->req, err, sizeof err);
+    int r = w->be->test(w->st, w->req, err, sizeof err);
     if (r < 0) {
         w->done = true; /* the plugin freed the request */
         G.broken = w->seq;
@@ -422,14 +453,18 @@ static int debug_check(int kind, dl_tensor *t, int extra) {
     if (!all) return dl_error("dist: out of memory");
     char err[512] = "";
     void *req = NULL;
-    if (G.be->iallgather(G.st, mine, all, sizeof mine, &req, err, sizeof err)) {
+    if (G.boot_be->iallgather(G.boot_st, mine, all, sizeof mine, &req, err, sizeof err)) {
         free(all);
         return dl_error("dist.%s: debug check: %s", op_names[kind], err);
     }
-    dl_dist_work w = {
-        .req = req, .seq = G.seq + 1, .what = op_names[kind], .deadline = now_s() + G.timeout_s};
+    dl_dist_work w = {.be = G.boot_be,
+                      .st = G.boot_st,
+                      .req = req,
+                      .seq = G.seq + 1,
+                      .what = op_names[kind],
+                      .deadline = now_s() + G.timeout_s};
     int rc = work_wait_keep(&w);
-    if (!w.done) G.be->req_free(G.st, req);
+    if (!w.done) G.boot_be->req_free(G.boot_st, req);
     for (int r = 1; rc == 0 && r < G.info.size; r++) {
         int64_t *a = all, *b = all + 5 * r;
         if (memcmp(a, b, sizeof mine) == 0) continue;
@@ -468,8 +503,8 @@ dl_dist_work *dl_dist_all_reduce_start(dl_tensor *t, dl_reduce_op op) {
                      : op == DL_REDUCE_MIN ? DL_COMM_MIN
                                            : DL_COMM_SUM;
     char err[512] = "";
-    if (G.be->iallreduce(G.st, dl_tensor_data_ptr(w->stage), dl_tensor_numel(t),
-                         comm_dtype(t->dtype), cop, &w->req, err, sizeof err)) {
+    if (w->be->iallreduce(w->st, dl_tensor_data_ptr(w->stage), dl_tensor_numel(t),
+                          comm_dtype(t->dtype), cop, &w->req, err, sizeof err)) {
         dl_error("dist.all_reduce: rank %d: collective #%llu: %s", G.info.rank,
                  (unsigned long long)w->seq, err);
         w->done = true;
@@ -495,9 +530,9 @@ int dl_dist_broadcast(dl_tensor *t, int root) {
     dl_dist_work *w = work_new("broadcast", t);
     if (!w) return -1;
     char err[512] = "";
-    if (G.be->ibroadcast(G.st, dl_tensor_data_ptr(w->stage),
-                         dl_tensor_numel(t) * (int64_t)dl_tensor_itemsize(t), root, &w->req, err,
-                         sizeof err)) {
+    if (w->be->ibroadcast(w->st, dl_tensor_data_ptr(w->stage),
+                          dl_tensor_numel(t) * (int64_t)dl_tensor_itemsize(t), root, &w->req, err,
+                          sizeof err)) {
         w->done = true;
         dl_dist_work_free(w);
         return dl_error("dist.broadcast: rank %d: %s", G.info.rank, err);
@@ -517,13 +552,13 @@ int dl_dist_all_gather(dl_tensor *const *out, dl_tensor *t) {
     int64_t shape[1] = {n * G.info.size};
     dl_tensor *flat = dl_tensor_empty(1, shape, t->dtype, dl_tensor_device(t));
     dl_dist_work *w = flat ? work_new("all_gather", flat) : NULL;
-    dl_tensor *src = w ? stage_for(t) : NULL;
+    dl_tensor *src = w ? stage_for(t, w->be) : NULL;
     int rc = -1;
     if (src) {
         char err[512] = "";
         int64_t nbytes = n * (int64_t)dl_tensor_itemsize(t);
-        if (G.be->iallgather(G.st, dl_tensor_data_ptr(src), dl_tensor_data_ptr(w->stage), nbytes,
-                             &w->req, err, sizeof err)) {
+        if (w->be->iallgather(w->st, dl_tensor_data_ptr(src), dl_tensor_data_ptr(w->stage), nbytes,
+                              &w->req, err, sizeof err)) {
             w->done = true;
             dl_error("dist.all_gather: rank %d: %s", G.info.rank, err);
         } else if (work_wait_keep(w) == 0) {
@@ -550,7 +585,7 @@ int dl_dist_barrier(void) {
     dl_dist_work *w = work_new("barrier", NULL);
     if (!w) return -1;
     char err[512] = "";
-    if (G.be->ibarrier(G.st, &w->req, err, sizeof err)) {
+    if (w->be->ibarrier(w->st, &w->req, err, sizeof err)) {
         w->done = true;
         dl_dist_work_free(w);
         return dl_error("dist.barrier: rank %d: %s", G.info.rank, err);
@@ -562,14 +597,6 @@ int dl_dist_destroy(void) {
     if (!G.be) return not_initialized("destroy_process_group");
     int rc = 0;
     if (!G.broken && G.info.size > 1) rc = dl_dist_barrier();
-    if (G.broken) {
-        G.be->abort_job(G.st, 1);
-    } else {
-        G.be->finalize(G.st);
-    }
-    G.finalized = G.be != &local_backend;
-    G.be = NULL;
-    G.st = NULL;
-    /* the plugin stays loaded: MPI libraries do not survive dlclose */
+    leave(G.broken != 0);
     return rc;
 }

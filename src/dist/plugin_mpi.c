@@ -185,6 +185,7 @@ static void mpi_req_free(void *p, void *req) {
 static const dl_comm_backend mpi_backend = {
     DL_COMM_ABI,    "mpi",          mpi_init,     mpi_finalize, mpi_abort_job, mpi_iallreduce,
     mpi_ibroadcast, mpi_iallgather, mpi_ibarrier, mpi_test,     mpi_req_free,  0,
+    NULL,
 };
 
 const dl_comm_backend *dl_dist_plugin(void);

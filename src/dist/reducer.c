@@ -42,6 +42,7 @@ struct dl_reducer {
     int next_launch;
     int64_t cap, first_cap;
     bool find_unused, armed, active, rebuilt;
+    bool solo;    /* world size 1: gradients are final as they are, nothing is copied */
     int *arrival; /* order in which gradients became ready (first iteration) */
     int n_arrived;
     dl_reducer_stats stats;
@@ -140,8 +141,7 @@ static int progress(dl_reducer *r) {
 static int launch_ready(dl_reducer *r) {
     while (r->next_launch < r->nb && r->b[r->next_launch].pending == 0) {
         bucket *b = &r->b[r->next_launch];
-        b->work = dl_dist_all_reduce_start(b->buf, DL_REDUCE_AVG);
-        if (!b->work) return -1;
+        if (!r->solo && !(b->work = dl_dist_all_reduce_start(b->buf, DL_REDUCE_AVG))) return -1;
         r->next_launch++;
     }
     return progress(r);
@@ -153,9 +153,12 @@ static int mark_ready(dl_reducer *r, int i) {
     double t0 = now_s();
     p->ready = true;
     if (!r->rebuilt) r->arrival[r->n_arrived++] = i;
-    dl_tensor *v = grad_view(r, i);
-    int rc = !v ? -1 : p->t->grad ? dl_tensor_copy_(v, p->t->grad) : dl_tensor_fill_(v, 0);
-    dl_tensor_release(v);
+    int rc = 0;
+    if (!r->solo) {
+        dl_tensor *v = grad_view(r, i);
+        rc = !v ? -1 : p->t->grad ? dl_tensor_copy_(v, p->t->grad) : dl_tensor_fill_(v, 0);
+        dl_tensor_release(v);
+    }
     r->stats.copy_s += now_s() - t0;
     if (rc) return -1;
     r->b[p->bucket].pending--;
@@ -243,7 +246,7 @@ static int finish(dl_reducer *r) {
     for (int i = 0; i < r->n; i++) unused |= !r->p[i].ready;
     if (unused && !r->find_unused) {
         for (int b = 0; b < r->next_launch; b++) { /* keep the ranks in step */
-            dl_dist_work_wait(r->b[b].work);
+            if (r->b[b].work) dl_dist_work_wait(r->b[b].work);
             r->b[b].work = NULL;
         }
         return unused_error(r);
@@ -252,7 +255,7 @@ static int finish(dl_reducer *r) {
         if (!r->p[i].ready && mark_ready(r, i)) return -1;
     double t0 = now_s();
     for (int b = 0; b < r->nb; b++) {
-        int rc = dl_dist_work_wait(r->b[b].work);
+        int rc = r->b[b].work ? dl_dist_work_wait(r->b[b].work) : 0;
         r->b[b].work = NULL;
         if (rc) return -1;
     }
@@ -260,7 +263,8 @@ static int finish(dl_reducer *r) {
     t0 = now_s();
     for (int i = 0; i < r->n; i++) {
         param *p = &r->p[i];
-        dl_tensor *v = grad_view(r, i);
+        if (r->solo && p->t->grad) continue;
+        dl_tensor *v = grad_view(r, i); /* solo: zeros, for a parameter that got no gradient */
         if (!v) return -1;
         int rc = 0;
         if (p->t->grad) {
@@ -322,6 +326,7 @@ dl_reducer *dl_reducer_new(int n, dl_tensor *const *params, const char *const *n
     r->cap = cap_bytes > 0 ? cap_bytes : 1;
     r->first_cap = first_cap_bytes < r->cap ? first_cap_bytes : r->cap;
     r->find_unused = find_unused;
+    r->solo = dl_dist_world_size() == 1;
     r->p = calloc((size_t)n, sizeof *r->p);
     r->sorted = calloc((size_t)n, sizeof *r->sorted);
     r->sorted_idx = calloc((size_t)n, sizeof *r->sorted_idx);
