@@ -91,10 +91,9 @@ static int l_broadcast(lua_State *L) {
 static int l_all_gather(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     dl_tensor *t = dlL_checktensor(L, 2);
-    if (!dl_dist_is_initialized()) {
-        dl_dist_barrier(); /* sets the not-initialized message */
-        return dlL_fail(L);
-    }
+    if (!dl_dist_is_initialized())
+        return luaL_error(L, "dist.all_gather: the process group is not initialized (call "
+                             "dist.init_process_group first)");
     int n = dl_dist_world_size();
     if (luaL_len(L, 1) != n)
         return luaL_error(L, "dist.all_gather: tensor_list has %d entries, the world size is %d",

@@ -123,6 +123,18 @@ T.case("no_sync over K micro-batches = one step at K times the batch", function(
   T.eq(model:reducer_stats().iterations, 2, "one synchronised backward per step")
 end)
 
+T.case("buffers are rank 0's before every forward", function()
+  dl.manual_seed(5 + rank)
+  local net = nn.Sequential(nn.Linear(6, 4), nn.BatchNorm1d(4))
+  local model = DDP(net)
+  H.same_everywhere(net[2].running_mean, "running_mean after construction")
+  model(X:narrow(1, rank * 4 + 1, 4)) -- each rank's statistics move its own way
+  model(X:narrow(1, 1, 4))            -- starts from rank 0's, same batch everywhere
+  H.same_everywhere(net[2].running_mean, "running_mean")
+  H.same_everywhere(net[2].running_var, "running_var")
+  H.same_everywhere(net[2].num_batches_tracked, "num_batches_tracked")
+end)
+
 local Two = nn.Module:extend("Two")
 function Two:__init()
   self.used = nn.Linear(3, 2)

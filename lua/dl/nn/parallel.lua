@@ -71,6 +71,35 @@ local function check_same(names, tensors)
   end
 end
 
+-- Rank 0's values of tensors (in place), one broadcast per dtype and device:
+-- the tensors are packed into one flat buffer and unpacked after.
+local function broadcast_coalesced(tensors)
+  local groups, order = {}, {}
+  for _, t in ipairs(tensors) do
+    local key = tostring(t.dtype) .. "@" .. tostring(t.device)
+    if not groups[key] then
+      groups[key] = {}
+      order[#order + 1] = key
+    end
+    table.insert(groups[key], t)
+  end
+  dl.no_grad(function()
+    for _, key in ipairs(order) do
+      local g = groups[key]
+      local flat = {}
+      for i, t in ipairs(g) do flat[i] = t:reshape(-1) end
+      local buf = dl.cat(flat)
+      dist.broadcast(buf, 0)
+      local off = 1
+      for _, t in ipairs(g) do
+        local n = t:numel()
+        t:copy_(buf:narrow(1, off, n):view(t.shape))
+        off = off + n
+      end
+    end
+  end)
+end
+
 function DDP:__init(net, opts)
   opts = util.check_options(opts, "DistributedDataParallel",
     {"bucket_cap_mb", "find_unused_parameters", "broadcast_buffers", "first_bucket_mb"})
@@ -92,10 +121,10 @@ function DDP:__init(net, opts)
     end
   end
   check_same(names, params)
-  dl.no_grad(function()
-    for _, p in net:named_parameters() do dist.broadcast(p, 0) end
-    for _, b in net:named_buffers() do dist.broadcast(b, 0) end
-  end)
+  local state = {}
+  for _, p in net:named_parameters() do state[#state + 1] = p end
+  for _, b in net:named_buffers() do state[#state + 1] = b end
+  if #state > 0 then broadcast_coalesced(state) end
   self._attrs.bucket_cap_mb = cap
   self._attrs.find_unused_parameters = opts.find_unused_parameters == true
   self._attrs.broadcast_buffers = opts.broadcast_buffers ~= false
@@ -107,9 +136,9 @@ end
 function DDP:forward(...)
   local a = self._attrs
   if a.broadcast_buffers and dist.get_world_size() > 1 then
-    dl.no_grad(function()
-      for _, b in self.module:named_buffers() do dist.broadcast(b, 0) end
-    end)
+    local bufs = {}
+    for _, b in self.module:named_buffers() do bufs[#bufs + 1] = b end
+    if #bufs > 0 then broadcast_coalesced(bufs) end
   end
   if a._sync and dl.is_grad_enabled() then a._reducer:prepare() end
   return self.module(...)
