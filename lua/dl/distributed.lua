@@ -33,7 +33,8 @@ function M.init_process_group(opts)
   local timeout = opts.timeout or 1800
   util.check_number(timeout, "init_process_group", "timeout")
   if timeout <= 0 then util.fail("init_process_group: timeout must be > 0 seconds") end
-  C.init(backend, timeout)
+  local ok, err = pcall(C.init, backend, timeout)
+  if not ok then error(tostring(err):gsub("^[^:\n]*:%d+: ", ""), 2) end -- the caller's position
 end
 
 M.is_initialized = C.is_initialized

@@ -24,7 +24,8 @@ function M.setup(o)
   if not o.distributed and not (env and env.world_size > 1) then return nil end
   local backend = o.dist_backend
   if backend == "auto" then backend = "mpi" end -- CUDA tensors go through host buffers
-  dist.init_process_group{backend = backend, timeout = o.dist_timeout}
+  local ok, err = pcall(dist.init_process_group, {backend = backend, timeout = o.dist_timeout})
+  if not ok then error(tostring(err):gsub("^[^:\n]*:%d+: ", ""), 0) end -- one line, no position
   local ctx = {rank = dist.get_rank(), world = dist.get_world_size(), local_rank = dist.get_local_rank()}
   ctx.main = ctx.rank == 0
   return ctx
