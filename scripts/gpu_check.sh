@@ -101,6 +101,13 @@ if [ "$mode" != "--tests-only" ]; then
     tail -5 "$logs/bench_err.txt"
   fi
 fi
+# --- DistributedDataParallel at world size 1 on the GPU: its own cost per step -----------
+# (the "local" backend: the GPU machine has no MPI; NCCL needs the MPI plugin)
+if [ "$mode" != "--tests-only" ] && [ $(( 470 - ($(date +%s) - start) )) -ge 60 ]; then
+  timeout 60 "$dlua" scripts/bench_ddp.lua --device cuda --backend local --arch resnet50 --size 224 \
+    --batch 64 --threads 1 --steps 8 --warmup 3 --rounds 2 >"$logs/bench_ddp.txt" 2>&1
+  say "$(grep -E '^bench_ddp|overhead' "$logs/bench_ddp.txt" || tail -3 "$logs/bench_ddp.txt")"
+fi
 # --- per-op timings (DL_GPU_CHECK_OPS=1): where the network's time goes --------------------
 if [ "${DL_GPU_CHECK_OPS:-0}" = 1 ]; then
   timeout 120 "$dlua" scripts/bench_ops_gpu.lua --python "$py" >"$logs/ops.txt" 2>"$logs/ops_err.txt"

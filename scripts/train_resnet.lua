@@ -9,6 +9,17 @@
 --   dlua scripts/train_resnet.lua --resume checkpoints/last.safetensors
 --   dlua scripts/train_resnet.lua --device cuda --amp bf16 --channels-last
 --   dlua scripts/train_resnet.lua --help
+--   mpirun -np 4 dlua scripts/train_resnet.lua --data ./data/train   # data-parallel
+--
+-- Under a launcher (mpirun, srun: several processes) or with --distributed,
+-- each process is one rank of dl.distributed (0-based): the model is wrapped
+-- in DistributedDataParallel, each rank reads its DistributedSampler share,
+-- --batch-size and --workers are split among the ranks (the global batch and
+-- the learning rate stay those of one process, as in PyTorch's ImageNet
+-- example), on CUDA LOCAL_RANK picks the GPU, the logged loss is the mean
+-- over ranks, only rank 0 prints, plots and writes checkpoints (after a
+-- barrier), --resume is read by every rank, and errors are prefixed
+-- "[rank r/N]".
 --
 -- --device auto (the default) trains on the GPU when there is one, else on
 -- the CPU, and prints which; --device cuda on a machine without one stops at
@@ -27,6 +38,7 @@ local checkpoint = train.checkpoint
 local tdata = train.data
 local tmodels = train.models
 local tdevice = train.device
+local tdist = require "dl.train.distributed"
 
 local PROG = "train_resnet"
 
@@ -69,6 +81,11 @@ local SPEC = {
   {name = "plot", metavar = "PNG", help = "draw loss and accuracy curves into this PNG after every epoch"},
   {name = "tensorboard", metavar = "DIR", help = "write TensorBoard event files into DIR (tensorboard --logdir DIR)"},
   {name = "max-steps", type = "int", min = 0, default = 0, help = "stop after this many optimizer steps in all (0: no limit); writes a checkpoint"},
+  {name = "distributed", type = "flag", default = false,
+   help = "data-parallel over dl.distributed (implied when mpirun/srun started several processes)"},
+  {name = "dist-backend", type = "choice", choices = {"auto", "mpi", "nccl", "local"}, default = "auto",
+   help = "dl.distributed backend (auto: mpi)"},
+  {name = "dist-timeout", type = "number", min = 1, default = 1800, help = "seconds before a collective that a rank never joins fails"},
 }
 
 local PRESETS = {
@@ -106,6 +123,8 @@ local HELP_INFO = {
   epilog = preset_text("fashion-mnist") .. "\n\n" ..
     "Ctrl-C finishes the current step, writes <save-dir>/last.safetensors and prints how to resume.",
 }
+
+local ctx -- the distributed context (dl.train.distributed), nil when one process
 
 -- A user error: one line on stderr, exit status 2.
 local UserError = {}
@@ -170,10 +189,13 @@ local function main(argv)
   end
   local o, given, positional = args.parse(argv, SPEC)
   if #positional > 0 then die("unexpected argument '%s' (options start with --; see --help)", positional[1]) end
+  ctx = checked("--distributed", tdist.setup, o)
+  local print = function(...) tdist.print(ctx, ...) end
 
   -- the device first: a run that cannot have it stops before any work
   local device, device_note = tdevice.resolve(o.device)
   if not device then die("%s", device_note) end
+  device = tdist.device(ctx, device)
 
   -- resume: the checkpoint's options fill in what the command line leaves out
   local resume_path, ck
@@ -205,7 +227,7 @@ local function main(argv)
   if amp_err then die("%s", amp_err) end
   local on_gpu = device ~= "cpu"
 
-  ensure_writable_dir(o.save_dir)
+  if tdist.is_main(ctx) then ensure_writable_dir(o.save_dir) end
   local last_path = o.save_dir .. "/last.safetensors"
   local best_path = o.save_dir .. "/best.safetensors"
 
@@ -231,8 +253,10 @@ local function main(argv)
     val_set = vf
     if o.val_subset > 0 and o.val_subset < #vf then val_set = dl.data.Subset(vf, tdata.spread(#vf, o.val_subset)) end
   end
-  local loader = dl.data.DataLoader(train_set, {batch_size = o.batch_size, shuffle = true,
-    num_workers = o.workers, seed = o.seed, pin_memory = on_gpu})
+  local sampler = ctx and dl.data.DistributedSampler(train_set, {seed = o.seed})
+  local loader = dl.data.DataLoader(train_set, {batch_size = tdist.per_rank(ctx, o.batch_size),
+    shuffle = not sampler, sampler = sampler, num_workers = ctx and o.workers // ctx.world or o.workers,
+    seed = o.seed, pin_memory = on_gpu})
   local val_loader = val_set and dl.data.DataLoader(val_set, {batch_size = 2 * o.batch_size,
     num_workers = o.workers, seed = o.seed, pin_memory = on_gpu})
   local nb = #loader
@@ -309,22 +333,30 @@ local function main(argv)
     return t
   end
   local function save(path, pos)
+    tdist.barrier(ctx)
+    if not tdist.is_main(ctx) then return end
     checked("--save-dir " .. o.save_dir, checkpoint.save, path, {model = model, optimizer = optimizer,
       meta = meta_for(pos), tensors = history_tensors()})
   end
   local function draw_plot()
-    if not o.plot then return end
+    if not o.plot or not tdist.is_main(ctx) then return end
     local title = string.format("%s on %s, %dx%d, batch %d, lr %g", o.arch, o.data:gsub("/+$", ""):match("[^/]*/?[^/]*$"),
       o.image_size, o.image_size, o.batch_size, o.lr)
     local ok, err = pcall(train.plot.training_curves, o.plot, {losses = losses, val = val_hist, title = title})
     if not ok then io.stderr:write(PROG, ": warning: --plot ", o.plot, ": ", tostring(err):gsub("\n.*", ""), "\n") end
   end
 
+  -- data-parallel: gradients averaged over the ranks during backward
+  local net = ctx and dl.nn.parallel.DistributedDataParallel(model) or model
   print(device_note)
   print(string.format("%s: %d classes, %d training images (%d batches of %d)%s; %s on %s%s, %d threads",
     PROG, #classes, #train_set, nb, o.batch_size,
     val_set and string.format(", %d validation images", #val_set) or "",
     o.arch, device, amp_dtype and (", " .. o.amp) or "", dl.get_num_threads()))
+  if ctx then
+    print(string.format("distributed: %d ranks (%s), %d images per rank per step", ctx.world,
+      dl.distributed.get_backend(), loader.batch_size))
+  end
 
   -- TensorBoard (--tensorboard): loss, lr, images/s, inputs, validation, weight histograms
   local tblog = o.tensorboard and checked("--tensorboard " .. o.tensorboard, train.tensorboard.open,
@@ -337,7 +369,8 @@ local function main(argv)
 
   for epoch = epoch0, o.epochs do
     local p = progress.new{epoch = epoch, epochs = o.epochs, total = nb, log_every = o.log_every, tty = tty,
-      start = epoch == epoch0 and skip or 0}
+      start = epoch == epoch0 and skip or 0, out = tdist.out(ctx)}
+    if sampler then sampler:set_epoch(epoch) end
     model:train()
     local t_wait = dl.clock()
     for b, x, y in loader:iter(epoch) do
@@ -356,13 +389,13 @@ local function main(argv)
         if amp_dtype then
           -- x, y go in as arguments: a closure over the loop's variables
           -- upsets the loader's to-be-closed iterator (goto continue above)
-          loss = dl.autocast({dtype = amp_dtype}, function(a, b) return criterion(model(a), b) end, x, y)
+          loss = dl.autocast({dtype = amp_dtype}, function(a, b) return criterion(net(a), b) end, x, y)
         else
-          loss = criterion(model(x), y)
+          loss = criterion(net(x), y)
         end
         optimizer:zero_grad()
         if scaler then scaler:scale(loss):backward() else loss:backward() end
-        local l = loss:item()
+        local l, stop_all = tdist.step_sync(ctx, loss:item(), dl._train.sigint_pending() > 0)
         if o.stop_on_nonfinite and train.guard.nonfinite(l) then
           -- before the step: the weights and the next checkpoint stay finite
           p:finish()
@@ -381,7 +414,7 @@ local function main(argv)
           tblog:step(step, l, lr, y.shape[1])
         end
         p:step(b, y.shape[1], l, wait)
-        if dl._train.sigint_pending() > 0 then stopped = "interrupt" end
+        if stop_all then stopped = "interrupt" end
         if o.max_steps > 0 and step >= o.max_steps then stopped = stopped or "max-steps" end
         if stopped then
           p:finish()
@@ -417,9 +450,10 @@ local function main(argv)
     save(last_path, {epoch = epoch + 1, batch = 0})
     if val_loader and best_epoch == epoch then save(best_path, {epoch = epoch + 1, batch = 0}) end
     draw_plot()
-    if dl._train.sigint_pending() > 0 then stopped = "interrupt" break end
+    if not ctx and dl._train.sigint_pending() > 0 then stopped = "interrupt" break end
   end
   dl._train.sigint_watch(false)
+  tdist.finish(ctx)
   loader:close()
   if val_loader then val_loader:close() end
   if tblog then tblog:close() end
@@ -458,13 +492,13 @@ local ok, res = xpcall(main, handler, arg or {})
 if not ok then
   pcall(dl._train.sigint_watch, false)
   if getmetatable(res) == UserError then
-    io.stderr:write(PROG, ": ", res.msg, "\n")
+    io.stderr:write(tdist.prefix(ctx), PROG, ": ", res.msg, "\n")
     os.exit(2, true)
   elseif args.is_error(res) then
-    io.stderr:write(PROG, ": ", res.message, "\n")
+    io.stderr:write(tdist.prefix(ctx), PROG, ": ", res.message, "\n")
     os.exit(2, true)
   end
-  io.stderr:write(PROG, ": error: ", tostring(res), "\n")
+  io.stderr:write(tdist.prefix(ctx), PROG, ": error: ", tostring(res), "\n")
   os.exit(1, true)
 end
 os.exit(res, true)

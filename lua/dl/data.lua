@@ -269,7 +269,7 @@ DataLoader.__index = DataLoader
 DataLoader.__name = "dl.data.DataLoader"
 
 local loader_keys = {"batch_size", "shuffle", "num_workers", "drop_last", "seed", "prefetch", "pin_memory",
-  "collate", "skip_bad"}
+  "collate", "skip_bad", "sampler"}
 
 function D.DataLoader(dataset, opts)
   local n = check_dataset("DataLoader", dataset)
@@ -293,6 +293,16 @@ function D.DataLoader(dataset, opts)
     epoch = 0,
     _n = n,
   }, DataLoader)
+  -- sampler: a table with __len and indices() (the epoch's 1-based dataset
+  -- indices, e.g. DistributedSampler); it replaces shuffle
+  local sampler = opts.sampler
+  if sampler ~= nil then
+    if type(sampler) ~= "table" or not callable(sampler.indices) then
+      fail("DataLoader", "sampler must have an indices() method (e.g. dl.data.DistributedSampler)")
+    end
+    if self.shuffle then fail("DataLoader", "sampler and shuffle = true are mutually exclusive") end
+    self.sampler, self._n = sampler, #sampler
+  end
   if self.collate ~= nil and not callable(self.collate) then fail("DataLoader", "collate must be a function") end
   -- pin_memory: batches land in page-locked memory, so x:to("cuda", {non_blocking=true})
   -- copies without blocking; a no-op on a machine without a GPU
@@ -354,8 +364,14 @@ end
 
 function DataLoader:_c_iter(epoch)
   local src = self._src
+  local map = src.map
+  if self.sampler then -- the sampler's epoch order through the source's map; a new loader per epoch
+    map = {}
+    for k, i in ipairs(self.sampler:indices()) do map[k] = src.map and src.map[i] or i end
+    self:close()
+  end
   if not self._c then
-    self._c = C.loader(src.index, {map = src.map, pipe = src.pipe, channels = src.channels,
+    self._c = C.loader(src.index, {map = map, pipe = src.pipe, channels = src.channels,
       batch_size = self.batch_size, shuffle = self.shuffle, drop_last = self.drop_last,
       skip_bad = self.skip_bad, per_sample = src.rest ~= nil, seed = self.seed,
       num_workers = self.num_workers, prefetch = self.prefetch})
@@ -382,7 +398,8 @@ end
 function DataLoader:_lua_iter(epoch)
   local ds, n, bs = self.dataset, self._n, self.batch_size
   local order
-  if self.shuffle then order = C.randperm(n, self.seed, epoch):tolist() end
+  if self.sampler then order = self.sampler:indices()
+  elseif self.shuffle then order = C.randperm(n, self.seed, epoch):tolist() end
   local nb = #self
   local b = 0
   local tensors = getmetatable(ds) == TensorDataset and rawget(ds, "get") == nil and not self.collate and ds.tensors
@@ -434,6 +451,8 @@ function DataLoader:__tostring()
   return string.format("DataLoader(%d samples, batch_size=%d, %d batches, num_workers=%d)", self._n,
     self.batch_size, #self, self.num_workers)
 end
+
+D.DistributedSampler = require("dl.sampler").DistributedSampler
 
 -- --- IDX files and MNIST ------------------------------------------------------------------------
 

@@ -337,8 +337,19 @@ static dl_tensor *ones_for(dl_tensor *root) {
     return dl_tensor_full(root->ndim, root->shape, 1, root->dtype, root->storage->device);
 }
 
+/* the gradient-ready hooks (autograd.h); only dl_backward calls them */
+static dl_autograd_hooks hooks;
+static bool hooks_set;
+
+void dl_autograd_set_hooks(const dl_autograd_hooks *h) {
+    hooks_set = h != NULL;
+    if (h) hooks = *h;
+}
+
 static int run_engine(int n, dl_tensor *const *roots, dl_tensor *const *grads, bool retain,
                       capture *cap) {
+    const dl_autograd_hooks *hk = hooks_set && !cap ? &hooks : NULL;
+    if (hk) hk->begin(hk->ud);
     node_vec all = {0}, ready = {0}, stack = {0};
     dl_tensor **root_grads = calloc((size_t)n, sizeof *root_grads);
     int rc = 0;
@@ -395,6 +406,7 @@ static int run_engine(int n, dl_tensor *const *roots, dl_tensor *const *grads, b
         dl_node *cur = stack.v[--stack.len];
         for (int i = 0; i < cur->n_inputs; i++) {
             dl_node *next = cur->inputs[i].node;
+            if (hk && cur->inputs[i].leaf) hk->leaf_edge(hk->ud, cur->inputs[i].leaf);
             if (!next) continue;
             next->deps++;
             if (!next->buf) {
@@ -457,8 +469,9 @@ static int run_engine(int n, dl_tensor *const *roots, dl_tensor *const *grads, b
                                            sizeof b2));
                 break;
             }
-            if (e->leaf && g) {
-                if (route_leaf(e->leaf, g, cap)) rc = -1;
+            if (e->leaf) {
+                if (g && route_leaf(e->leaf, g, cap)) rc = -1;
+                if (hk && rc == 0 && hk->leaf_grad(hk->ud, e->leaf)) rc = -1;
             } else if (e->node) {
                 if (g && accumulate(&e->node->buf[e->output_nr], g)) rc = -1;
                 if (--e->node->deps == 0 && heap_push(&ready, e->node)) rc = -1;
@@ -474,6 +487,7 @@ static int run_engine(int n, dl_tensor *const *roots, dl_tensor *const *grads, b
             free_saved(node);
             node->released = true;
         }
+        if (hk && rc == 0 && hk->node_done(hk->ud)) rc = -1;
         if (rc) goto done;
     }
 done:
@@ -489,6 +503,7 @@ done:
     free(all.v);
     free(ready.v);
     free(stack.v);
+    if (hk) rc = hk->end(hk->ud, rc);
     dl_set_grad_enabled(prev_mode);
     return rc;
 }

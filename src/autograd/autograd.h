@@ -133,4 +133,23 @@ int dl_autograd_grad(int n, dl_tensor *const *roots, dl_tensor *const *grads, in
                      dl_tensor *const *inputs, dl_tensor **out, bool retain_graph,
                      bool allow_unused);
 
+/* --- gradient-ready hooks (src/dist's DistributedDataParallel reducer) ------ */
+/* Called by dl_backward (not dl_autograd_grad): begin before the graph is
+ * walked; leaf_edge once per edge into a leaf found in the graph (so a hook
+ * knows how many contributions a leaf will get); leaf_grad after each such
+ * edge's gradient was accumulated into leaf->grad (or found not needed), so
+ * the last call for a leaf means its .grad is final; end after the last node
+ * ran, with the engine's status (0 or -1), returning the status to report;
+ * node_done after every node (a communication library progresses there).
+ * Hooks run with grad mode off.  One set per process; NULL removes it. */
+typedef struct {
+    void (*begin)(void *ud);
+    void (*leaf_edge)(void *ud, dl_tensor *leaf);
+    int (*leaf_grad)(void *ud, dl_tensor *leaf);
+    int (*node_done)(void *ud);
+    int (*end)(void *ud, int status);
+    void *ud;
+} dl_autograd_hooks;
+void dl_autograd_set_hooks(const dl_autograd_hooks *h);
+
 #endif

@@ -11,6 +11,8 @@
 #   expect_bad NAME TEXT the last run was a user error: status 2 and exactly
 #                        one stderr line, containing TEXT
 #   finish               prints "N passed, N failed"; status 0 when none failed
+#   tiny_folder DIR N [SIDE]  an ImageFolder of 3 colour classes (red, green,
+#                        blue), N SIDExSIDE PNGs each (12), seeded; dies on failure
 #
 # ROOT is the source tree; TRAIN, PREDICT and EVAL the programs under scripts/.
 
@@ -64,4 +66,18 @@ expect_bad() {
 finish() {
     echo "$passed passed, $failed failed"
     [ "$failed" -eq 0 ]
+}
+
+tiny_folder() {
+    TINY_DIR=$1 TINY_N=$2 TINY_SIDE=${3:-12} "$DLUA" -e '
+local dir, n, side = os.getenv("TINY_DIR"), tonumber(os.getenv("TINY_N")), tonumber(os.getenv("TINY_SIDE"))
+dl.manual_seed(1)
+local colours = {red = {200, 40, 40}, green = {40, 200, 40}, blue = {40, 40, 200}}
+for name, c in pairs(colours) do
+  os.execute("mkdir -p " .. dir .. "/" .. name)
+  for i = 1, n do
+    local img = dl.rand(3, side, side):mul(80):add(dl.tensor(c):view(3, 1, 1):float()):sub(40):clamp(0, 255)
+    dl.image.save(img:to(dl.uint8), string.format("%s/%s/%02d.png", dir, name, i))
+  end
+end' || { echo "cannot make the tiny dataset" >&2; exit 1; }
 }

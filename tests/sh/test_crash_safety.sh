@@ -41,16 +41,7 @@ fail() { # (no single command's output to show here)
 }
 
 # --- a tiny ImageFolder and the uninterrupted run ---------------------------
-"$DLUA" -e '
-dl.manual_seed(1)
-local colours = {red = {200, 40, 40}, green = {40, 200, 40}, blue = {40, 40, 200}}
-for name, c in pairs(colours) do
-  os.execute("mkdir -p tiny/" .. name)
-  for i = 1, 8 do
-    local img = dl.rand(3, 10, 10):mul(80):add(dl.tensor(c):view(3, 1, 1):float()):sub(40):clamp(0, 255)
-    dl.image.save(img:to(dl.uint8), string.format("tiny/%s/%02d.png", name, i))
-  end
-end' || { echo "cannot make the tiny dataset" >&2; exit 1; }
+tiny_folder tiny 8 10
 
 COMMON=(--data tiny --arch tinycnn --image-size 8 --resize 8 --batch-size 4 --lr 0.05 --workers 1
         --threads 1 --log-every 1000 --seed 7 --epochs 40)

@@ -28,6 +28,9 @@ end
 -- true when v is a Module instance
 nn.is_module = Module.is_module
 
+-- DistributedDataParallel (lua/dl/nn/parallel.lua)
+nn.parallel = require "dl.nn.parallel"
+
 nn.utils = {}
 
 -- The number of parameter elements of a module ({trainable_only=true}: only

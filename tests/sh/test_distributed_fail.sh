@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# test_distributed_fail.sh - failures never hang: under mpirun -np 2 with a
+# 2-second collective timeout, a rank that stops issuing collectives, exits
+# or is killed mid-training ends the job non-zero within seconds, and the
+# message names the rank (and, for a timeout, the collective and its
+# number); DLUA_DIST_DEBUG=1 names the first rank issuing a different
+# collective; without the MPI plugin backend "mpi" fails with one line
+# saying what is missing.  (tests/dist/fail.lua)
+# Usage: bash test_distributed_fail.sh <path-to-dlua> [build-dir]
+DLUA=$(realpath "${1:?usage: test_distributed_fail.sh <path-to-dlua> [build-dir]}")
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "$0")/lib.sh"
+test_tmpdir distributed_fail
+
+# backend "mpi" without the plugin (as in a build without MPI): one line
+mkdir empty
+DLUA_DIST_PLUGIN_DIR=$TMP/empty run "$DLUA" -e 'local ok, e = pcall(dl.distributed.init_process_group, {backend = "mpi"})
+io.stderr:write(tostring(e), "\n") os.exit(ok and 0 or 2)'
+expect_bad "backend mpi without the plugin" 'backend "mpi" is not available: dlua_dist_mpi.so was not built'
+DLUA_DIST_PLUGIN_DIR=$TMP/empty run "$DLUA" "$TRAIN" --distributed --data "$TMP/empty"
+expect_bad "train_resnet --distributed without the plugin" "train_resnet: --distributed: init_process_group: backend \"mpi\" is not available"
+
+# the rest needs mpirun (without it, the checks above are the test)
+command -v mpirun >/dev/null || { echo "mpirun not found: the mpirun cases skipped"; finish; exit; }
+# shellcheck source-path=SCRIPTDIR source=dist_lib.sh
+source "$(dirname "$0")/dist_lib.sh"
+RUN_TIMEOUT=30
+FAIL="$ROOT/tests/dist/fail.lua"
+elapsed() { echo $(($(date +%s) - t0)); }
+
+t0=$(date +%s)
+DL_TEST_MODE=hang mpi 2 "$DLUA" "$FAIL"
+check "a rank that stops issuing collectives: the job fails" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
+check "  within the timeout ($(elapsed) s)" '[ $(elapsed) -le 15 ]'
+check "  naming rank, collective and number" '[[ "$err" == *"rank 0 of 2: collective #"*" (all_reduce) timed out after 2 s: rank 1 died or did not issue it"* ]]'
+
+t0=$(date +%s)
+DL_TEST_MODE=exit mpi 2 "$DLUA" "$FAIL"
+check "a rank that exits mid-training: the job fails" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
+check "  within the timeout ($(elapsed) s)" '[ $(elapsed) -le 15 ]'
+check "  naming the rank" '[[ "$err" == *"timed out after 2 s: rank 1 died"* ]]'
+
+t0=$(date +%s)
+DL_TEST_MODE=kill mpi 2 "$DLUA" "$FAIL"
+check "a rank killed mid-training: the job fails" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
+check "  within the timeout ($(elapsed) s)" '[ $(elapsed) -le 15 ]'
+check "  naming the rank" '[[ "$out$err" == *"rank 1"* ]]'
+
+DLUA_DIST_DEBUG=1 DL_TEST_MODE=debug mpi 2 "$DLUA" "$FAIL"
+check "DLUA_DIST_DEBUG names the first differing rank" '[ $rc -ne 0 ] && [ $rc -ne 124 ] && [[ "$err" == *"collective #1: rank 0 issued all_reduce(float32, 4 elements, 0) but rank 1 issued #1 broadcast("* ]] && [[ "$out" != *"not reached"* ]]'
+
+finish
