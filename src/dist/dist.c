@@ -381,7 +381,7 @@ static int work_finish(dl_dist_work *w) {
     if (!w->t) return 0;
     if (w->avg && G.info.size > 1) {
         dl_tensor *n = dl_tensor_scalar((double)G.info.size, w->stage->dtype);
-        int rc = n ? dl_div_(w->stage, n) : -1;
+        int rc = n ? dl_binary_(DL_BINARY_DIV, w->stage, n, 1) : -1;
         dl_tensor_release(n);
         if (rc) return -1;
     }
