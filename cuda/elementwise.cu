@@ -330,6 +330,13 @@ template <typename T> __device__ inline T unary_value(int op, T x) {
     case DL_UNARY_TANH: return tanh(x);
     case DL_UNARY_SIGMOID: return T(1) / (T(1) + exp(-x));
     case DL_UNARY_ERF: return erf(x);
+    case DL_UNARY_GELU: return x * T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
+    case DL_UNARY_GELU_TANH: {
+        const T beta = T(0.79788456080286535588), kappa = T(0.044715);
+        T inner = beta * (x + kappa * (x * x * x));
+        return T(0.5) * x * (T(1) + tanh(inner));
+    }
+    case DL_UNARY_SILU: return x / (T(1) + exp(-x));
     case DL_UNARY_FRAC: return x - trunc(x);
     default: return T(0);
     }

@@ -32,6 +32,8 @@ local OPS = {
   {"tanh", "tanh (1e7)", function() return x:tanh() end},
   {"erf", "erf (1e7)", function() return x:erf() end},
   {"sigmoid", "sigmoid (1e7)", function() return x:sigmoid() end},
+  {"gelu", "gelu (1e7)", function() return F.gelu(x) end},
+  {"silu", "silu (1e7)", function() return F.silu(x) end},
   {"sum", "sum() (1e7)", function() return x:sum() end},
   {"sum_dim", "sum(2) (4096x4096)", function() return m:sum(2) end},
   {"softmax", "softmax(-1) (64x256x384)", function() return F.softmax(s3, -1) end},

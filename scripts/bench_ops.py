@@ -29,6 +29,8 @@ OPS = [
     ("tanh", lambda: x.tanh()),
     ("erf", lambda: x.erf()),
     ("sigmoid", lambda: x.sigmoid()),
+    ("gelu", lambda: torch.nn.functional.gelu(x)),
+    ("silu", lambda: torch.nn.functional.silu(x)),
     ("sum", lambda: x.sum()),
     ("sum_dim", lambda: m.sum(1)),
     ("softmax", lambda: torch.softmax(s3, -1)),

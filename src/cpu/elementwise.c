@@ -352,6 +352,25 @@ static void binary_bool(char **data, const int64_t *strides, int64_t n, void *vc
 
 /* --- unary row functions ------------------------------------------------------ */
 
+/* GELU in PyTorch's order of operations (its CPU kernels round the same way). */
+static inline float gelu_f32(float x) {
+    return x * 0.5f * (1.0f + erff(x * (float)M_SQRT1_2));
+}
+static inline double gelu_f64(double x) {
+    return x * 0.5 * (1.0 + erf(x * M_SQRT1_2));
+}
+/* the tanh form: sqrt(2/pi) * (x + 0.044715 x^3) inside */
+static inline float gelu_tanh_f32(float x) {
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+    float inner = beta * (x + kappa * (x * x * x));
+    return 0.5f * x * (1.0f + tanhf(inner));
+}
+static inline double gelu_tanh_f64(double x) {
+    const double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
+    double inner = beta * (x + kappa * (x * x * x));
+    return 0.5 * x * (1.0 + tanh(inner));
+}
+
 static void unary_f32(char **data, const int64_t *strides, int64_t n, void *vctx) {
     if (dl_cpu_vec_unary_f32(*(const dl_unary_op *)vctx, data, strides, n)) return;
     switch (*(const dl_unary_op *)vctx) {
@@ -385,6 +404,9 @@ static void unary_f32(char **data, const int64_t *strides, int64_t n, void *vctx
     case DL_UNARY_TANH: LOOP_UNARY(float, float, tanhf(x)); break;
     case DL_UNARY_SIGMOID: LOOP_UNARY(float, float, 1.0f / (1.0f + expf(-x))); break;
     case DL_UNARY_ERF: LOOP_UNARY(float, float, erff(x)); break;
+    case DL_UNARY_GELU: LOOP_UNARY(float, float, gelu_f32(x)); break;
+    case DL_UNARY_GELU_TANH: LOOP_UNARY(float, float, gelu_tanh_f32(x)); break;
+    case DL_UNARY_SILU: LOOP_UNARY(float, float, x / (1.0f + expf(-x))); break;
     case DL_UNARY_FRAC: LOOP_UNARY(float, float, x - truncf(x)); break;
     case DL_UNARY_LOGICAL_NOT: LOOP_UNARY(uint8_t, float, x == 0); break;
     case DL_UNARY_ISNAN: LOOP_UNARY(uint8_t, float, x != x); break;
@@ -427,6 +449,9 @@ static void unary_f64(char **data, const int64_t *strides, int64_t n, void *vctx
     case DL_UNARY_TANH: LOOP_UNARY(double, double, tanh(x)); break;
     case DL_UNARY_SIGMOID: LOOP_UNARY(double, double, 1.0 / (1.0 + exp(-x))); break;
     case DL_UNARY_ERF: LOOP_UNARY(double, double, erf(x)); break;
+    case DL_UNARY_GELU: LOOP_UNARY(double, double, gelu_f64(x)); break;
+    case DL_UNARY_GELU_TANH: LOOP_UNARY(double, double, gelu_tanh_f64(x)); break;
+    case DL_UNARY_SILU: LOOP_UNARY(double, double, x / (1.0 + exp(-x))); break;
     case DL_UNARY_FRAC: LOOP_UNARY(double, double, x - trunc(x)); break;
     case DL_UNARY_LOGICAL_NOT: LOOP_UNARY(uint8_t, double, x == 0); break;
     case DL_UNARY_ISNAN: LOOP_UNARY(uint8_t, double, x != x); break;

@@ -28,8 +28,15 @@
 #include <string.h>
 
 /* How a vector function is finished: f(x) as it is, or sigmoid from
- * f = exp, or rsqrt from f = sqrt. */
-typedef enum { FIN_PLAIN, FIN_SIGMOID, FIN_RSQRT } finish_kind;
+ * f = exp, or rsqrt from f = sqrt, or the activations composed around one
+ * function: GELU from f = erf, its tanh form from f = tanh, SiLU from
+ * f = exp.  Each composition follows the scalar loop's (and PyTorch's)
+ * order of operations. */
+typedef enum { FIN_PLAIN, FIN_SIGMOID, FIN_RSQRT, FIN_GELU, FIN_GELU_TANH, FIN_SILU } finish_kind;
+
+#define GELU_ALPHA 0.70710678118654752440 /* 1 / sqrt(2) */
+#define GELU_BETA 0.79788456080286535588  /* sqrt(2 / pi) */
+#define GELU_KAPPA 0.044715
 
 /* --- which ISA ---------------------------------------------------------------------- */
 
@@ -98,6 +105,9 @@ AVX512 static f16_fn pick_f16(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_ERF: return Sleef_erff16_u10avx512f;
     case DL_UNARY_SQRT: return Sleef_sqrtf16_u05avx512f;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expf16_u10avx512f;
+    case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erff16_u10avx512f;
+    case DL_UNARY_GELU_TANH: *fin = FIN_GELU_TANH; return Sleef_tanhf16_u10avx512f;
+    case DL_UNARY_SILU: *fin = FIN_SILU; return Sleef_expf16_u10avx512f;
     case DL_UNARY_RSQRT: *fin = FIN_RSQRT; return Sleef_sqrtf16_u05avx512f;
     default: return NULL;
     }
@@ -108,6 +118,20 @@ AVX512 static inline __m512 apply_f16(f16_fn f, finish_kind fin, __m512 x) {
     switch (fin) {
     case FIN_SIGMOID: /* 1 / (1 + exp(-x)), as the scalar loop computes it */
         return _mm512_div_ps(one, _mm512_add_ps(one, f(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+    case FIN_GELU: /* x * 0.5 * (1 + erf(x / sqrt(2))) */
+        return _mm512_mul_ps(
+            _mm512_mul_ps(x, _mm512_set1_ps((float)0.5)),
+            _mm512_add_ps(one, f(_mm512_mul_ps(x, _mm512_set1_ps((float)GELU_ALPHA)))));
+    case FIN_GELU_TANH: { /* 0.5 * x * (1 + tanh(beta * (x + kappa * x^3))) */
+        __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
+        __m512 inner =
+            _mm512_mul_ps(_mm512_set1_ps((float)GELU_BETA),
+                          _mm512_add_ps(x, _mm512_mul_ps(_mm512_set1_ps((float)GELU_KAPPA), x3)));
+        return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps((float)0.5), x),
+                             _mm512_add_ps(one, f(inner)));
+    }
+    case FIN_SILU: /* x / (1 + exp(-x)) */
+        return _mm512_div_ps(x, _mm512_add_ps(one, f(_mm512_sub_ps(_mm512_setzero_ps(), x))));
     case FIN_RSQRT: return _mm512_div_ps(one, f(x));
     default: return f(x);
     }
@@ -184,15 +208,32 @@ AVX512 static d8_fn pick_d8(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_TANH: return Sleef_tanhd8_u10avx512f;
     case DL_UNARY_ERF: return Sleef_erfd8_u10avx512f;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expd8_u10avx512f;
+    case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erfd8_u10avx512f;
+    case DL_UNARY_GELU_TANH: *fin = FIN_GELU_TANH; return Sleef_tanhd8_u10avx512f;
+    case DL_UNARY_SILU: *fin = FIN_SILU; return Sleef_expd8_u10avx512f;
     default: return NULL; /* sqrt and rsqrt: libm's loops are exact enough and vectorise */
     }
 }
 
 AVX512 static inline __m512d apply_d8(d8_fn f, finish_kind fin, __m512d x) {
     const __m512d one = _mm512_set1_pd(1.0);
-    if (fin == FIN_SIGMOID)
+    switch (fin) {
+    case FIN_SIGMOID:
         return _mm512_div_pd(one, _mm512_add_pd(one, f(_mm512_sub_pd(_mm512_setzero_pd(), x))));
-    return f(x);
+    case FIN_GELU: /* x * 0.5 * (1 + erf(x / sqrt(2))) */
+        return _mm512_mul_pd(_mm512_mul_pd(x, _mm512_set1_pd(0.5)),
+                             _mm512_add_pd(one, f(_mm512_mul_pd(x, _mm512_set1_pd(GELU_ALPHA)))));
+    case FIN_GELU_TANH: { /* 0.5 * x * (1 + tanh(beta * (x + kappa * x^3))) */
+        __m512d x3 = _mm512_mul_pd(_mm512_mul_pd(x, x), x);
+        __m512d inner =
+            _mm512_mul_pd(_mm512_set1_pd(GELU_BETA),
+                          _mm512_add_pd(x, _mm512_mul_pd(_mm512_set1_pd(GELU_KAPPA), x3)));
+        return _mm512_mul_pd(_mm512_mul_pd(_mm512_set1_pd(0.5), x), _mm512_add_pd(one, f(inner)));
+    }
+    case FIN_SILU: /* x / (1 + exp(-x)) */
+        return _mm512_div_pd(x, _mm512_add_pd(one, f(_mm512_sub_pd(_mm512_setzero_pd(), x))));
+    default: return f(x);
+    }
 }
 
 AVX512 static bool run_f64_avx512(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
@@ -250,6 +291,9 @@ AVX2 static f8_fn pick_f8(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_ERF: return Sleef_erff8_u10avx2;
     case DL_UNARY_SQRT: return Sleef_sqrtf8_u05avx2;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expf8_u10avx2;
+    case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erff8_u10avx2;
+    case DL_UNARY_GELU_TANH: *fin = FIN_GELU_TANH; return Sleef_tanhf8_u10avx2;
+    case DL_UNARY_SILU: *fin = FIN_SILU; return Sleef_expf8_u10avx2;
     case DL_UNARY_RSQRT: *fin = FIN_RSQRT; return Sleef_sqrtf8_u05avx2;
     default: return NULL;
     }
@@ -260,6 +304,20 @@ AVX2 static inline __m256 apply_f8(f8_fn f, finish_kind fin, __m256 x) {
     switch (fin) {
     case FIN_SIGMOID:
         return _mm256_div_ps(one, _mm256_add_ps(one, f(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+    case FIN_GELU: /* x * 0.5 * (1 + erf(x / sqrt(2))) */
+        return _mm256_mul_ps(
+            _mm256_mul_ps(x, _mm256_set1_ps((float)0.5)),
+            _mm256_add_ps(one, f(_mm256_mul_ps(x, _mm256_set1_ps((float)GELU_ALPHA)))));
+    case FIN_GELU_TANH: { /* 0.5 * x * (1 + tanh(beta * (x + kappa * x^3))) */
+        __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+        __m256 inner =
+            _mm256_mul_ps(_mm256_set1_ps((float)GELU_BETA),
+                          _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps((float)GELU_KAPPA), x3)));
+        return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps((float)0.5), x),
+                             _mm256_add_ps(one, f(inner)));
+    }
+    case FIN_SILU: /* x / (1 + exp(-x)) */
+        return _mm256_div_ps(x, _mm256_add_ps(one, f(_mm256_sub_ps(_mm256_setzero_ps(), x))));
     case FIN_RSQRT: return _mm256_div_ps(one, f(x));
     default: return f(x);
     }
@@ -329,15 +387,32 @@ AVX2 static d4_fn pick_d4(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_TANH: return Sleef_tanhd4_u10avx2;
     case DL_UNARY_ERF: return Sleef_erfd4_u10avx2;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expd4_u10avx2;
+    case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erfd4_u10avx2;
+    case DL_UNARY_GELU_TANH: *fin = FIN_GELU_TANH; return Sleef_tanhd4_u10avx2;
+    case DL_UNARY_SILU: *fin = FIN_SILU; return Sleef_expd4_u10avx2;
     default: return NULL;
     }
 }
 
 AVX2 static inline __m256d apply_d4(d4_fn f, finish_kind fin, __m256d x) {
     const __m256d one = _mm256_set1_pd(1.0);
-    if (fin == FIN_SIGMOID)
+    switch (fin) {
+    case FIN_SIGMOID:
         return _mm256_div_pd(one, _mm256_add_pd(one, f(_mm256_sub_pd(_mm256_setzero_pd(), x))));
-    return f(x);
+    case FIN_GELU: /* x * 0.5 * (1 + erf(x / sqrt(2))) */
+        return _mm256_mul_pd(_mm256_mul_pd(x, _mm256_set1_pd(0.5)),
+                             _mm256_add_pd(one, f(_mm256_mul_pd(x, _mm256_set1_pd(GELU_ALPHA)))));
+    case FIN_GELU_TANH: { /* 0.5 * x * (1 + tanh(beta * (x + kappa * x^3))) */
+        __m256d x3 = _mm256_mul_pd(_mm256_mul_pd(x, x), x);
+        __m256d inner =
+            _mm256_mul_pd(_mm256_set1_pd(GELU_BETA),
+                          _mm256_add_pd(x, _mm256_mul_pd(_mm256_set1_pd(GELU_KAPPA), x3)));
+        return _mm256_mul_pd(_mm256_mul_pd(_mm256_set1_pd(0.5), x), _mm256_add_pd(one, f(inner)));
+    }
+    case FIN_SILU: /* x / (1 + exp(-x)) */
+        return _mm256_div_pd(x, _mm256_add_pd(one, f(_mm256_sub_pd(_mm256_setzero_pd(), x))));
+    default: return f(x);
+    }
 }
 
 AVX2 static bool run_f64_avx2(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {

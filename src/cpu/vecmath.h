@@ -1,6 +1,7 @@
 /* vecmath.h (cpu) - vectorised transcendental functions for the elementwise
- * family's unary row loops (exp, log, tanh, sigmoid, erf, sin, ...): SLEEF's
- * u10 kernels (within 1 ulp) on AVX-512 or AVX2, picked once from the CPU.
+ * family's unary row loops (exp, log, tanh, sigmoid, erf, sin, ...; gelu and
+ * silu composed around erf, tanh or exp): SLEEF's u10 kernels (within 1 ulp)
+ * on AVX-512 or AVX2, picked once from the CPU.
  * `DLUA_CPU_VECMATH=0` in the environment turns them off (libm's scalar
  * loops run instead), `=avx2` keeps to AVX2 on an AVX-512 CPU: for A/B
  * measurements and for testing both paths on one machine. */

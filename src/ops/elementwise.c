@@ -96,6 +96,9 @@ static const char *const unary_names[DL_UNARY_COUNT] = {
     [DL_UNARY_TANH] = "tanh",
     [DL_UNARY_SIGMOID] = "sigmoid",
     [DL_UNARY_ERF] = "erf",
+    [DL_UNARY_GELU] = "gelu",
+    [DL_UNARY_GELU_TANH] = "gelu",
+    [DL_UNARY_SILU] = "silu",
     [DL_UNARY_FRAC] = "frac",
     [DL_UNARY_LOGICAL_NOT] = "logical_not",
     [DL_UNARY_ISNAN] = "isnan",
@@ -809,6 +812,7 @@ static int unary_fwd_(dl_unary_op op, dl_tensor *self) {
 
 /* --- unary: backward formulas and recording ---------------------------------------------- */
 
+/* clang-format off */
 static const char *const unary_grad_names[DL_UNARY_COUNT] = {
     [DL_UNARY_NEG] = "NegBackward",
     [DL_UNARY_ABS] = "AbsBackward",
@@ -840,12 +844,16 @@ static const char *const unary_grad_names[DL_UNARY_COUNT] = {
     [DL_UNARY_TANH] = "TanhBackward",
     [DL_UNARY_SIGMOID] = "SigmoidBackward",
     [DL_UNARY_ERF] = "ErfBackward",
+    [DL_UNARY_GELU] = "GeluBackward",
+    [DL_UNARY_GELU_TANH] = "GeluBackward", /* one node for both forms, as PyTorch */
+    [DL_UNARY_SILU] = "SiluBackward",
     [DL_UNARY_FRAC] = "FracBackward",
     [DL_UNARY_LOGICAL_NOT] = "LogicalNotBackward",
     [DL_UNARY_ISNAN] = "IsnanBackward",
     [DL_UNARY_ISINF] = "IsinfBackward",
     [DL_UNARY_ISFINITE] = "IsfiniteBackward",
 };
+/* clang-format on */
 
 /* What a unary backward reads (saved in slot 0): the input x, the result r,
  * or nothing. */
@@ -866,7 +874,10 @@ static int unary_saves(dl_unary_op op) {
     case DL_UNARY_ATAN:
     case DL_UNARY_SINH:
     case DL_UNARY_COSH:
-    case DL_UNARY_ERF: return SAVES_INPUT;
+    case DL_UNARY_ERF:
+    case DL_UNARY_GELU:
+    case DL_UNARY_GELU_TANH:
+    case DL_UNARY_SILU: return SAVES_INPUT;
     case DL_UNARY_RELU:
     case DL_UNARY_EXP:
     case DL_UNARY_EXP2:
@@ -949,6 +960,36 @@ static int unary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
         dl_tensor *e =
             sc_un(S, DL_UNARY_EXP, sc_un(S, DL_UNARY_NEG, sc_bin(S, DL_BINARY_MUL, x, x)));
         gx = sc_bin(S, DL_BINARY_MUL, sc_mulc(S, e, M_2_SQRTPI), g);
+        break;
+    }
+    case DL_UNARY_GELU: { /* g * (cdf + x * pdf), PyTorch's GeluBackward */
+        dl_tensor *cdf =
+            sc_mulc(S, sc_addc(S, sc_un(S, DL_UNARY_ERF, sc_mulc(S, x, M_SQRT1_2)), 1), 0.5);
+        dl_tensor *e = sc_un(S, DL_UNARY_EXP, sc_mulc(S, sc_bin(S, DL_BINARY_MUL, x, x), -0.5));
+        dl_tensor *pdf = sc_mulc(S, e, M_2_SQRTPI * M_SQRT1_2 * 0.5);
+        gx = sc_bin(S, DL_BINARY_MUL, g,
+                    sc_bin(S, DL_BINARY_ADD, cdf, sc_bin(S, DL_BINARY_MUL, x, pdf)));
+        break;
+    }
+    case DL_UNARY_GELU_TANH: { /* PyTorch's GeluBackward with approximate="tanh" */
+        const double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
+        dl_tensor *x2 = sc_bin(S, DL_BINARY_MUL, x, x);
+        dl_tensor *x3 = sc_bin(S, DL_BINARY_MUL, x2, x);
+        dl_tensor *inner = sc_mulc(S, sc_bin(S, DL_BINARY_ADD, x, sc_mulc(S, x3, kappa)), beta);
+        dl_tensor *t = sc_un(S, DL_UNARY_TANH, inner);
+        dl_tensor *left_d = sc_mulc(S, sc_addc(S, t, 1), 0.5); /* 0.5 * (1 + t) */
+        dl_tensor *tanh_d = sc_addc(S, sc_un(S, DL_UNARY_NEG, sc_bin(S, DL_BINARY_MUL, t, t)), 1);
+        dl_tensor *inner_d = sc_mulc(S, sc_addc(S, sc_mulc(S, x2, 3 * kappa), 1), beta);
+        dl_tensor *right_d =
+            sc_bin(S, DL_BINARY_MUL, sc_bin(S, DL_BINARY_MUL, sc_mulc(S, x, 0.5), tanh_d), inner_d);
+        gx = sc_bin(S, DL_BINARY_MUL, g, sc_bin(S, DL_BINARY_ADD, left_d, right_d));
+        break;
+    }
+    case DL_UNARY_SILU: { /* g * s * (1 + x * (1 - s)), s = sigmoid(x) */
+        dl_tensor *sg = sc_un(S, DL_UNARY_SIGMOID, x);
+        dl_tensor *one_minus = sc_addc(S, sc_un(S, DL_UNARY_NEG, sg), 1);
+        dl_tensor *d = sc_addc(S, sc_bin(S, DL_BINARY_MUL, x, one_minus), 1);
+        gx = sc_bin(S, DL_BINARY_MUL, sc_bin(S, DL_BINARY_MUL, g, sg), d);
         break;
     }
     case DL_UNARY_FRAC: gx = g; break;

@@ -1,6 +1,10 @@
 -- test_activation_torch.lua - relu's kernels (dl._nn.relu_forward /
 -- relu_backward) against PyTorch, bit-exact, in float32, float64 and
--- bfloat16.  Python draws the inputs and computes torch's results.
+-- bfloat16; gelu (both forms) and silu through dl._F against
+-- torch.nn.functional, values and input gradients to a dtype's rounding,
+-- including the edge values (0, -0, +-large, +-inf, NaN) and rows long
+-- enough for the vector kernels and their tails.  Python draws the inputs
+-- and computes torch's results.
 local T = require "testlib"
 local nn = dl._nn
 
@@ -19,15 +23,51 @@ for dt in (torch.float32, torch.float64, torch.bfloat16):
     gx, = torch.autograd.grad(y, xr, g)
     add(op="relu", x=x, y=y, g=g, gx=gx)
 
+# --- gelu (both forms) and silu: values and input gradients ------------------------------------
+edge = [0.0, -0.0, 1.0, -1.0, 0.5, -0.75, 3.5, -3.5, 9.0, -9.0, 20.0, -20.0, 88.0, -88.0,
+        1e6, -1e6, 1e30, -1e30, float("inf"), float("-inf"), float("nan"), 1e-30, -1e-30]
+for dt in (torch.float32, torch.float64):
+    for x in (torch.tensor(edge, dtype=dt), mk((5, 37), dt, 3.0), mk((3, 16), dt, 10.0)):
+        for op, f in (("gelu", lambda t: F.gelu(t)),
+                      ("gelu_tanh", lambda t: F.gelu(t, approximate="tanh")),
+                      ("silu", F.silu)):
+            xr = leaf(x)
+            y = f(xr)
+            g = mk(y.shape, dt)
+            gx, = torch.autograd.grad(y, xr, g)
+            add(op=op, x=x, y=y.detach(), g=g, gx=gx)
+    # a strided view (the gathered path of the vector kernels)
+    xb = mk((6, 9), dt, 4.0)
+    for op, approx in (("gelu", "none"), ("gelu_tanh", "tanh")):
+        add(op=op + "_T", x=xb, y=F.gelu(xb.t(), approximate=approx))
+    add(op="silu_T", x=xb, y=F.silu(xb.t()))
+
 emit(cases)
 ]==])
 
-T.oracle_cases(data, T.torch_tol, {"relu"}, function(c, rtol, atol, msg)
+local F = dl._F
+local act = {
+  gelu = function(x) return F.gelu(x) end,
+  gelu_tanh = function(x) return F.gelu(x, {approximate = "tanh"}) end,
+  silu = function(x) return F.silu(x) end,
+}
+
+T.oracle_cases(data, T.torch_tol, {"relu", "gelu", "gelu_tanh", "silu", "gelu_T", "gelu_tanh_T",
+  "silu_T"}, function(c, rtol, atol, msg)
   if c.op == "relu" then
     local x = T.from_torch(c.x)
     local y = nn.relu_forward(x)
     T.match_torch(y, c.y, 0, 0, msg .. " forward")
     T.match_torch(nn.relu_backward(T.from_torch(c.g), y), c.gx, 0, 0, msg .. " backward")
+  elseif act[c.op] then
+    local x = T.from_torch(c.x):requires_grad_()
+    local y = act[c.op](x)
+    T.match_torch(y, c.y, rtol, atol, msg .. " forward")
+    local gx = dl.autograd.grad(y, {x}, {grad_outputs = {T.from_torch(c.g)}})[1]
+    T.match_torch(gx, c.gx, rtol, atol, msg .. " input gradient")
+  elseif c.op:match("_T$") then
+    local x = T.from_torch(c.x):t()
+    T.match_torch(act[c.op:sub(1, -3)](x), c.y, rtol, atol, msg .. " strided forward")
   else
     error("unknown case " .. c.op)
   end

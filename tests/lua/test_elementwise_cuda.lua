@@ -189,6 +189,8 @@ local function all_unary(x)
   for _, op in ipairs(UNARY_POS) do r[op] = pos[op](pos) end
   for _, op in ipairs(UNARY_UNIT) do r[op] = unit[op](unit) end
   r.log_neg = x:log()  -- NaN where negative, -inf at 0
+  r.gelu, r.silu = dl._F.gelu(x), dl._F.silu(x)
+  r.gelu_tanh = dl._F.gelu(x, {approximate = "tanh"})
   return r
 end
 

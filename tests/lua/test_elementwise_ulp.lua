@@ -4,7 +4,12 @@
 -- random and edge inputs (0, -0, subnormals, +-inf, NaN, large magnitudes;
 -- sigmoid and rsqrt, formulas over exp and sqrt, within 2),
 -- NaN/inf/signed zero as C99 (and PyTorch) give them, the same bits in every
--- layout and row split, and float64 results within 1e-15 relative.
+-- layout and row split, and float64 results within 1e-15 relative.  The
+-- activations composed around one vector function (gelu over erf, its tanh
+-- form over tanh, silu over exp) are checked against the same float64
+-- formula run by libm, within a few ulp plus the cancellation in 1 + erf
+-- (1 + tanh) that PyTorch's formula has too, and for their bits in every
+-- layout.
 -- The reference runs in a child dlua with DLUA_CPU_VECMATH=0 (libm's scalar
 -- loops), so it shares no code with the kernels under test.
 local T = require "testlib"
@@ -39,6 +44,8 @@ f:write(string.format([[
 local x = dl.load(%q).x:double()
 local out = {}
 for _, op in ipairs({%s}) do out[op] = x[op](x) end
+out.gelu, out.silu = dl._F.gelu(x), dl._F.silu(x)
+out.gelu_tanh = dl._F.gelu(x, {approximate = "tanh"})
 dl.save(%q, out)
 ]], inpath, '"' .. table.concat(OPS, '", "') .. '"', refpath))
 f:close()
@@ -112,6 +119,55 @@ T.case("same bits in every layout and row split", function()
     local one = flat[op](flat)
     dl.set_num_threads(old)
     T.same_bits(one, want, op .. " on one thread")
+  end
+end)
+
+local ACTS = {
+  gelu = function(t) return dl._F.gelu(t) end,
+  gelu_tanh = function(t) return dl._F.gelu(t, {approximate = "tanh"}) end,
+  silu = function(t) return dl._F.silu(t) end,
+}
+
+-- |got - ref| within ulps of the result plus slack * |x| (the absolute
+-- error of 1 + erf or 1 + tanh, scaled by 0.5 x); NaN and infinities equal.
+local function check_act(name, y, r, x, ulps, slack, eps)
+  local ys, rs, xs = y:tolist(), r:tolist(), x:tolist()
+  for i = 1, #ys do
+    local a, b = ys[i], rs[i]
+    if b ~= b or a ~= a or math.abs(b) == math.huge or math.abs(a) == math.huge then
+      T.truthy((a ~= a and b ~= b) or a == b, string.format("%s(%.9g): got %.9g, expected %.9g", name, xs[i], a, b))
+    else
+      local unit = eps and eps * math.abs(b) or math.max(ulp_of(b), 2 ^ -126)
+      local bar = ulps * unit + slack * math.abs(xs[i])
+      if math.abs(a - b) > bar then
+        T.fail(string.format("%s(%.9g): got %.17g, float64 %.17g", name, xs[i], a, b))
+      end
+    end
+  end
+end
+
+for name, fn in pairs(ACTS) do
+  T.case("float32 " .. name .. " near the float64 formula", function()
+    -- the float32 reference rounded once, so ulps count from it
+    local ulps = name == "silu" and 4 or 3
+    check_act(name, fn(x32), ref[name]:float(), x32, ulps, name == "silu" and 0 or 2.5e-7)
+  end)
+  T.case("float64 " .. name .. " near libm's", function()
+    local x = x32:double()
+    check_act(name, fn(x), ref[name], x, 4, name == "silu" and 0 or 4e-16, 2.2e-16)
+  end)
+end
+
+T.case("gelu, gelu tanh, silu: same bits in every layout and row split", function()
+  local n = x32:numel() - x32:numel() % 60
+  local flat = x32:narrow(1, 1, n)
+  local m = flat:view(60, n // 60)
+  for name, fn in pairs(ACTS) do
+    local want = fn(flat)
+    local tr = m:t():contiguous():t()
+    T.same_bits(fn(tr):contiguous():view(n), want, name .. " on a transposed layout")
+    local part = flat:narrow(1, 8, 37)
+    T.same_bits(fn(part), want:narrow(1, 8, 37), name .. " on an offset slice")
   end
 end)
 

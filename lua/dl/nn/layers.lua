@@ -1,4 +1,4 @@
--- dl.nn layers: Linear, Conv2d, BatchNorm1d/2d, ReLU, MaxPool2d, AvgPool2d,
+-- dl.nn layers: Linear, Conv2d, BatchNorm1d/2d, ReLU, GELU, SiLU, MaxPool2d, AvgPool2d,
 -- AdaptiveAvgPool2d, Dropout, Flatten, Identity, Softmax, LogSoftmax.
 --
 -- Constructors take PyTorch's positional arguments and a trailing options
@@ -292,6 +292,38 @@ function L.ReLU:forward(x)
   return F.relu(check_input(x, "ReLU"), {inplace = self.inplace})
 end
 function L.ReLU:extra_repr()
+  return self.inplace and "inplace=True" or ""
+end
+
+-- GELU({approximate="none"}): x * Phi(x); approximate="tanh" is the tanh form
+L.GELU = Module:extend("GELU")
+function L.GELU:__init(opts)
+  opts = util.check_options(opts, "GELU", {"approximate"})
+  local a = opts.approximate
+  if a == nil then a = "none" end
+  if a ~= "none" and a ~= "tanh" then
+    fail("GELU: approximate must be 'none' or 'tanh', got %s", type(a) == "string" and ("'" .. a .. "'") or type(a))
+  end
+  self.approximate = a
+end
+function L.GELU:forward(x)
+  return F.gelu(check_input(x, "GELU"), {approximate = self.approximate})
+end
+function L.GELU:extra_repr()
+  return "approximate='" .. self.approximate .. "'"
+end
+
+-- SiLU({inplace=false}) or SiLU(true): x * sigmoid(x)
+L.SiLU = Module:extend("SiLU")
+function L.SiLU:__init(opts)
+  if type(opts) == "boolean" then opts = {inplace = opts} end
+  opts = util.check_options(opts, "SiLU", {"inplace"})
+  self.inplace = util.opt_bool(opts.inplace, false, "SiLU", "inplace")
+end
+function L.SiLU:forward(x)
+  return F.silu(check_input(x, "SiLU"), {inplace = self.inplace})
+end
+function L.SiLU:extra_repr()
   return self.inplace and "inplace=True" or ""
 end
 
