@@ -11,8 +11,12 @@
  *    any thread count;
  *  - NaN, infinities and signed zeros follow C99 Annex F (SLEEF's contract),
  *    which is what PyTorch's vectorised CPU kernels return too;
- *  - without AVX2 nothing here runs: the callers' libm loops do. */
+ *  - without AVX2 nothing here runs: the callers' libm loops do; nor with a
+ *    compiler other than GCC on x86-64 (the per-ISA declarations of sleef.h
+ *    need GCC's target pragma; clang builds only the fuzz targets). */
 #include "cpu/vecmath.h"
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 
 /* sleef.h declares each ISA's functions only where the compiler targets that
  * ISA; the file as a whole stays baseline x86-64 (the kernels below carry
@@ -459,3 +463,21 @@ bool dl_cpu_vec_unary_f64(dl_unary_op op, char **data, const int64_t *strides, i
 bool dl_cpu_vec_available(void) {
     return cpu_isa() == ISA_AVX512 || cpu_isa() == ISA_AVX2;
 }
+
+#else /* no vector kernels: the callers' loops run */
+
+bool dl_cpu_vec_unary_f32(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
+    (void)op, (void)data, (void)strides, (void)n;
+    return false;
+}
+
+bool dl_cpu_vec_unary_f64(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
+    (void)op, (void)data, (void)strides, (void)n;
+    return false;
+}
+
+bool dl_cpu_vec_available(void) {
+    return false;
+}
+
+#endif
