@@ -85,6 +85,14 @@ deb $mirror bookworm-updates main
 deb $security bookworm-security main
 EOF
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+# The host's TLS trust for pip (the tests fetch TensorBoard's reader from
+# PyPI): a network that intercepts TLS has its own CA in the host's bundle,
+# which a fresh system lacks; on a plain network the bundle adds nothing.
+pip_cert=
+host_ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+if [ -f "$host_ca" ]; then
+  cp "$host_ca" "$root/etc/dlua-host-ca.crt" && pip_cert=/etc/dlua-host-ca.crt
+fi
 
 mnt "$root/proc" -t proc proc || exit 1
 mnt "$root/sys" -t sysfs sysfs || exit 1
@@ -99,14 +107,14 @@ fi
 say "cloned $(git -C "$repo" rev-parse --short HEAD) into the root"
 
 # in_root NAME COMMAND: runs COMMAND in the clone inside the chroot as root,
-# with a clean environment; prints its last lines and its status.
+# with a clean environment (PIP_CERT aside); prints its last lines and status.
 status=0
 results=()
 in_root() {
   local name=$1 cmd=$2 out=$root/root/$1.log t0 rc
   t0=$(date +%s)
   say "[$name] $cmd"
-  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 ${pip_cert:+PIP_CERT=$pip_cert} \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     /bin/bash -c "cd /root/dlua && $cmd" >"$out" 2>&1 </dev/null
   rc=$?
