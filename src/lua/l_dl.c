@@ -206,9 +206,9 @@ static void push_lua_root(lua_State *L) {
 static int module_index(lua_State *L) {
     const char *k = lua_tostring(L, 2);
     if (!k) return 0;
-    static const char *const lazy[] = {"nn",       "optim", "data",  "transforms", "models",
-                                       "util",     "image", "autograd", "amp", "utils",
-                                       "distributed", NULL};
+    static const char *const lazy[] = {"nn",     "optim", "data",        "transforms",
+                                       "models", "util",  "image",       "autograd",
+                                       "amp",    "utils", "distributed", NULL};
     for (int i = 0; lazy[i]; i++)
         if (strcmp(k, lazy[i]) == 0) {
             lua_getglobal(L, "require");
