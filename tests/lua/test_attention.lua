@@ -202,4 +202,77 @@ T.case("a mask modified in place before backward is reported", function()
   T.raises(function() y:sum():backward() end, "modified by an in-place operation")
 end)
 
+-- --- nn.MultiheadAttention ------------------------------------------------------------------
+
+T.case("MultiheadAttention parameters, state_dict names, printing", function()
+  local m = dl.nn.MultiheadAttention(8, 2, {kdim = 6, vdim = 4, add_bias_kv = true})
+  local names = {}
+  for k, v in pairs(m:state_dict()) do names[#names + 1] = k .. " " .. T.fmt(v.shape) end
+  T.eq(table.concat(names, ", "), "q_proj_weight {8, 8}, k_proj_weight {8, 6}, v_proj_weight {8, 4}, " ..
+    "in_proj_bias {24}, bias_k {1, 1, 8}, bias_v {1, 1, 8}, out_proj.weight {8, 8}, out_proj.bias {8}")
+  T.eq(m.in_proj_weight, nil)
+  T.eq(m.head_dim, 4)
+  T.eq(tostring(dl.nn.MultiheadAttention(8, 2, {bias = false})), "MultiheadAttention(\n" ..
+    "  (out_proj): NonDynamicallyQuantizableLinear(in_features=8, out_features=8, bias=False)\n)")
+  -- PyTorch's initialisation: zero biases, xavier-bounded projections
+  local s = dl.nn.MultiheadAttention(16, 4)
+  T.eq(s.in_proj_bias:abs():sum():item(), 0)
+  T.eq(s.out_proj.bias:abs():sum():item(), 0)
+  T.truthy(s.in_proj_weight:abs():max():item() <= math.sqrt(6 / (16 + 48)), "xavier_uniform_ bound")
+end)
+
+T.case("MultiheadAttention: the fused path equals the weights path; dropout only in training", function()
+  local m = dl.nn.MultiheadAttention(16, 4, {dropout = 0.5, batch_first = true})
+  local x = T.randn(3, 7, 16, {seed = 10})
+  local pad = dl.zeros(3, 7):bool()
+  pad[1][7]:fill_(true)
+  m:eval()
+  local a, w = m(x, x, x, {key_padding_mask = pad})
+  local b, none = m(x, x, x, {key_padding_mask = pad, need_weights = false})
+  T.close(b, a, 1e-5)
+  T.eq(none, nil)
+  T.shape_eq(w, {3, 7, 7})
+  T.close(w:sum(-1), dl.ones(3, 7), 1e-6)
+  T.eq(w[1][3][7]:item(), 0) -- the padded key
+  local c = m(x, x, x, {is_causal = true, need_weights = false})
+  local d = m(x, x, x, {attn_mask = dl.ones(7, 7):bool():triu(1)})
+  T.close(c, d, 1e-5)
+  m:train()
+  dl.manual_seed(3)
+  local t1 = m(x, x, x, {need_weights = false})
+  dl.manual_seed(3)
+  local t2 = m(x, x, x, {need_weights = false})
+  T.same_bits(t1, t2, "dropout reproducible by seed")
+  T.truthy((t1 - b):abs():max():item() > 1e-3, "dropout changes the output in training")
+  local _, wt = m(x, x, x)
+  T.truthy((wt:sum(-1) - 1):abs():max():item() > 1e-3, "dropped weights no longer sum to 1")
+end)
+
+T.case("MultiheadAttention bad input", function()
+  T.raises(function() dl.nn.MultiheadAttention(10, 3) end,
+    "MultiheadAttention: embed_dim (10) must be divisible by num_heads (3)")
+  T.raises(function() dl.nn.MultiheadAttention(8, 2, {dropuot = 0.1}) end, "unknown option 'dropuot'")
+  T.raises(function() dl.nn.MultiheadAttention(8, 2, {dropout = 2}) end, "dropout must be in [0, 1]")
+  local m = dl.nn.MultiheadAttention(8, 2, {kdim = 6})
+  local q, k, v = dl.randn(5, 2, 8), dl.randn(7, 2, 6), dl.randn(7, 2, 8)
+  T.raises(function() m(dl.randn(5, 2, 4), k, v) end, "was expecting embedding dimension of 8, but got 4")
+  T.raises(function() m(q, dl.randn(7, 2, 8), v) end, "key has 8 features, expected kdim = 6")
+  T.raises(function() m(q, k, dl.randn(7, 2, 6)) end, "value has 6 features, expected vdim = 8")
+  T.raises(function() m(q, dl.randn(7, 3, 6), dl.randn(7, 3, 8)) end, "one batch size")
+  T.raises(function() m(q, k, dl.randn(6, 2, 8)) end, "key has 7 positions, value has 6")
+  T.raises(function() m(q, dl.randn(0, 2, 6), dl.randn(0, 2, 8)) end, "empty key sequence")
+  T.raises(function() m(dl.randn(8), k, v) end, "query should be unbatched 2D or batched 3D")
+  T.raises(function() m(q, k[1], v) end, "expected key and value to be 3D")
+  T.raises(function() m(q, k, v, {attn_mask = dl.ones(5, 6):bool()}) end,
+    "the shape of the 2D attn_mask is [5, 6], but should be [5, 7]")
+  T.raises(function() m(q, k, v, {attn_mask = dl.ones(2, 5, 7)}) end,
+    "the shape of the 3D attn_mask is [2, 5, 7], but should be [4, 5, 7]")
+  T.raises(function() m(q, k, v, {key_padding_mask = dl.ones(2, 6):bool()}) end,
+    "expected key_padding_mask of shape [2, 7], got [2, 6]")
+  T.raises(function() m(q, k, v, {key_padding_mask = dl.ones(2, 7):long()}) end,
+    "only bool and floating types of key_padding_mask are supported")
+  T.raises(function() m(q, k, v, {need_weight = false}) end, "unknown option 'need_weight'")
+  T.shape_eq(m(q, k, v), {5, 2, 8}) -- still healthy
+end)
+
 T.done()

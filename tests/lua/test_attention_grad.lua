@@ -4,7 +4,8 @@
 -- masks, batch dims that broadcast (k, v shared across a dim), an explicit
 -- scale, dropout (the seed reset inside the function, so every evaluation
 -- draws the same mask), and a sequence longer than one 64-row tile with a
--- ragged last tile.
+-- ragged last tile; nn.MultiheadAttention's inputs and projection weights
+-- through both of its paths (the weights path and the fused one).
 local T = require "testlib"
 local F = dl.nn.functional
 
@@ -61,6 +62,20 @@ end)
 T.case("gradcheck across tiles", function()
   dl.manual_seed(6)
   check("long causal", {1, 70, 2}, {1, 70, 2}, {1, 70, 1}, {is_causal = true})
+end)
+
+T.case("gradcheck MultiheadAttention", function()
+  dl.manual_seed(7)
+  for _, nw in ipairs({true, false}) do
+    local m = dl.nn.MultiheadAttention(4, 2, {dtype = dl.float64, add_bias_kv = true})
+    local q, k, v = leaf(3, 2, 4), leaf(5, 2, 4), leaf(5, 2, 4)
+    local pad = dl.tensor({{false, false, true, false, false}, {false, false, false, false, true}})
+    T.gradcheck(function(a, b, c)
+      local out, w = m(a, b, c, {key_padding_mask = pad, need_weights = nw})
+      return w and out + w:sum() or out
+    end, {q, k, v, m.in_proj_weight, m.in_proj_bias, m.out_proj.weight, m.bias_k},
+      "MultiheadAttention need_weights=" .. tostring(nw))
+  end
 end)
 
 T.done()

@@ -4,6 +4,7 @@
 --   Sequential, ModuleList                 containers (containers.lua)
 --   Linear, Conv2d, BatchNorm2d, ReLU, ... layers (layers.lua)
 --   CrossEntropyLoss, MSELoss, ...         losses (loss.lua)
+--   MultiheadAttention                     attention layers (attention.lua)
 --   dl.nn.functional (also dl.nn.F)        functional ops (functional.lua)
 --   dl.nn.init                             initialisers (initializers.lua)
 --   dl.nn.utils                            count_parameters, clip_grad_norm_
@@ -21,7 +22,7 @@ nn.functional = require "dl.nn.functional"
 nn.F = nn.functional
 nn.init = require "dl.nn.initializers"
 
-for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.loss"} do
+for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.loss", "dl.nn.attention"} do
   for k, v in pairs(require(family)) do nn[k] = v end
 end
 
