@@ -34,8 +34,6 @@ extern "C" {
 #include "kernels/cuda.h"
 }
 
-int dl_cuda_la_use_device(int d); // linalg.cu
-
 namespace {
 
 const size_t WS_CAP = (size_t)1 << 30; // most workspace an algorithm may take
@@ -615,23 +613,25 @@ int dl_cuda_conv2d_formats(dl_dtype dt, bool x_cl, bool w_cl) {
 
 // Channels-last runs as it is first; should cuDNN refuse that layout for this
 // shape and dtype, on planar copies (same values, the caller's layout).
-int dl_cuda_conv2d_forward(int device, dl_dtype dt, const dl_conv2d_shape *s, int fmt, int post,
-                           void *y, const void *x, const void *w, const void *b) {
+int dl_cuda_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, int post, void *y,
+                           const void *x, const void *w, const void *b) {
     const char *op = "conv2d";
     bool nhwc = false;
     if (post) return dl_error("%s: fused post-ops are not implemented on CUDA", op);
-    if (check_fmt(op, fmt, &nhwc) || dl_cuda_la_use_device(device)) return -1;
+    if (check_fmt(op, fmt, &nhwc)) return -1;
+    int device = dl_cuda_device();
     if (forward_in(device, dt, s, nhwc, y, x, w) &&
         (!nhwc || forward_planar(device, dt, s, y, x, w)))
         return -1;
     return b ? bias_op(dt, false, y, b, s, nhwc) : 0;
 }
 
-int dl_cuda_conv2d_backward(int device, dl_dtype dt, const dl_conv2d_shape *s, int fmt, void *gx,
-                            void *gw, void *gb, const void *gy, const void *x, const void *w) {
+int dl_cuda_conv2d_backward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, void *gx, void *gw,
+                            void *gb, const void *gy, const void *x, const void *w) {
     const char *op = "conv2d_backward";
     bool nhwc = false;
-    if (check_fmt(op, fmt, &nhwc) || dl_cuda_la_use_device(device)) return -1;
+    if (check_fmt(op, fmt, &nhwc)) return -1;
+    int device = dl_cuda_device();
     if ((gx || gw) && backward_in(device, dt, s, nhwc, gx, gw, gy, x, w) &&
         (!nhwc || backward_planar(device, dt, s, gx, gw, gy, x, w)))
         return -1;

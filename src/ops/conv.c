@@ -158,26 +158,26 @@ static dl_tensor *conv_batched(dl_tensor *t) {
     return t->ndim == 3 ? dl_tensor_unsqueeze(t, 0) : dl_tensor_retain(t);
 }
 
-/* How dev's backend runs a convolution of x4 (4-D) and w: in the compute
- * dtype ct (the CPU computes the half types in float32, cuDNN in their own)
- * with the operand formats fmt (DL_CONV_FMT_*).  The op states the facts --
- * whether x4 and w are channels-last (and not also plain contiguous) -- and
- * the backend (cpu/conv.c, cuda/conv.cu) answers which layouts it binds. */
+/* How dev's backend runs a convolution of x4 (4-D) and w: its kernels, in
+ * the compute dtype ct (the CPU computes the half types in float32, cuDNN in
+ * their own) with the operand formats fmt (DL_CONV_FMT_*).  The op states the
+ * facts -- whether x4 and w are channels-last (and not also plain contiguous)
+ * -- and the backend (cpu/conv.c, cuda/conv.cu) answers which layouts it
+ * binds. */
 typedef struct conv_plan {
-    dl_device dev;
     dl_dtype ct;
     int fmt;
+    dl_conv2d_forward_fn forward;
+    dl_conv2d_backward_fn backward;
 } conv_plan;
 
 static conv_plan conv_plan_for(dl_device dev, const dl_tensor *x4, const dl_tensor *w) {
-    bool x_cl = dl_op_is_channels_last(x4), w_cl = dl_op_is_channels_last(w);
-    conv_plan p = {dev, x4->dtype, 0};
-    if (dl_op_is_cuda(dev)) {
-        p.fmt = dl_cuda_conv->conv2d_formats(x4->dtype, x_cl, w_cl);
-    } else {
-        p.ct = dl_op_float_dtype(x4->dtype);
-        p.fmt = dl_cpu_conv2d_formats(x4->dtype, x_cl, w_cl);
-    }
+    bool cuda = dl_op_is_cuda(dev);
+    dl_conv2d_formats_fn formats = cuda ? dl_cuda_conv->conv2d_formats : dl_cpu_conv2d_formats;
+    conv_plan p = {cuda ? x4->dtype : dl_op_float_dtype(x4->dtype),
+                   formats(x4->dtype, dl_op_is_channels_last(x4), dl_op_is_channels_last(w)),
+                   cuda ? dl_cuda_conv->conv2d_forward : dl_cpu_conv2d_forward,
+                   cuda ? dl_cuda_conv->conv2d_backward : dl_cpu_conv2d_backward};
     return p;
 }
 
@@ -185,26 +185,6 @@ static conv_plan conv_plan_for(dl_device dev, const dl_tensor *x4, const dl_tens
 static bool conv_have(void) {
     return dl_cuda_conv && dl_cuda_conv->conv2d_formats && dl_cuda_conv->conv2d_forward &&
            dl_cuda_conv->conv2d_backward;
-}
-
-static int conv_run_forward(const conv_plan *p, const dl_conv2d_shape *s, int fmt, int post,
-                            dl_tensor *y, dl_tensor *x, dl_tensor *w, dl_tensor *b) {
-    if (dl_op_is_cuda(p->dev))
-        return dl_cuda_conv->conv2d_forward(p->dev.index, p->ct, s, fmt, post, dl_op_data(y),
-                                            dl_op_data(x), dl_op_data(w), dl_op_data(b));
-    return dl_cpu_conv2d_forward(p->ct, s, fmt, post, dl_op_data(y), dl_op_data(x), dl_op_data(w),
-                                 dl_op_data(b));
-}
-
-static int conv_run_backward(const conv_plan *p, const dl_conv2d_shape *s, dl_tensor *gx,
-                             dl_tensor *gw, dl_tensor *gb, dl_tensor *gy, dl_tensor *x,
-                             dl_tensor *w) {
-    if (dl_op_is_cuda(p->dev))
-        return dl_cuda_conv->conv2d_backward(p->dev.index, p->ct, s, p->fmt, dl_op_data(gx),
-                                             dl_op_data(gw), dl_op_data(gb), dl_op_data(gy),
-                                             dl_op_data(x), dl_op_data(w));
-    return dl_cpu_conv2d_backward(p->ct, s, p->fmt, dl_op_data(gx), dl_op_data(gw), dl_op_data(gb),
-                                  dl_op_data(gy), dl_op_data(x), dl_op_data(w));
 }
 
 /* *t (a 4-D result in the compute dtype) as the caller gets it: dtype dt,
@@ -248,8 +228,8 @@ static dl_tensor *conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b,
     else if (s.C == 0 || s.H == 0 || s.W == 0)
         rc = fill_bias(t[3], t[2]);
     else
-        rc = conv_run_forward(&pl, &s, pl.fmt | (inference ? DL_CONV_INFERENCE : 0), 0, t[3], t[0],
-                              t[1], t[2]);
+        rc = pl.forward(pl.ct, &s, pl.fmt | (inference ? DL_CONV_INFERENCE : 0), 0,
+                        dl_op_data(t[3]), dl_op_data(t[0]), dl_op_data(t[1]), dl_op_data(t[2]));
     if (rc) goto done;
     y = t[3];
     t[3] = NULL;
@@ -318,8 +298,8 @@ dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
         (sum && dl_tensor_copy_(t[3], add)))
         goto done;
     int post = own ? 0 : (sum ? DL_CONV_POST_SUM : 0) | (relu ? DL_CONV_POST_RELU : 0);
-    if (conv_run_forward(&pl, &s, fmt | DL_CONV_INFERENCE, post, t[3], t[0], t[1],
-                         own ? NULL : t[2]))
+    if (pl.forward(DL_DTYPE_F32, &s, fmt | DL_CONV_INFERENCE, post, dl_op_data(t[3]),
+                   dl_op_data(t[0]), dl_op_data(t[1]), own ? NULL : dl_op_data(t[2])))
         goto done;
     if (own && (t[2] || a || relu))
         dl_cpu_bias_add_relu_planes(dl_tensor_data_ptr(t[3]),
@@ -385,10 +365,12 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
         if (rc == 0 && t[5] && dl_tensor_numel(t[0]) > 0) {
             dl_conv2d_shape s1 = s;
             s1.C = s1.groups; /* only gb is computed: no input read */
-            rc = conv_run_backward(&pl, &s1, NULL, NULL, t[5], t[0], NULL, NULL);
+            rc = pl.backward(ct, &s1, pl.fmt, NULL, NULL, dl_op_data(t[5]), dl_op_data(t[0]), NULL,
+                             NULL);
         }
     } else {
-        rc = conv_run_backward(&pl, &s, t[3], t[4], t[5], t[0], t[1], t[2]);
+        rc = pl.backward(ct, &s, pl.fmt, dl_op_data(t[3]), dl_op_data(t[4]), dl_op_data(t[5]),
+                         dl_op_data(t[0]), dl_op_data(t[1]), dl_op_data(t[2]));
     }
     if (rc) goto done;
     /* gx in x's dtype and computed layout; gw in w's own layout */
