@@ -5,6 +5,7 @@
 --   Linear, Conv2d, BatchNorm2d, ReLU, ... layers (layers.lua)
 --   CrossEntropyLoss, MSELoss, ...         losses (loss.lua)
 --   MultiheadAttention                     attention layers (attention.lua)
+--   TransformerEncoderLayer, Transformer.. Transformer layers (transformer.lua)
 --   dl.nn.functional (also dl.nn.F)        functional ops (functional.lua)
 --   dl.nn.init                             initialisers (initializers.lua)
 --   dl.nn.utils                            count_parameters, clip_grad_norm_
@@ -22,7 +23,8 @@ nn.functional = require "dl.nn.functional"
 nn.F = nn.functional
 nn.init = require "dl.nn.initializers"
 
-for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.loss", "dl.nn.attention"} do
+for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.loss", "dl.nn.attention",
+  "dl.nn.transformer"} do
   for k, v in pairs(require(family)) do nn[k] = v end
 end
 
