@@ -7,7 +7,9 @@
 -- is_causal / tgt_is_causal), layer_norm_eps; TransformerEncoder and
 -- TransformerDecoder with a final norm; the whole nn.Transformer.  Outputs,
 -- input gradients and every parameter gradient, in float32 and float64
--- (dropout 0: PyTorch's random stream is not ours).
+-- (dropout 0: PyTorch's random stream is not ours).  Last, a torch checkpoint
+-- of an encoder converted by scripts/convert_torchvision.py to safetensors
+-- loads by name (strict) and gives torch's output.
 local T = require "testlib"
 local nn = dl.nn
 
@@ -122,5 +124,30 @@ T.oracle_cases(data, tol, {"enc_layer", "dec_layer", "encoder", "decoder", "tran
     for i = 1, #xs do T.match_torch(g[i], c.gx[i], rtol, atol, msg .. " grad input " .. i) end
     for i, name in ipairs(names) do T.match_torch(g[#xs + i], c.gp[name], rtol, atol, msg .. " grad " .. name) end
   end)
+
+T.case("a torch checkpoint converted to safetensors loads into TransformerEncoder", function()
+  local dir = T.tmpdir() .. "/transformer_ckpt"
+  os.execute("mkdir -p '" .. dir .. "'")
+  local pth, st = dir .. "/enc.pth", dir .. "/enc.safetensors"
+  local rec = T.torch(string.format([=[
+import torch.nn as tnn
+enc = tnn.TransformerEncoder(tnn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=0.0,
+                             batch_first=True, norm_first=True), 2, norm=tnn.LayerNorm(16)).eval()
+torch.save({"model": enc.state_dict()}, %q)
+x = mk((2, 7, 16), torch.float32)
+pad = torch.tensor([[False] * 5 + [True] * 2, [False] * 7])
+with torch.no_grad():
+    y = enc(x, src_key_padding_mask=pad)
+emit(dict(x=x, pad=pad, y=y))
+]=], pth))
+  T.truthy(os.execute(T.python() .. " ../../scripts/convert_torchvision.py --checkpoint '" .. pth ..
+    "' --out '" .. st .. "' >/dev/null"), "convert_torchvision.py ran")
+  local enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, {dim_feedforward = 32, dropout = 0,
+    batch_first = true, norm_first = true}), 2, {norm = nn.LayerNorm(16)})
+  enc:load_state_dict((dl.load(st)))
+  enc:eval()
+  local y = enc(T.from_torch(rec.x), {src_key_padding_mask = T.from_torch(rec.pad)})
+  T.match_torch(y, rec.y, 2e-4, 2e-5, "converted encoder")
+end)
 
 T.done()
