@@ -338,7 +338,8 @@ end
 local DEFAULT_FORTUNES = "/usr/share/games/fortunes"
 
 -- The quotes of one fortune file: separated by lines holding only "%";
--- quotes of white space only are skipped; a quote's text has no final newline.
+-- quotes of white space only are skipped; a quote's text loses its leading
+-- and trailing newlines (blank lines around it), nothing else.
 local function split_quotes(s, rot13)
   if rot13 then
     s = s:gsub("%a", function(c)
@@ -354,7 +355,7 @@ local function split_quotes(s, rot13)
   while true do
     local i, j = s:find("\n%\n", from - 1, true)
     local q = s:sub(from, i and i - 1 or #s - 1)
-    if q:find("%S") then out[#out + 1] = q end
+    if q:find("%S") then out[#out + 1] = q:match("^\n*(.-)\n*$") end
     if not i then break end
     from = j + 1
     if from > #s then break end
