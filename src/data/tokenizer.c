@@ -625,6 +625,7 @@ int dl_tokenizer_encode(dl_tokenizer *t, const char *str, size_t n, int allow_sp
     size_t start = 0;
     if (allow_special && t->n_added) {
         for (size_t i = 0; i < n; i++) {
+            if (!t->added_first[s[i]]) continue; /* the common case, without a call */
             size_t len;
             int32_t id = dl_tok_match_added(t, str, n, i, &len);
             if (id < 0) continue;

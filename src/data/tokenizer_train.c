@@ -179,7 +179,9 @@ int dl_tok_trainer_feed(dl_tok_trainer *tr, const char *s, size_t n) {
     if (tr->spec->n_added)
         for (size_t i = 0; i < n; i++) {
             size_t len;
-            if (dl_tok_match_added(tr->spec, s, n, i, &len) < 0) continue;
+            if (!tr->spec->added_first[(uint8_t)s[i]] ||
+                dl_tok_match_added(tr->spec, s, n, i, &len) < 0)
+                continue;
             if (feed_segment(tr, s + start, i - start)) return -1;
             i += len - 1;
             start = i + 1;
