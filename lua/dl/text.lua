@@ -74,7 +74,7 @@ local function wrap(c)
   self.special_tokens = specials
   if kind == "bpe" then
     self.pretokenize = c:pretokenize()
-    self.num_merges = #c:merges()
+    self.num_merges = c:num_merges()
   else
     local u = c:unk()
     self.unk_token = u and c:token(u) or nil

@@ -228,11 +228,15 @@ int dl_tok_add_merge(dl_tokenizer *t, int32_t a, int32_t b, int32_t r) {
     return 0;
 }
 
-static const dl_tokenizer *sort_tok; /* qsort has no context argument */
-static int cmp_added(const void *pa, const void *pb) {
-    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
-    if (sort_tok->len[a] != sort_tok->len[b]) return sort_tok->len[a] > sort_tok->len[b] ? -1 : 1;
-    return a < b ? -1 : a > b;
+typedef struct {
+    uint32_t len;
+    int32_t id;
+} len_id;
+
+static int cmp_len_id(const void *pa, const void *pb) { /* longest first, then by id */
+    const len_id *a = pa, *b = pb;
+    if (a->len != b->len) return a->len > b->len ? -1 : 1;
+    return a->id < b->id ? -1 : a->id > b->id;
 }
 
 int dl_tok_finish(dl_tokenizer *t, const char *what) {
@@ -264,8 +268,12 @@ int dl_tok_finish(dl_tokenizer *t, const char *what) {
         if (!dl_smap_get(&t->vocab, s, t->len[id]) && dl_smap_put(&t->vocab, s, t->len[id], id))
             return dl_error("%s: out of memory", what);
     }
-    sort_tok = t;
-    qsort(t->added, (size_t)t->n_added, sizeof(int32_t), cmp_added);
+    len_id *order = malloc(sizeof *order * (size_t)(t->n_added ? t->n_added : 1));
+    if (!order) return dl_error("%s: out of memory", what);
+    for (int i = 0; i < t->n_added; i++) order[i] = (len_id){t->len[t->added[i]], t->added[i]};
+    qsort(order, (size_t)t->n_added, sizeof *order, cmp_len_id);
+    for (int i = 0; i < t->n_added; i++) t->added[i] = order[i].id;
+    free(order);
     for (int i = 1; i < t->n_added; i++) {
         int32_t a = t->added[i - 1], b = t->added[i];
         if (t->len[a] == t->len[b] &&

@@ -10,7 +10,7 @@
  *   tokenizer: encode(s, allow_special, as_table), encode_list(list,
  *     allow_special, sep_id|nil) -> flat ids, lengths; decode(ids,
  *     skip_special); size, kind, pretokenize, token, token_id, is_special,
- *     specials, unk, merges, to_json, save
+ *     specials, unk, merges, num_merges, to_json, save
  *
  * Ids are 1-based here and 0-based in C: the conversion happens in this file
  * only.  Userdata boxes are made before the C objects they hold, so __gc
@@ -365,6 +365,11 @@ static int tok_unk(lua_State *L) {
     return 1;
 }
 
+static int tok_num_merges(lua_State *L) {
+    lua_pushinteger(L, dl_tokenizer_num_merges(check_tok(L, 1)));
+    return 1;
+}
+
 /* {{left, right, result}, ...} by rank */
 static int tok_merges(lua_State *L) {
     dl_tokenizer *t = check_tok(L, 1);
@@ -417,6 +422,7 @@ void dlL_open_text(lua_State *L) {
         {"specials", tok_specials},
         {"unk", tok_unk},
         {"merges", tok_merges},
+        {"num_merges", tok_num_merges},
         {"to_json", tok_to_json},
         {"save", tok_save},
         {"free", tok_gc},

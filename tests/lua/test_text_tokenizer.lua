@@ -234,6 +234,9 @@ T.case("BPE round trip on any bytes (invalid UTF-8, NUL, empty)", function()
     local s = docs[5] .. "\0\255"
     same_list(tok:encode(s, {as = "table"}), tok:encode(s):tolist(), "table vs tensor")
     T.eq(tok:decode(tok:encode(s, {as = "table"})), s)
+    T.eq(tok:decode(tok:encode(s):to(dl.int32)), s, "int32 ids")
+    local ids = tok:encode(s)
+    T.eq(tok:decode(dl.cat({ids, ids}):narrow(1, ids:numel() + 1, ids:numel())), s, "a view")
   end
 end)
 
