@@ -152,6 +152,13 @@ end
 --   pretokenize = "gpt2"|"none"}): texts is a string or a list of strings.
 -- vocab_size counts everything (specials + 256 bytes + merges) and is a
 -- maximum: training stops earlier when no pair occurs min_frequency times.
+-- The pair with the highest count merges next; ties go to the smallest
+-- (left id, right id), ids being: specials, the 256 bytes in byte order,
+-- then merged tokens in merge order - so the same texts and options always
+-- give the same tokenizer.  pretokenize = "gpt2" keeps merges inside GPT-2's
+-- pieces (words with their leading space, numbers, punctuation runs, white
+-- space), "none" lets them cross word boundaries (each text between special
+-- tokens is one piece: encoding cost grows as n log n in its length).
 -- BPETokenizer.train_files(paths, opts): each file is one training text.
 trainers(BPETokenizer, "BPETokenizer", bpe_options)
 
