@@ -123,6 +123,7 @@ struct dl_pipeline *dlL_topipeline(lua_State *L, int idx);
 void dlL_open_conv(lua_State *L);      /* l_conv.c: dl._nn, dl._F conv2d */
 void dlL_open_batchnorm(lua_State *L); /* l_batchnorm.c: dl._nn, dl._F batch_norm */
 void dlL_open_layernorm(lua_State *L); /* l_layernorm.c: dl._nn, dl._F layer_norm, rms_norm */
+void dlL_open_embedding(lua_State *L); /* l_embedding.c: dl._nn, dl._F embedding(_bag) */
 void dlL_open_pool(lua_State *L);      /* l_pool.c: dl._nn, dl._F pooling */
 void dlL_open_optim(lua_State *L);     /* l_optim.c: dl._optim fused optimizer steps */
 
