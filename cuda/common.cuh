@@ -81,6 +81,13 @@ int dl_cuda_fail(const char *call, const char *msg, const char *file, int line);
     } while (0)
 // After a kernel launch: reports a bad launch configuration at once.
 #define DL_CUDA_LAUNCHED() DL_CUDA_CHECK(cudaGetLastError())
+// The same as an expression, 0 or -1 with the error, for code that frees
+// scratch memory before it returns.
+static inline int dl_cuda_launch_status(const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : dl_cuda_fail("kernel launch", cudaGetErrorString(e), file, line);
+}
+#define DL_CUDA_LAUNCH_STATUS() dl_cuda_launch_status(__FILE__, __LINE__)
 
 // --- device, stream, handles ----------------------------------------------------
 int dl_cuda_device(void);          // current device (0-based)

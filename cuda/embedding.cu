@@ -36,12 +36,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned kFull = 0xffffffffu;
 
-int launched(int line) {
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? 0
-                            : dl_cuda_fail("kernel launch", cudaGetErrorString(e), __FILE__, line);
-}
-
 // Grid size for a grid-stride loop with one block per item.
 unsigned per_item(int64_t n) {
     return n < 1 ? 1u : n > 65535LL * 32 ? 65535u * 32 : (unsigned)n;
@@ -198,7 +192,7 @@ template <typename E>
 int gather(void *out, const void *w, const int64_t *ids, const dl_emb_shape *s) {
     gather_kernel<E><<<dl_cuda_blocks(s->n * s->dim, kThreads), kThreads, 0, dl_cuda_stream()>>>(
         (E *)out, (const E *)w, ids, s->n, s->dim);
-    return launched(__LINE__);
+    return DL_CUDA_LAUNCH_STATUS();
 }
 
 // gw from the sorted runs of ids (see grad_runs_kernel).
@@ -225,7 +219,7 @@ int grad_runs(A *gw, const A *gy, const int64_t *ids, const int64_t *bag_of, con
     int64_t *pin = (int64_t *)(scr + n), *pout = (int64_t *)(scr + 2 * n);
     void *tmp = scr + 3 * n;
     iota_kernel<<<dl_cuda_blocks(n, kThreads), kThreads, 0, st>>>(pin, n);
-    int rc = launched(__LINE__);
+    int rc = DL_CUDA_LAUNCH_STATUS();
     if (rc == 0) {
         e = cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, kin, kout, pin, pout, n, 0, bits, st);
         if (e != cudaSuccess)
@@ -236,7 +230,7 @@ int grad_runs(A *gw, const A *gy, const int64_t *ids, const int64_t *bag_of, con
         int threads = s->dim < kThreads ? (int)((s->dim + 31) / 32 * 32) : kThreads;
         grad_runs_kernel<A><<<per_item(n), threads, 0, st>>>(gw, gy, kout, pout, bag_of, psw,
                                                              bag_size, n, s->dim, pad, by_freq);
-        rc = launched(__LINE__);
+        rc = DL_CUDA_LAUNCH_STATUS();
     }
     dl_cuda_free(scr);
     return rc;
@@ -268,7 +262,7 @@ static int emb_bag_forward(dl_dtype dt, dl_bag_mode mode, void *out, int64_t *ba
         bag_forward_kernel<T, A><<<per_item(s->bags), threads, 0, dl_cuda_stream()>>>(
             (T *)out, bag_of, bag_size, argmax, (const T *)weight, ids, bounds, (const T *)psw,
             s->bags, s->dim, padding_idx, (int)mode);
-        return launched(__LINE__);
+        return DL_CUDA_LAUNCH_STATUS();
     });
 }
 
@@ -297,7 +291,7 @@ static int emb_bag_max_backward(dl_dtype dt, void *gw, const void *gy, const int
     else
         return dl_error("embedding_bag_backward: CUDA kernels take float32 or float64, got %s",
                         dl_dtype_name(dt));
-    return launched(__LINE__);
+    return DL_CUDA_LAUNCH_STATUS();
 }
 
 static int emb_psw_backward(dl_dtype dt, dl_dtype wdt, void *gpsw, const void *gy,
@@ -316,7 +310,7 @@ static int emb_psw_backward(dl_dtype dt, dl_dtype wdt, void *gpsw, const void *g
         int per = kThreads / 32;
         psw_grad_kernel<A, W><<<dl_cuda_blocks(s->n, per), kThreads, 0, dl_cuda_stream()>>>(
             (A *)gpsw, (const A *)gy, (const W *)weight, ids, bag_of, s->n, s->dim);
-        return launched(__LINE__);
+        return DL_CUDA_LAUNCH_STATUS();
     });
 }
 
@@ -334,7 +328,7 @@ static int emb_renorm(dl_dtype dt, void *weight, const int64_t *ids, const dl_em
             using A = decltype(a);
             renorm_kernel<T, A><<<per_item(s->n), kThreads, 0, dl_cuda_stream()>>>(
                 (T *)weight, claimed, ids, s->n, s->dim, max_norm, norm_type);
-            return launched(__LINE__);
+            return DL_CUDA_LAUNCH_STATUS();
         });
     dl_cuda_free(claimed);
     return rc;

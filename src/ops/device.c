@@ -4,6 +4,7 @@
 #include "cpu/info.h"
 #include "kernels/activation.h"
 #include "kernels/batchnorm.h"
+#include "kernels/clipgrad.h"
 #include "kernels/conv.h"
 #include "kernels/cuda.h"
 #include "ops/op_util.h"
@@ -46,6 +47,7 @@ const dl_cuda_conv_kernels *dl_cuda_conv;
 const dl_cuda_batchnorm_kernels *dl_cuda_batchnorm;
 const dl_cuda_layernorm_kernels *dl_cuda_layernorm;
 const dl_cuda_embedding_kernels *dl_cuda_embedding;
+const dl_cuda_clipgrad_kernels *dl_cuda_clipgrad;
 const dl_cuda_pool_kernels *dl_cuda_pool;
 const dl_cuda_random_kernels *dl_cuda_random;
 const dl_cuda_optim_kernels *dl_cuda_optim;
