@@ -1,8 +1,7 @@
 // backend.cu - hands the kernel families' tables to the op layer (called by
 // dl_cuda_init once a GPU has been found).  Each table dl_cuda_<family>_table
-// is defined beside its kernels (cuda/<family>.cu, except that activation and
-// dropout live in elementwise.cu and pad in index.cu, whose machinery they
-// share); its type is in src/kernels/<family>.h.
+// is defined beside its kernels in cuda/<family>.cu; its type is in
+// src/kernels/<family>.h.
 extern "C" {
 #include "kernels/cuda.h"
 #include "kernels/activation.h"
