@@ -5,6 +5,7 @@
 extern "C" {
 #include "kernels/cuda.h"
 #include "kernels/activation.h"
+#include "kernels/attention.h"
 #include "kernels/batchnorm.h"
 #include "kernels/clipgrad.h"
 #include "kernels/conv.h"
@@ -25,6 +26,7 @@ extern "C" {
 
 extern const dl_cuda_elementwise_kernels dl_cuda_elementwise_table;
 extern const dl_cuda_activation_kernels dl_cuda_activation_table;
+extern const dl_cuda_attention_kernels dl_cuda_attention_table;
 extern const dl_cuda_dropout_kernels dl_cuda_dropout_table;
 extern const dl_cuda_reduce_kernels dl_cuda_reduce_table;
 extern const dl_cuda_softmax_kernels dl_cuda_softmax_table;
@@ -44,6 +46,7 @@ extern const dl_cuda_optim_kernels dl_cuda_optim_table;
 void dl_cuda_register_kernels(void) {
     dl_cuda_elementwise = &dl_cuda_elementwise_table;
     dl_cuda_activation = &dl_cuda_activation_table;
+    dl_cuda_attention = &dl_cuda_attention_table;
     dl_cuda_dropout = &dl_cuda_dropout_table;
     dl_cuda_reduce = &dl_cuda_reduce_table;
     dl_cuda_softmax = &dl_cuda_softmax_table;

@@ -113,6 +113,7 @@ void dlL_open_print(lua_State *L);       /* l_print.c: __tostring */
 void dlL_open_autograd(lua_State *L);    /* l_autograd.c: backward, no_grad, ... */
 void dlL_open_io(lua_State *L);          /* l_io.c: dl.save / dl.load (safetensors) */
 void dlL_open_softmax(lua_State *L);     /* l_softmax.c: dl._nn, dl._F softmax */
+void dlL_open_attention(lua_State *L);   /* l_attention.c: dl._nn, dl._F attention */
 void dlL_open_loss(lua_State *L);        /* l_loss.c: dl._nn, dl._F losses */
 void dlL_open_activation(lua_State *L);  /* l_activation.c: dl._nn, dl._F relu */
 void dlL_open_dropout(lua_State *L);     /* l_dropout.c: dl._nn, dl._F dropout */

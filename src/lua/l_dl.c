@@ -61,6 +61,20 @@ static int l_memory_reserved(lua_State *L) {
     return 1;
 }
 
+/* dl.max_memory_allocated(): the most host bytes held at once by tensors
+ * and the CPU kernels' scratch buffers since the start or the last
+ * dl.reset_peak_memory_stats() (the CPU twin of dl.cuda's). */
+static int l_max_memory_allocated(lua_State *L) {
+    lua_pushinteger(L, dl_cpu_peak_bytes());
+    return 1;
+}
+
+static int l_reset_peak_memory_stats(lua_State *L) {
+    (void)L;
+    dl_cpu_reset_peak();
+    return 0;
+}
+
 /* dl.empty_cache(): returns the cached host buffers to the system; the
  * bytes released. */
 static int l_empty_cache(lua_State *L) {
@@ -257,6 +271,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_autograd(L);
     dlL_open_io(L);
     dlL_open_softmax(L);
+    dlL_open_attention(L);
     dlL_open_loss(L);
     dlL_open_activation(L);
     dlL_open_dropout(L);
@@ -284,6 +299,8 @@ int luaopen_dl(lua_State *L) {
         {"memory_allocated", l_memory_allocated},
         {"memory_reserved", l_memory_reserved},
         {"empty_cache", l_empty_cache},
+        {"max_memory_allocated", l_max_memory_allocated},
+        {"reset_peak_memory_stats", l_reset_peak_memory_stats},
         {NULL, NULL},
     };
     luaL_setfuncs(L, functions, 0);

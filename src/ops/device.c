@@ -3,6 +3,7 @@
 #include "device.h"
 #include "cpu/info.h"
 #include "kernels/activation.h"
+#include "kernels/attention.h"
 #include "kernels/batchnorm.h"
 #include "kernels/clipgrad.h"
 #include "kernels/conv.h"
@@ -36,6 +37,7 @@ void dl_cuda_init(void);
 const dl_cuda_runtime *dl_cuda_rt;
 const dl_cuda_elementwise_kernels *dl_cuda_elementwise;
 const dl_cuda_activation_kernels *dl_cuda_activation;
+const dl_cuda_attention_kernels *dl_cuda_attention;
 const dl_cuda_dropout_kernels *dl_cuda_dropout;
 const dl_cuda_reduce_kernels *dl_cuda_reduce;
 const dl_cuda_softmax_kernels *dl_cuda_softmax;

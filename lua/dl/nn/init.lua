@@ -5,6 +5,8 @@
 --   Linear, Conv2d, BatchNorm2d, ReLU, ... layers (layers.lua)
 --   Embedding, EmbeddingBag               embeddings (embedding.lua)
 --   CrossEntropyLoss, MSELoss, ...         losses (loss.lua)
+--   MultiheadAttention                     attention layers (attention.lua)
+--   TransformerEncoderLayer, Transformer.. Transformer layers (transformer.lua)
 --   dl.nn.functional (also dl.nn.F)        functional ops (functional.lua)
 --   dl.nn.init                             initialisers (initializers.lua)
 --   dl.nn.utils                            count_parameters, clip_grad_norm_, clip_grad_value_,
@@ -23,7 +25,8 @@ nn.functional = require "dl.nn.functional"
 nn.F = nn.functional
 nn.init = require "dl.nn.initializers"
 
-for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.embedding", "dl.nn.loss"} do
+for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.embedding", "dl.nn.loss",
+  "dl.nn.attention", "dl.nn.transformer"} do
   for k, v in pairs(require(family)) do nn[k] = v end
 end
 
