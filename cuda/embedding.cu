@@ -3,7 +3,7 @@
 // reference they follow).
 //
 //  - gather: a thread per output element, copying elements of the weight's
-//    size (any dtype).
+//    size (any dtype; the element-size dispatch of index.cuh).
 //  - bags: a block per bag, threads over the columns, each walking the bag's
 //    entries in order (sums in the accumulator type: double for double
 //    data, float otherwise; half weights are read as they are).
@@ -23,6 +23,7 @@
 // contiguous and their device current; every launch is checked; scratch
 // memory is freed right after its last kernel is queued.
 #include "common.cuh"
+#include "index.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -242,13 +243,11 @@ int grad_runs(A *gw, const A *gy, const int64_t *ids, const int64_t *bag_of, con
 
 static int emb_gather(void *out, const void *weight, size_t esz, const int64_t *ids,
                       const dl_emb_shape *s) {
-    switch (esz) {
-    case 1: return gather<uint8_t>(out, weight, ids, s);
-    case 2: return gather<uint16_t>(out, weight, ids, s);
-    case 4: return gather<uint32_t>(out, weight, ids, s);
-    case 8: return gather<uint64_t>(out, weight, ids, s);
-    default: return dl_error("embedding: no CUDA kernel for %zu-byte elements", esz);
-    }
+    if (esz != 1 && esz != 2 && esz != 4 && esz != 8)
+        return dl_error("embedding: no CUDA kernel for %zu-byte elements", esz);
+    int rc = 0;
+    dl_idx::by_size(esz, [&](auto e) { rc = gather<decltype(e)>(out, weight, ids, s); });
+    return rc;
 }
 
 static int emb_bag_forward(dl_dtype dt, dl_bag_mode mode, void *out, int64_t *bag_of,
