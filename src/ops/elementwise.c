@@ -359,38 +359,6 @@ static int finish_grads(dl_node *n, scratch *s, int k, dl_tensor *const *g, dl_t
     return rc;
 }
 
-/* Saves t (NULL: an empty slot, which keeps slot numbers fixed).  0 or -1. */
-static int save(dl_node *n, dl_tensor *t) {
-    return dl_node_save(n, t) < 0 ? -1 : 0;
-}
-
-/* Saves a copy of self's current value: an in-place op is about to overwrite
- * it and the backward reads it. */
-static int save_old(dl_node *n, dl_tensor *self) {
-    dl_tensor *c = dl_tensor_clone(self);
-    int rc = c ? save(n, c) : -1;
-    dl_tensor_release(c);
-    return rc;
-}
-
-/* Returns out after making it the output of n; NULL, releasing both, when n
- * could not be made (NULL) or rc says recording failed. */
-static dl_tensor *finish_node(dl_node *n, dl_tensor *out, int rc) {
-    if (!n || rc) {
-        dl_node_release(n);
-        dl_tensor_release(out);
-        return NULL;
-    }
-    return dl_node_finish(n, out);
-}
-
-/* In place: makes self the output of n once the write succeeded. */
-static int finish_node_(dl_node *n, dl_tensor *self, int rc) {
-    if (rc == 0) dl_node_set_output(n, 0, self);
-    dl_node_release(n);
-    return rc;
-}
-
 /* --- binary ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -657,44 +625,32 @@ static int binary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) 
     return finish_grads(n, &s, 2, gr, gin);
 }
 
-/* A node for op(a, b) with its ctx and the saved inputs (slots 0 and 1); a
- * is a copy of self's old value when in place.  NULL on failure. */
-static dl_node *binary_node(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha, bool inplace,
-                            unsigned *sv) {
-    dl_tensor *in[2] = {a, b};
-    dl_node *n = dl_node_new(binary_grad_names[op], binary_backward, 2, in, 1, sizeof(binary_ctx));
-    if (!n) return NULL;
-    *(binary_ctx *)n->ctx = (binary_ctx){op, alpha};
-    *sv = binary_saves(op, dl_node_needs_grad(n, 0), dl_node_needs_grad(n, 1));
-    int rc = !(*sv & SAVE_A) ? save(n, NULL) : inplace ? save_old(n, a) : save(n, a);
-    if (rc == 0) rc = save(n, *sv & SAVE_B ? b : NULL);
-    if (rc) {
-        dl_node_release(n);
-        return NULL;
-    }
-    return n;
-}
-
 dl_tensor *dl_binary(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha) {
     dl_tensor *out = binary_fwd(op, a, b, alpha);
     if (!out || !dl_needs_grad2(a, b) || !dl_dtype_is_floating(out->dtype)) return out;
-    unsigned sv;
-    dl_node *n = binary_node(op, a, b, alpha, false, &sv);
-    return finish_node(n, out, n ? save(n, sv & SAVE_OUT ? out : NULL) : -1);
+    unsigned sv = binary_saves(op, a->requires_grad, b->requires_grad);
+    binary_ctx c = {op, alpha};
+    dl_tensor *in[2] = {a, b};
+    dl_tensor *save[3] = {sv & SAVE_A ? a : NULL, sv & SAVE_B ? b : NULL,
+                          sv & SAVE_OUT ? out : NULL};
+    return dl_op_record(out, binary_grad_names[op], binary_backward, 2, in, 3, save, &c, sizeof c);
 }
 
+/* In place: slot 0 holds a copy of self's old value, slot 2 (when saved)
+ * self's new one. */
 int dl_binary_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha) {
     if (!dl_needs_grad2(self, other) || !dl_dtype_is_floating(self->dtype))
         return binary_fwd_(op, self, other, alpha);
     char name[40];
     snprintf(name, sizeof name, "%s_", dl_binary_op_name(op));
     if (dl_check_inplace(name, self)) return -1;
-    unsigned sv;
-    dl_node *n = binary_node(op, self, other, alpha, true, &sv);
+    unsigned sv = binary_saves(op, self->requires_grad, other->requires_grad);
+    binary_ctx c = {op, alpha};
+    dl_tensor *in[2] = {self, other}, *save[2] = {NULL, sv & SAVE_B ? other : NULL};
+    dl_node *n = dl_op_inplace_node(binary_grad_names[op], binary_backward, 2, in, 2, save,
+                                    sv & SAVE_A, &c, sizeof c);
     if (!n) return -1;
-    int rc = binary_fwd_(op, self, other, alpha);
-    if (rc == 0) rc = save(n, sv & SAVE_OUT ? self : NULL);
-    return finish_node_(n, self, rc);
+    return dl_op_inplace_end(n, self, binary_fwd_(op, self, other, alpha), sv & SAVE_OUT);
 }
 
 dl_tensor *dl_add(dl_tensor *a, dl_tensor *b, double alpha) {
@@ -1000,19 +956,13 @@ static int unary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     return finish_grads(n, S, 1, &gx, gin);
 }
 
-static dl_node *unary_node(dl_unary_op op, dl_tensor *x) {
-    dl_node *n = dl_node_new(unary_grad_names[op], unary_backward, 1, &x, 1, sizeof op);
-    if (n) *(dl_unary_op *)n->ctx = op;
-    return n;
-}
-
 dl_tensor *dl_unary(dl_unary_op op, dl_tensor *x) {
     dl_tensor *out = unary_fwd(op, x);
     if (!out || !dl_needs_grad1(x) || is_predicate(op)) return out;
-    dl_node *n = unary_node(op, x);
     int sv = unary_saves(op);
-    int rc = !n ? -1 : sv == SAVES_INPUT ? save(n, x) : sv == SAVES_RESULT ? save(n, out) : 0;
-    return finish_node(n, out, rc);
+    dl_tensor *save = sv == SAVES_RESULT ? out : x;
+    return dl_op_record(out, unary_grad_names[op], unary_backward, 1, &x,
+                        sv == SAVES_NOTHING ? 0 : 1, &save, &op, sizeof op);
 }
 
 int dl_unary_(dl_unary_op op, dl_tensor *self) {
@@ -1020,13 +970,12 @@ int dl_unary_(dl_unary_op op, dl_tensor *self) {
     char name[40];
     snprintf(name, sizeof name, "%s_", dl_unary_op_name(op));
     if (dl_check_inplace(name, self)) return -1;
-    dl_node *n = unary_node(op, self);
-    if (!n) return -1;
     int sv = unary_saves(op);
-    int rc = sv == SAVES_INPUT ? save_old(n, self) : 0;
-    if (rc == 0) rc = unary_fwd_(op, self);
-    if (rc == 0 && sv == SAVES_RESULT) rc = save(n, self);
-    return finish_node_(n, self, rc);
+    dl_node *n =
+        dl_op_inplace_node(unary_grad_names[op], unary_backward, 1, &self,
+                           sv == SAVES_INPUT ? 1 : 0, &self, sv == SAVES_INPUT, &op, sizeof op);
+    if (!n) return -1;
+    return dl_op_inplace_end(n, self, unary_fwd_(op, self), sv == SAVES_RESULT);
 }
 
 /* --- clamp ------------------------------------------------------------------------- */
@@ -1157,28 +1106,13 @@ static int clamp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     return finish_grads(n, &s, 3, gr, gin);
 }
 
-/* A node for clamp(x, lo, hi) with lo and hi saved (x is saved by the caller,
- * in slot 0, before them). */
-static dl_node *clamp_node(dl_tensor *x, dl_tensor *lo, dl_tensor *hi, bool inplace) {
-    dl_tensor *in[3] = {x, lo, hi};
-    dl_node *n = dl_node_new("ClampBackward", clamp_backward, 3, in, 1, sizeof(clamp_ctx));
-    if (!n) return NULL;
-    *(clamp_ctx *)n->ctx = (clamp_ctx){lo != NULL, hi != NULL};
-    int rc = inplace ? save_old(n, x) : save(n, x);
-    if (rc == 0) rc = save(n, lo);
-    if (rc == 0) rc = save(n, hi);
-    if (rc) {
-        dl_node_release(n);
-        return NULL;
-    }
-    return n;
-}
-
+/* clamp's node saves x (a copy of self's old value in place), lo and hi. */
 dl_tensor *dl_clamp(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
     dl_tensor *out = clamp_fwd(x, lo, hi);
     dl_tensor *all[3] = {x, lo, hi};
     if (!out || !dl_autograd_needed(3, all) || !dl_dtype_is_floating(out->dtype)) return out;
-    return finish_node(clamp_node(x, lo, hi, false), out, 0);
+    clamp_ctx c = {lo != NULL, hi != NULL};
+    return dl_op_record(out, "ClampBackward", clamp_backward, 3, all, 3, all, &c, sizeof c);
 }
 
 int dl_clamp_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi) {
@@ -1186,9 +1120,11 @@ int dl_clamp_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi) {
     if (!dl_autograd_needed(3, all) || !dl_dtype_is_floating(self->dtype))
         return clamp_fwd_(self, lo, hi);
     if (dl_check_inplace("clamp_", self)) return -1;
-    dl_node *n = clamp_node(self, lo, hi, true);
+    clamp_ctx c = {lo != NULL, hi != NULL};
+    dl_node *n =
+        dl_op_inplace_node("ClampBackward", clamp_backward, 3, all, 3, all, true, &c, sizeof c);
     if (!n) return -1;
-    return finish_node_(n, self, clamp_fwd_(self, lo, hi));
+    return dl_op_inplace_end(n, self, clamp_fwd_(self, lo, hi), false);
 }
 
 /* --- where and masked_fill ------------------------------------------------------------ */
@@ -1307,8 +1243,7 @@ dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
     dl_tensor *out = where_fwd(cond, a, b);
     if (!out || !dl_needs_grad2(a, b) || !dl_dtype_is_floating(out->dtype)) return out;
     dl_tensor *in[2] = {a, b};
-    dl_node *n = dl_node_new("WhereBackward", where_backward, 2, in, 1, 0);
-    return finish_node(n, out, n ? save(n, cond) : -1);
+    return dl_op_record(out, "WhereBackward", where_backward, 2, in, 1, &cond, NULL, 0);
 }
 
 /* masked_fill: inputs 0 x and 1 value, the mask saved in slot 0.  x gets g
@@ -1326,29 +1261,22 @@ static int masked_fill_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **
     return finish_grads(n, &s, 2, gr, gin);
 }
 
-static dl_node *masked_fill_node(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
-    dl_tensor *in[2] = {x, value};
-    dl_node *n = dl_node_new("MaskedFillBackward", masked_fill_backward, 2, in, 1, 0);
-    if (n && save(n, mask)) {
-        dl_node_release(n);
-        return NULL;
-    }
-    return n;
-}
-
 dl_tensor *dl_masked_fill(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
     dl_tensor *out = masked_fill_fwd(x, mask, value);
     if (!out || !dl_needs_grad2(x, value) || !dl_dtype_is_floating(out->dtype)) return out;
-    return finish_node(masked_fill_node(x, mask, value), out, 0);
+    dl_tensor *in[2] = {x, value};
+    return dl_op_record(out, "MaskedFillBackward", masked_fill_backward, 2, in, 1, &mask, NULL, 0);
 }
 
 int dl_masked_fill_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
     if (!dl_needs_grad2(self, value) || !dl_dtype_is_floating(self->dtype))
         return masked_fill_fwd_(self, mask, value);
     if (dl_check_inplace("masked_fill_", self)) return -1;
-    dl_node *n = masked_fill_node(self, mask, value);
+    dl_tensor *in[2] = {self, value};
+    dl_node *n = dl_op_inplace_node("MaskedFillBackward", masked_fill_backward, 2, in, 1, &mask,
+                                    false, NULL, 0);
     if (!n) return -1;
-    return finish_node_(n, self, masked_fill_fwd_(self, mask, value));
+    return dl_op_inplace_end(n, self, masked_fill_fwd_(self, mask, value), false);
 }
 
 /* --- equal, isclose, allclose ------------------------------------------------------------ */

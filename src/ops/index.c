@@ -146,7 +146,7 @@ static dl_tensor *record(dl_tensor *out, const char *name, dl_backward_fn fn, in
 
 /* Before an in-place write to self: the leaf check, and the node (NULL when
  * nothing records; *failed on an error).  Input 0 must be self, whose current
- * history the node captures. */
+ * history the node captures.  dl_op_inplace_end finishes after the write. */
 static dl_node *inplace_begin(const char *op, dl_tensor *self, const char *name, dl_backward_fn fn,
                               int n, dl_tensor *const *ins, const void *ctx, size_t ctx_size,
                               int nsave, dl_tensor *const *save, bool *failed) {
@@ -155,13 +155,6 @@ static dl_node *inplace_begin(const char *op, dl_tensor *self, const char *name,
     dl_node *node = dl_op_node_new(name, fn, n, ins, 1, nsave, save, ctx, ctx_size);
     *failed = node == NULL;
     return node;
-}
-
-/* After the write (rc its status): self becomes the node's output. */
-static int inplace_end(dl_node *node, dl_tensor *self, int rc) {
-    if (node && rc == 0) dl_node_set_output(node, 0, self);
-    dl_node_release(node);
-    return rc ? -1 : 0;
 }
 
 /* The gradient g (the shape of an index) placed at the start of zeros of an
@@ -834,7 +827,7 @@ static int scatter_inplace(scatter_kind kind, dl_tensor *self, int dim, dl_tenso
     int rc = kind == SCATTER_VALUE ? scatter_value_impl(self, dim, index, src)
              : kind == SCATTER_ADD ? scatter_add_impl(self, dim, index, src)
                                    : scatter_src_impl(self, dim, index, src);
-    return inplace_end(node, self, rc);
+    return dl_op_inplace_end(node, self, rc, false);
 }
 
 int dl_scatter_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
@@ -1033,7 +1026,7 @@ static int index_write_inplace(bool copy, dl_tensor *self, int dim, dl_tensor *i
     if (failed) return -1;
     int rc = copy ? index_copy_impl(op, self, dim, index, other)
                   : index_fill_impl(op, self, dim, index, other);
-    return inplace_end(node, self, rc);
+    return dl_op_inplace_end(node, self, rc, false);
 }
 
 static dl_tensor *index_write_copy(bool copy, dl_tensor *self, int dim, dl_tensor *index,
@@ -1137,17 +1130,13 @@ static int record_sorted(int rc, const char *name, dl_tensor *x, int dim, dl_ten
     if (rc || !values || !wants_grad(1, &x, (*values)->dtype)) return rc;
     dl_tensor *own = dl_tensor_clone(*indices);
     dim_ctx c = {dim};
-    dl_node *node =
-        own ? dl_op_node_new(name, sort_backward, 1, &x, 1, 1, &own, &c, sizeof c) : NULL;
+    *values = own ? dl_op_record(*values, name, sort_backward, 1, &x, 1, &own, &c, sizeof c)
+                  : dl_op_abort(NULL, *values);
     dl_tensor_release(own);
-    if (!node) {
-        dl_tensor_release(*values);
-        dl_tensor_release(*indices);
-        *values = *indices = NULL;
-        return -1;
-    }
-    dl_node_finish(node, *values);
-    return 0;
+    if (*values) return 0;
+    dl_tensor_release(*indices);
+    *indices = NULL;
+    return -1;
 }
 
 int dl_sort(dl_tensor *x, int dim, bool descending, bool stable, dl_tensor **values,
@@ -1546,7 +1535,7 @@ static int tri_inplace_recorded(const char *op, dl_tensor *x, int64_t diagonal, 
     dl_node *node =
         inplace_begin(op, x, tri_name(upper), tri_backward, 1, &x, &c, sizeof c, 0, NULL, &failed);
     if (failed) return -1;
-    return inplace_end(node, x, tri_inplace(op, x, diagonal, upper));
+    return dl_op_inplace_end(node, x, tri_inplace(op, x, diagonal, upper), false);
 }
 
 static dl_tensor *tri_copy_recorded(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {

@@ -677,10 +677,6 @@ typedef struct {
     double label_smoothing;
 } loss_ctx;
 
-static dl_node *loss_node(const char *name, dl_backward_fn fn, int n_in, dl_tensor *const *in) {
-    return dl_node_new(name, fn, n_in, in, 1, sizeof(loss_ctx));
-}
-
 /* inputs: 0 = x/logp, 1 = target, 2 = weight; saved: x, target, weight */
 static int nll_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const loss_ctx *c = n->ctx;
@@ -695,15 +691,9 @@ dl_tensor *dl_nll_loss(dl_tensor *logp, dl_tensor *target, dl_tensor *weight, in
                        dl_reduction reduction) {
     dl_tensor *out = dl_nll_loss_forward(logp, target, weight, ignore_index, reduction);
     if (!out || !dl_needs_grad1(logp)) return out;
-    dl_tensor *in[1] = {logp};
-    dl_node *n = loss_node("NllLossBackward", nll_backward, 1, in);
-    if (!n || dl_node_save(n, logp) < 0 || dl_node_save(n, target) < 0 ||
-        dl_node_save(n, weight) < 0)
-        return dl_op_abort(n, out);
-    loss_ctx *c = n->ctx;
-    c->ignore_index = ignore_index;
-    c->reduction = reduction;
-    return dl_node_finish(n, out);
+    dl_tensor *save[3] = {logp, target, weight};
+    loss_ctx c = {.ignore_index = ignore_index, .reduction = reduction};
+    return dl_op_record(out, "NllLossBackward", nll_backward, 1, &logp, 3, save, &c, sizeof c);
 }
 
 static int ce_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
@@ -726,14 +716,9 @@ dl_tensor *dl_cross_entropy(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
     bool target_grad = dl_dtype_is_floating(target->dtype);
     dl_tensor *in[2] = {x, target_grad ? target : NULL};
     if (!out || !dl_autograd_needed(2, in)) return out;
-    dl_node *n = loss_node("CrossEntropyBackward", ce_backward, 2, in);
-    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, target) < 0 || dl_node_save(n, weight) < 0)
-        return dl_op_abort(n, out);
-    loss_ctx *c = n->ctx;
-    c->ignore_index = ignore_index;
-    c->reduction = reduction;
-    c->label_smoothing = label_smoothing;
-    return dl_node_finish(n, out);
+    dl_tensor *save[3] = {x, target, weight};
+    loss_ctx c = {ignore_index, reduction, label_smoothing};
+    return dl_op_record(out, "CrossEntropyBackward", ce_backward, 2, in, 3, save, &c, sizeof c);
 }
 
 typedef int (*pair_backward_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
@@ -758,10 +743,8 @@ static dl_tensor *pair_loss(const char *name, dl_backward_fn bw, dl_tensor *out,
                             dl_tensor *y, dl_reduction reduction) {
     if (!out || !dl_needs_grad2(x, y)) return out;
     dl_tensor *in[2] = {x, y};
-    dl_node *n = loss_node(name, bw, 2, in);
-    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, y) < 0) return dl_op_abort(n, out);
-    ((loss_ctx *)n->ctx)->reduction = reduction;
-    return dl_node_finish(n, out);
+    loss_ctx c = {.reduction = reduction};
+    return dl_op_record(out, name, bw, 2, in, 2, in, &c, sizeof c);
 }
 
 dl_tensor *dl_mse_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
@@ -788,11 +771,8 @@ dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_te
     dl_tensor *out =
         dl_binary_cross_entropy_with_logits_forward(x, y, weight, pos_weight, reduction);
     if (!out || !dl_needs_grad2(x, y)) return out;
-    dl_tensor *in[2] = {x, y};
-    dl_node *n = loss_node("BinaryCrossEntropyWithLogitsBackward", bce_backward, 2, in);
-    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, y) < 0 || dl_node_save(n, weight) < 0 ||
-        dl_node_save(n, pos_weight) < 0)
-        return dl_op_abort(n, out);
-    ((loss_ctx *)n->ctx)->reduction = reduction;
-    return dl_node_finish(n, out);
+    dl_tensor *in[2] = {x, y}, *save[4] = {x, y, weight, pos_weight};
+    loss_ctx c = {.reduction = reduction};
+    return dl_op_record(out, "BinaryCrossEntropyWithLogitsBackward", bce_backward, 2, in, 4, save,
+                        &c, sizeof c);
 }

@@ -140,23 +140,8 @@ static int ctx_dims(red_ctx *c, const dl_tensor *x, int ndims, const int *dims, 
  * out (flags) and extra.  Returns out, or NULL (out released) on failure. */
 static dl_tensor *record(const char *name, dl_backward_fn fn, dl_tensor *x, dl_tensor *out,
                          const red_ctx *c, unsigned flags, dl_tensor *extra) {
-    dl_node *n = dl_node_new(name, fn, 1, &x, 1, sizeof *c);
-    if (!n) {
-        dl_tensor_release(out);
-        return NULL;
-    }
-    memcpy(n->ctx, c, sizeof *c);
-    /* out joins the graph first: its saved view must not hold the node */
-    dl_node_set_output(n, 0, out);
-    int rc = dl_node_save(n, flags & SAVE_X ? x : NULL) < 0;
-    rc |= dl_node_save(n, flags & SAVE_OUT ? out : NULL) < 0;
-    rc |= dl_node_save(n, extra) < 0;
-    dl_node_release(n);
-    if (rc) {
-        dl_tensor_release(out);
-        return NULL;
-    }
-    return out;
+    dl_tensor *save[3] = {flags & SAVE_X ? x : NULL, flags & SAVE_OUT ? out : NULL, extra};
+    return dl_op_record(out, name, fn, 1, &x, 3, save, c, sizeof *c);
 }
 
 /* Records r = op(x) over (ndims, dims) when needed (r is the forward's
