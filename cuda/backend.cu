@@ -11,6 +11,7 @@ extern "C" {
 #include "kernels/elementwise.h"
 #include "kernels/index.h"
 #include "kernels/linalg.h"
+#include "kernels/layernorm.h"
 #include "kernels/loss.h"
 #include "kernels/optim.h"
 #include "kernels/pad.h"
@@ -31,6 +32,7 @@ extern const dl_cuda_pad_kernels dl_cuda_pad_table;
 extern const dl_cuda_linalg_kernels dl_cuda_linalg_table;
 extern const dl_cuda_conv_kernels dl_cuda_conv_table;
 extern const dl_cuda_batchnorm_kernels dl_cuda_batchnorm_table;
+extern const dl_cuda_layernorm_kernels dl_cuda_layernorm_table;
 extern const dl_cuda_pool_kernels dl_cuda_pool_table;
 extern const dl_cuda_random_kernels dl_cuda_random_table;
 extern const dl_cuda_optim_kernels dl_cuda_optim_table;
@@ -47,6 +49,7 @@ void dl_cuda_register_kernels(void) {
     dl_cuda_linalg = &dl_cuda_linalg_table;
     dl_cuda_conv = &dl_cuda_conv_table;
     dl_cuda_batchnorm = &dl_cuda_batchnorm_table;
+    dl_cuda_layernorm = &dl_cuda_layernorm_table;
     dl_cuda_pool = &dl_cuda_pool_table;
     dl_cuda_random = &dl_cuda_random_table;
     dl_cuda_optim = &dl_cuda_optim_table;
