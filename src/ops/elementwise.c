@@ -256,80 +256,54 @@ static dl_dtype result_type_n(int n, dl_tensor *const *t) {
 /* The public ops record a node when dl_autograd_needed says so; the *_fwd
  * functions below compute without recording (the in-place forms and the
  * backward formulas use them).  A formula is written with this family's own
- * forwards over a scratch list that owns every intermediate: each sc_* step
- * takes borrowed operands, passes an earlier failure (NULL) on, and returns a
- * tensor the scratch releases when the formula is done. */
+ * forwards over a dl_op_pool (op_util.h) that owns every intermediate: each
+ * sc_* step takes borrowed operands, passes an earlier failure (NULL) on, and
+ * returns a tensor the pool releases when the formula is done. */
 static dl_tensor *binary_fwd(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha);
 static dl_tensor *unary_fwd(dl_unary_op op, dl_tensor *x);
 static dl_tensor *where_fwd(dl_tensor *cond, dl_tensor *a, dl_tensor *b);
 
-#define SCRATCH_MAX 32
-typedef struct {
-    dl_tensor *t[SCRATCH_MAX];
-    int n;
-    bool failed;
-} scratch;
-
-static dl_tensor *sc_keep(scratch *s, dl_tensor *t) {
-    if (!t) {
-        s->failed = true;
-        return NULL;
-    }
-    if (s->n == SCRATCH_MAX) {
-        dl_tensor_release(t);
-        dl_error("autograd: too many intermediates in a backward formula (internal)");
-        s->failed = true;
-        return NULL;
-    }
-    return s->t[s->n++] = t;
+static dl_tensor *sc_bin(dl_op_pool *s, dl_binary_op op, dl_tensor *a, dl_tensor *b) {
+    return a && b ? dl_op_keep(s, binary_fwd(op, a, b, 1)) : NULL;
 }
 
-static void sc_free(scratch *s) {
-    dl_op_release_all(s->t, s->n);
-    s->n = 0;
+static dl_tensor *sc_un(dl_op_pool *s, dl_unary_op op, dl_tensor *x) {
+    return x ? dl_op_keep(s, unary_fwd(op, x)) : NULL;
 }
 
-static dl_tensor *sc_bin(scratch *s, dl_binary_op op, dl_tensor *a, dl_tensor *b) {
-    return a && b ? sc_keep(s, binary_fwd(op, a, b, 1)) : NULL;
-}
-
-static dl_tensor *sc_un(scratch *s, dl_unary_op op, dl_tensor *x) {
-    return x ? sc_keep(s, unary_fwd(op, x)) : NULL;
-}
-
-static dl_tensor *sc_to(scratch *s, dl_tensor *x, dl_dtype dtype) {
-    return x ? sc_keep(s, dl_tensor_to_dtype(x, dtype)) : NULL;
+static dl_tensor *sc_to(dl_op_pool *s, dl_tensor *x, dl_dtype dtype) {
+    return x ? dl_op_keep(s, dl_tensor_to_dtype(x, dtype)) : NULL;
 }
 
 /* A 0-dim constant that combines with `like` without changing its dtype:
  * float64 against float64, float32 against float32 and dimensioned half
  * tensors (which compute in float32 anyway), like's own dtype otherwise. */
-static dl_tensor *sc_const(scratch *s, const dl_tensor *like, double v) {
+static dl_tensor *sc_const(dl_op_pool *s, const dl_tensor *like, double v) {
     if (!like) return NULL;
     dl_dtype dt = like->dtype;
     if (dl_dtype_is_floating(dt) && dt != DL_DTYPE_F64 && like->ndim > 0) dt = DL_DTYPE_F32;
-    return sc_keep(s, dl_tensor_scalar(v, dt));
+    return dl_op_keep(s, dl_tensor_scalar(v, dt));
 }
 
-static dl_tensor *sc_mulc(scratch *s, dl_tensor *x, double c) {
+static dl_tensor *sc_mulc(dl_op_pool *s, dl_tensor *x, double c) {
     return sc_bin(s, DL_BINARY_MUL, x, sc_const(s, x, c));
 }
 
-static dl_tensor *sc_addc(scratch *s, dl_tensor *x, double c) {
+static dl_tensor *sc_addc(dl_op_pool *s, dl_tensor *x, double c) {
     return sc_bin(s, DL_BINARY_ADD, x, sc_const(s, x, c));
 }
 
-static dl_tensor *sc_where(scratch *s, dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
-    return cond && a && b ? sc_keep(s, where_fwd(cond, a, b)) : NULL;
+static dl_tensor *sc_where(dl_op_pool *s, dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
+    return cond && a && b ? dl_op_keep(s, where_fwd(cond, a, b)) : NULL;
 }
 
 /* g where keep is true, 0 elsewhere (in g's dtype, the broadcast shape). */
-static dl_tensor *sc_keep_where(scratch *s, dl_tensor *keep, dl_tensor *g) {
+static dl_tensor *sc_keep_where(dl_op_pool *s, dl_tensor *keep, dl_tensor *g) {
     return sc_where(s, keep, g, sc_const(s, g, 0));
 }
 
 /* g with zeros where drop is true. */
-static dl_tensor *sc_drop_where(scratch *s, dl_tensor *drop, dl_tensor *g) {
+static dl_tensor *sc_drop_where(dl_op_pool *s, dl_tensor *drop, dl_tensor *g) {
     return sc_where(s, drop, sc_const(s, g, 0), g);
 }
 
@@ -352,10 +326,10 @@ static int set_zero_grads(dl_node *n, dl_tensor **gin) {
 }
 
 /* Ends a formula: the scratch's failure, or the gradients of inputs 0..k-1. */
-static int finish_grads(dl_node *n, scratch *s, int k, dl_tensor *const *g, dl_tensor **gin) {
+static int finish_grads(dl_node *n, dl_op_pool *s, int k, dl_tensor *const *g, dl_tensor **gin) {
     int rc = s->failed ? -1 : 0;
     for (int i = 0; i < k && rc == 0; i++) rc = set_grad(n, i, g[i], gin);
-    sc_free(s);
+    dl_op_pool_free(s);
     return rc;
 }
 
@@ -538,7 +512,7 @@ static unsigned binary_saves(dl_binary_op op, bool need_a, bool need_b) {
 /* pow: d/da = b * a^(b-1) (0 where b == 0); d/db = out * log(a) (0 where a == 0
  * and b >= 0).  An integer operand is first converted to the output's dtype;
  * floating ones promote as the forward did. */
-static void pow_grads(scratch *s, dl_tensor *g, dl_tensor *a, dl_tensor *b, dl_tensor *out,
+static void pow_grads(dl_op_pool *s, dl_tensor *g, dl_tensor *a, dl_tensor *b, dl_tensor *out,
                       bool need_a, bool need_b, dl_tensor **ga, dl_tensor **gb) {
     dl_tensor *A = dl_dtype_is_floating(a->dtype) ? a : sc_to(s, a, g->dtype);
     dl_tensor *B = dl_dtype_is_floating(b->dtype) ? b : sc_to(s, b, g->dtype);
@@ -565,7 +539,7 @@ static int binary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) 
         (sv & SAVE_OUT && !(out = dl_node_saved(n, 2))))
         return -1;
     dl_tensor *g = gout[0], *gr[2] = {NULL, NULL}; /* gradients in the output's shape */
-    scratch s = {0};
+    dl_op_pool s = {0};
     switch (c->op) {
     case DL_BINARY_ADD:
     case DL_BINARY_SUB:
@@ -619,7 +593,7 @@ static int binary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) 
         break;
     }
     default: /* rounding divisions, comparisons and logical ops (in place) */
-        sc_free(&s);
+        dl_op_pool_free(&s);
         return set_zero_grads(n, gin);
     }
     return finish_grads(n, &s, 2, gr, gin);
@@ -853,15 +827,15 @@ static int unary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *x = NULL; /* the saved input or result, as unary_saves says */
     if (unary_saves(op) != SAVES_NOTHING && !(x = dl_node_saved(n, 0))) return -1;
     dl_tensor *r = x, *g = gout[0], *gx = NULL;
-    scratch s = {0};
-    scratch *S = &s;
+    dl_op_pool s = {0};
+    dl_op_pool *S = &s;
     switch (op) {
     case DL_UNARY_NEG: gx = sc_un(S, DL_UNARY_NEG, g); break;
     case DL_UNARY_ABS: gx = sc_bin(S, DL_BINARY_MUL, g, sc_un(S, DL_UNARY_SIGN, x)); break;
     case DL_UNARY_RELU: /* 0 where the result is <= 0 (threshold_backward) */
         if (dl_tensor_device(r).type == DL_DEVICE_CPU &&
             dl_tensor_device(g).type == DL_DEVICE_CPU && g->dtype == r->dtype)
-            gx = sc_keep(S, dl_relu_backward(g, r)); /* one pass, not a mask and a where */
+            gx = dl_op_keep(S, dl_relu_backward(g, r)); /* one pass, not a mask and a where */
         else
             gx = sc_drop_where(S, sc_bin(S, DL_BINARY_LE, r, sc_const(S, r, 0)), g);
         break;
@@ -950,7 +924,7 @@ static int unary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     }
     case DL_UNARY_FRAC: gx = g; break;
     default: /* sign, rounding, logical_not (in place): zero gradient */
-        sc_free(S);
+        dl_op_pool_free(S);
         return set_zero_grads(n, gin);
     }
     return finish_grads(n, S, 1, &gx, gin);
@@ -1084,7 +1058,7 @@ static int clamp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     if (!x || (c->lo && !(lo = dl_node_saved(n, 1))) || (c->hi && !(hi = dl_node_saved(n, 2))))
         return -1;
     dl_tensor *g = gout[0], *gr[3] = {NULL, NULL, NULL};
-    scratch s = {0};
+    dl_op_pool s = {0};
     if (dl_node_needs_grad(n, 0)) {
         dl_tensor *in = lo ? sc_bin(&s, DL_BINARY_GE, x, lo) : NULL;
         if (hi) {
@@ -1232,7 +1206,7 @@ static int masked_fill_fwd_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) 
 static int where_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *cond = dl_node_saved(n, 0);
     if (!cond) return -1;
-    scratch s = {0};
+    dl_op_pool s = {0};
     dl_tensor *gr[2] = {NULL, NULL};
     if (dl_node_needs_grad(n, 0)) gr[0] = sc_keep_where(&s, cond, gout[0]);
     if (dl_node_needs_grad(n, 1)) gr[1] = sc_drop_where(&s, cond, gout[0]);
@@ -1251,12 +1225,13 @@ dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
 static int masked_fill_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *mask = dl_node_saved(n, 0);
     if (!mask) return -1;
-    scratch s = {0};
+    dl_op_pool s = {0};
     dl_tensor *gr[2] = {NULL, NULL};
     if (dl_node_needs_grad(n, 0)) gr[0] = sc_drop_where(&s, mask, gout[0]);
     if (dl_node_needs_grad(n, 1)) {
         dl_tensor *filled = sc_keep_where(&s, mask, gout[0]);
-        gr[1] = filled ? sc_keep(&s, dl_sum(filled, 0, NULL, false, DL_REDUCE_DTYPE_NONE)) : NULL;
+        gr[1] =
+            filled ? dl_op_keep(&s, dl_sum(filled, 0, NULL, false, DL_REDUCE_DTYPE_NONE)) : NULL;
     }
     return finish_grads(n, &s, 2, gr, gin);
 }

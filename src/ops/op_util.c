@@ -208,3 +208,21 @@ int dl_op_inplace_end(dl_node *n, dl_tensor *self, int rc, bool save_self) {
     dl_node_release(n);
     return rc ? -1 : 0;
 }
+
+dl_tensor *dl_op_keep(dl_op_pool *p, dl_tensor *t) {
+    if (t && p->n == DL_OP_POOL_MAX) {
+        dl_tensor_release(t);
+        dl_error("autograd: too many intermediates in a backward formula (internal)");
+        t = NULL;
+    }
+    if (!t) {
+        p->failed = true;
+        return NULL;
+    }
+    return p->t[p->n++] = t;
+}
+
+void dl_op_pool_free(dl_op_pool *p) {
+    dl_op_release_all(p->t, p->n);
+    p->n = 0;
+}

@@ -165,6 +165,25 @@ dl_node *dl_op_inplace_node(const char *name, dl_backward_fn fn, int n_in, dl_te
  * dropped either way; a NULL n passes.  Returns 0, or -1 when rc or the save failed. */
 int dl_op_inplace_end(dl_node *n, dl_tensor *self, int rc, bool save_self);
 
+/* --- temporaries of a backward formula ------------------------------------------
+ * A formula is a straight list of steps over a pool that owns every
+ * intermediate: dl_op_keep takes a step's new reference and returns it (a
+ * NULL one, a failed step, marks the pool failed); DL_OP_STEP(p, expr)
+ * evaluates expr only while no step has failed, so a formula checks once, at
+ * its end.  dl_op_pool_free releases everything the pool holds.  Start with
+ * dl_op_pool p = {0}. */
+
+#define DL_OP_POOL_MAX 32
+typedef struct dl_op_pool {
+    dl_tensor *t[DL_OP_POOL_MAX];
+    int n;
+    bool failed;
+} dl_op_pool;
+
+dl_tensor *dl_op_keep(dl_op_pool *p, dl_tensor *t);
+#define DL_OP_STEP(p, expr) ((p)->failed ? NULL : dl_op_keep((p), (expr)))
+void dl_op_pool_free(dl_op_pool *p);
+
 /* --- layouts ------------------------------------------------------------------
  * Channels-last: an (N,C,*spatial) tensor dense with C fastest, i.e.
  * (N,*spatial,C) in memory (size-1 dims aside, as PyTorch).  The public 4-D
