@@ -12,6 +12,7 @@
  * libm's exp.  Each output depends only on its own column, so results do not
  * depend on the thread count. */
 #include "cpu/softmax.h"
+#include "core/error.h"
 #include "core/parallel.h"
 
 #include <math.h>
@@ -227,68 +228,62 @@ static inline int64_t block_of(int64_t w, int64_t nblk, int64_t D, int64_t inner
     return o * D * inner + i0;
 }
 
-void dl_cpu_softmax_f32(float *y, const float *x, int64_t outer, int64_t D, int64_t inner,
-                        bool is_log) {
-    const int64_t work = outer * inner * D;
+int dl_cpu_softmax(dl_dtype dt, const dl_softmax_shape *s, void *y, const void *x) {
+    if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64)
+        return dl_error("softmax: CPU kernels take float32 or float64, got %s", dl_dtype_name(dt));
+    const bool f64 = dt == DL_DTYPE_F64, is_log = s->log;
+    const int64_t outer = s->outer, D = s->D, inner = s->inner, work = outer * inner * D;
     if (inner == 1) {
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-        for (int64_t r = 0; r < outer; r++) row_fwd_f32(y + r * D, x + r * D, D, is_log);
-        return;
+        for (int64_t r = 0; r < outer; r++) {
+            if (f64)
+                row_fwd_f64((double *)y + r * D, (const double *)x + r * D, D, is_log);
+            else
+                row_fwd_f32((float *)y + r * D, (const float *)x + r * D, D, is_log);
+        }
+        return 0;
     }
     const int64_t nblk = (inner + COLS - 1) / COLS;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
     for (int64_t w = 0; w < outer * nblk; w++) {
         int64_t nc, off = block_of(w, nblk, D, inner, &nc);
-        cols_fwd_f32(y + off, x + off, D, inner, nc, is_log);
+        if (f64)
+            cols_fwd_f64((double *)y + off, (const double *)x + off, D, inner, nc, is_log);
+        else
+            cols_fwd_f32((float *)y + off, (const float *)x + off, D, inner, nc, is_log);
     }
+    return 0;
 }
 
-void dl_cpu_softmax_f64(double *y, const double *x, int64_t outer, int64_t D, int64_t inner,
-                        bool is_log) {
-    const int64_t work = outer * inner * D;
+int dl_cpu_softmax_backward(dl_dtype dt, const dl_softmax_shape *s, void *gx, const void *gy,
+                            const void *y) {
+    if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64)
+        return dl_error("softmax_backward: CPU kernels take float32 or float64, got %s",
+                        dl_dtype_name(dt));
+    const bool f64 = dt == DL_DTYPE_F64, is_log = s->log;
+    const int64_t outer = s->outer, D = s->D, inner = s->inner, work = outer * inner * D;
     if (inner == 1) {
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-        for (int64_t r = 0; r < outer; r++) row_fwd_f64(y + r * D, x + r * D, D, is_log);
-        return;
+        for (int64_t r = 0; r < outer; r++) {
+            if (f64)
+                row_backward_f64((double *)gx + r * D, (const double *)gy + r * D,
+                                 (const double *)y + r * D, D, is_log);
+            else
+                row_backward_f32((float *)gx + r * D, (const float *)gy + r * D,
+                                 (const float *)y + r * D, D, is_log);
+        }
+        return 0;
     }
     const int64_t nblk = (inner + COLS - 1) / COLS;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
     for (int64_t w = 0; w < outer * nblk; w++) {
         int64_t nc, off = block_of(w, nblk, D, inner, &nc);
-        cols_fwd_f64(y + off, x + off, D, inner, nc, is_log);
+        if (f64)
+            cols_backward_f64((double *)gx + off, (const double *)gy + off, (const double *)y + off,
+                              D, inner, nc, is_log);
+        else
+            cols_backward_f32((float *)gx + off, (const float *)gy + off, (const float *)y + off, D,
+                              inner, nc, is_log);
     }
-}
-
-void dl_cpu_softmax_backward_f32(float *gx, const float *gy, const float *y, int64_t outer,
-                                 int64_t D, int64_t inner, bool is_log) {
-    const int64_t work = outer * inner * D;
-    if (inner == 1) {
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-        for (int64_t r = 0; r < outer; r++)
-            row_backward_f32(gx + r * D, gy + r * D, y + r * D, D, is_log);
-        return;
-    }
-    const int64_t nblk = (inner + COLS - 1) / COLS;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-    for (int64_t w = 0; w < outer * nblk; w++) {
-        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
-        cols_backward_f32(gx + off, gy + off, y + off, D, inner, nc, is_log);
-    }
-}
-
-void dl_cpu_softmax_backward_f64(double *gx, const double *gy, const double *y, int64_t outer,
-                                 int64_t D, int64_t inner, bool is_log) {
-    const int64_t work = outer * inner * D;
-    if (inner == 1) {
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-        for (int64_t r = 0; r < outer; r++)
-            row_backward_f64(gx + r * D, gy + r * D, y + r * D, D, is_log);
-        return;
-    }
-    const int64_t nblk = (inner + COLS - 1) / COLS;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-    for (int64_t w = 0; w < outer * nblk; w++) {
-        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
-        cols_backward_f64(gx + off, gy + off, y + off, D, inner, nc, is_log);
-    }
+    return 0;
 }
