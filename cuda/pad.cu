@@ -84,49 +84,49 @@ PadShape pad_shape(const dl_pad_shape *s) {
     return p;
 }
 
+// Queues launch(m, p, n, blocks, stream) over the n output elements of s
+// with its maps m copied to the device (freed after, stream-ordered).
+template <typename F> int with_maps(const char *kernel, const dl_pad_shape *s, F launch) {
+    int64_t n = s->outer * s->osz[0] * s->osz[1] * s->osz[2];
+    if (n == 0) return 0;
+    int64_t *m = maps_to_device(s);
+    if (!m) return -1;
+    launch(m, pad_shape(s), n, dl_cuda_blocks(n, kThreads), dl_cuda_stream());
+    cudaError_t e = cudaGetLastError();
+    dl_cuda_free(m);
+    if (e != cudaSuccess) return dl_cuda_fail(kernel, cudaGetErrorString(e), __FILE__, __LINE__);
+    return 0;
+}
+
 // --- entry points (the table) ------------------------------------------------------------
 
 int pad_gather(dl_dtype dt, const dl_pad_shape *s, void *out, const void *in) {
-    int64_t n = s->outer * s->osz[0] * s->osz[1] * s->osz[2];
-    if (n == 0) return 0;
-    PadShape p = pad_shape(s);
-    int64_t *m = maps_to_device(s);
-    if (!m) return -1;
-    unsigned blocks = dl_cuda_blocks(n, kThreads);
-    cudaStream_t st = dl_cuda_stream();
-    by_size(dl_dtype_size(dt), [&](auto w) {
-        using W = decltype(w);
-        pad_gather_kernel<<<blocks, kThreads, 0, st>>>((W *)out, (const W *)in, m, p, n);
-    });
-    cudaError_t e = cudaGetLastError();
-    dl_cuda_free(m);
-    if (e != cudaSuccess)
-        return dl_cuda_fail("pad_gather_kernel", cudaGetErrorString(e), __FILE__, __LINE__);
-    return 0;
+    return with_maps(
+        "pad_gather_kernel", s,
+        [&](const int64_t *m, PadShape p, int64_t n, unsigned blocks, cudaStream_t st) {
+            by_size(dl_dtype_size(dt), [&](auto w) {
+                using W = decltype(w);
+                pad_gather_kernel<<<blocks, kThreads, 0, st>>>((W *)out, (const W *)in, m, p, n);
+            });
+        });
 }
 
 int pad_scatter(dl_dtype dt, const dl_pad_shape *s, void *gin, const void *gout) {
     if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64)
         return dl_error("pad_backward: no CUDA kernel for %s tensors", dl_dtype_name(dt));
-    cudaStream_t st = dl_cuda_stream();
     int64_t nin = s->outer * s->isz[0] * s->isz[1] * s->isz[2];
-    int64_t n = s->outer * s->osz[0] * s->osz[1] * s->osz[2];
-    if (nin > 0) DL_CUDA_CHECK(cudaMemsetAsync(gin, 0, (size_t)nin * dl_dtype_size(dt), st));
-    if (n == 0) return 0;
-    PadShape p = pad_shape(s);
-    int64_t *m = maps_to_device(s);
-    if (!m) return -1;
-    unsigned blocks = dl_cuda_blocks(n, kThreads);
-    if (dt == DL_DTYPE_F64)
-        pad_scatter_kernel<<<blocks, kThreads, 0, st>>>((double *)gin, (const double *)gout, m, p,
-                                                        n);
-    else
-        pad_scatter_kernel<<<blocks, kThreads, 0, st>>>((float *)gin, (const float *)gout, m, p, n);
-    cudaError_t e = cudaGetLastError();
-    dl_cuda_free(m);
-    if (e != cudaSuccess)
-        return dl_cuda_fail("pad_scatter_kernel", cudaGetErrorString(e), __FILE__, __LINE__);
-    return 0;
+    if (nin > 0)
+        DL_CUDA_CHECK(cudaMemsetAsync(gin, 0, (size_t)nin * dl_dtype_size(dt), dl_cuda_stream()));
+    return with_maps(
+        "pad_scatter_kernel", s,
+        [&](const int64_t *m, PadShape p, int64_t n, unsigned blocks, cudaStream_t st) {
+            if (dt == DL_DTYPE_F64)
+                pad_scatter_kernel<<<blocks, kThreads, 0, st>>>((double *)gin, (const double *)gout,
+                                                                m, p, n);
+            else
+                pad_scatter_kernel<<<blocks, kThreads, 0, st>>>((float *)gin, (const float *)gout,
+                                                                m, p, n);
+        });
 }
 
 } // namespace

@@ -54,10 +54,7 @@ int dl_dropout_forward(dl_tensor *x, double p, bool training, dl_generator *g, d
         return -1;
     }
     *out = o;
-    if (mask)
-        *mask = m;
-    else
-        dl_tensor_release(m);
+    dl_op_optional_out(mask, m);
     return 0;
 }
 
@@ -99,9 +96,6 @@ int dl_dropout(dl_tensor *x, double p, bool training, dl_tensor **out, dl_tensor
         dl_tensor_release(m);
         return -1;
     }
-    if (mask)
-        *mask = m;
-    else
-        dl_tensor_release(m);
+    dl_op_optional_out(mask, m);
     return 0;
 }

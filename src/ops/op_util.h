@@ -86,6 +86,15 @@ static inline double *dl_op_f64p(const dl_tensor *t) {
     return (double *)dl_op_data(t);
 }
 
+/* An optional result: t goes to *out when the caller asked for it (out not
+ * NULL), else it is released. */
+static inline void dl_op_optional_out(dl_tensor **out, dl_tensor *t) {
+    if (out)
+        *out = t;
+    else
+        dl_tensor_release(t);
+}
+
 /* Hands ts[0], ts[1], ts[2] to the caller's outputs *a, *b, *c (the last
  * step of a backward with three gradients) and leaves NULLs behind. */
 void dl_op_take3(dl_tensor **ts, dl_tensor **a, dl_tensor **b, dl_tensor **c);

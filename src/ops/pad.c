@@ -127,6 +127,25 @@ static int pad_map(const char *op, int64_t *map, int64_t osz, int64_t isz, int64
     return 0;
 }
 
+/* Constant mode: copies the kept input region between src and dst (a new
+ * result, consumed), one of them the (ndim, shape) input side, the other the
+ * padded side (to_padded says which is dst).  Returns dst, or NULL. */
+static dl_tensor *copy_region(dl_tensor *dst, dl_tensor *src, bool to_padded, int ndim,
+                              const int64_t *shape, int npads, const int64_t *pads) {
+    int64_t is[DL_MAX_DIMS], os[DL_MAX_DIMS], len[DL_MAX_DIMS];
+    if (!dst || !pad_regions(ndim, shape, npads, pads, is, os, len)) return dst;
+    dl_tensor *s = narrow_last(src, npads / 2, to_padded ? is : os, len);
+    dl_tensor *d = s ? narrow_last(dst, npads / 2, to_padded ? os : is, len) : NULL;
+    int rc = d ? dl_tensor_copy_(d, s) : -1;
+    dl_tensor_release(s);
+    dl_tensor_release(d);
+    if (rc) {
+        dl_tensor_release(dst);
+        return NULL;
+    }
+    return dst;
+}
+
 /* The (outer, D2, D1, D0) view and index maps of a non-constant pad (the
  * kernels' dl_pad_shape) and the buffer holding the maps. */
 typedef struct {
@@ -179,21 +198,9 @@ dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_m
     int64_t oshape[DL_MAX_DIMS];
     if (pad_check(op, x->ndim, x->shape, npads, pads, mode, oshape)) return NULL;
     dl_device dev = dl_tensor_device(x);
-    if (mode == DL_PAD_CONSTANT) {
-        dl_tensor *out = dl_tensor_full(x->ndim, oshape, value, x->dtype, dev);
-        int64_t is[DL_MAX_DIMS], os[DL_MAX_DIMS], len[DL_MAX_DIMS];
-        if (!out || !pad_regions(x->ndim, x->shape, npads, pads, is, os, len)) return out;
-        dl_tensor *src = narrow_last(x, npads / 2, is, len);
-        dl_tensor *dst = src ? narrow_last(out, npads / 2, os, len) : NULL;
-        int rc = dst ? dl_tensor_copy_(dst, src) : -1;
-        dl_tensor_release(src);
-        dl_tensor_release(dst);
-        if (rc) {
-            dl_tensor_release(out);
-            return NULL;
-        }
-        return out;
-    }
+    if (mode == DL_PAD_CONSTANT)
+        return copy_region(dl_tensor_full(x->ndim, oshape, value, x->dtype, dev), x, true, x->ndim,
+                           x->shape, npads, pads);
     pad_plan p;
     dl_pad_gather_fn gather = gather_kernel(op, dev);
     if (!gather || pad_plan_make(op, x->ndim, x->shape, oshape, npads, pads, mode, &p)) return NULL;
@@ -236,21 +243,9 @@ dl_tensor *dl_pad_backward(dl_tensor *gy, int ndim, const int64_t *shape, int np
                  dl_shape_str(gy->ndim, gy->shape, s2, sizeof s2));
         return NULL;
     }
-    if (mode == DL_PAD_CONSTANT) {
-        dl_tensor *gx = dl_tensor_zeros(ndim, shape, gy->dtype, dev);
-        int64_t is[DL_MAX_DIMS], os[DL_MAX_DIMS], len[DL_MAX_DIMS];
-        if (!gx || !pad_regions(ndim, shape, npads, pads, is, os, len)) return gx;
-        dl_tensor *src = narrow_last(gy, npads / 2, os, len);
-        dl_tensor *dst = src ? narrow_last(gx, npads / 2, is, len) : NULL;
-        int rc = dst ? dl_tensor_copy_(dst, src) : -1;
-        dl_tensor_release(src);
-        dl_tensor_release(dst);
-        if (rc) {
-            dl_tensor_release(gx);
-            return NULL;
-        }
-        return gx;
-    }
+    if (mode == DL_PAD_CONSTANT)
+        return copy_region(dl_tensor_zeros(ndim, shape, gy->dtype, dev), gy, false, ndim, shape,
+                           npads, pads);
     pad_plan p;
     dl_pad_scatter_fn scatter = scatter_kernel(op, dev);
     if (!scatter || pad_plan_make(op, ndim, shape, oshape, npads, pads, mode, &p)) return NULL;

@@ -1138,10 +1138,7 @@ static int median(dl_tensor *x, const bool *mask, bool keepdim, dl_tensor **vals
         return -1;
     }
     *vals = vo;
-    if (idx)
-        *idx = io;
-    else
-        dl_tensor_release(io);
+    dl_op_optional_out(idx, io);
     return 0;
 }
 
