@@ -312,6 +312,19 @@ template <typename F> int by_dtype(dl_dtype dt, F launch) {
     return 0;
 }
 
+// Queues launch(tag, blocks, stream) -- tag a float or double value for dt --
+// over the N*S samples of a class loss, after the checks every class entry
+// point makes; nothing to do without samples.
+template <typename F>
+int class_launch(const char *op, dl_dtype dt, const dl_class_loss_shape *s, F launch) {
+    if (float_only(op, dt) || class_dims(op, s->N, s->C, s->S)) return -1;
+    int64_t n = s->N * s->S;
+    if (n == 0) return 0;
+    unsigned b = blocks(n);
+    cudaStream_t st = dl_cuda_stream();
+    return by_dtype(dt, [&](auto tag) { launch(tag, b, st); });
+}
+
 } // namespace
 
 int dl_cuda_loss_sum(dl_dtype dt, int64_t n, double *out, const void *v) {
@@ -348,88 +361,70 @@ int dl_cuda_target_check(const dl_class_loss_shape *s, int64_t *first_bad, const
 
 int dl_cuda_nll_loss(dl_dtype dt, const dl_class_loss_shape *s, void *out, const void *logp,
                      const int64_t *target, const void *weight) {
-    int64_t N = s->N, C = s->C, S = s->S;
-    if (float_only("nll_loss", dt) || class_dims("nll_loss", N, C, S)) return -1;
-    if (N * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    return by_dtype(dt, [&](auto tag) {
+    return class_launch("nll_loss", dt, s, [&](auto tag, unsigned b, cudaStream_t st) {
         typedef decltype(tag) T;
-        nll_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)out, (const T *)logp, target, (const T *)weight, N, C, S, s->ignore_index);
+        nll_kernel<T><<<b, DL_RED_THREADS, 0, st>>>((T *)out, (const T *)logp, target,
+                                                    (const T *)weight, s->N, s->C, s->S,
+                                                    s->ignore_index);
     });
 }
 
 int dl_cuda_nll_loss_backward(dl_dtype dt, const dl_class_loss_shape *s, void *gx, const void *g,
                               double g0, const int64_t *target, const void *weight) {
-    int64_t N = s->N, C = s->C, S = s->S;
-    if (float_only("nll_loss_backward", dt) || class_dims("nll_loss_backward", N, C, S)) return -1;
-    if (N * C * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    size_t esz = dt == DL_DTYPE_F64 ? sizeof(double) : sizeof(float);
-    DL_CUDA_CHECK(cudaMemsetAsync(gx, 0, (size_t)(N * C * S) * esz, st));
-    return by_dtype(dt, [&](auto tag) {
+    const char *op = "nll_loss_backward";
+    if (float_only(op, dt) || class_dims(op, s->N, s->C, s->S)) return -1;
+    int64_t total = s->N * s->C * s->S;
+    if (total == 0) return 0;
+    DL_CUDA_CHECK(cudaMemsetAsync(gx, 0, (size_t)total * dl_dtype_size(dt), dl_cuda_stream()));
+    return class_launch(op, dt, s, [&](auto tag, unsigned b, cudaStream_t st) {
         typedef decltype(tag) T;
-        nll_backward_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)gx, (const T *)g, (T)g0, target, (const T *)weight, N, C, S, s->ignore_index);
+        nll_backward_kernel<T><<<b, DL_RED_THREADS, 0, st>>>((T *)gx, (const T *)g, (T)g0, target,
+                                                             (const T *)weight, s->N, s->C, s->S,
+                                                             s->ignore_index);
     });
 }
 
 int dl_cuda_cross_entropy(dl_dtype dt, const dl_class_loss_shape *s, void *out, const void *x,
                           const int64_t *target, const void *weight) {
-    int64_t N = s->N, C = s->C, S = s->S;
-    if (float_only("cross_entropy", dt) || class_dims("cross_entropy", N, C, S)) return -1;
-    if (N * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    return by_dtype(dt, [&](auto tag) {
+    return class_launch("cross_entropy", dt, s, [&](auto tag, unsigned b, cudaStream_t st) {
         typedef decltype(tag) T;
-        ce_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)out, (const T *)x, target, (const T *)weight, N, C, S, s->ignore_index, s->eps);
+        ce_kernel<T><<<b, DL_RED_THREADS, 0, st>>>((T *)out, (const T *)x, target,
+                                                   (const T *)weight, s->N, s->C, s->S,
+                                                   s->ignore_index, s->eps);
     });
 }
 
 int dl_cuda_cross_entropy_backward(dl_dtype dt, const dl_class_loss_shape *s, void *gx,
                                    const void *g, double g0, const void *x, const int64_t *target,
                                    const void *weight) {
-    int64_t N = s->N, C = s->C, S = s->S;
-    if (float_only("cross_entropy_backward", dt) || class_dims("cross_entropy_backward", N, C, S))
-        return -1;
-    if (N * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    return by_dtype(dt, [&](auto tag) {
-        typedef decltype(tag) T;
-        ce_backward_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)gx, (const T *)g, (T)g0, (const T *)x, target, (const T *)weight, N, C, S,
-            s->ignore_index, s->eps);
-    });
+    return class_launch("cross_entropy_backward", dt, s,
+                        [&](auto tag, unsigned b, cudaStream_t st) {
+                            typedef decltype(tag) T;
+                            ce_backward_kernel<T><<<b, DL_RED_THREADS, 0, st>>>(
+                                (T *)gx, (const T *)g, (T)g0, (const T *)x, target,
+                                (const T *)weight, s->N, s->C, s->S, s->ignore_index, s->eps);
+                        });
 }
 
 int dl_cuda_cross_entropy_prob(dl_dtype dt, const dl_class_loss_shape *s, void *out, const void *x,
                                const void *target, const void *weight) {
-    int64_t N = s->N, C = s->C, S = s->S;
-    if (float_only("cross_entropy", dt) || class_dims("cross_entropy", N, C, S)) return -1;
-    if (N * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    return by_dtype(dt, [&](auto tag) {
+    return class_launch("cross_entropy", dt, s, [&](auto tag, unsigned b, cudaStream_t st) {
         typedef decltype(tag) T;
-        ce_prob_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)out, (const T *)x, (const T *)target, (const T *)weight, N, C, S, s->eps);
+        ce_prob_kernel<T><<<b, DL_RED_THREADS, 0, st>>>(
+            (T *)out, (const T *)x, (const T *)target, (const T *)weight, s->N, s->C, s->S, s->eps);
     });
 }
 
 int dl_cuda_cross_entropy_prob_backward(dl_dtype dt, const dl_class_loss_shape *s, void *gx,
                                         void *gtarget, const void *g, double g0, const void *x,
                                         const void *target, const void *weight) {
-    int64_t N = s->N, C = s->C, S = s->S;
-    if (float_only("cross_entropy_backward", dt) || class_dims("cross_entropy_backward", N, C, S))
-        return -1;
-    if (N * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    return by_dtype(dt, [&](auto tag) {
-        typedef decltype(tag) T;
-        ce_prob_backward_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)gx, (T *)gtarget, (const T *)g, (T)g0, (const T *)x, (const T *)target,
-            (const T *)weight, N, C, S, s->eps);
-    });
+    return class_launch("cross_entropy_backward", dt, s,
+                        [&](auto tag, unsigned b, cudaStream_t st) {
+                            typedef decltype(tag) T;
+                            ce_prob_backward_kernel<T><<<b, DL_RED_THREADS, 0, st>>>(
+                                (T *)gx, (T *)gtarget, (const T *)g, (T)g0, (const T *)x,
+                                (const T *)target, (const T *)weight, s->N, s->C, s->S, s->eps);
+                        });
 }
 
 int dl_cuda_pointwise_loss(dl_dtype dt, dl_pointwise_loss op, int64_t n, void *out, const void *x,

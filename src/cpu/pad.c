@@ -54,44 +54,40 @@ int dl_cpu_pad_gather(dl_dtype dt, const dl_pad_shape *s, void *out, const void 
     return 0;
 }
 
-static void scatter_f32(float *gin, const float *gout, const dl_pad_shape *s) {
-    const int64_t *osz = s->osz, *isz = s->isz, *const *map = s->map;
-    const int64_t on = osz[0] * osz[1] * osz[2], in_n = isz[0] * isz[1] * isz[2];
-    memset(gin, 0, (size_t)(s->outer * in_n) * sizeof *gin);
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (s->outer * on >= DL_PARALLEL_GRAIN)
-    for (int64_t o = 0; o < s->outer; o++) {
-        float *is = gin + o * in_n;      // is is (isz[2], isz[1], isz[0])
-        const float *os = gout + o * on; // os is (osz[2], osz[1], osz[0])
-        for (int64_t a = 0; a < osz[2]; a++)
-            for (int64_t b = 0; b < osz[1]; b++) {
-                float *irow = is + (map[2][a] * isz[1] + map[1][b]) * isz[0];
-                const float *orow = os + (a * osz[1] + b) * osz[0];
-                for (int64_t c = 0; c < osz[0]; c++) irow[map[0][c]] += orow[c];
-            }
-    }
+/* irow[m0[c]] += orow[c] for c < n: one output row added into its input row. */
+static inline void add_row_f32(float *irow, const float *orow, const int64_t *m0, int64_t n) {
+    for (int64_t c = 0; c < n; c++) irow[m0[c]] += orow[c];
 }
 
-static void scatter_f64(double *gin, const double *gout, const dl_pad_shape *s) {
+static inline void add_row_f64(double *irow, const double *orow, const int64_t *m0, int64_t n) {
+    for (int64_t c = 0; c < n; c++) irow[m0[c]] += orow[c];
+}
+
+/* gin = 0, then every output row of gout added into the input row it reads
+ * (elements of es bytes, float64 when f64, else float32). */
+static void scatter_rows(bool f64, size_t es, char *gin, const char *gout, const dl_pad_shape *s) {
     const int64_t *osz = s->osz, *isz = s->isz, *const *map = s->map;
     const int64_t on = osz[0] * osz[1] * osz[2], in_n = isz[0] * isz[1] * isz[2];
-    memset(gin, 0, (size_t)(s->outer * in_n) * sizeof *gin);
+    memset(gin, 0, (size_t)(s->outer * in_n) * es);
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (s->outer * on >= DL_PARALLEL_GRAIN)
     for (int64_t o = 0; o < s->outer; o++) {
-        double *is = gin + o * in_n;      // is is (isz[2], isz[1], isz[0])
-        const double *os = gout + o * on; // os is (osz[2], osz[1], osz[0])
         for (int64_t a = 0; a < osz[2]; a++)
             for (int64_t b = 0; b < osz[1]; b++) {
-                double *irow = is + (map[2][a] * isz[1] + map[1][b]) * isz[0];
-                const double *orow = os + (a * osz[1] + b) * osz[0];
-                for (int64_t c = 0; c < osz[0]; c++) irow[map[0][c]] += orow[c];
+                // irow is (isz[0]) of input slice o, orow is (osz[0]) of output slice o
+                char *irow =
+                    gin + (size_t)(o * in_n + (map[2][a] * isz[1] + map[1][b]) * isz[0]) * es;
+                const char *orow = gout + (size_t)(o * on + (a * osz[1] + b) * osz[0]) * es;
+                if (f64)
+                    add_row_f64((double *)irow, (const double *)orow, map[0], osz[0]);
+                else
+                    add_row_f32((float *)irow, (const float *)orow, map[0], osz[0]);
             }
     }
 }
 
 int dl_cpu_pad_scatter(dl_dtype dt, const dl_pad_shape *s, void *gin, const void *gout) {
-    switch (dt) {
-    case DL_DTYPE_F32: scatter_f32(gin, gout, s); return 0;
-    case DL_DTYPE_F64: scatter_f64(gin, gout, s); return 0;
-    default: return dl_error("pad_backward: no CPU kernel for %s tensors", dl_dtype_name(dt));
-    }
+    if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64)
+        return dl_error("pad_backward: no CPU kernel for %s tensors", dl_dtype_name(dt));
+    scatter_rows(dt == DL_DTYPE_F64, dl_dtype_size(dt), gin, gout, s);
+    return 0;
 }

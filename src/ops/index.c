@@ -874,6 +874,29 @@ dl_tensor *dl_scatter_add(dl_tensor *self, int dim, dl_tensor *index, dl_tensor 
 
 /* --- index_fill_ / index_copy_ ----------------------------------------------------------- */
 
+/* Copies src into the n slices ip[0..n) of self along d (src's slice i into
+ * slice ip[i] when per_slice, else src itself into each); src is read first
+ * when it shares self's storage.  A 0-dim self is written whole. */
+static int write_slices(dl_tensor *self, int d, const int64_t *ip, int64_t n, dl_tensor *src,
+                        bool per_slice) {
+    dl_tensor *own = NULL;
+    if (src->storage == self->storage && !(src = own = dl_tensor_clone(src))) return -1;
+    int rc = 0;
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        if (self->ndim == 0) {
+            rc = dl_tensor_copy_(self, src);
+            continue;
+        }
+        dl_tensor *s = dl_tensor_select(self, d, ip[i]);
+        dl_tensor *r = !s ? NULL : per_slice ? dl_tensor_select(src, d, i) : dl_tensor_retain(src);
+        rc = r ? dl_tensor_copy_(s, r) : -1;
+        dl_tensor_release(r);
+        dl_tensor_release(s);
+    }
+    dl_tensor_release(own);
+    return rc;
+}
+
 static int index_fill_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index,
                            dl_tensor *value) {
     dl_tensor *all[3] = {self, index, value};
@@ -892,25 +915,9 @@ static int index_fill_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data_ptr(idx);
-    dl_tensor *own = NULL;
-    int rc = -1;
-    if (check_indices(op, ip, n, size, d, true) || check_writable(op, self)) goto done;
-    if (value->storage == self->storage) { /* read the value before any write */
-        if (!(value = dl_tensor_clone(value))) goto done;
-        own = value;
-    }
-    rc = 0;
-    for (int64_t i = 0; i < n && rc == 0; i++) {
-        if (self->ndim == 0) {
-            rc = dl_tensor_copy_(self, value);
-            continue;
-        }
-        dl_tensor *s = dl_tensor_select(self, d, ip[i]);
-        rc = s ? dl_tensor_copy_(s, value) : -1;
-        dl_tensor_release(s);
-    }
-done:
-    dl_tensor_release(own);
+    int rc = check_indices(op, ip, n, size, d, true) || check_writable(op, self)
+                 ? -1
+                 : write_slices(self, d, ip, n, value, false);
     dl_tensor_release(idx);
     return rc;
 }
@@ -932,7 +939,6 @@ static int index_copy_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data_ptr(idx);
-    dl_tensor *own = NULL;
     int rc = -1;
     char b1[128], b2[128];
     bool fits = dims_nonempty(src) == dims_nonempty(self) && size_nonempty(src, d) == n;
@@ -946,24 +952,8 @@ static int index_copy_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
         goto done;
     }
     if (check_indices(op, ip, n, size, d, false) || check_writable(op, self)) goto done;
-    if (src->storage == self->storage) { /* read src before any write */
-        if (!(src = dl_tensor_clone(src))) goto done;
-        own = src;
-    }
-    rc = 0;
-    for (int64_t i = 0; i < n && rc == 0; i++) {
-        if (self->ndim == 0) {
-            rc = dl_tensor_copy_(self, src);
-            continue;
-        }
-        dl_tensor *s = dl_tensor_select(self, d, ip[i]);
-        dl_tensor *r = s ? dl_tensor_select(src, d, i) : NULL;
-        rc = r ? dl_tensor_copy_(s, r) : -1;
-        dl_tensor_release(r);
-        dl_tensor_release(s);
-    }
+    rc = write_slices(self, d, ip, n, src, true);
 done:
-    dl_tensor_release(own);
     dl_tensor_release(idx);
     return rc;
 }

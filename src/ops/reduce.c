@@ -899,6 +899,25 @@ dl_tensor *dl_logsumexp(dl_tensor *x, int ndims, const int *dims, bool keepdim) 
 
 /* --- max, min and their indices ------------------------------------------------------------ */
 
+/* The start of a selecting reduction (max/min, median) of x over mask: x in
+ * its compute dtype (*xc, a new reference) and the plan *p over it; the
+ * result's shape in oshape.  Returns the result's rank, or -1 with the
+ * error. */
+static int select_begin(const char *op, dl_tensor *x, const bool *mask, bool keepdim, bool full,
+                        dl_tensor **xc, rplan *p, int64_t *oshape) {
+    *xc = NULL;
+    if (check_device(op, x)) return -1;
+    int ond = reduced_shape(x, mask, keepdim, oshape);
+    *xc = dl_tensor_to_dtype(x, is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64);
+    if (!*xc) return -1;
+    if (plan_make(*xc, mask, full, p)) {
+        dl_tensor_release(*xc);
+        *xc = NULL;
+        return -1;
+    }
+    return ond;
+}
+
 /* Max or min over mask: values (x's dtype) into *vals and/or int64 indices
  * into *idx (either may be NULL).  full: no dim was given; indices then count
  * in logical row-major order over the whole tensor (a flat index). */
@@ -906,18 +925,12 @@ static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool 
                   dl_tensor **vals, dl_tensor **idx) {
     if (vals) *vals = NULL;
     if (idx) *idx = NULL;
-    if (check_device(op, x)) return -1;
-    dl_dtype ct = is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64;
-    dl_dtype kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     int64_t oshape[DL_MAX_DIMS];
-    int ond = reduced_shape(x, mask, keepdim, oshape);
-    dl_tensor *xc = dl_tensor_to_dtype(x, ct);
-    if (!xc) return -1;
+    dl_tensor *xc;
     rplan p;
-    if (plan_make(xc, mask, full, &p)) {
-        dl_tensor_release(xc);
-        return -1;
-    }
+    int ond = select_begin(op, x, mask, keepdim, full, &xc, &p, oshape);
+    if (ond < 0) return -1;
+    dl_dtype ct = xc->dtype, kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     dl_tensor *vo = NULL, *io = NULL;
     sink sv = {NULL, NULL}, si = {NULL, NULL};
     void *va = NULL, *ia = NULL;
@@ -1097,18 +1110,12 @@ static int median(dl_tensor *x, const bool *mask, bool keepdim, dl_tensor **vals
     const char *op = "median";
     *vals = NULL;
     if (idx) *idx = NULL;
-    if (check_device(op, x)) return -1;
-    dl_dtype ct = is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64;
-    dl_dtype kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     int64_t oshape[DL_MAX_DIMS];
-    int ond = reduced_shape(x, mask, keepdim, oshape);
-    dl_tensor *xc = dl_tensor_to_dtype(x, ct);
-    if (!xc) return -1;
+    dl_tensor *xc;
     rplan p;
-    if (plan_make(xc, mask, false, &p)) {
-        dl_tensor_release(xc);
-        return -1;
-    }
+    int ond = select_begin(op, x, mask, keepdim, false, &xc, &p, oshape);
+    if (ond < 0) return -1;
+    dl_dtype ct = xc->dtype, kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     dl_tensor *vo = dl_tensor_empty(ond, oshape, x->dtype, p.dev);
     dl_tensor *io = dl_tensor_empty(ond, oshape, DL_DTYPE_I64, p.dev);
     sink sv = {NULL, NULL}, si = {NULL, NULL};
