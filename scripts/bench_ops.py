@@ -28,11 +28,19 @@ ba, bb = torch.randn(96, 256, 64), torch.randn(96, 64, 256)
 lx, lw, lb, lgy = torch.randn(4096, 768), torch.randn(768), torch.randn(768), torch.randn(4096, 768)
 lxg, lwg, lbg = (t.clone().requires_grad_() for t in (lx, lw, lb))
 
+eids, ew, egy = torch.randint(0, 30522, (32, 128)), torch.randn(30522, 768), torch.randn(32, 128, 768)
+ewg = ew.clone().requires_grad_()
+
 
 def layer_norm_fwd_bwd():
     with torch.enable_grad():
         y = torch.nn.functional.layer_norm(lxg, (768,), lwg, lbg)
         return torch.autograd.grad(y, (lxg, lwg, lbg), lgy)[0]
+
+
+def embedding_fwd_bwd():
+    with torch.enable_grad():
+        return torch.autograd.grad(torch.nn.functional.embedding(eids, ewg), ewg, egy)[0]
 
 
 aq, ak, av = (torch.randn(16, 6, 256, 64) for _ in range(3))
@@ -77,6 +85,8 @@ OPS = [
     ("bmm", lambda: torch.bmm(ba, bb)),
     ("layer_norm", lambda: torch.nn.functional.layer_norm(lx, (768,), lw, lb)),
     ("layer_norm_fwd_bwd", layer_norm_fwd_bwd),
+    ("embedding", lambda: torch.nn.functional.embedding(eids, ew)),
+    ("embedding_fwd_bwd", embedding_fwd_bwd),
     ("sdpa", [lambda: sdpa_bmm(aq, ak, av), lambda: sdpa_private(aq, ak, av)]),
     ("sdpa_fwd_bwd", [lambda: fwd_bwd(sdpa_bmm), lambda: fwd_bwd(sdpa_private)]),
 ]

@@ -220,9 +220,9 @@ static void push_lua_root(lua_State *L) {
 static int module_index(lua_State *L) {
     const char *k = lua_tostring(L, 2);
     if (!k) return 0;
-    static const char *const lazy[] = {"nn",     "optim", "data",        "transforms",
-                                       "models", "util",  "image",       "autograd",
-                                       "amp",    "utils", "distributed", NULL};
+    static const char *const lazy[] = {"nn",          "optim", "data",     "transforms", "models",
+                                       "util",        "image", "autograd", "amp",        "utils",
+                                       "distributed", "text",  NULL};
     for (int i = 0; lazy[i]; i++)
         if (strcmp(k, lazy[i]) == 0) {
             lua_getglobal(L, "require");
@@ -281,11 +281,14 @@ int luaopen_dl(lua_State *L) {
     dlL_open_conv(L);
     dlL_open_batchnorm(L);
     dlL_open_layernorm(L);
+    dlL_open_embedding(L);
+    dlL_open_clipgrad(L);
     dlL_open_pool(L);
     dlL_open_train(L);
     dlL_open_optim(L);
     dlL_open_tensorboard(L);
     dlL_open_dist(L); /* l_dist.c: dl._dist (process group, DDP reducer) */
+    dlL_open_text(L); /* l_text.c: dl._text (tokenizers) */
 
     static const luaL_Reg functions[] = {
         {"clock", l_clock},
