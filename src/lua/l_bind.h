@@ -124,6 +124,7 @@ void dlL_open_conv(lua_State *L);      /* l_conv.c: dl._nn, dl._F conv2d */
 void dlL_open_batchnorm(lua_State *L); /* l_batchnorm.c: dl._nn, dl._F batch_norm */
 void dlL_open_pool(lua_State *L);      /* l_pool.c: dl._nn, dl._F pooling */
 void dlL_open_optim(lua_State *L);     /* l_optim.c: dl._optim fused optimizer steps */
+void dlL_open_rnn(lua_State *L);       /* l_rnn.c: dl._F.rnn_layer (LSTM, GRU) */
 
 void dlL_open_tensorboard(lua_State *L); /* l_tensorboard.c: dl._tensorboard event files */
 void dlL_open_dist(lua_State *L);        /* l_dist.c: dl._dist (process group, DDP reducer) */

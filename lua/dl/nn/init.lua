@@ -3,10 +3,12 @@
 --   dl.nn.Module, dl.nn.Parameter          base class (module.lua)
 --   Sequential, ModuleList                 containers (containers.lua)
 --   Linear, Conv2d, BatchNorm2d, ReLU, ... layers (layers.lua)
+--   LSTM, GRU, LSTMCell, GRUCell           recurrent layers (rnn.lua)
 --   CrossEntropyLoss, MSELoss, ...         losses (loss.lua)
 --   dl.nn.functional (also dl.nn.F)        functional ops (functional.lua)
 --   dl.nn.init                             initialisers (initializers.lua)
 --   dl.nn.utils                            count_parameters, clip_grad_norm_
+--   dl.nn.utils.rnn                        packed sequences (rnn_utils.lua)
 --
 -- Loaded lazily by `dl` on first access of dl.nn.
 local dl = require "dl"
@@ -21,7 +23,7 @@ nn.functional = require "dl.nn.functional"
 nn.F = nn.functional
 nn.init = require "dl.nn.initializers"
 
-for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.loss"} do
+for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.loss", "dl.nn.rnn"} do
   for k, v in pairs(require(family)) do nn[k] = v end
 end
 
@@ -32,6 +34,10 @@ nn.is_module = Module.is_module
 nn.parallel = require "dl.nn.parallel"
 
 nn.utils = {}
+
+-- pack_padded_sequence, pad_packed_sequence, pack_sequence, pad_sequence,
+-- PackedSequence (lua/dl/nn/rnn_utils.lua)
+nn.utils.rnn = require "dl.nn.rnn_utils"
 
 -- The number of parameter elements of a module ({trainable_only=true}: only
 -- those that require grad).
