@@ -18,6 +18,7 @@ extern "C" {
 #include "kernels/pool.h"
 #include "kernels/random.h"
 #include "kernels/reduce.h"
+#include "kernels/rnn.h"
 #include "kernels/softmax.h"
 }
 
@@ -35,6 +36,7 @@ extern const dl_cuda_batchnorm_kernels dl_cuda_batchnorm_table;
 extern const dl_cuda_pool_kernels dl_cuda_pool_table;
 extern const dl_cuda_random_kernels dl_cuda_random_table;
 extern const dl_cuda_optim_kernels dl_cuda_optim_table;
+extern const dl_cuda_rnn_kernels dl_cuda_rnn_table;
 
 void dl_cuda_register_kernels(void) {
     dl_cuda_elementwise = &dl_cuda_elementwise_table;
@@ -51,4 +53,5 @@ void dl_cuda_register_kernels(void) {
     dl_cuda_pool = &dl_cuda_pool_table;
     dl_cuda_random = &dl_cuda_random_table;
     dl_cuda_optim = &dl_cuda_optim_table;
+    dl_cuda_rnn = &dl_cuda_rnn_table;
 }
