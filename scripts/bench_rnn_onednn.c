@@ -5,11 +5,13 @@
  * as a dlua path on this primitive would have to.  Not part of the build:
  *
  *   cc -O2 -fopenmp scripts/bench_rnn_onednn.c -ldnnl -o /tmp/bench_rnn_onednn
- *   OMP_NUM_THREADS=2 /tmp/bench_rnn_onednn [runs]
+ *   OMP_NUM_THREADS=2 /tmp/bench_rnn_onednn [runs [seq batch hidden]]
  *
  * and compare with `dlua scripts/bench_rnn.lua --no-torch --threads 2` (the
  * frameworks taking turns on a busy machine).  Prints the best forward and
- * forward+backward times in ms.  Exits 1 naming the oneDNN call that failed. */
+ * forward+backward times in ms and the training workspace the primitive
+ * keeps for the backward, beside dlua's (N * 5H floats a layer).  Exits 1
+ * naming the oneDNN call that failed. */
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <stdio.h>
@@ -27,7 +29,8 @@
         }                                                                                          \
     } while (0)
 
-enum { T = 100, N = 64, C = 512, L = 2, G = 4, NARGS = 19 };
+enum { L = 2, G = 4, NARGS = 19 };
+static int T = 100, N = 64, C = 512;
 
 static dnnl_engine_t eng;
 static dnnl_stream_t strm;
@@ -78,6 +81,11 @@ static void md(dnnl_memory_desc_t *d, int nd, const dnnl_dims_t dims, dnnl_forma
 
 int main(int argc, char **argv) {
     int runs = argc > 1 ? atoi(argv[1]) : 3;
+    if (argc > 4) {
+        T = atoi(argv[2]);
+        N = atoi(argv[3]);
+        C = atoi(argv[4]);
+    }
     CK(dnnl_engine_create(&eng, dnnl_cpu, 0));
     CK(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));
     const dnnl_dims_t dl = {T, N, C}, di = {L, 1, N, C}, dw = {L, 1, C, G, C}, db = {L, 1, G, C};
@@ -106,7 +114,8 @@ int main(int argc, char **argv) {
         user[i] = mem(&w_user);
         duser[i] = mem(&w_user);
     }
-    dnnl_memory_t ws = mem(dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0));
+    const dnnl_memory_desc_t *wsmd = dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0);
+    dnnl_memory_t ws = mem(wsmd);
     dnnl_memory_t src = mem(&layer), dst = mem(&layer), b = mem(&bias), db_ = mem(&bias);
     dnnl_memory_t hi = mem(&iter), ci = mem(&iter), ho = mem(&iter), co = mem(&iter);
     dnnl_memory_t dsrc = mem(&layer), ddst = mem(&layer), dhi = mem(&iter), dci = mem(&iter);
@@ -161,7 +170,9 @@ int main(int argc, char **argv) {
         }
     }
     printf("oneDNN LSTM primitive: %d layers, hidden %d, input %d, seq %d, batch %d, %d threads: "
-           "forward (training) %.1f ms, forward+backward %.1f ms (best of %d)\n",
-           L, C, C, T, N, omp_get_max_threads(), best_f * 1e3, best_t * 1e3, runs);
+           "forward (training) %.1f ms, forward+backward %.1f ms (best of %d); training "
+           "workspace %.1f MB (dlua's: %.1f MB)\n",
+           L, C, C, T, N, omp_get_max_threads(), best_f * 1e3, best_t * 1e3, runs,
+           dnnl_memory_desc_get_size(wsmd) / 1e6, (double)L * T * N * (G + 1) * C * 4 / 1e6);
     return 0;
 }

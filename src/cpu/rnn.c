@@ -154,7 +154,8 @@ static int step_mm_build(dl_dnnl_entry *e, const void *vctx) {
 }
 
 /* Packs w for step GEMMs of up to M0 rows; p->on false (and 0) when the
- * plain GEMMs are to run instead. */
+ * plain GEMMs are to run instead (float64, switched off, or no matmul
+ * primitive for the shape). */
 static int step_mm_prepare(step_mm *p, dl_dtype dt, int64_t M0, int64_t K, int64_t N, bool trans,
                            bool bias, bool sum, const void *w) {
     const char *env = getenv("DLUA_RNN_STEP_GEMM");
@@ -164,7 +165,10 @@ static int step_mm_prepare(step_mm *p, dl_dtype dt, int64_t M0, int64_t K, int64
     step_mm_key(key, p, M0);
     step_mm_ctx c = {p, M0};
     dl_dnnl_entry *e = dl_dnnl_cache_get(key, step_mm_build, &c);
-    if (!e) return -1;
+    if (!e) { /* no such matmul in this oneDNN: the plain GEMMs run */
+        dl_clear_error();
+        return 0;
+    }
     p->wmd = *dnnl_primitive_desc_query_md(e->pd[0], dnnl_query_weights_md, 0);
     p->wbytes = dl_dnnl_md_size(&p->wmd);
     p->w = dl_dnnl_alloc(p->wbytes, "rnn");
