@@ -183,6 +183,8 @@ T.case("bad module arguments", function()
   T.raises(function() nn.GRU(3, 4, {proj_size = 2}) end, "only supported for LSTM")
   T.raises(function() nn.LSTM(3, 4, {layers = 2}) end, "LSTM: unknown option 'layers'")
   T.raises(function() nn.LSTMCell(3, 4, {num_layers = 2}) end, "LSTMCell: unknown option")
+  T.raises(function() nn.RNNBase("RNN_TANH", 3, 4) end, "RNNBase: mode must be 'LSTM' or 'GRU', got RNN_TANH")
+  T.eq(tostring(nn.RNNBase("LSTM", 3, 4)), "RNNBase(3, 4)", "RNNBase with PyTorch's mode name")
 end)
 
 T.case("bad input and states", function()

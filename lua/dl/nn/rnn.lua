@@ -53,7 +53,13 @@ end
 local RNNBase = Module:extend("RNNBase")
 L.RNNBase = RNNBase
 
+-- RNNBase(mode, input_size, hidden_size, opts): mode "LSTM" or "GRU" (either case)
 function RNNBase:__init(mode, input_size, hidden_size, opts)
+  local m = type(mode) == "string" and mode:lower() or nil
+  if m ~= "lstm" and m ~= "gru" then
+    fail("RNNBase: mode must be 'LSTM' or 'GRU', got %s", pyrepr(mode))
+  end
+  mode = m
   local name = mode == "lstm" and "LSTM" or "GRU"
   opts = util.check_options(opts, name, {"num_layers", "bias", "batch_first", "dropout",
     "bidirectional", "proj_size", "dtype", "device"})
