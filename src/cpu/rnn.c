@@ -107,8 +107,13 @@ static void act(dl_dtype dt, dl_unary_op op, void *out, const void *in, int64_t 
  * 20% faster at 64 rows, 3x at 16).  The primitives are cached by shape;
  * the rows of a packed batch shrink from step to step, so each row count
  * gets its own primitive, all reading the one packed copy (built for the
- * full batch's format).  DLUA_RNN_STEP_GEMM=sgemm in the environment turns
- * this off (plain GEMMs every step), for A/B measurements. */
+ * full batch's format).  Small steps (below STEP_MM_MIN_WORK multiply-adds)
+ * keep to sgemm, which runs them on one thread: the matmul spreads even
+ * tiny products over every thread, and waking them costs more than the
+ * product (on a busy machine, milliseconds per step).
+ * DLUA_RNN_STEP_GEMM=sgemm in the environment turns the packed path off
+ * (plain GEMMs every step), for A/B measurements. */
+#define STEP_MM_MIN_WORK ((int64_t)1 << 18)
 
 typedef struct {
     bool on;                /* false: the plain GEMMs of mm() */
@@ -154,13 +159,15 @@ static int step_mm_build(dl_dnnl_entry *e, const void *vctx) {
 }
 
 /* Packs w for step GEMMs of up to M0 rows; p->on false (and 0) when the
- * plain GEMMs are to run instead (float64, switched off, or no matmul
- * primitive for the shape). */
+ * plain GEMMs are to run instead (float64, small steps, switched off, or no
+ * matmul primitive for the shape). */
 static int step_mm_prepare(step_mm *p, dl_dtype dt, int64_t M0, int64_t K, int64_t N, bool trans,
                            bool bias, bool sum, const void *w) {
     const char *env = getenv("DLUA_RNN_STEP_GEMM");
     *p = (step_mm){.M0 = M0, .K = K, .N = N, .trans = trans, .bias = bias, .sum = sum};
-    if (dt != DL_DTYPE_F32 || M0 < 1 || K < 1 || (env && strcmp(env, "sgemm") == 0)) return 0;
+    if (dt != DL_DTYPE_F32 || M0 < 1 || K < 1 || M0 * K * N < STEP_MM_MIN_WORK ||
+        (env && strcmp(env, "sgemm") == 0))
+        return 0;
     char key[DL_DNNL_KEY_LEN];
     step_mm_key(key, p, M0);
     step_mm_ctx c = {p, M0};

@@ -32,12 +32,19 @@ cfgs = [
     ("GRU", 3, 4, 1, True, False, True, "unbatched"),
     ("GRU", 3, 4, 2, True, False, True, "sorted"),
     ("GRU", 3, 4, 2, True, True, False, "unsorted"),
+    # big enough for the step GEMMs on packed weights (16 x 64 x 256, 16 x 96 x 288)
+    ("LSTM", 32, 64, 1, True, False, True, "unsorted", 16, 16),
+    ("GRU", 32, 96, 1, False, True, True, "padded", 8, 16),
 ]
-Tn, B = 5, 3
-lengths = {"sorted": [5, 3, 2], "unsorted": [2, 5, 3]}
 cases = []
-for k, (mode, I, H, L, bd, bf, init, lay) in enumerate(cfgs):
+for k, cfg in enumerate(cfgs):
+    mode, I, H, L, bd, bf, init, lay = cfg[:8]
+    Tn, B = cfg[8:] if len(cfg) > 8 else (5, 3)
     torch.manual_seed(100 + k)
+    # distinct lengths, so that torch's sort and dlua's agree on the order
+    lengths = {"sorted": sorted(torch.randperm(Tn)[:B].add(1).tolist(), reverse=True),
+               "unsorted": torch.randperm(Tn)[:B].add(1).tolist()}
+    lengths["sorted"][0] = Tn
     m = getattr(nn, mode)(I, H, num_layers=L, bidirectional=bd, batch_first=bf)
     D = 2 if bd else 1
     if lay == "unbatched":
