@@ -44,11 +44,9 @@ int threshold_backward_run(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, double th
 // --- entry points (the table) ------------------------------------------------------------
 
 int threshold_backward(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, double threshold) {
-    switch (compute_kind(gx->dtype)) {
-    case 0: return threshold_backward_run<float>(gx, gy, y, threshold);
-    case 1: return threshold_backward_run<double>(gx, gy, y, threshold);
-    default: return no_kernel("threshold_backward", gx->dtype);
-    }
+    return by_float_kind("threshold_backward", gx->dtype, [&](auto c) {
+        return threshold_backward_run<decltype(c)>(gx, gy, y, threshold);
+    });
 }
 
 } // namespace

@@ -46,11 +46,8 @@ int mask_scale_run(dl_tensor *out, dl_tensor *x, dl_tensor *mask, double scale) 
 // --- entry points (the table) ------------------------------------------------------------
 
 int mask_scale(dl_tensor *out, dl_tensor *x, dl_tensor *mask, double scale) {
-    switch (compute_kind(out->dtype)) {
-    case 0: return mask_scale_run<float>(out, x, mask, scale);
-    case 1: return mask_scale_run<double>(out, x, mask, scale);
-    default: return no_kernel("mask_scale", out->dtype);
-    }
+    return by_float_kind("mask_scale", out->dtype,
+                         [&](auto c) { return mask_scale_run<decltype(c)>(out, x, mask, scale); });
 }
 
 } // namespace

@@ -312,124 +312,123 @@ template <typename F> int by_dtype(dl_dtype dt, F launch) {
     return 0;
 }
 
+// Queues launch(tag, blocks, stream) -- tag a float or double value for dt --
+// over the N*S samples of a class loss, after the checks every class entry
+// point makes; nothing to do without samples.
+template <typename F>
+int class_launch(const char *op, dl_dtype dt, const dl_class_loss_shape *s, F launch) {
+    if (float_only(op, dt) || class_dims(op, s->N, s->C, s->S)) return -1;
+    int64_t n = s->N * s->S;
+    if (n == 0) return 0;
+    unsigned b = blocks(n);
+    cudaStream_t st = dl_cuda_stream();
+    return by_dtype(dt, [&](auto tag) { launch(tag, b, st); });
+}
+
 } // namespace
 
-int dl_cuda_loss_sum(const void *v, dl_dtype dt, int64_t n, double *out) {
+int dl_cuda_loss_sum(dl_dtype dt, int64_t n, double *out, const void *v) {
     if (float_only("loss sum", dt)) return -1;
     dl_rshape s = {1, 1, n, 1};
     return dl_cuda_reduce_acc(DL_ACC_SUM, v, dt, &s, 0, NULL, out);
 }
 
-int dl_cuda_class_weight_sum(const int64_t *target, const void *weight, dl_dtype dt, int64_t n,
-                             int64_t ignore_index, double *out) {
+int dl_cuda_class_weight_sum(dl_dtype dt, const dl_class_loss_shape *s, double *out,
+                             const int64_t *target, const void *weight) {
+    int64_t n = s->N * s->S;
     if (float_only("class weight sum", dt)) return -1;
     if (n < 0) return dl_error("class weight sum: internal error: negative size");
     cudaStream_t st = dl_cuda_stream();
     return by_dtype(dt, [&](auto tag) {
         typedef decltype(tag) T;
         class_weight_sum_kernel<T>
-            <<<1, DL_RED_THREADS, 0, st>>>(target, (const T *)weight, n, ignore_index, out);
+            <<<1, DL_RED_THREADS, 0, st>>>(target, (const T *)weight, n, s->ignore_index, out);
     });
 }
 
-int dl_cuda_target_check(const int64_t *target, int64_t n, int64_t C, int64_t ignore_index,
-                         int64_t *first_bad) {
+int dl_cuda_target_check(const dl_class_loss_shape *s, int64_t *first_bad, const int64_t *target) {
+    int64_t n = s->N * s->S;
     if (n < 0) return dl_error("target check: internal error: negative size");
     cudaStream_t st = dl_cuda_stream();
     set_i64_kernel<<<1, 1, 0, st>>>(first_bad, n);
     DL_CUDA_LAUNCHED();
     if (n == 0) return 0;
-    target_check_kernel<<<blocks(n), DL_RED_THREADS, 0, st>>>(target, n, C, ignore_index,
+    target_check_kernel<<<blocks(n), DL_RED_THREADS, 0, st>>>(target, n, s->C, s->ignore_index,
                                                               first_bad);
     DL_CUDA_LAUNCHED();
     return 0;
 }
 
-int dl_cuda_nll_loss(void *out, const void *logp, const int64_t *target, const void *weight,
-                     dl_dtype dt, int64_t N, int64_t C, int64_t S, int64_t ignore_index) {
-    if (float_only("nll_loss", dt) || class_dims("nll_loss", N, C, S)) return -1;
-    if (N * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    return by_dtype(dt, [&](auto tag) {
+int dl_cuda_nll_loss(dl_dtype dt, const dl_class_loss_shape *s, void *out, const void *logp,
+                     const int64_t *target, const void *weight) {
+    return class_launch("nll_loss", dt, s, [&](auto tag, unsigned b, cudaStream_t st) {
         typedef decltype(tag) T;
-        nll_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)out, (const T *)logp, target, (const T *)weight, N, C, S, ignore_index);
+        nll_kernel<T><<<b, DL_RED_THREADS, 0, st>>>((T *)out, (const T *)logp, target,
+                                                    (const T *)weight, s->N, s->C, s->S,
+                                                    s->ignore_index);
     });
 }
 
-int dl_cuda_nll_loss_backward(void *gx, const void *g, double g0, const int64_t *target,
-                              const void *weight, dl_dtype dt, int64_t N, int64_t C, int64_t S,
-                              int64_t ignore_index) {
-    if (float_only("nll_loss_backward", dt) || class_dims("nll_loss_backward", N, C, S)) return -1;
-    if (N * C * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    size_t esz = dt == DL_DTYPE_F64 ? sizeof(double) : sizeof(float);
-    DL_CUDA_CHECK(cudaMemsetAsync(gx, 0, (size_t)(N * C * S) * esz, st));
-    return by_dtype(dt, [&](auto tag) {
+int dl_cuda_nll_loss_backward(dl_dtype dt, const dl_class_loss_shape *s, void *gx, const void *g,
+                              double g0, const int64_t *target, const void *weight) {
+    const char *op = "nll_loss_backward";
+    if (float_only(op, dt) || class_dims(op, s->N, s->C, s->S)) return -1;
+    int64_t total = s->N * s->C * s->S;
+    if (total == 0) return 0;
+    DL_CUDA_CHECK(cudaMemsetAsync(gx, 0, (size_t)total * dl_dtype_size(dt), dl_cuda_stream()));
+    return class_launch(op, dt, s, [&](auto tag, unsigned b, cudaStream_t st) {
         typedef decltype(tag) T;
-        nll_backward_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)gx, (const T *)g, (T)g0, target, (const T *)weight, N, C, S, ignore_index);
+        nll_backward_kernel<T><<<b, DL_RED_THREADS, 0, st>>>((T *)gx, (const T *)g, (T)g0, target,
+                                                             (const T *)weight, s->N, s->C, s->S,
+                                                             s->ignore_index);
     });
 }
 
-int dl_cuda_cross_entropy(void *out, const void *x, const int64_t *target, const void *weight,
-                          dl_dtype dt, int64_t N, int64_t C, int64_t S, int64_t ignore_index,
-                          double eps) {
-    if (float_only("cross_entropy", dt) || class_dims("cross_entropy", N, C, S)) return -1;
-    if (N * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    return by_dtype(dt, [&](auto tag) {
+int dl_cuda_cross_entropy(dl_dtype dt, const dl_class_loss_shape *s, void *out, const void *x,
+                          const int64_t *target, const void *weight) {
+    return class_launch("cross_entropy", dt, s, [&](auto tag, unsigned b, cudaStream_t st) {
         typedef decltype(tag) T;
-        ce_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)out, (const T *)x, target, (const T *)weight, N, C, S, ignore_index, eps);
+        ce_kernel<T><<<b, DL_RED_THREADS, 0, st>>>((T *)out, (const T *)x, target,
+                                                   (const T *)weight, s->N, s->C, s->S,
+                                                   s->ignore_index, s->eps);
     });
 }
 
-int dl_cuda_cross_entropy_backward(void *gx, const void *g, double g0, const void *x,
-                                   const int64_t *target, const void *weight, dl_dtype dt,
-                                   int64_t N, int64_t C, int64_t S, int64_t ignore_index,
-                                   double eps) {
-    if (float_only("cross_entropy_backward", dt) || class_dims("cross_entropy_backward", N, C, S))
-        return -1;
-    if (N * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    return by_dtype(dt, [&](auto tag) {
+int dl_cuda_cross_entropy_backward(dl_dtype dt, const dl_class_loss_shape *s, void *gx,
+                                   const void *g, double g0, const void *x, const int64_t *target,
+                                   const void *weight) {
+    return class_launch("cross_entropy_backward", dt, s,
+                        [&](auto tag, unsigned b, cudaStream_t st) {
+                            typedef decltype(tag) T;
+                            ce_backward_kernel<T><<<b, DL_RED_THREADS, 0, st>>>(
+                                (T *)gx, (const T *)g, (T)g0, (const T *)x, target,
+                                (const T *)weight, s->N, s->C, s->S, s->ignore_index, s->eps);
+                        });
+}
+
+int dl_cuda_cross_entropy_prob(dl_dtype dt, const dl_class_loss_shape *s, void *out, const void *x,
+                               const void *target, const void *weight) {
+    return class_launch("cross_entropy", dt, s, [&](auto tag, unsigned b, cudaStream_t st) {
         typedef decltype(tag) T;
-        ce_backward_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)gx, (const T *)g, (T)g0, (const T *)x, target, (const T *)weight, N, C, S,
-            ignore_index, eps);
+        ce_prob_kernel<T><<<b, DL_RED_THREADS, 0, st>>>(
+            (T *)out, (const T *)x, (const T *)target, (const T *)weight, s->N, s->C, s->S, s->eps);
     });
 }
 
-int dl_cuda_cross_entropy_prob(void *out, const void *x, const void *target, const void *weight,
-                               dl_dtype dt, int64_t N, int64_t C, int64_t S, double eps) {
-    if (float_only("cross_entropy", dt) || class_dims("cross_entropy", N, C, S)) return -1;
-    if (N * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    return by_dtype(dt, [&](auto tag) {
-        typedef decltype(tag) T;
-        ce_prob_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)out, (const T *)x, (const T *)target, (const T *)weight, N, C, S, eps);
-    });
+int dl_cuda_cross_entropy_prob_backward(dl_dtype dt, const dl_class_loss_shape *s, void *gx,
+                                        void *gtarget, const void *g, double g0, const void *x,
+                                        const void *target, const void *weight) {
+    return class_launch("cross_entropy_backward", dt, s,
+                        [&](auto tag, unsigned b, cudaStream_t st) {
+                            typedef decltype(tag) T;
+                            ce_prob_backward_kernel<T><<<b, DL_RED_THREADS, 0, st>>>(
+                                (T *)gx, (T *)gtarget, (const T *)g, (T)g0, (const T *)x,
+                                (const T *)target, (const T *)weight, s->N, s->C, s->S, s->eps);
+                        });
 }
 
-int dl_cuda_cross_entropy_prob_backward(void *gx, void *gtarget, const void *g, double g0,
-                                        const void *x, const void *target, const void *weight,
-                                        dl_dtype dt, int64_t N, int64_t C, int64_t S, double eps) {
-    if (float_only("cross_entropy_backward", dt) || class_dims("cross_entropy_backward", N, C, S))
-        return -1;
-    if (N * S == 0) return 0;
-    cudaStream_t st = dl_cuda_stream();
-    return by_dtype(dt, [&](auto tag) {
-        typedef decltype(tag) T;
-        ce_prob_backward_kernel<T><<<blocks(N * S), DL_RED_THREADS, 0, st>>>(
-            (T *)gx, (T *)gtarget, (const T *)g, (T)g0, (const T *)x, (const T *)target,
-            (const T *)weight, N, C, S, eps);
-    });
-}
-
-int dl_cuda_pointwise_loss(void *out, const void *x, const void *y, const void *w, const void *pw,
-                           dl_dtype dt, int64_t n, dl_pointwise_loss op) {
+int dl_cuda_pointwise_loss(dl_dtype dt, dl_pointwise_loss op, int64_t n, void *out, const void *x,
+                           const void *y, const void *w, const void *pw) {
     if (float_only("pointwise loss", dt)) return -1;
     if (n <= 0) return 0;
     cudaStream_t st = dl_cuda_stream();
@@ -440,9 +439,9 @@ int dl_cuda_pointwise_loss(void *out, const void *x, const void *y, const void *
     });
 }
 
-int dl_cuda_pointwise_loss_backward(void *gx, void *gy, const void *g, double g0, const void *x,
-                                    const void *y, const void *w, const void *pw, dl_dtype dt,
-                                    int64_t n, dl_pointwise_loss op) {
+int dl_cuda_pointwise_loss_backward(dl_dtype dt, dl_pointwise_loss op, int64_t n, void *gx,
+                                    void *gy, const void *g, double g0, const void *x,
+                                    const void *y, const void *w, const void *pw) {
     if (float_only("pointwise loss backward", dt)) return -1;
     if (n <= 0) return 0;
     cudaStream_t st = dl_cuda_stream();

@@ -229,4 +229,14 @@ inline int no_kernel(const char *op, int dt) {
     return dl_error("%s: no CUDA kernel for %s tensors", op, dl_dtype_name((dl_dtype)dt));
 }
 
+// Calls run with a value of the compute type of the floating dtype dt (float
+// for float32 and the half types, double for float64); no_kernel otherwise.
+template <typename F> int by_float_kind(const char *op, int dt, F run) {
+    switch (compute_kind(dt)) {
+    case 0: return run(float{});
+    case 1: return run(double{});
+    default: return no_kernel(op, dt);
+    }
+}
+
 } // namespace dl_map

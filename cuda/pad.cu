@@ -3,12 +3,11 @@
 // (forward) and the matching scatter-add (backward), as src/cpu/pad.c.
 //
 // Invariants: the op layer built and checked the maps (every entry in range),
-// so kernels trust them; the maps are copied to the device per call and freed
-// (stream-ordered) before the entry point returns; loops are grid-stride over
-// int64 element numbers; the gather moves elements as unsigned integers of
-// their size (one kernel per size serves every dtype); the scatter adds with
-// atomics, so sums of repeated positions may differ from the CPU's in float
-// rounding.
+// so kernels trust them, and made the device current; the maps are copied to the device per call
+// and freed (stream-ordered) before the entry point returns; loops are grid-stride over int64
+// element numbers; the gather moves elements as unsigned integers of their size (one kernel per
+// size serves every dtype); the scatter adds with atomics, so sums of repeated positions may differ
+// from the CPU's in float rounding.
 #include "index.cuh"
 
 extern "C" {
@@ -56,84 +55,78 @@ __global__ void pad_scatter_kernel(T *gin, const T *gout, const int64_t *m, PadS
 // --- launchers -------------------------------------------------------------------------------
 
 // The three maps in one device buffer (m0, then m1, then m2); NULL + error.
-int64_t *maps_to_device(const PadShape &p, const int64_t *const map[3]) {
-    size_t total = (size_t)(p.o[0] + p.o[1] + p.o[2]);
+int64_t *maps_to_device(const dl_pad_shape *s) {
+    size_t total = (size_t)(s->osz[0] + s->osz[1] + s->osz[2]);
     int64_t *d = (int64_t *)dl_cuda_malloc(total * sizeof(int64_t));
     if (!d) return nullptr;
     size_t at = 0;
     for (int j = 0; j < 3; j++) {
         // pageable source: the call returns once the data is staged, so the
         // caller may free its maps right after
-        cudaError_t e = cudaMemcpyAsync(d + at, map[j], (size_t)p.o[j] * sizeof(int64_t),
+        cudaError_t e = cudaMemcpyAsync(d + at, s->map[j], (size_t)s->osz[j] * sizeof(int64_t),
                                         cudaMemcpyHostToDevice, dl_cuda_stream());
         if (e != cudaSuccess) {
             dl_cuda_free(d);
             dl_cuda_fail("cudaMemcpyAsync (pad maps)", cudaGetErrorString(e), __FILE__, __LINE__);
             return nullptr;
         }
-        at += (size_t)p.o[j];
+        at += (size_t)s->osz[j];
     }
     return d;
 }
 
-PadShape pad_shape(const int64_t osz[3], const int64_t isz[3]) {
+PadShape pad_shape(const dl_pad_shape *s) {
     PadShape p;
     for (int j = 0; j < 3; j++) {
-        p.o[j] = osz[j];
-        p.i[j] = isz[j];
+        p.o[j] = s->osz[j];
+        p.i[j] = s->isz[j];
     }
     return p;
 }
 
-int pad_gather(dl_tensor *out, const dl_tensor *in, int64_t outer, const int64_t osz[3],
-               const int64_t isz[3], const int64_t *const map[3]) {
-    if (dl_cuda_use(out)) return -1;
-    int64_t n = outer * osz[0] * osz[1] * osz[2];
+// Queues launch(m, p, n, blocks, stream) over the n output elements of s
+// with its maps m copied to the device (freed after, stream-ordered).
+template <typename F> int with_maps(const char *kernel, const dl_pad_shape *s, F launch) {
+    int64_t n = s->outer * s->osz[0] * s->osz[1] * s->osz[2];
     if (n == 0) return 0;
-    PadShape p = pad_shape(osz, isz);
-    int64_t *m = maps_to_device(p, map);
+    int64_t *m = maps_to_device(s);
     if (!m) return -1;
-    unsigned blocks = dl_cuda_blocks(n, kThreads);
-    cudaStream_t st = dl_cuda_stream();
-    void *o = dl_tensor_data_ptr(out);
-    const void *s = dl_tensor_data_ptr(in);
-    by_size(dl_dtype_size(out->dtype), [&](auto w) {
-        using W = decltype(w);
-        pad_gather_kernel<<<blocks, kThreads, 0, st>>>((W *)o, (const W *)s, m, p, n);
-    });
+    launch(m, pad_shape(s), n, dl_cuda_blocks(n, kThreads), dl_cuda_stream());
     cudaError_t e = cudaGetLastError();
     dl_cuda_free(m);
-    if (e != cudaSuccess)
-        return dl_cuda_fail("pad_gather_kernel", cudaGetErrorString(e), __FILE__, __LINE__);
+    if (e != cudaSuccess) return dl_cuda_fail(kernel, cudaGetErrorString(e), __FILE__, __LINE__);
     return 0;
 }
 
-int pad_scatter(dl_tensor *gin, const dl_tensor *gout, int64_t outer, const int64_t osz[3],
-                const int64_t isz[3], const int64_t *const map[3]) {
-    if (dl_cuda_use(gin)) return -1;
-    if (gin->dtype != DL_DTYPE_F32 && gin->dtype != DL_DTYPE_F64)
-        return dl_error("pad_backward: no CUDA kernel for %s tensors", dl_dtype_name(gin->dtype));
-    cudaStream_t st = dl_cuda_stream();
-    int64_t nin = dl_tensor_numel(gin), n = outer * osz[0] * osz[1] * osz[2];
+// --- entry points (the table) ------------------------------------------------------------
+
+int pad_gather(dl_dtype dt, const dl_pad_shape *s, void *out, const void *in) {
+    return with_maps(
+        "pad_gather_kernel", s,
+        [&](const int64_t *m, PadShape p, int64_t n, unsigned blocks, cudaStream_t st) {
+            by_size(dl_dtype_size(dt), [&](auto w) {
+                using W = decltype(w);
+                pad_gather_kernel<<<blocks, kThreads, 0, st>>>((W *)out, (const W *)in, m, p, n);
+            });
+        });
+}
+
+int pad_scatter(dl_dtype dt, const dl_pad_shape *s, void *gin, const void *gout) {
+    if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64)
+        return dl_error("pad_backward: no CUDA kernel for %s tensors", dl_dtype_name(dt));
+    int64_t nin = s->outer * s->isz[0] * s->isz[1] * s->isz[2];
     if (nin > 0)
-        DL_CUDA_CHECK(cudaMemsetAsync(dl_tensor_data_ptr(gin), 0,
-                                      (size_t)nin * dl_dtype_size(gin->dtype), st));
-    if (n == 0) return 0;
-    PadShape p = pad_shape(osz, isz);
-    int64_t *m = maps_to_device(p, map);
-    if (!m) return -1;
-    unsigned blocks = dl_cuda_blocks(n, kThreads);
-    if (gin->dtype == DL_DTYPE_F64)
-        pad_scatter_kernel<<<blocks, kThreads, 0, st>>>(
-            (double *)dl_tensor_data_ptr(gin), (const double *)dl_tensor_data_ptr(gout), m, p, n);
-    else
-        pad_scatter_kernel<<<blocks, kThreads, 0, st>>>(
-            (float *)dl_tensor_data_ptr(gin), (const float *)dl_tensor_data_ptr(gout), m, p, n);
-    cudaError_t e = cudaGetLastError();
-    dl_cuda_free(m);
-    if (e != cudaSuccess)
-        return dl_cuda_fail("pad_scatter_kernel", cudaGetErrorString(e), __FILE__, __LINE__);
-    return 0;
+        DL_CUDA_CHECK(cudaMemsetAsync(gin, 0, (size_t)nin * dl_dtype_size(dt), dl_cuda_stream()));
+    return with_maps(
+        "pad_scatter_kernel", s,
+        [&](const int64_t *m, PadShape p, int64_t n, unsigned blocks, cudaStream_t st) {
+            if (dt == DL_DTYPE_F64)
+                pad_scatter_kernel<<<blocks, kThreads, 0, st>>>((double *)gin, (const double *)gout,
+                                                                m, p, n);
+            else
+                pad_scatter_kernel<<<blocks, kThreads, 0, st>>>((float *)gin, (const float *)gout,
+                                                                m, p, n);
+        });
 }
 
 } // namespace

@@ -151,27 +151,28 @@ int check_shape(const char *op, int64_t outer, int64_t D, int64_t inner) {
 
 } // namespace
 
-int dl_cuda_softmax_forward(void *y, const void *x, dl_dtype dt, int64_t outer, int64_t D,
-                            int64_t inner, bool is_log) {
+int dl_cuda_softmax_forward(dl_dtype dt, const dl_softmax_shape *s, void *y, const void *x) {
+    int64_t outer = s->outer, D = s->D, inner = s->inner;
     if (check_shape("softmax", outer, D, inner)) return -1;
     if (outer * D * inner == 0) return 0;
     if (dt == DL_DTYPE_F32)
-        return softmax_typed((float *)y, (const float *)x, outer, D, inner, is_log);
+        return softmax_typed((float *)y, (const float *)x, outer, D, inner, s->log);
     if (dt == DL_DTYPE_F64)
-        return softmax_typed((double *)y, (const double *)x, outer, D, inner, is_log);
+        return softmax_typed((double *)y, (const double *)x, outer, D, inner, s->log);
     return dl_error("softmax: CUDA kernels take float32 or float64, got %s", dl_dtype_name(dt));
 }
 
-int dl_cuda_softmax_backward(void *gx, const void *gy, const void *y, dl_dtype dt, int64_t outer,
-                             int64_t D, int64_t inner, bool is_log) {
+int dl_cuda_softmax_backward(dl_dtype dt, const dl_softmax_shape *s, void *gx, const void *gy,
+                             const void *y) {
+    int64_t outer = s->outer, D = s->D, inner = s->inner;
     if (check_shape("softmax_backward", outer, D, inner)) return -1;
     if (outer * D * inner == 0) return 0;
     if (dt == DL_DTYPE_F32)
         return softmax_backward_typed((float *)gx, (const float *)gy, (const float *)y, outer, D,
-                                      inner, is_log);
+                                      inner, s->log);
     if (dt == DL_DTYPE_F64)
         return softmax_backward_typed((double *)gx, (const double *)gy, (const double *)y, outer, D,
-                                      inner, is_log);
+                                      inner, s->log);
     return dl_error("softmax_backward: CUDA kernels take float32 or float64, got %s",
                     dl_dtype_name(dt));
 }

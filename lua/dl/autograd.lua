@@ -5,6 +5,7 @@
 --   dl.autograd.gradcheck(fn, inputs [, {eps=, atol=, rtol=}])  (float64, finite differences)
 local dl = require "dl"
 local raw = dl._autograd
+local util = require "dl.util"
 
 local M = {}
 
@@ -13,25 +14,16 @@ local function as_list(x)
   return x
 end
 
-local function check_opts(op, opts, allowed)
-  if opts == nil then return {} end
-  if type(opts) ~= "table" then error(op .. ": options table expected, got " .. type(opts), 3) end
-  for k in pairs(opts) do
-    if not allowed[k] then error(op .. ": unknown option '" .. tostring(k) .. "'", 3) end
-  end
-  return opts
-end
-
 function M.backward(tensors, grads, opts)
   if type(grads) == "table" and not dl.is_tensor(grads) and grads[1] == nil and next(grads) then
     opts, grads = grads, nil
   end
-  opts = check_opts("autograd.backward", opts, {retain_graph = true})
+  opts = util.check_options(opts, "autograd.backward", {"retain_graph"})
   raw.backward(as_list(tensors), grads and as_list(grads), opts.retain_graph or false)
 end
 
 function M.grad(outputs, inputs, opts)
-  opts = check_opts("autograd.grad", opts, {grad_outputs = true, retain_graph = true, allow_unused = true})
+  opts = util.check_options(opts, "autograd.grad", {"grad_outputs", "retain_graph", "allow_unused"})
   local go = opts.grad_outputs and as_list(opts.grad_outputs)
   local single = dl.is_tensor(inputs)
   local r = raw.grad(as_list(outputs), as_list(inputs), go, opts.retain_graph or false,
@@ -86,7 +78,7 @@ end
 -- Inputs may be non-contiguous if dense (channels-last, transposed): their
 -- elements are perturbed in memory order.
 function M.gradcheck(fn, inputs, opts)
-  opts = check_opts("gradcheck", opts, {eps = true, atol = true, rtol = true, raise = true})
+  opts = util.check_options(opts, "gradcheck", {"eps", "atol", "rtol", "raise"})
   local eps, atol, rtol = opts.eps or 1e-6, opts.atol or 1e-5, opts.rtol or 1e-3
   inputs = as_list(inputs)
   for i, x in ipairs(inputs) do

@@ -7,6 +7,7 @@
  * parallel over samples (each sample is written by one thread); every sum goes
  * through fixed blocks whose size depends only on n. */
 #include "cpu/loss.h"
+#include "core/error.h"
 #include "core/parallel.h"
 #include "cpu/softmax.h" /* dl_cpu_expf */
 
@@ -23,7 +24,7 @@ static int64_t sum_block(int64_t n) {
     return b < 4096 ? 4096 : b;
 }
 
-double dl_cpu_sum_f32(const float *v, int64_t n) { // v is (n)
+static double sum_f32(const float *v, int64_t n) { // v is (n)
     int64_t B = sum_block(n), nb = (n + B - 1) / B;
     double part[SUM_MAX_BLOCKS];
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
@@ -38,7 +39,7 @@ double dl_cpu_sum_f32(const float *v, int64_t n) { // v is (n)
     return s;
 }
 
-double dl_cpu_sum_f64(const double *v, int64_t n) { // v is (n)
+static double sum_f64(const double *v, int64_t n) { // v is (n)
     int64_t B = sum_block(n), nb = (n + B - 1) / B;
     double part[SUM_MAX_BLOCKS];
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
@@ -53,7 +54,7 @@ double dl_cpu_sum_f64(const double *v, int64_t n) { // v is (n)
     return s;
 }
 
-double dl_cpu_class_weight_sum_f32(const int64_t *target, const float *weight, int64_t n,
+static double class_weight_sum_f32(const int64_t *target, const float *weight, int64_t n,
                                    int64_t ignore_index) { // target is (n), weight is (C)
     double s = 0;
     for (int64_t i = 0; i < n; i++)
@@ -61,7 +62,7 @@ double dl_cpu_class_weight_sum_f32(const int64_t *target, const float *weight, i
     return s;
 }
 
-double dl_cpu_class_weight_sum_f64(const int64_t *target, const double *weight, int64_t n,
+static double class_weight_sum_f64(const int64_t *target, const double *weight, int64_t n,
                                    int64_t ignore_index) { // target is (n), weight is (C)
     double s = 0;
     for (int64_t i = 0; i < n; i++)
@@ -74,7 +75,7 @@ double dl_cpu_class_weight_sum_f64(const int64_t *target, const double *weight, 
 /* Sample r = n*S + s; its class c lies at (n*C + c)*S + s. */
 #define SAMPLE_BASE(r) (((r) / S) * C * S + (r) % S)
 
-void dl_cpu_nll_loss_f32(float *out, const float *logp, const int64_t *target, const float *weight,
+static void nll_loss_f32(float *out, const float *logp, const int64_t *target, const float *weight,
                          int64_t N, int64_t C, int64_t S,
                          int64_t ignore_index) { // out is (N,S), logp is (N,C,S)
     int64_t R = N * S;
@@ -90,7 +91,7 @@ void dl_cpu_nll_loss_f32(float *out, const float *logp, const int64_t *target, c
     }
 }
 
-void dl_cpu_nll_loss_f64(double *out, const double *logp, const int64_t *target,
+static void nll_loss_f64(double *out, const double *logp, const int64_t *target,
                          const double *weight, int64_t N, int64_t C, int64_t S,
                          int64_t ignore_index) { // out is (N,S), logp is (N,C,S)
     int64_t R = N * S;
@@ -106,7 +107,7 @@ void dl_cpu_nll_loss_f64(double *out, const double *logp, const int64_t *target,
     }
 }
 
-void dl_cpu_nll_loss_backward_f32(float *gx, const float *g, float g0, const int64_t *target,
+static void nll_loss_backward_f32(float *gx, const float *g, float g0, const int64_t *target,
                                   const float *weight, int64_t N, int64_t C, int64_t S,
                                   int64_t ignore_index) { // gx is (N,C,S), g is (N,S)
     int64_t R = N * S;
@@ -120,7 +121,7 @@ void dl_cpu_nll_loss_backward_f32(float *gx, const float *g, float g0, const int
     }
 }
 
-void dl_cpu_nll_loss_backward_f64(double *gx, const double *g, double g0, const int64_t *target,
+static void nll_loss_backward_f64(double *gx, const double *g, double g0, const int64_t *target,
                                   const double *weight, int64_t N, int64_t C, int64_t S,
                                   int64_t ignore_index) { // gx is (N,C,S), g is (N,S)
     int64_t R = N * S;
@@ -172,7 +173,7 @@ static double weight_total_f64(const double *weight, int64_t C) {
 
 /* --- cross entropy: class indices ----------------------------------------------------------- */
 
-void dl_cpu_cross_entropy_f32(float *out, const float *x, const int64_t *target,
+static void cross_entropy_f32(float *out, const float *x, const int64_t *target,
                               const float *weight, int64_t N, int64_t C, int64_t S,
                               int64_t ignore_index, double eps) { // out is (N,S), x is (N,C,S)
     int64_t R = N * S;
@@ -198,7 +199,7 @@ void dl_cpu_cross_entropy_f32(float *out, const float *x, const int64_t *target,
     }
 }
 
-void dl_cpu_cross_entropy_f64(double *out, const double *x, const int64_t *target,
+static void cross_entropy_f64(double *out, const double *x, const int64_t *target,
                               const double *weight, int64_t N, int64_t C, int64_t S,
                               int64_t ignore_index, double eps) { // out is (N,S), x is (N,C,S)
     int64_t R = N * S;
@@ -224,7 +225,7 @@ void dl_cpu_cross_entropy_f64(double *out, const double *x, const int64_t *targe
     }
 }
 
-void dl_cpu_cross_entropy_backward_f32(float *gx, const float *g, float g0, const float *x,
+static void cross_entropy_backward_f32(float *gx, const float *g, float g0, const float *x,
                                        const int64_t *target, const float *weight, int64_t N,
                                        int64_t C, int64_t S, int64_t ignore_index,
                                        double eps) { // gx, x are (N,C,S), g is (N,S)
@@ -257,7 +258,7 @@ void dl_cpu_cross_entropy_backward_f32(float *gx, const float *g, float g0, cons
     }
 }
 
-void dl_cpu_cross_entropy_backward_f64(double *gx, const double *g, double g0, const double *x,
+static void cross_entropy_backward_f64(double *gx, const double *g, double g0, const double *x,
                                        const int64_t *target, const double *weight, int64_t N,
                                        int64_t C, int64_t S, int64_t ignore_index,
                                        double eps) { // gx, x are (N,C,S), g is (N,S)
@@ -288,7 +289,7 @@ void dl_cpu_cross_entropy_backward_f64(double *gx, const double *g, double g0, c
 
 /* --- cross entropy: class probabilities ------------------------------------------------------ */
 
-void dl_cpu_cross_entropy_prob_f32(float *out, const float *x, const float *target,
+static void cross_entropy_prob_f32(float *out, const float *x, const float *target,
                                    const float *weight, int64_t N, int64_t C, int64_t S,
                                    double eps) { // out is (N,S), x, target are (N,C,S)
     int64_t R = N * S;
@@ -307,7 +308,7 @@ void dl_cpu_cross_entropy_prob_f32(float *out, const float *x, const float *targ
     }
 }
 
-void dl_cpu_cross_entropy_prob_f64(double *out, const double *x, const double *target,
+static void cross_entropy_prob_f64(double *out, const double *x, const double *target,
                                    const double *weight, int64_t N, int64_t C, int64_t S,
                                    double eps) { // out is (N,S), x, target are (N,C,S)
     int64_t R = N * S;
@@ -325,7 +326,7 @@ void dl_cpu_cross_entropy_prob_f64(double *out, const double *x, const double *t
     }
 }
 
-void dl_cpu_cross_entropy_prob_backward_f32(float *gx, float *gtarget, const float *g, float g0,
+static void cross_entropy_prob_backward_f32(float *gx, float *gtarget, const float *g, float g0,
                                             const float *x, const float *target,
                                             const float *weight, int64_t N, int64_t C, int64_t S,
                                             double eps) { // gx, gtarget, x, target are (N,C,S)
@@ -358,7 +359,7 @@ void dl_cpu_cross_entropy_prob_backward_f32(float *gx, float *gtarget, const flo
     }
 }
 
-void dl_cpu_cross_entropy_prob_backward_f64(double *gx, double *gtarget, const double *g, double g0,
+static void cross_entropy_prob_backward_f64(double *gx, double *gtarget, const double *g, double g0,
                                             const double *x, const double *target,
                                             const double *weight, int64_t N, int64_t C, int64_t S,
                                             double eps) { // all are (N,C,S)
@@ -487,19 +488,19 @@ static inline void grad_f64(double *dx, double *dy, double x, double y, const do
     }
 }
 
-void dl_cpu_pointwise_loss_f32(float *out, const float *x, const float *y, const float *w,
+static void pointwise_loss_f32(float *out, const float *x, const float *y, const float *w,
                                const float *pw, int64_t n, dl_pointwise_loss op) { // all (n)
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
     for (int64_t i = 0; i < n; i++) out[i] = loss_f32(x[i], y[i], w, pw, i, op);
 }
 
-void dl_cpu_pointwise_loss_f64(double *out, const double *x, const double *y, const double *w,
+static void pointwise_loss_f64(double *out, const double *x, const double *y, const double *w,
                                const double *pw, int64_t n, dl_pointwise_loss op) { // all (n)
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
     for (int64_t i = 0; i < n; i++) out[i] = loss_f64(x[i], y[i], w, pw, i, op);
 }
 
-void dl_cpu_pointwise_loss_backward_f32(float *gx, float *gy, const float *g, float g0,
+static void pointwise_loss_backward_f32(float *gx, float *gy, const float *g, float g0,
                                         const float *x, const float *y, const float *w,
                                         const float *pw, int64_t n,
                                         dl_pointwise_loss op) { // all (n)
@@ -512,7 +513,7 @@ void dl_cpu_pointwise_loss_backward_f32(float *gx, float *gy, const float *g, fl
     }
 }
 
-void dl_cpu_pointwise_loss_backward_f64(double *gx, double *gy, const double *g, double g0,
+static void pointwise_loss_backward_f64(double *gx, double *gy, const double *g, double g0,
                                         const double *x, const double *y, const double *w,
                                         const double *pw, int64_t n,
                                         dl_pointwise_loss op) { // all (n)
@@ -523,4 +524,122 @@ void dl_cpu_pointwise_loss_backward_f64(double *gx, double *gy, const double *g,
         if (gx) gx[i] = dx;
         if (gy) gy[i] = dy;
     }
+}
+
+/* --- entry points (kernels/loss.h has their contract) ------------------------------------- */
+
+static int float_only(const char *op, dl_dtype dt) {
+    if (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64) return 0;
+    return dl_error("%s: CPU kernels take float32 or float64, got %s", op, dl_dtype_name(dt));
+}
+
+int dl_cpu_loss_sum(dl_dtype dt, int64_t n, double *out, const void *v) {
+    if (float_only("loss sum", dt)) return -1;
+    *out = dt == DL_DTYPE_F64 ? sum_f64(v, n) : sum_f32(v, n);
+    return 0;
+}
+
+int dl_cpu_class_weight_sum(dl_dtype dt, const dl_class_loss_shape *s, double *out,
+                            const int64_t *target, const void *weight) {
+    if (float_only("class weight sum", dt)) return -1;
+    int64_t n = s->N * s->S;
+    *out = dt == DL_DTYPE_F64 ? class_weight_sum_f64(target, weight, n, s->ignore_index)
+                              : class_weight_sum_f32(target, weight, n, s->ignore_index);
+    return 0;
+}
+
+int dl_cpu_loss_target_check(const dl_class_loss_shape *s, int64_t *first_bad,
+                             const int64_t *target) {
+    int64_t n = s->N * s->S, i = 0;
+    for (; i < n; i++)
+        if (target[i] != s->ignore_index && (target[i] < 0 || target[i] >= s->C)) break;
+    *first_bad = i;
+    return 0;
+}
+
+int dl_cpu_nll_loss(dl_dtype dt, const dl_class_loss_shape *s, void *out, const void *logp,
+                    const int64_t *target, const void *weight) {
+    if (float_only("nll_loss", dt)) return -1;
+    if (dt == DL_DTYPE_F64)
+        nll_loss_f64(out, logp, target, weight, s->N, s->C, s->S, s->ignore_index);
+    else
+        nll_loss_f32(out, logp, target, weight, s->N, s->C, s->S, s->ignore_index);
+    return 0;
+}
+
+int dl_cpu_nll_loss_backward(dl_dtype dt, const dl_class_loss_shape *s, void *gx, const void *g,
+                             double g0, const int64_t *target, const void *weight) {
+    if (float_only("nll_loss_backward", dt)) return -1;
+    if (dt == DL_DTYPE_F64)
+        nll_loss_backward_f64(gx, g, g0, target, weight, s->N, s->C, s->S, s->ignore_index);
+    else
+        nll_loss_backward_f32(gx, g, (float)g0, target, weight, s->N, s->C, s->S, s->ignore_index);
+    return 0;
+}
+
+int dl_cpu_cross_entropy(dl_dtype dt, const dl_class_loss_shape *s, void *out, const void *x,
+                         const int64_t *target, const void *weight) {
+    if (float_only("cross_entropy", dt)) return -1;
+    if (dt == DL_DTYPE_F64)
+        cross_entropy_f64(out, x, target, weight, s->N, s->C, s->S, s->ignore_index, s->eps);
+    else
+        cross_entropy_f32(out, x, target, weight, s->N, s->C, s->S, s->ignore_index, s->eps);
+    return 0;
+}
+
+int dl_cpu_cross_entropy_backward(dl_dtype dt, const dl_class_loss_shape *s, void *gx,
+                                  const void *g, double g0, const void *x, const int64_t *target,
+                                  const void *weight) {
+    if (float_only("cross_entropy_backward", dt)) return -1;
+    if (dt == DL_DTYPE_F64)
+        cross_entropy_backward_f64(gx, g, g0, x, target, weight, s->N, s->C, s->S, s->ignore_index,
+                                   s->eps);
+    else
+        cross_entropy_backward_f32(gx, g, (float)g0, x, target, weight, s->N, s->C, s->S,
+                                   s->ignore_index, s->eps);
+    return 0;
+}
+
+int dl_cpu_cross_entropy_prob(dl_dtype dt, const dl_class_loss_shape *s, void *out, const void *x,
+                              const void *target, const void *weight) {
+    if (float_only("cross_entropy", dt)) return -1;
+    if (dt == DL_DTYPE_F64)
+        cross_entropy_prob_f64(out, x, target, weight, s->N, s->C, s->S, s->eps);
+    else
+        cross_entropy_prob_f32(out, x, target, weight, s->N, s->C, s->S, s->eps);
+    return 0;
+}
+
+int dl_cpu_cross_entropy_prob_backward(dl_dtype dt, const dl_class_loss_shape *s, void *gx,
+                                       void *gtarget, const void *g, double g0, const void *x,
+                                       const void *target, const void *weight) {
+    if (float_only("cross_entropy_backward", dt)) return -1;
+    if (dt == DL_DTYPE_F64)
+        cross_entropy_prob_backward_f64(gx, gtarget, g, g0, x, target, weight, s->N, s->C, s->S,
+                                        s->eps);
+    else
+        cross_entropy_prob_backward_f32(gx, gtarget, g, (float)g0, x, target, weight, s->N, s->C,
+                                        s->S, s->eps);
+    return 0;
+}
+
+int dl_cpu_pointwise_loss(dl_dtype dt, dl_pointwise_loss op, int64_t n, void *out, const void *x,
+                          const void *y, const void *w, const void *pw) {
+    if (float_only("pointwise loss", dt)) return -1;
+    if (dt == DL_DTYPE_F64)
+        pointwise_loss_f64(out, x, y, w, pw, n, op);
+    else
+        pointwise_loss_f32(out, x, y, w, pw, n, op);
+    return 0;
+}
+
+int dl_cpu_pointwise_loss_backward(dl_dtype dt, dl_pointwise_loss op, int64_t n, void *gx, void *gy,
+                                   const void *g, double g0, const void *x, const void *y,
+                                   const void *w, const void *pw) {
+    if (float_only("pointwise loss backward", dt)) return -1;
+    if (dt == DL_DTYPE_F64)
+        pointwise_loss_backward_f64(gx, gy, g, g0, x, y, w, pw, n, op);
+    else
+        pointwise_loss_backward_f32(gx, gy, g, (float)g0, x, y, w, pw, n, op);
+    return 0;
 }

@@ -12,6 +12,7 @@
  * libm's exp.  Each output depends only on its own column, so results do not
  * depend on the thread count. */
 #include "cpu/softmax.h"
+#include "core/error.h"
 #include "core/parallel.h"
 
 #include <math.h>
@@ -227,68 +228,68 @@ static inline int64_t block_of(int64_t w, int64_t nblk, int64_t D, int64_t inner
     return o * D * inner + i0;
 }
 
-void dl_cpu_softmax_f32(float *y, const float *x, int64_t outer, int64_t D, int64_t inner,
-                        bool is_log) {
-    const int64_t work = outer * inner * D;
-    if (inner == 1) {
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-        for (int64_t r = 0; r < outer; r++) row_fwd_f32(y + r * D, x + r * D, D, is_log);
-        return;
-    }
-    const int64_t nblk = (inner + COLS - 1) / COLS;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-    for (int64_t w = 0; w < outer * nblk; w++) {
-        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
-        cols_fwd_f32(y + off, x + off, D, inner, nc, is_log);
+/* The loop of one work item, for kernel kind: a row (inner == 1) or a block
+ * of nc columns; o is the output, a the input (the backward's gy) and b the
+ * backward's y, each at the item's first element. */
+enum { FWD_F32, FWD_F64, BWD_F32, BWD_F64 };
+
+static void run_row(int kind, char *o, const char *a, const char *b, int64_t D, bool lg) {
+    switch (kind) {
+    case FWD_F32: row_fwd_f32((float *)o, (const float *)a, D, lg); break;
+    case FWD_F64: row_fwd_f64((double *)o, (const double *)a, D, lg); break;
+    case BWD_F32: row_backward_f32((float *)o, (const float *)a, (const float *)b, D, lg); break;
+    default: row_backward_f64((double *)o, (const double *)a, (const double *)b, D, lg); break;
     }
 }
 
-void dl_cpu_softmax_f64(double *y, const double *x, int64_t outer, int64_t D, int64_t inner,
-                        bool is_log) {
-    const int64_t work = outer * inner * D;
-    if (inner == 1) {
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-        for (int64_t r = 0; r < outer; r++) row_fwd_f64(y + r * D, x + r * D, D, is_log);
-        return;
-    }
-    const int64_t nblk = (inner + COLS - 1) / COLS;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-    for (int64_t w = 0; w < outer * nblk; w++) {
-        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
-        cols_fwd_f64(y + off, x + off, D, inner, nc, is_log);
+static void run_cols(int kind, char *o, const char *a, const char *b, int64_t D, int64_t inner,
+                     int64_t nc, bool lg) {
+    switch (kind) {
+    case FWD_F32: cols_fwd_f32((float *)o, (const float *)a, D, inner, nc, lg); break;
+    case FWD_F64: cols_fwd_f64((double *)o, (const double *)a, D, inner, nc, lg); break;
+    case BWD_F32:
+        cols_backward_f32((float *)o, (const float *)a, (const float *)b, D, inner, nc, lg);
+        break;
+    default:
+        cols_backward_f64((double *)o, (const double *)a, (const double *)b, D, inner, nc, lg);
+        break;
     }
 }
 
-void dl_cpu_softmax_backward_f32(float *gx, const float *gy, const float *y, int64_t outer,
-                                 int64_t D, int64_t inner, bool is_log) {
-    const int64_t work = outer * inner * D;
+/* Runs the forward (backward: b is y) over s: rows in parallel when
+ * inner == 1, else blocks of up to COLS neighbouring columns. */
+static int run(const char *op, dl_dtype dt, const dl_softmax_shape *s, bool backward, void *o,
+               const void *a, const void *b) {
+    if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64)
+        return dl_error("%s: CPU kernels take float32 or float64, got %s", op, dl_dtype_name(dt));
+    const int kind = (backward ? BWD_F32 : FWD_F32) + (dt == DL_DTYPE_F64);
+    const size_t es = dl_dtype_size(dt);
+    const int64_t outer = s->outer, D = s->D, inner = s->inner, work = outer * inner * D;
+    char *ob = o;
+    const char *ap = a, *bp = b;
     if (inner == 1) {
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-        for (int64_t r = 0; r < outer; r++)
-            row_backward_f32(gx + r * D, gy + r * D, y + r * D, D, is_log);
-        return;
+        for (int64_t r = 0; r < outer; r++) {
+            size_t off = (size_t)(r * D) * es;
+            run_row(kind, ob + off, ap + off, bp ? bp + off : NULL, D, s->log);
+        }
+        return 0;
     }
     const int64_t nblk = (inner + COLS - 1) / COLS;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
     for (int64_t w = 0; w < outer * nblk; w++) {
-        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
-        cols_backward_f32(gx + off, gy + off, y + off, D, inner, nc, is_log);
+        int64_t nc;
+        size_t off = (size_t)block_of(w, nblk, D, inner, &nc) * es;
+        run_cols(kind, ob + off, ap + off, bp ? bp + off : NULL, D, inner, nc, s->log);
     }
+    return 0;
 }
 
-void dl_cpu_softmax_backward_f64(double *gx, const double *gy, const double *y, int64_t outer,
-                                 int64_t D, int64_t inner, bool is_log) {
-    const int64_t work = outer * inner * D;
-    if (inner == 1) {
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-        for (int64_t r = 0; r < outer; r++)
-            row_backward_f64(gx + r * D, gy + r * D, y + r * D, D, is_log);
-        return;
-    }
-    const int64_t nblk = (inner + COLS - 1) / COLS;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
-    for (int64_t w = 0; w < outer * nblk; w++) {
-        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
-        cols_backward_f64(gx + off, gy + off, y + off, D, inner, nc, is_log);
-    }
+int dl_cpu_softmax(dl_dtype dt, const dl_softmax_shape *s, void *y, const void *x) {
+    return run("softmax", dt, s, false, y, x, NULL);
+}
+
+int dl_cpu_softmax_backward(dl_dtype dt, const dl_softmax_shape *s, void *gx, const void *gy,
+                            const void *y) {
+    return run("softmax_backward", dt, s, true, gx, gy, y);
 }

@@ -1,6 +1,7 @@
 /* kernels/softmax.h - the kernel interface of the softmax family
- * (ops/softmax.c): the CUDA table of softmax and log_softmax over (outer, D,
- * inner) buffers (cpu/softmax.h has the CPU twins).
+ * (ops/softmax.c): the (outer, D, inner) shape, the kernels' one signature
+ * and the CUDA table of softmax and log_softmax (cpu/softmax.h has the CPU
+ * twins).
  *
  * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
 #ifndef DL_KERNELS_SOFTMAX_H
@@ -11,12 +12,30 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* softmax (or log_softmax, log) along D of a dense buffer viewed as (outer,
+ * D, inner): element (o, d, i) is at (o*D + d)*inner + i. */
+typedef struct dl_softmax_shape {
+    int64_t outer, D, inner;
+    bool log;
+} dl_softmax_shape;
+
+/* The kernels' signatures, one for both backends (cpu/softmax.h, the table
+ * below; host pointers on the CPU, device pointers on the current CUDA
+ * device): dt is F32 or F64.
+ *   forward:  y = softmax(x) or log_softmax(x); y and x are (outer,D,inner),
+ *             y may alias x.
+ *   backward from the forward's output y:
+ *             softmax:     gx = y * (gy - sum_d(gy * y))
+ *             log_softmax: gx = gy - exp(y) * sum_d(gy)
+ *             gx, gy, y are (outer,D,inner); gx may alias gy. */
+typedef int (*dl_softmax_fn)(dl_dtype dt, const dl_softmax_shape *s, void *y, const void *x);
+typedef int (*dl_softmax_backward_fn)(dl_dtype dt, const dl_softmax_shape *s, void *gx,
+                                      const void *gy, const void *y);
+
 typedef struct dl_cuda_softmax_kernels {
     const char *family;
-    int (*softmax)(void *y, const void *x, dl_dtype dt, int64_t outer, int64_t D, int64_t inner,
-                   bool is_log);
-    int (*softmax_backward)(void *gx, const void *gy, const void *y, dl_dtype dt, int64_t outer,
-                            int64_t D, int64_t inner, bool is_log);
+    dl_softmax_fn softmax;
+    dl_softmax_backward_fn softmax_backward;
 } dl_cuda_softmax_kernels;
 
 extern const dl_cuda_softmax_kernels *dl_cuda_softmax;

@@ -12,7 +12,8 @@
  * Class-index targets are int64 tensors of 1-based labels 1..C;
  * ignore_index is compared against those labels.  The binding converts them
  * to a 0-based copy for C, and a label outside 1..C that is not ignore_index
- * is an error naming the op, the label and C.
+ * is an error naming the op, the label and C.  The converted copy is held
+ * in a to-be-closed stack slot, released on return or on any error.
  * Every argument is checked before any tensor is made; dims are 1-based
  * (negatives from the end). */
 #include "l_bind.h"
@@ -108,6 +109,15 @@ static dl_tensor *convert_target(lua_State *L, const char *op, dl_tensor *target
     return t;
 }
 
+/* t (a temporary the binding made; NULL raises) anchored on the stack as a
+ * to-be-closed tensor: released when the binding returns or raises, so no
+ * error path can leak it.  Returns t, valid until then. */
+static dl_tensor *hold(lua_State *L, dl_tensor *t) {
+    dlL_pushtensor(L, t);
+    lua_toclose(L, -1);
+    return t;
+}
+
 static int64_t c_ignore(lua_Integer ignore) {
     return (int64_t)((uint64_t)ignore - 1u);
 }
@@ -118,10 +128,8 @@ static int l_nll_loss_forward(lua_State *L) {
     const char *op = "nll_loss";
     dl_tensor *logp = dlL_checktensor(L, 1), *target = dlL_checktensor(L, 2);
     loss_opts o = read_loss_opts(L, 3, op, keys_class);
-    dl_tensor *t = convert_target(L, op, target, num_classes(logp), o.ignore_index);
-    dl_tensor *r = dl_nll_loss(logp, t, o.weight, c_ignore(o.ignore_index), o.reduction);
-    dl_tensor_release(t);
-    return dlL_pushtensor(L, r);
+    dl_tensor *t = hold(L, convert_target(L, op, target, num_classes(logp), o.ignore_index));
+    return dlL_pushtensor(L, dl_nll_loss(logp, t, o.weight, c_ignore(o.ignore_index), o.reduction));
 }
 
 static int l_nll_loss_backward(lua_State *L) {
@@ -129,11 +137,9 @@ static int l_nll_loss_backward(lua_State *L) {
     dl_tensor *g = dlL_checktensor(L, 1), *logp = dlL_checktensor(L, 2);
     dl_tensor *target = dlL_checktensor(L, 3);
     loss_opts o = read_loss_opts(L, 4, op, keys_class);
-    dl_tensor *t = convert_target(L, op, target, num_classes(logp), o.ignore_index);
-    dl_tensor *r =
-        dl_nll_loss_backward(g, logp, t, o.weight, c_ignore(o.ignore_index), o.reduction);
-    dl_tensor_release(t);
-    return dlL_pushtensor(L, r);
+    dl_tensor *t = hold(L, convert_target(L, op, target, num_classes(logp), o.ignore_index));
+    return dlL_pushtensor(
+        L, dl_nll_loss_backward(g, logp, t, o.weight, c_ignore(o.ignore_index), o.reduction));
 }
 
 /* The target C sees: probabilities as given (retained), labels converted. */
@@ -152,11 +158,9 @@ static int l_cross_entropy_forward(lua_State *L) {
     const char *op = "cross_entropy";
     dl_tensor *x = dlL_checktensor(L, 1), *target = dlL_checktensor(L, 2);
     loss_opts o = read_loss_opts(L, 3, op, keys_ce);
-    dl_tensor *t = ce_target(L, op, x, target, &o);
-    dl_tensor *r =
-        dl_cross_entropy(x, t, o.weight, c_ignore(o.ignore_index), o.reduction, o.label_smoothing);
-    dl_tensor_release(t);
-    return dlL_pushtensor(L, r);
+    dl_tensor *t = hold(L, ce_target(L, op, x, target, &o));
+    return dlL_pushtensor(L, dl_cross_entropy(x, t, o.weight, c_ignore(o.ignore_index), o.reduction,
+                                              o.label_smoothing));
 }
 
 static int l_cross_entropy_backward(lua_State *L) {
@@ -164,12 +168,11 @@ static int l_cross_entropy_backward(lua_State *L) {
     dl_tensor *g = dlL_checktensor(L, 1), *x = dlL_checktensor(L, 2);
     dl_tensor *target = dlL_checktensor(L, 3);
     loss_opts o = read_loss_opts(L, 4, op, keys_ce);
-    dl_tensor *t = ce_target(L, op, x, target, &o);
+    dl_tensor *t = hold(L, ce_target(L, op, x, target, &o));
     dl_tensor *gx, *gt;
-    int rc = dl_cross_entropy_backward(g, x, t, o.weight, c_ignore(o.ignore_index), o.reduction,
-                                       o.label_smoothing, &gx, &gt);
-    dl_tensor_release(t);
-    if (rc) return dlL_fail(L);
+    if (dl_cross_entropy_backward(g, x, t, o.weight, c_ignore(o.ignore_index), o.reduction,
+                                  o.label_smoothing, &gx, &gt))
+        return dlL_fail(L);
     dlL_pushtensor(L, gx);
     if (!gt) return 1;
     dlL_pushtensor(L, gt);

@@ -54,10 +54,7 @@ int dl_dropout_forward(dl_tensor *x, double p, bool training, dl_generator *g, d
         return -1;
     }
     *out = o;
-    if (mask)
-        *mask = m;
-    else
-        dl_tensor_release(m);
+    dl_op_optional_out(mask, m);
     return 0;
 }
 
@@ -94,21 +91,11 @@ static int dropout_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin)
 int dl_dropout(dl_tensor *x, double p, bool training, dl_tensor **out, dl_tensor **mask) {
     dl_tensor *m = NULL;
     if (dl_dropout_forward(x, p, training, NULL, out, &m)) return -1;
-    if (training && dl_needs_grad1(x)) {
-        dl_node *n = dl_node_new("DropoutBackward", dropout_backward, 1, &x, 1, sizeof(double));
-        if (!n || dl_node_save(n, m) < 0) {
-            dl_node_release(n);
-            dl_tensor_release(*out);
-            dl_tensor_release(m);
-            *out = NULL;
-            return -1;
-        }
-        *(double *)n->ctx = p;
-        dl_node_finish(n, *out);
-    }
-    if (mask)
-        *mask = m;
-    else
+    if (training && !(*out = dl_op_record(*out, "DropoutBackward", dropout_backward, 1, &x, 1, &m,
+                                          &p, sizeof p))) {
         dl_tensor_release(m);
+        return -1;
+    }
+    dl_op_optional_out(mask, m);
     return 0;
 }

@@ -256,80 +256,54 @@ static dl_dtype result_type_n(int n, dl_tensor *const *t) {
 /* The public ops record a node when dl_autograd_needed says so; the *_fwd
  * functions below compute without recording (the in-place forms and the
  * backward formulas use them).  A formula is written with this family's own
- * forwards over a scratch list that owns every intermediate: each sc_* step
- * takes borrowed operands, passes an earlier failure (NULL) on, and returns a
- * tensor the scratch releases when the formula is done. */
+ * forwards over a dl_op_pool (op_util.h) that owns every intermediate: each
+ * sc_* step takes borrowed operands, passes an earlier failure (NULL) on, and
+ * returns a tensor the pool releases when the formula is done. */
 static dl_tensor *binary_fwd(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha);
 static dl_tensor *unary_fwd(dl_unary_op op, dl_tensor *x);
 static dl_tensor *where_fwd(dl_tensor *cond, dl_tensor *a, dl_tensor *b);
 
-#define SCRATCH_MAX 32
-typedef struct {
-    dl_tensor *t[SCRATCH_MAX];
-    int n;
-    bool failed;
-} scratch;
-
-static dl_tensor *sc_keep(scratch *s, dl_tensor *t) {
-    if (!t) {
-        s->failed = true;
-        return NULL;
-    }
-    if (s->n == SCRATCH_MAX) {
-        dl_tensor_release(t);
-        dl_error("autograd: too many intermediates in a backward formula (internal)");
-        s->failed = true;
-        return NULL;
-    }
-    return s->t[s->n++] = t;
+static dl_tensor *sc_bin(dl_op_pool *s, dl_binary_op op, dl_tensor *a, dl_tensor *b) {
+    return a && b ? dl_op_keep(s, binary_fwd(op, a, b, 1)) : NULL;
 }
 
-static void sc_free(scratch *s) {
-    dl_op_release_all(s->t, s->n);
-    s->n = 0;
+static dl_tensor *sc_un(dl_op_pool *s, dl_unary_op op, dl_tensor *x) {
+    return x ? dl_op_keep(s, unary_fwd(op, x)) : NULL;
 }
 
-static dl_tensor *sc_bin(scratch *s, dl_binary_op op, dl_tensor *a, dl_tensor *b) {
-    return a && b ? sc_keep(s, binary_fwd(op, a, b, 1)) : NULL;
-}
-
-static dl_tensor *sc_un(scratch *s, dl_unary_op op, dl_tensor *x) {
-    return x ? sc_keep(s, unary_fwd(op, x)) : NULL;
-}
-
-static dl_tensor *sc_to(scratch *s, dl_tensor *x, dl_dtype dtype) {
-    return x ? sc_keep(s, dl_tensor_to_dtype(x, dtype)) : NULL;
+static dl_tensor *sc_to(dl_op_pool *s, dl_tensor *x, dl_dtype dtype) {
+    return x ? dl_op_keep(s, dl_tensor_to_dtype(x, dtype)) : NULL;
 }
 
 /* A 0-dim constant that combines with `like` without changing its dtype:
  * float64 against float64, float32 against float32 and dimensioned half
  * tensors (which compute in float32 anyway), like's own dtype otherwise. */
-static dl_tensor *sc_const(scratch *s, const dl_tensor *like, double v) {
+static dl_tensor *sc_const(dl_op_pool *s, const dl_tensor *like, double v) {
     if (!like) return NULL;
     dl_dtype dt = like->dtype;
     if (dl_dtype_is_floating(dt) && dt != DL_DTYPE_F64 && like->ndim > 0) dt = DL_DTYPE_F32;
-    return sc_keep(s, dl_tensor_scalar(v, dt));
+    return dl_op_keep(s, dl_tensor_scalar(v, dt));
 }
 
-static dl_tensor *sc_mulc(scratch *s, dl_tensor *x, double c) {
+static dl_tensor *sc_mulc(dl_op_pool *s, dl_tensor *x, double c) {
     return sc_bin(s, DL_BINARY_MUL, x, sc_const(s, x, c));
 }
 
-static dl_tensor *sc_addc(scratch *s, dl_tensor *x, double c) {
+static dl_tensor *sc_addc(dl_op_pool *s, dl_tensor *x, double c) {
     return sc_bin(s, DL_BINARY_ADD, x, sc_const(s, x, c));
 }
 
-static dl_tensor *sc_where(scratch *s, dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
-    return cond && a && b ? sc_keep(s, where_fwd(cond, a, b)) : NULL;
+static dl_tensor *sc_where(dl_op_pool *s, dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
+    return cond && a && b ? dl_op_keep(s, where_fwd(cond, a, b)) : NULL;
 }
 
 /* g where keep is true, 0 elsewhere (in g's dtype, the broadcast shape). */
-static dl_tensor *sc_keep_where(scratch *s, dl_tensor *keep, dl_tensor *g) {
+static dl_tensor *sc_keep_where(dl_op_pool *s, dl_tensor *keep, dl_tensor *g) {
     return sc_where(s, keep, g, sc_const(s, g, 0));
 }
 
 /* g with zeros where drop is true. */
-static dl_tensor *sc_drop_where(scratch *s, dl_tensor *drop, dl_tensor *g) {
+static dl_tensor *sc_drop_where(dl_op_pool *s, dl_tensor *drop, dl_tensor *g) {
     return sc_where(s, drop, sc_const(s, g, 0), g);
 }
 
@@ -352,42 +326,10 @@ static int set_zero_grads(dl_node *n, dl_tensor **gin) {
 }
 
 /* Ends a formula: the scratch's failure, or the gradients of inputs 0..k-1. */
-static int finish_grads(dl_node *n, scratch *s, int k, dl_tensor *const *g, dl_tensor **gin) {
+static int finish_grads(dl_node *n, dl_op_pool *s, int k, dl_tensor *const *g, dl_tensor **gin) {
     int rc = s->failed ? -1 : 0;
     for (int i = 0; i < k && rc == 0; i++) rc = set_grad(n, i, g[i], gin);
-    sc_free(s);
-    return rc;
-}
-
-/* Saves t (NULL: an empty slot, which keeps slot numbers fixed).  0 or -1. */
-static int save(dl_node *n, dl_tensor *t) {
-    return dl_node_save(n, t) < 0 ? -1 : 0;
-}
-
-/* Saves a copy of self's current value: an in-place op is about to overwrite
- * it and the backward reads it. */
-static int save_old(dl_node *n, dl_tensor *self) {
-    dl_tensor *c = dl_tensor_clone(self);
-    int rc = c ? save(n, c) : -1;
-    dl_tensor_release(c);
-    return rc;
-}
-
-/* Returns out after making it the output of n; NULL, releasing both, when n
- * could not be made (NULL) or rc says recording failed. */
-static dl_tensor *finish_node(dl_node *n, dl_tensor *out, int rc) {
-    if (!n || rc) {
-        dl_node_release(n);
-        dl_tensor_release(out);
-        return NULL;
-    }
-    return dl_node_finish(n, out);
-}
-
-/* In place: makes self the output of n once the write succeeded. */
-static int finish_node_(dl_node *n, dl_tensor *self, int rc) {
-    if (rc == 0) dl_node_set_output(n, 0, self);
-    dl_node_release(n);
+    dl_op_pool_free(s);
     return rc;
 }
 
@@ -570,7 +512,7 @@ static unsigned binary_saves(dl_binary_op op, bool need_a, bool need_b) {
 /* pow: d/da = b * a^(b-1) (0 where b == 0); d/db = out * log(a) (0 where a == 0
  * and b >= 0).  An integer operand is first converted to the output's dtype;
  * floating ones promote as the forward did. */
-static void pow_grads(scratch *s, dl_tensor *g, dl_tensor *a, dl_tensor *b, dl_tensor *out,
+static void pow_grads(dl_op_pool *s, dl_tensor *g, dl_tensor *a, dl_tensor *b, dl_tensor *out,
                       bool need_a, bool need_b, dl_tensor **ga, dl_tensor **gb) {
     dl_tensor *A = dl_dtype_is_floating(a->dtype) ? a : sc_to(s, a, g->dtype);
     dl_tensor *B = dl_dtype_is_floating(b->dtype) ? b : sc_to(s, b, g->dtype);
@@ -597,7 +539,7 @@ static int binary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) 
         (sv & SAVE_OUT && !(out = dl_node_saved(n, 2))))
         return -1;
     dl_tensor *g = gout[0], *gr[2] = {NULL, NULL}; /* gradients in the output's shape */
-    scratch s = {0};
+    dl_op_pool s = {0};
     switch (c->op) {
     case DL_BINARY_ADD:
     case DL_BINARY_SUB:
@@ -651,50 +593,38 @@ static int binary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) 
         break;
     }
     default: /* rounding divisions, comparisons and logical ops (in place) */
-        sc_free(&s);
+        dl_op_pool_free(&s);
         return set_zero_grads(n, gin);
     }
     return finish_grads(n, &s, 2, gr, gin);
 }
 
-/* A node for op(a, b) with its ctx and the saved inputs (slots 0 and 1); a
- * is a copy of self's old value when in place.  NULL on failure. */
-static dl_node *binary_node(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha, bool inplace,
-                            unsigned *sv) {
-    dl_tensor *in[2] = {a, b};
-    dl_node *n = dl_node_new(binary_grad_names[op], binary_backward, 2, in, 1, sizeof(binary_ctx));
-    if (!n) return NULL;
-    *(binary_ctx *)n->ctx = (binary_ctx){op, alpha};
-    *sv = binary_saves(op, dl_node_needs_grad(n, 0), dl_node_needs_grad(n, 1));
-    int rc = !(*sv & SAVE_A) ? save(n, NULL) : inplace ? save_old(n, a) : save(n, a);
-    if (rc == 0) rc = save(n, *sv & SAVE_B ? b : NULL);
-    if (rc) {
-        dl_node_release(n);
-        return NULL;
-    }
-    return n;
-}
-
 dl_tensor *dl_binary(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha) {
     dl_tensor *out = binary_fwd(op, a, b, alpha);
     if (!out || !dl_needs_grad2(a, b) || !dl_dtype_is_floating(out->dtype)) return out;
-    unsigned sv;
-    dl_node *n = binary_node(op, a, b, alpha, false, &sv);
-    return finish_node(n, out, n ? save(n, sv & SAVE_OUT ? out : NULL) : -1);
+    unsigned sv = binary_saves(op, a->requires_grad, b->requires_grad);
+    binary_ctx c = {op, alpha};
+    dl_tensor *in[2] = {a, b};
+    dl_tensor *save[3] = {sv & SAVE_A ? a : NULL, sv & SAVE_B ? b : NULL,
+                          sv & SAVE_OUT ? out : NULL};
+    return dl_op_record(out, binary_grad_names[op], binary_backward, 2, in, 3, save, &c, sizeof c);
 }
 
+/* In place: slot 0 holds a copy of self's old value, slot 2 (when saved)
+ * self's new one. */
 int dl_binary_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha) {
     if (!dl_needs_grad2(self, other) || !dl_dtype_is_floating(self->dtype))
         return binary_fwd_(op, self, other, alpha);
     char name[40];
     snprintf(name, sizeof name, "%s_", dl_binary_op_name(op));
     if (dl_check_inplace(name, self)) return -1;
-    unsigned sv;
-    dl_node *n = binary_node(op, self, other, alpha, true, &sv);
+    unsigned sv = binary_saves(op, self->requires_grad, other->requires_grad);
+    binary_ctx c = {op, alpha};
+    dl_tensor *in[2] = {self, other}, *save[2] = {NULL, sv & SAVE_B ? other : NULL};
+    dl_node *n = dl_op_inplace_node(binary_grad_names[op], binary_backward, 2, in, 2, save,
+                                    sv & SAVE_A, &c, sizeof c);
     if (!n) return -1;
-    int rc = binary_fwd_(op, self, other, alpha);
-    if (rc == 0) rc = save(n, sv & SAVE_OUT ? self : NULL);
-    return finish_node_(n, self, rc);
+    return dl_op_inplace_end(n, self, binary_fwd_(op, self, other, alpha), sv & SAVE_OUT);
 }
 
 dl_tensor *dl_add(dl_tensor *a, dl_tensor *b, double alpha) {
@@ -897,15 +827,15 @@ static int unary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *x = NULL; /* the saved input or result, as unary_saves says */
     if (unary_saves(op) != SAVES_NOTHING && !(x = dl_node_saved(n, 0))) return -1;
     dl_tensor *r = x, *g = gout[0], *gx = NULL;
-    scratch s = {0};
-    scratch *S = &s;
+    dl_op_pool s = {0};
+    dl_op_pool *S = &s;
     switch (op) {
     case DL_UNARY_NEG: gx = sc_un(S, DL_UNARY_NEG, g); break;
     case DL_UNARY_ABS: gx = sc_bin(S, DL_BINARY_MUL, g, sc_un(S, DL_UNARY_SIGN, x)); break;
     case DL_UNARY_RELU: /* 0 where the result is <= 0 (threshold_backward) */
         if (dl_tensor_device(r).type == DL_DEVICE_CPU &&
             dl_tensor_device(g).type == DL_DEVICE_CPU && g->dtype == r->dtype)
-            gx = sc_keep(S, dl_relu_backward(g, r)); /* one pass, not a mask and a where */
+            gx = dl_op_keep(S, dl_relu_backward(g, r)); /* one pass, not a mask and a where */
         else
             gx = sc_drop_where(S, sc_bin(S, DL_BINARY_LE, r, sc_const(S, r, 0)), g);
         break;
@@ -994,25 +924,19 @@ static int unary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     }
     case DL_UNARY_FRAC: gx = g; break;
     default: /* sign, rounding, logical_not (in place): zero gradient */
-        sc_free(S);
+        dl_op_pool_free(S);
         return set_zero_grads(n, gin);
     }
     return finish_grads(n, S, 1, &gx, gin);
 }
 
-static dl_node *unary_node(dl_unary_op op, dl_tensor *x) {
-    dl_node *n = dl_node_new(unary_grad_names[op], unary_backward, 1, &x, 1, sizeof op);
-    if (n) *(dl_unary_op *)n->ctx = op;
-    return n;
-}
-
 dl_tensor *dl_unary(dl_unary_op op, dl_tensor *x) {
     dl_tensor *out = unary_fwd(op, x);
     if (!out || !dl_needs_grad1(x) || is_predicate(op)) return out;
-    dl_node *n = unary_node(op, x);
     int sv = unary_saves(op);
-    int rc = !n ? -1 : sv == SAVES_INPUT ? save(n, x) : sv == SAVES_RESULT ? save(n, out) : 0;
-    return finish_node(n, out, rc);
+    dl_tensor *save = sv == SAVES_RESULT ? out : x;
+    return dl_op_record(out, unary_grad_names[op], unary_backward, 1, &x,
+                        sv == SAVES_NOTHING ? 0 : 1, &save, &op, sizeof op);
 }
 
 int dl_unary_(dl_unary_op op, dl_tensor *self) {
@@ -1020,13 +944,12 @@ int dl_unary_(dl_unary_op op, dl_tensor *self) {
     char name[40];
     snprintf(name, sizeof name, "%s_", dl_unary_op_name(op));
     if (dl_check_inplace(name, self)) return -1;
-    dl_node *n = unary_node(op, self);
-    if (!n) return -1;
     int sv = unary_saves(op);
-    int rc = sv == SAVES_INPUT ? save_old(n, self) : 0;
-    if (rc == 0) rc = unary_fwd_(op, self);
-    if (rc == 0 && sv == SAVES_RESULT) rc = save(n, self);
-    return finish_node_(n, self, rc);
+    dl_node *n =
+        dl_op_inplace_node(unary_grad_names[op], unary_backward, 1, &self,
+                           sv == SAVES_INPUT ? 1 : 0, &self, sv == SAVES_INPUT, &op, sizeof op);
+    if (!n) return -1;
+    return dl_op_inplace_end(n, self, unary_fwd_(op, self), sv == SAVES_RESULT);
 }
 
 /* --- clamp ------------------------------------------------------------------------- */
@@ -1135,7 +1058,7 @@ static int clamp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     if (!x || (c->lo && !(lo = dl_node_saved(n, 1))) || (c->hi && !(hi = dl_node_saved(n, 2))))
         return -1;
     dl_tensor *g = gout[0], *gr[3] = {NULL, NULL, NULL};
-    scratch s = {0};
+    dl_op_pool s = {0};
     if (dl_node_needs_grad(n, 0)) {
         dl_tensor *in = lo ? sc_bin(&s, DL_BINARY_GE, x, lo) : NULL;
         if (hi) {
@@ -1157,28 +1080,13 @@ static int clamp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     return finish_grads(n, &s, 3, gr, gin);
 }
 
-/* A node for clamp(x, lo, hi) with lo and hi saved (x is saved by the caller,
- * in slot 0, before them). */
-static dl_node *clamp_node(dl_tensor *x, dl_tensor *lo, dl_tensor *hi, bool inplace) {
-    dl_tensor *in[3] = {x, lo, hi};
-    dl_node *n = dl_node_new("ClampBackward", clamp_backward, 3, in, 1, sizeof(clamp_ctx));
-    if (!n) return NULL;
-    *(clamp_ctx *)n->ctx = (clamp_ctx){lo != NULL, hi != NULL};
-    int rc = inplace ? save_old(n, x) : save(n, x);
-    if (rc == 0) rc = save(n, lo);
-    if (rc == 0) rc = save(n, hi);
-    if (rc) {
-        dl_node_release(n);
-        return NULL;
-    }
-    return n;
-}
-
+/* clamp's node saves x (a copy of self's old value in place), lo and hi. */
 dl_tensor *dl_clamp(dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
     dl_tensor *out = clamp_fwd(x, lo, hi);
     dl_tensor *all[3] = {x, lo, hi};
     if (!out || !dl_autograd_needed(3, all) || !dl_dtype_is_floating(out->dtype)) return out;
-    return finish_node(clamp_node(x, lo, hi, false), out, 0);
+    clamp_ctx c = {lo != NULL, hi != NULL};
+    return dl_op_record(out, "ClampBackward", clamp_backward, 3, all, 3, all, &c, sizeof c);
 }
 
 int dl_clamp_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi) {
@@ -1186,9 +1094,11 @@ int dl_clamp_(dl_tensor *self, dl_tensor *lo, dl_tensor *hi) {
     if (!dl_autograd_needed(3, all) || !dl_dtype_is_floating(self->dtype))
         return clamp_fwd_(self, lo, hi);
     if (dl_check_inplace("clamp_", self)) return -1;
-    dl_node *n = clamp_node(self, lo, hi, true);
+    clamp_ctx c = {lo != NULL, hi != NULL};
+    dl_node *n =
+        dl_op_inplace_node("ClampBackward", clamp_backward, 3, all, 3, all, true, &c, sizeof c);
     if (!n) return -1;
-    return finish_node_(n, self, clamp_fwd_(self, lo, hi));
+    return dl_op_inplace_end(n, self, clamp_fwd_(self, lo, hi), false);
 }
 
 /* --- where and masked_fill ------------------------------------------------------------ */
@@ -1296,7 +1206,7 @@ static int masked_fill_fwd_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) 
 static int where_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *cond = dl_node_saved(n, 0);
     if (!cond) return -1;
-    scratch s = {0};
+    dl_op_pool s = {0};
     dl_tensor *gr[2] = {NULL, NULL};
     if (dl_node_needs_grad(n, 0)) gr[0] = sc_keep_where(&s, cond, gout[0]);
     if (dl_node_needs_grad(n, 1)) gr[1] = sc_drop_where(&s, cond, gout[0]);
@@ -1307,8 +1217,7 @@ dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
     dl_tensor *out = where_fwd(cond, a, b);
     if (!out || !dl_needs_grad2(a, b) || !dl_dtype_is_floating(out->dtype)) return out;
     dl_tensor *in[2] = {a, b};
-    dl_node *n = dl_node_new("WhereBackward", where_backward, 2, in, 1, 0);
-    return finish_node(n, out, n ? save(n, cond) : -1);
+    return dl_op_record(out, "WhereBackward", where_backward, 2, in, 1, &cond, NULL, 0);
 }
 
 /* masked_fill: inputs 0 x and 1 value, the mask saved in slot 0.  x gets g
@@ -1316,39 +1225,33 @@ dl_tensor *dl_where(dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
 static int masked_fill_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *mask = dl_node_saved(n, 0);
     if (!mask) return -1;
-    scratch s = {0};
+    dl_op_pool s = {0};
     dl_tensor *gr[2] = {NULL, NULL};
     if (dl_node_needs_grad(n, 0)) gr[0] = sc_drop_where(&s, mask, gout[0]);
     if (dl_node_needs_grad(n, 1)) {
         dl_tensor *filled = sc_keep_where(&s, mask, gout[0]);
-        gr[1] = filled ? sc_keep(&s, dl_sum(filled, 0, NULL, false, DL_REDUCE_DTYPE_NONE)) : NULL;
+        gr[1] =
+            filled ? dl_op_keep(&s, dl_sum(filled, 0, NULL, false, DL_REDUCE_DTYPE_NONE)) : NULL;
     }
     return finish_grads(n, &s, 2, gr, gin);
-}
-
-static dl_node *masked_fill_node(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
-    dl_tensor *in[2] = {x, value};
-    dl_node *n = dl_node_new("MaskedFillBackward", masked_fill_backward, 2, in, 1, 0);
-    if (n && save(n, mask)) {
-        dl_node_release(n);
-        return NULL;
-    }
-    return n;
 }
 
 dl_tensor *dl_masked_fill(dl_tensor *x, dl_tensor *mask, dl_tensor *value) {
     dl_tensor *out = masked_fill_fwd(x, mask, value);
     if (!out || !dl_needs_grad2(x, value) || !dl_dtype_is_floating(out->dtype)) return out;
-    return finish_node(masked_fill_node(x, mask, value), out, 0);
+    dl_tensor *in[2] = {x, value};
+    return dl_op_record(out, "MaskedFillBackward", masked_fill_backward, 2, in, 1, &mask, NULL, 0);
 }
 
 int dl_masked_fill_(dl_tensor *self, dl_tensor *mask, dl_tensor *value) {
     if (!dl_needs_grad2(self, value) || !dl_dtype_is_floating(self->dtype))
         return masked_fill_fwd_(self, mask, value);
     if (dl_check_inplace("masked_fill_", self)) return -1;
-    dl_node *n = masked_fill_node(self, mask, value);
+    dl_tensor *in[2] = {self, value};
+    dl_node *n = dl_op_inplace_node("MaskedFillBackward", masked_fill_backward, 2, in, 1, &mask,
+                                    false, NULL, 0);
     if (!n) return -1;
-    return finish_node_(n, self, masked_fill_fwd_(self, mask, value));
+    return dl_op_inplace_end(n, self, masked_fill_fwd_(self, mask, value), false);
 }
 
 /* --- equal, isclose, allclose ------------------------------------------------------------ */

@@ -146,7 +146,7 @@ static dl_tensor *record(dl_tensor *out, const char *name, dl_backward_fn fn, in
 
 /* Before an in-place write to self: the leaf check, and the node (NULL when
  * nothing records; *failed on an error).  Input 0 must be self, whose current
- * history the node captures. */
+ * history the node captures.  dl_op_inplace_end finishes after the write. */
 static dl_node *inplace_begin(const char *op, dl_tensor *self, const char *name, dl_backward_fn fn,
                               int n, dl_tensor *const *ins, const void *ctx, size_t ctx_size,
                               int nsave, dl_tensor *const *save, bool *failed) {
@@ -155,13 +155,6 @@ static dl_node *inplace_begin(const char *op, dl_tensor *self, const char *name,
     dl_node *node = dl_op_node_new(name, fn, n, ins, 1, nsave, save, ctx, ctx_size);
     *failed = node == NULL;
     return node;
-}
-
-/* After the write (rc its status): self becomes the node's output. */
-static int inplace_end(dl_node *node, dl_tensor *self, int rc) {
-    if (node && rc == 0) dl_node_set_output(node, 0, self);
-    dl_node_release(node);
-    return rc ? -1 : 0;
 }
 
 /* The gradient g (the shape of an index) placed at the start of zeros of an
@@ -834,7 +827,7 @@ static int scatter_inplace(scatter_kind kind, dl_tensor *self, int dim, dl_tenso
     int rc = kind == SCATTER_VALUE ? scatter_value_impl(self, dim, index, src)
              : kind == SCATTER_ADD ? scatter_add_impl(self, dim, index, src)
                                    : scatter_src_impl(self, dim, index, src);
-    return inplace_end(node, self, rc);
+    return dl_op_inplace_end(node, self, rc, false);
 }
 
 int dl_scatter_(dl_tensor *self, int dim, dl_tensor *index, dl_tensor *src) {
@@ -881,6 +874,29 @@ dl_tensor *dl_scatter_add(dl_tensor *self, int dim, dl_tensor *index, dl_tensor 
 
 /* --- index_fill_ / index_copy_ ----------------------------------------------------------- */
 
+/* Copies src into the n slices ip[0..n) of self along d (src's slice i into
+ * slice ip[i] when per_slice, else src itself into each); src is read first
+ * when it shares self's storage.  A 0-dim self is written whole. */
+static int write_slices(dl_tensor *self, int d, const int64_t *ip, int64_t n, dl_tensor *src,
+                        bool per_slice) {
+    dl_tensor *own = NULL;
+    if (src->storage == self->storage && !(src = own = dl_tensor_clone(src))) return -1;
+    int rc = 0;
+    for (int64_t i = 0; i < n && rc == 0; i++) {
+        if (self->ndim == 0) {
+            rc = dl_tensor_copy_(self, src);
+            continue;
+        }
+        dl_tensor *s = dl_tensor_select(self, d, ip[i]);
+        dl_tensor *r = !s ? NULL : per_slice ? dl_tensor_select(src, d, i) : dl_tensor_retain(src);
+        rc = r ? dl_tensor_copy_(s, r) : -1;
+        dl_tensor_release(r);
+        dl_tensor_release(s);
+    }
+    dl_tensor_release(own);
+    return rc;
+}
+
 static int index_fill_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index,
                            dl_tensor *value) {
     dl_tensor *all[3] = {self, index, value};
@@ -899,25 +915,9 @@ static int index_fill_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data_ptr(idx);
-    dl_tensor *own = NULL;
-    int rc = -1;
-    if (check_indices(op, ip, n, size, d, true) || check_writable(op, self)) goto done;
-    if (value->storage == self->storage) { /* read the value before any write */
-        if (!(value = dl_tensor_clone(value))) goto done;
-        own = value;
-    }
-    rc = 0;
-    for (int64_t i = 0; i < n && rc == 0; i++) {
-        if (self->ndim == 0) {
-            rc = dl_tensor_copy_(self, value);
-            continue;
-        }
-        dl_tensor *s = dl_tensor_select(self, d, ip[i]);
-        rc = s ? dl_tensor_copy_(s, value) : -1;
-        dl_tensor_release(s);
-    }
-done:
-    dl_tensor_release(own);
+    int rc = check_indices(op, ip, n, size, d, true) || check_writable(op, self)
+                 ? -1
+                 : write_slices(self, d, ip, n, value, false);
     dl_tensor_release(idx);
     return rc;
 }
@@ -939,7 +939,6 @@ static int index_copy_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data_ptr(idx);
-    dl_tensor *own = NULL;
     int rc = -1;
     char b1[128], b2[128];
     bool fits = dims_nonempty(src) == dims_nonempty(self) && size_nonempty(src, d) == n;
@@ -953,24 +952,8 @@ static int index_copy_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
         goto done;
     }
     if (check_indices(op, ip, n, size, d, false) || check_writable(op, self)) goto done;
-    if (src->storage == self->storage) { /* read src before any write */
-        if (!(src = dl_tensor_clone(src))) goto done;
-        own = src;
-    }
-    rc = 0;
-    for (int64_t i = 0; i < n && rc == 0; i++) {
-        if (self->ndim == 0) {
-            rc = dl_tensor_copy_(self, src);
-            continue;
-        }
-        dl_tensor *s = dl_tensor_select(self, d, ip[i]);
-        dl_tensor *r = s ? dl_tensor_select(src, d, i) : NULL;
-        rc = r ? dl_tensor_copy_(s, r) : -1;
-        dl_tensor_release(r);
-        dl_tensor_release(s);
-    }
+    rc = write_slices(self, d, ip, n, src, true);
 done:
-    dl_tensor_release(own);
     dl_tensor_release(idx);
     return rc;
 }
@@ -1033,7 +1016,7 @@ static int index_write_inplace(bool copy, dl_tensor *self, int dim, dl_tensor *i
     if (failed) return -1;
     int rc = copy ? index_copy_impl(op, self, dim, index, other)
                   : index_fill_impl(op, self, dim, index, other);
-    return inplace_end(node, self, rc);
+    return dl_op_inplace_end(node, self, rc, false);
 }
 
 static dl_tensor *index_write_copy(bool copy, dl_tensor *self, int dim, dl_tensor *index,
@@ -1137,17 +1120,13 @@ static int record_sorted(int rc, const char *name, dl_tensor *x, int dim, dl_ten
     if (rc || !values || !wants_grad(1, &x, (*values)->dtype)) return rc;
     dl_tensor *own = dl_tensor_clone(*indices);
     dim_ctx c = {dim};
-    dl_node *node =
-        own ? dl_op_node_new(name, sort_backward, 1, &x, 1, 1, &own, &c, sizeof c) : NULL;
+    *values = own ? dl_op_record(*values, name, sort_backward, 1, &x, 1, &own, &c, sizeof c)
+                  : dl_op_abort(NULL, *values);
     dl_tensor_release(own);
-    if (!node) {
-        dl_tensor_release(*values);
-        dl_tensor_release(*indices);
-        *values = *indices = NULL;
-        return -1;
-    }
-    dl_node_finish(node, *values);
-    return 0;
+    if (*values) return 0;
+    dl_tensor_release(*indices);
+    *indices = NULL;
+    return -1;
 }
 
 int dl_sort(dl_tensor *x, int dim, bool descending, bool stable, dl_tensor **values,
@@ -1546,7 +1525,7 @@ static int tri_inplace_recorded(const char *op, dl_tensor *x, int64_t diagonal, 
     dl_node *node =
         inplace_begin(op, x, tri_name(upper), tri_backward, 1, &x, &c, sizeof c, 0, NULL, &failed);
     if (failed) return -1;
-    return inplace_end(node, x, tri_inplace(op, x, diagonal, upper));
+    return dl_op_inplace_end(node, x, tri_inplace(op, x, diagonal, upper), false);
 }
 
 static dl_tensor *tri_copy_recorded(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {

@@ -379,26 +379,14 @@ done:
 
 /* Records out = name(a, b [, input]) when an operand requires grad and the
  * result is floating; returns out (NULL, out released, on failure).  The
- * forward path pays one check when nothing requires grad. */
+ * forward path pays one check when nothing requires grad.  a is saved for
+ * b's gradient and b for a's. */
 static dl_tensor *record(const char *name, dl_tensor *out, dl_tensor *a, dl_tensor *b,
                          dl_tensor *input, mm_ctx c) {
     if (!out || !dl_dtype_is_floating(out->dtype)) return out;
-    dl_tensor *ins[3] = {a, b, input};
-    int nin = input ? 3 : 2;
-    if (!dl_autograd_needed(nin, ins)) return out;
-    dl_node *n = dl_node_new(name, mm_backward, nin, ins, 1, sizeof(mm_ctx));
-    if (!n) goto fail;
-    memcpy(n->ctx, &c, sizeof c);
-    /* a is needed for b's gradient and b for a's */
-    if (dl_node_save(n, dl_node_needs_grad(n, MM_B) ? a : NULL) < 0 ||
-        dl_node_save(n, dl_node_needs_grad(n, MM_A) ? b : NULL) < 0) {
-        dl_node_release(n);
-        goto fail;
-    }
-    return dl_node_finish(n, out);
-fail:
-    dl_tensor_release(out);
-    return NULL;
+    dl_tensor *ins[3] = {a, b, input},
+              *save[2] = {b->requires_grad ? a : NULL, a->requires_grad ? b : NULL};
+    return dl_op_record(out, name, mm_backward, input ? 3 : 2, ins, 2, save, &c, sizeof c);
 }
 
 static const mm_ctx plain = {.alpha = 1.0, .beta = 0.0, .outer = false};

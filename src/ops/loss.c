@@ -15,7 +15,6 @@
 #include "autograd/autograd.h"
 #include "core/iter.h"
 #include "cpu/loss.h"
-#include "cpu/softmax.h"
 #include "kernels/loss.h"
 #include "kernels/reduce.h"
 #include "ops/op_util.h"
@@ -26,9 +25,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Runs CUDA entry fn of the loss table, or refuses when this build lacks it. */
-#define CUDA_RUN(op, fn, ...)                                                                      \
-    (dl_cuda_loss->fn ? dl_cuda_loss->fn(__VA_ARGS__) : dl_cuda_missing(op))
+/* Runs a loss kernel on dev: the CPU's cpu_fn, or the CUDA table's entry fn
+ * (refused when this build lacks it).  Both take the same arguments, of the
+ * one signature in kernels/loss.h. */
+#define LOSS_RUN(op, dev, fn, cpu_fn, ...)                                                         \
+    (!dl_op_is_cuda(dev) ? cpu_fn(__VA_ARGS__)                                                     \
+     : dl_cuda_loss->fn  ? dl_cuda_loss->fn(__VA_ARGS__)                                           \
+                         : dl_cuda_missing(op))
 
 static int check_reduction(const char *op, dl_reduction r) {
     if (r != DL_REDUCTION_NONE && r != DL_REDUCTION_MEAN && r != DL_REDUCTION_SUM)
@@ -69,12 +72,14 @@ static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, int 
         dl_tensor_release(per);
         return dl_op_finish_as(v, dt);
     }
+    const char *op = "loss reduction";
     int64_t n = dl_tensor_numel(per);
     dl_device dev = dl_tensor_device(per);
     if (dl_op_is_cuda(dev)) { /* the sum and the division on the device */
-        const char *op = "loss reduction";
         dl_tensor *acc = dl_tensor_empty(0, NULL, DL_DTYPE_F64, dev);
-        int rc = acc ? CUDA_RUN(op, sum, dl_op_data(per), per->dtype, n, dl_op_data(acc)) : -1;
+        int rc = acc ? LOSS_RUN(op, dev, sum, dl_cpu_loss_sum, per->dtype, n, dl_op_data(acc),
+                                dl_op_data(per))
+                     : -1;
         if (!rc && r == DL_REDUCTION_MEAN)
             rc = dl_cuda_reduce->reduce_finish
                      ? dl_cuda_reduce->reduce_finish(DL_FIN_DIV, dl_op_data(acc), 1, denom, NULL)
@@ -84,9 +89,10 @@ static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, int 
         dl_tensor_release(acc);
         return res;
     }
-    double s = per->dtype == DL_DTYPE_F64 ? dl_cpu_sum_f64(dl_op_f64p(per), n)
-                                          : dl_cpu_sum_f32(dl_op_f32p(per), n);
+    double s;
+    int rc = dl_cpu_loss_sum(per->dtype, n, &s, dl_op_data(per));
     dl_tensor_release(per);
+    if (rc) return NULL;
     if (r == DL_REDUCTION_MEAN) s /= denom;
     return dl_tensor_scalar(s, dt);
 }
@@ -94,8 +100,8 @@ static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, int 
 /* --- class losses: layout and checks ------------------------------------------------------- */
 
 typedef struct {
-    int64_t N, C, S;
-    int ndim; /* per-sample result: target's shape (input's without the class dim) */
+    dl_class_loss_shape s; /* N, C, S; the op sets ignore_index and eps */
+    int ndim;              /* per-sample result: target's shape (input's without the class dim) */
     int64_t shape[DL_MAX_DIMS];
     dl_device dev; /* the operands' device */
 } class_layout;
@@ -119,14 +125,18 @@ static dl_tensor *class_loss_result(dl_tensor **h, int rc, dl_reduction reductio
  * shape; else x's without the class dim, int64), weight, and that they share
  * a device. */
 static int class_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
-                       bool probs, class_layout *L) {
+                       bool probs, int64_t ignore_index, double eps, class_layout *L) {
     char s1[128], s2[128], s3[128];
     if (x->ndim == 0)
         return dl_error("%s: input must have a class dimension, got a 0-dim tensor", op);
-    L->C = x->ndim == 1 ? x->shape[0] : x->shape[1];
-    L->N = x->ndim == 1 ? 1 : x->shape[0];
-    L->S = 1;
-    for (int i = 2; i < x->ndim; i++) L->S *= x->shape[i];
+    dl_class_loss_shape *cs = &L->s;
+    memset(cs, 0, sizeof *cs);
+    cs->C = x->ndim == 1 ? x->shape[0] : x->shape[1];
+    cs->N = x->ndim == 1 ? 1 : x->shape[0];
+    cs->S = 1;
+    for (int i = 2; i < x->ndim; i++) cs->S *= x->shape[i];
+    cs->ignore_index = ignore_index;
+    cs->eps = eps;
     L->ndim = 0;
     for (int i = 0; i < x->ndim; i++)
         if (i != (x->ndim == 1 ? 0 : 1)) L->shape[L->ndim++] = x->shape[i];
@@ -148,77 +158,53 @@ static int class_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tenso
     }
     if (weight) {
         if (dl_op_need_floating(op, "weight", weight)) return -1;
-        if (weight->ndim != 1 || weight->shape[0] != L->C)
+        if (weight->ndim != 1 || weight->shape[0] != cs->C)
             return dl_error("%s: weight must be 1-D with one entry per class (%lld), got shape %s",
-                            op, (long long)L->C,
+                            op, (long long)cs->C,
                             dl_shape_str(weight->ndim, weight->shape, s1, sizeof s1));
     }
     return 0;
 }
 
-/* The first target (dense int64 t on CUDA) that is neither ignore_index nor
- * in [0, C): its position in *bad (-1 when none) and its value in *value. */
-static int cuda_first_bad(const char *op, dl_tensor *t, int64_t C, int64_t ignore_index,
-                          int64_t *bad, int64_t *value) {
-    int64_t n = dl_tensor_numel(t), first = n;
-    dl_tensor *fb = dl_tensor_empty(0, NULL, DL_DTYPE_I64, dl_tensor_device(t));
-    int rc =
-        fb ? CUDA_RUN(op, target_check, dl_op_data(t), n, C, ignore_index, dl_op_data(fb)) : -1;
+/* The target as a dense int64 tensor on L's device whose entries were all
+ * checked (the target_check kernel) to be ignore_index or in [0, C). */
+static dl_tensor *checked_target(const char *op, dl_tensor *target, const class_layout *L) {
+    dl_tensor *t = dl_op_onto(dl_tensor_contiguous(target), L->dev);
+    if (!t) return NULL;
+    int64_t n = dl_tensor_numel(t), first = n, value = 0;
+    dl_tensor *fb = dl_tensor_empty(0, NULL, DL_DTYPE_I64, L->dev);
+    int rc = fb ? LOSS_RUN(op, L->dev, target_check, dl_cpu_loss_target_check, &L->s,
+                           dl_op_data(fb), dl_op_data(t))
+                : -1;
     if (!rc) rc = dl_tensor_item_i64(fb, &first);
     dl_tensor_release(fb);
-    *bad = -1;
-    if (rc || first >= n) return rc;
-    *bad = first;
-    dl_tensor *v = dl_tensor_as_strided(t, 0, NULL, NULL, t->offset + first);
-    rc = v ? dl_tensor_item_i64(v, value) : -1;
-    dl_tensor_release(v);
-    return rc;
-}
-
-/* The target as a dense int64 tensor on dev whose entries were all checked
- * to be ignore_index or in [0, C). */
-static dl_tensor *checked_target(const char *op, dl_tensor *target, int64_t C, int64_t ignore_index,
-                                 dl_device dev) {
-    dl_tensor *t = dl_op_onto(dl_tensor_contiguous(target), dev);
-    if (!t) return NULL;
-    int64_t n = dl_tensor_numel(t), bad = -1, value = 0;
-    if (dl_op_is_cuda(dev)) {
-        if (cuda_first_bad(op, t, C, ignore_index, &bad, &value)) {
-            dl_tensor_release(t);
-            return NULL;
-        }
-    } else {
-        const int64_t *d = dl_tensor_data_ptr(t);
-        for (int64_t i = 0; i < n && bad < 0; i++)
-            if (d[i] != ignore_index && (d[i] < 0 || d[i] >= C)) bad = i, value = d[i];
+    if (!rc && first < n) {
+        dl_tensor *v = dl_tensor_as_strided(t, 0, NULL, NULL, t->offset + first);
+        rc = v ? dl_tensor_item_i64(v, &value) : -1;
+        dl_tensor_release(v);
+        if (!rc)
+            rc = dl_error("%s: target %lld is out of bounds for %lld classes (0-based; "
+                          "ignore_index is %lld)",
+                          op, (long long)value, (long long)L->s.C, (long long)L->s.ignore_index);
     }
-    if (bad >= 0) {
-        dl_error("%s: target %lld is out of bounds for %lld classes (0-based; ignore_index is "
-                 "%lld)",
-                 op, (long long)value, (long long)C, (long long)ignore_index);
+    if (rc) {
         dl_tensor_release(t);
         return NULL;
     }
     return t;
 }
 
-/* *out = the sum of the weights of the non-ignored targets (t and w dense, on dev). */
-static int class_weight_sum(const char *op, const dl_tensor *t, const dl_tensor *w, dl_dtype cdt,
-                            int64_t ignore_index, dl_device dev, double *out) {
-    const int64_t *td = dl_tensor_data_ptr(t);
-    int64_t n = dl_tensor_numel(t);
-    if (dl_op_is_cuda(dev)) {
-        dl_tensor *acc = dl_tensor_empty(0, NULL, DL_DTYPE_F64, dev);
-        int rc = acc ? CUDA_RUN(op, class_weight_sum, td, dl_op_data(w), cdt, n, ignore_index,
-                                dl_op_data(acc))
-                     : -1;
-        if (!rc) rc = dl_tensor_item(acc, out);
-        dl_tensor_release(acc);
-        return rc;
-    }
-    *out = cdt == DL_DTYPE_F64 ? dl_cpu_class_weight_sum_f64(td, dl_op_f64p(w), n, ignore_index)
-                               : dl_cpu_class_weight_sum_f32(td, dl_op_f32p(w), n, ignore_index);
-    return 0;
+/* *out = the sum of the weights of the non-ignored targets (t and w dense, on
+ * L's device). */
+static int class_weight_sum(const char *op, const class_layout *L, dl_dtype cdt, const dl_tensor *t,
+                            const dl_tensor *w, double *out) {
+    dl_tensor *acc = dl_tensor_empty(0, NULL, DL_DTYPE_F64, L->dev);
+    int rc = acc ? LOSS_RUN(op, L->dev, class_weight_sum, dl_cpu_class_weight_sum, cdt, &L->s,
+                            dl_op_data(acc), dl_op_data(t), dl_op_data(w))
+                 : -1;
+    if (!rc) rc = dl_tensor_item(acc, out);
+    dl_tensor_release(acc);
+    return rc;
 }
 
 /* Reads the loss gradient: per-sample (none: a dense compute-dtype tensor of
@@ -251,39 +237,29 @@ static int loss_grad(const char *op, dl_tensor *gloss, dl_reduction r, int ndim,
 
 /* nll's operand checks (forward and backward); fills L. */
 static int nll_check(const char *op, dl_tensor *logp, dl_tensor *target, dl_tensor *weight,
-                     dl_reduction reduction, class_layout *L) {
+                     int64_t ignore_index, dl_reduction reduction, class_layout *L) {
     if (dl_op_need_floating(op, "input", logp) || check_reduction(op, reduction)) return -1;
-    return class_check(op, logp, target, weight, false, L);
+    return class_check(op, logp, target, weight, false, ignore_index, 0, L);
 }
 
 dl_tensor *dl_nll_loss_forward(dl_tensor *logp, dl_tensor *target, dl_tensor *weight,
                                int64_t ignore_index, dl_reduction reduction) {
     const char *op = "nll_loss";
     class_layout L;
-    if (nll_check(op, logp, target, weight, reduction, &L)) return NULL;
+    if (nll_check(op, logp, target, weight, ignore_index, reduction, &L)) return NULL;
     dl_dtype cdt = dl_op_float_dtype(logp->dtype);
-    int64_t R = L.N * L.S;
+    int64_t R = L.s.N * L.s.S;
     dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, logp, weight, per */
-    if (!(h[0] = checked_target(op, target, L.C, ignore_index, L.dev))) return NULL;
+    if (!(h[0] = checked_target(op, target, &L))) return NULL;
     if (!(h[1] = dl_op_dense(logp, cdt)) || (weight && !(h[2] = dl_op_dense(weight, cdt))) ||
         !(h[3] = dl_tensor_empty(1, &R, cdt, L.dev))) {
         dl_op_release_all(h, 4);
         return NULL;
     }
-    const int64_t *td = dl_tensor_data_ptr(h[0]);
-    int rc = 0;
-    if (dl_op_is_cuda(L.dev))
-        rc = CUDA_RUN(op, nll_loss, dl_op_data(h[3]), dl_op_data(h[1]), td, dl_op_data(h[2]), cdt,
-                      L.N, L.C, L.S, ignore_index);
-    else if (cdt == DL_DTYPE_F64)
-        dl_cpu_nll_loss_f64(dl_op_f64p(h[3]), dl_op_f64p(h[1]), td, dl_op_f64p(h[2]), L.N, L.C, L.S,
-                            ignore_index);
-    else
-        dl_cpu_nll_loss_f32(dl_op_f32p(h[3]), dl_op_f32p(h[1]), td, dl_op_f32p(h[2]), L.N, L.C, L.S,
-                            ignore_index);
+    int rc = LOSS_RUN(op, L.dev, nll_loss, dl_cpu_nll_loss, cdt, &L.s, dl_op_data(h[3]),
+                      dl_op_data(h[1]), dl_op_data(h[0]), dl_op_data(h[2]));
     double W = 1;
-    if (!rc && reduction == DL_REDUCTION_MEAN)
-        rc = class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &W);
+    if (!rc && reduction == DL_REDUCTION_MEAN) rc = class_weight_sum(op, &L, cdt, h[0], h[2], &W);
     return class_loss_result(h, rc, reduction, W, &L, logp->dtype);
 }
 
@@ -291,35 +267,22 @@ dl_tensor *dl_nll_loss_backward(dl_tensor *gloss, dl_tensor *logp, dl_tensor *ta
                                 dl_tensor *weight, int64_t ignore_index, dl_reduction reduction) {
     const char *op = "nll_loss_backward";
     class_layout L;
-    if (nll_check(op, logp, target, weight, reduction, &L)) return NULL;
+    if (nll_check(op, logp, target, weight, ignore_index, reduction, &L)) return NULL;
     dl_dtype cdt = dl_op_float_dtype(logp->dtype);
     dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, weight, g, gx */
-    if (!(h[0] = checked_target(op, target, L.C, ignore_index, L.dev)) ||
+    if (!(h[0] = checked_target(op, target, &L)) ||
         (weight && !(h[1] = dl_op_dense(weight, cdt)))) {
         dl_op_release_all(h, 4);
         return NULL;
     }
     double W = 1, g0;
-    if ((reduction == DL_REDUCTION_MEAN &&
-         class_weight_sum(op, h[0], h[1], cdt, ignore_index, L.dev, &W)) ||
+    if ((reduction == DL_REDUCTION_MEAN && class_weight_sum(op, &L, cdt, h[0], h[1], &W)) ||
         loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, W, L.dev, &h[2], &g0) ||
-        !(h[3] = dl_tensor_empty(logp->ndim, logp->shape, cdt, L.dev))) {
+        !(h[3] = dl_tensor_empty(logp->ndim, logp->shape, cdt, L.dev)) ||
+        LOSS_RUN(op, L.dev, nll_loss_backward, dl_cpu_nll_loss_backward, cdt, &L.s,
+                 dl_op_data(h[3]), dl_op_data(h[2]), g0, dl_op_data(h[0]), dl_op_data(h[1]))) {
         dl_op_release_all(h, 4);
         return NULL;
-    }
-    const int64_t *td = dl_tensor_data_ptr(h[0]);
-    if (dl_op_is_cuda(L.dev)) {
-        if (CUDA_RUN(op, nll_loss_backward, dl_op_data(h[3]), dl_op_data(h[2]), g0, td,
-                     dl_op_data(h[1]), cdt, L.N, L.C, L.S, ignore_index)) {
-            dl_op_release_all(h, 4);
-            return NULL;
-        }
-    } else if (cdt == DL_DTYPE_F64) {
-        dl_cpu_nll_loss_backward_f64(dl_op_f64p(h[3]), dl_op_f64p(h[2]), g0, td, dl_op_f64p(h[1]),
-                                     L.N, L.C, L.S, ignore_index);
-    } else {
-        dl_cpu_nll_loss_backward_f32(dl_op_f32p(h[3]), dl_op_f32p(h[2]), (float)g0, td,
-                                     dl_op_f32p(h[1]), L.N, L.C, L.S, ignore_index);
     }
     dl_tensor *gx = h[3];
     h[3] = NULL;
@@ -330,7 +293,8 @@ dl_tensor *dl_nll_loss_backward(dl_tensor *gloss, dl_tensor *logp, dl_tensor *ta
 /* --- cross_entropy ------------------------------------------------------------------------ */
 
 static int ce_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
-                    dl_reduction reduction, double eps, bool *probs, class_layout *L) {
+                    int64_t ignore_index, dl_reduction reduction, double eps, bool *probs,
+                    class_layout *L) {
     if (dl_op_need_floating(op, "input", x) || check_reduction(op, reduction)) return -1;
     *probs = dl_dtype_is_floating(target->dtype);
     if (!*probs && target->dtype != DL_DTYPE_I64)
@@ -339,45 +303,25 @@ static int ce_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tensor *
                         op, dl_dtype_name(target->dtype));
     if (!(eps >= 0 && eps <= 1))
         return dl_error("%s: label_smoothing must be in [0, 1], got %g", op, eps);
-    return class_check(op, x, target, weight, *probs, L);
+    return class_check(op, x, target, weight, *probs, ignore_index, eps, L);
 }
 
 /* The target of a cross entropy on L's device: dense probabilities in the
  * compute dtype, or checked class indices. */
 static dl_tensor *ce_target(const char *op, dl_tensor *target, bool probs, dl_dtype cdt,
-                            int64_t ignore_index, const class_layout *L) {
-    return probs ? dl_op_dense_on(target, cdt, L->dev)
-                 : checked_target(op, target, L->C, ignore_index, L->dev);
+                            const class_layout *L) {
+    return probs ? dl_op_dense_on(target, cdt, L->dev) : checked_target(op, target, L);
 }
 
 /* Runs the forward kernel of a cross entropy into per (h: target, x, weight). */
 static int ce_forward_kernels(const char *op, dl_tensor *const *h, dl_tensor *per, bool probs,
-                              dl_dtype cdt, const class_layout *L, int64_t ignore_index,
-                              double eps) {
-    int64_t N = L->N, C = L->C, S = L->S;
-    if (dl_op_is_cuda(L->dev))
-        return probs
-                   ? CUDA_RUN(op, cross_entropy_prob, dl_op_data(per), dl_op_data(h[1]),
-                              dl_op_data(h[0]), dl_op_data(h[2]), cdt, N, C, S, eps)
-                   : CUDA_RUN(op, cross_entropy, dl_op_data(per), dl_op_data(h[1]),
-                              dl_op_data(h[0]), dl_op_data(h[2]), cdt, N, C, S, ignore_index, eps);
-    if (probs) {
-        if (cdt == DL_DTYPE_F64)
-            dl_cpu_cross_entropy_prob_f64(dl_op_f64p(per), dl_op_f64p(h[1]), dl_op_f64p(h[0]),
-                                          dl_op_f64p(h[2]), N, C, S, eps);
-        else
-            dl_cpu_cross_entropy_prob_f32(dl_op_f32p(per), dl_op_f32p(h[1]), dl_op_f32p(h[0]),
-                                          dl_op_f32p(h[2]), N, C, S, eps);
-        return 0;
-    }
-    const int64_t *td = dl_tensor_data_ptr(h[0]);
-    if (cdt == DL_DTYPE_F64)
-        dl_cpu_cross_entropy_f64(dl_op_f64p(per), dl_op_f64p(h[1]), td, dl_op_f64p(h[2]), N, C, S,
-                                 ignore_index, eps);
-    else
-        dl_cpu_cross_entropy_f32(dl_op_f32p(per), dl_op_f32p(h[1]), td, dl_op_f32p(h[2]), N, C, S,
-                                 ignore_index, eps);
-    return 0;
+                              dl_dtype cdt, const class_layout *L) {
+    void *out = dl_op_data(per), *x = dl_op_data(h[1]), *t = dl_op_data(h[0]),
+         *w = dl_op_data(h[2]);
+    return probs ? LOSS_RUN(op, L->dev, cross_entropy_prob, dl_cpu_cross_entropy_prob, cdt, &L->s,
+                            out, x, t, w)
+                 : LOSS_RUN(op, L->dev, cross_entropy, dl_cpu_cross_entropy, cdt, &L->s, out, x, t,
+                            w);
 }
 
 dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
@@ -386,55 +330,34 @@ dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *
     const char *op = "cross_entropy";
     class_layout L;
     bool probs;
-    if (ce_check(op, x, target, weight, reduction, label_smoothing, &probs, &L)) return NULL;
+    if (ce_check(op, x, target, weight, ignore_index, reduction, label_smoothing, &probs, &L))
+        return NULL;
     dl_dtype cdt = dl_op_float_dtype(x->dtype);
-    int64_t R = L.N * L.S;
+    int64_t R = L.s.N * L.s.S;
     dl_tensor *h[4] = {NULL, NULL, NULL, NULL}; /* target, x, weight, per */
-    h[0] = ce_target(op, target, probs, cdt, ignore_index, &L);
+    h[0] = ce_target(op, target, probs, cdt, &L);
     if (!h[0] || !(h[1] = dl_op_dense(x, cdt)) || (weight && !(h[2] = dl_op_dense(weight, cdt))) ||
         !(h[3] = dl_tensor_empty(1, &R, cdt, L.dev))) {
         dl_op_release_all(h, 4);
         return NULL;
     }
     double denom = (double)R;
-    int rc = ce_forward_kernels(op, h, h[3], probs, cdt, &L, ignore_index, label_smoothing);
+    int rc = ce_forward_kernels(op, h, h[3], probs, cdt, &L);
     if (!rc && !probs && reduction == DL_REDUCTION_MEAN)
-        rc = class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &denom);
+        rc = class_weight_sum(op, &L, cdt, h[0], h[2], &denom);
     return class_loss_result(h, rc, reduction, denom, &L, x->dtype);
 }
 
 /* Runs the backward kernel of a cross entropy (h: target, x, weight, g, gx, gtarget). */
 static int ce_backward_kernels(const char *op, dl_tensor *const *h, double g0, bool probs,
-                               dl_dtype cdt, const class_layout *L, int64_t ignore_index,
-                               double eps) {
-    int64_t N = L->N, C = L->C, S = L->S;
-    if (dl_op_is_cuda(L->dev))
-        return probs ? CUDA_RUN(op, cross_entropy_prob_backward, dl_op_data(h[4]), dl_op_data(h[5]),
-                                dl_op_data(h[3]), g0, dl_op_data(h[1]), dl_op_data(h[0]),
-                                dl_op_data(h[2]), cdt, N, C, S, eps)
-                     : CUDA_RUN(op, cross_entropy_backward, dl_op_data(h[4]), dl_op_data(h[3]), g0,
-                                dl_op_data(h[1]), dl_op_data(h[0]), dl_op_data(h[2]), cdt, N, C, S,
-                                ignore_index, eps);
-    if (probs) {
-        if (cdt == DL_DTYPE_F64)
-            dl_cpu_cross_entropy_prob_backward_f64(
-                dl_op_f64p(h[4]), dl_op_f64p(h[5]), dl_op_f64p(h[3]), g0, dl_op_f64p(h[1]),
-                dl_op_f64p(h[0]), dl_op_f64p(h[2]), N, C, S, eps);
-        else
-            dl_cpu_cross_entropy_prob_backward_f32(
-                dl_op_f32p(h[4]), dl_op_f32p(h[5]), dl_op_f32p(h[3]), (float)g0, dl_op_f32p(h[1]),
-                dl_op_f32p(h[0]), dl_op_f32p(h[2]), N, C, S, eps);
-        return 0;
-    }
-    const int64_t *td = dl_tensor_data_ptr(h[0]);
-    if (cdt == DL_DTYPE_F64)
-        dl_cpu_cross_entropy_backward_f64(dl_op_f64p(h[4]), dl_op_f64p(h[3]), g0, dl_op_f64p(h[1]),
-                                          td, dl_op_f64p(h[2]), N, C, S, ignore_index, eps);
-    else
-        dl_cpu_cross_entropy_backward_f32(dl_op_f32p(h[4]), dl_op_f32p(h[3]), (float)g0,
-                                          dl_op_f32p(h[1]), td, dl_op_f32p(h[2]), N, C, S,
-                                          ignore_index, eps);
-    return 0;
+                               dl_dtype cdt, const class_layout *L) {
+    void *gx = dl_op_data(h[4]), *g = dl_op_data(h[3]), *x = dl_op_data(h[1]),
+         *t = dl_op_data(h[0]), *w = dl_op_data(h[2]);
+    return probs ? LOSS_RUN(op, L->dev, cross_entropy_prob_backward,
+                            dl_cpu_cross_entropy_prob_backward, cdt, &L->s, gx, dl_op_data(h[5]), g,
+                            g0, x, t, w)
+                 : LOSS_RUN(op, L->dev, cross_entropy_backward, dl_cpu_cross_entropy_backward, cdt,
+                            &L->s, gx, g, g0, x, t, w);
 }
 
 int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target, dl_tensor *weight,
@@ -445,22 +368,23 @@ int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target,
     if (gtarget) *gtarget = NULL;
     class_layout L;
     bool probs;
-    if (ce_check(op, x, target, weight, reduction, label_smoothing, &probs, &L)) return -1;
+    if (ce_check(op, x, target, weight, ignore_index, reduction, label_smoothing, &probs, &L))
+        return -1;
     dl_dtype cdt = dl_op_float_dtype(x->dtype);
     bool want_gt = probs && gtarget;
     dl_tensor *h[6] = {NULL}; /* target, x, weight, g, gx, gtarget */
-    h[0] = ce_target(op, target, probs, cdt, ignore_index, &L);
+    h[0] = ce_target(op, target, probs, cdt, &L);
     if (!h[0] || !(h[1] = dl_op_dense(x, cdt)) || (weight && !(h[2] = dl_op_dense(weight, cdt)))) {
         dl_op_release_all(h, 6);
         return -1;
     }
-    double denom = probs ? (double)(L.N * L.S) : 1, g0;
+    double denom = probs ? (double)(L.s.N * L.s.S) : 1, g0;
     if ((!probs && reduction == DL_REDUCTION_MEAN &&
-         class_weight_sum(op, h[0], h[2], cdt, ignore_index, L.dev, &denom)) ||
+         class_weight_sum(op, &L, cdt, h[0], h[2], &denom)) ||
         loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, denom, L.dev, &h[3], &g0) ||
         !(h[4] = dl_tensor_empty(x->ndim, x->shape, cdt, L.dev)) ||
         (want_gt && !(h[5] = dl_tensor_empty(x->ndim, x->shape, cdt, L.dev))) ||
-        ce_backward_kernels(op, h, g0, probs, cdt, &L, ignore_index, label_smoothing)) {
+        ce_backward_kernels(op, h, g0, probs, cdt, &L)) {
         dl_op_release_all(h, 6);
         return -1;
     }
@@ -553,19 +477,11 @@ static dl_tensor *pw_forward(const char *op, dl_tensor *x, dl_tensor *y, dl_tens
     pw_args a;
     if (pw_prepare(op, x, y, w, pw, r, kind == DL_POINTWISE_BCE_LOGITS, &a)) return NULL;
     dl_tensor *per = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev);
-    if (per && dl_op_is_cuda(a.dev)) {
-        if (CUDA_RUN(op, pointwise_loss, dl_op_data(per), dl_op_data(a.x), dl_op_data(a.y),
-                     dl_op_data(a.w), dl_op_data(a.pw), a.cdt, a.n, kind)) {
-            dl_tensor_release(per);
-            per = NULL;
-        }
-    } else if (per) {
-        if (a.cdt == DL_DTYPE_F64)
-            dl_cpu_pointwise_loss_f64(dl_op_f64p(per), dl_op_f64p(a.x), dl_op_f64p(a.y),
-                                      dl_op_f64p(a.w), dl_op_f64p(a.pw), a.n, kind);
-        else
-            dl_cpu_pointwise_loss_f32(dl_op_f32p(per), dl_op_f32p(a.x), dl_op_f32p(a.y),
-                                      dl_op_f32p(a.w), dl_op_f32p(a.pw), a.n, kind);
+    if (per && LOSS_RUN(op, a.dev, pointwise_loss, dl_cpu_pointwise_loss, a.cdt, kind, a.n,
+                        dl_op_data(per), dl_op_data(a.x), dl_op_data(a.y), dl_op_data(a.w),
+                        dl_op_data(a.pw))) {
+        dl_tensor_release(per);
+        per = NULL;
     }
     pw_release(&a);
     return reduce_loss(per, r, (double)a.n, a.ndim, a.shape, a.dt);
@@ -599,18 +515,10 @@ static int pw_backward(const char *op, dl_tensor *gloss, dl_tensor *x, dl_tensor
     int rc = loss_grad(op, gloss, r, a.ndim, a.shape, a.cdt, (double)a.n, a.dev, &g, &g0);
     if (!rc && gx && !(rx = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev))) rc = -1;
     if (!rc && gy && !(ry = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev))) rc = -1;
-    if (!rc && dl_op_is_cuda(a.dev))
-        rc = CUDA_RUN(op, pointwise_loss_backward, dl_op_data(rx), dl_op_data(ry), dl_op_data(g),
-                      g0, dl_op_data(a.x), dl_op_data(a.y), dl_op_data(a.w), dl_op_data(a.pw),
-                      a.cdt, a.n, kind);
-    else if (!rc && a.cdt == DL_DTYPE_F64)
-        dl_cpu_pointwise_loss_backward_f64(dl_op_f64p(rx), dl_op_f64p(ry), dl_op_f64p(g), g0,
-                                           dl_op_f64p(a.x), dl_op_f64p(a.y), dl_op_f64p(a.w),
-                                           dl_op_f64p(a.pw), a.n, kind);
-    else if (!rc)
-        dl_cpu_pointwise_loss_backward_f32(dl_op_f32p(rx), dl_op_f32p(ry), dl_op_f32p(g), (float)g0,
-                                           dl_op_f32p(a.x), dl_op_f32p(a.y), dl_op_f32p(a.w),
-                                           dl_op_f32p(a.pw), a.n, kind);
+    if (!rc)
+        rc = LOSS_RUN(op, a.dev, pointwise_loss_backward, dl_cpu_pointwise_loss_backward, a.cdt,
+                      kind, a.n, dl_op_data(rx), dl_op_data(ry), dl_op_data(g), g0, dl_op_data(a.x),
+                      dl_op_data(a.y), dl_op_data(a.w), dl_op_data(a.pw));
     dl_tensor_release(g);
     pw_release(&a);
     if (rc) {
@@ -677,10 +585,6 @@ typedef struct {
     double label_smoothing;
 } loss_ctx;
 
-static dl_node *loss_node(const char *name, dl_backward_fn fn, int n_in, dl_tensor *const *in) {
-    return dl_node_new(name, fn, n_in, in, 1, sizeof(loss_ctx));
-}
-
 /* inputs: 0 = x/logp, 1 = target, 2 = weight; saved: x, target, weight */
 static int nll_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const loss_ctx *c = n->ctx;
@@ -695,15 +599,9 @@ dl_tensor *dl_nll_loss(dl_tensor *logp, dl_tensor *target, dl_tensor *weight, in
                        dl_reduction reduction) {
     dl_tensor *out = dl_nll_loss_forward(logp, target, weight, ignore_index, reduction);
     if (!out || !dl_needs_grad1(logp)) return out;
-    dl_tensor *in[1] = {logp};
-    dl_node *n = loss_node("NllLossBackward", nll_backward, 1, in);
-    if (!n || dl_node_save(n, logp) < 0 || dl_node_save(n, target) < 0 ||
-        dl_node_save(n, weight) < 0)
-        return dl_op_abort(n, out);
-    loss_ctx *c = n->ctx;
-    c->ignore_index = ignore_index;
-    c->reduction = reduction;
-    return dl_node_finish(n, out);
+    dl_tensor *save[3] = {logp, target, weight};
+    loss_ctx c = {.ignore_index = ignore_index, .reduction = reduction};
+    return dl_op_record(out, "NllLossBackward", nll_backward, 1, &logp, 3, save, &c, sizeof c);
 }
 
 static int ce_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
@@ -726,14 +624,9 @@ dl_tensor *dl_cross_entropy(dl_tensor *x, dl_tensor *target, dl_tensor *weight,
     bool target_grad = dl_dtype_is_floating(target->dtype);
     dl_tensor *in[2] = {x, target_grad ? target : NULL};
     if (!out || !dl_autograd_needed(2, in)) return out;
-    dl_node *n = loss_node("CrossEntropyBackward", ce_backward, 2, in);
-    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, target) < 0 || dl_node_save(n, weight) < 0)
-        return dl_op_abort(n, out);
-    loss_ctx *c = n->ctx;
-    c->ignore_index = ignore_index;
-    c->reduction = reduction;
-    c->label_smoothing = label_smoothing;
-    return dl_node_finish(n, out);
+    dl_tensor *save[3] = {x, target, weight};
+    loss_ctx c = {ignore_index, reduction, label_smoothing};
+    return dl_op_record(out, "CrossEntropyBackward", ce_backward, 2, in, 3, save, &c, sizeof c);
 }
 
 typedef int (*pair_backward_fn)(dl_tensor *, dl_tensor *, dl_tensor *, dl_reduction, dl_tensor **,
@@ -758,10 +651,8 @@ static dl_tensor *pair_loss(const char *name, dl_backward_fn bw, dl_tensor *out,
                             dl_tensor *y, dl_reduction reduction) {
     if (!out || !dl_needs_grad2(x, y)) return out;
     dl_tensor *in[2] = {x, y};
-    dl_node *n = loss_node(name, bw, 2, in);
-    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, y) < 0) return dl_op_abort(n, out);
-    ((loss_ctx *)n->ctx)->reduction = reduction;
-    return dl_node_finish(n, out);
+    loss_ctx c = {.reduction = reduction};
+    return dl_op_record(out, name, bw, 2, in, 2, in, &c, sizeof c);
 }
 
 dl_tensor *dl_mse_loss(dl_tensor *x, dl_tensor *y, dl_reduction reduction) {
@@ -788,11 +679,8 @@ dl_tensor *dl_binary_cross_entropy_with_logits(dl_tensor *x, dl_tensor *y, dl_te
     dl_tensor *out =
         dl_binary_cross_entropy_with_logits_forward(x, y, weight, pos_weight, reduction);
     if (!out || !dl_needs_grad2(x, y)) return out;
-    dl_tensor *in[2] = {x, y};
-    dl_node *n = loss_node("BinaryCrossEntropyWithLogitsBackward", bce_backward, 2, in);
-    if (!n || dl_node_save(n, x) < 0 || dl_node_save(n, y) < 0 || dl_node_save(n, weight) < 0 ||
-        dl_node_save(n, pos_weight) < 0)
-        return dl_op_abort(n, out);
-    ((loss_ctx *)n->ctx)->reduction = reduction;
-    return dl_node_finish(n, out);
+    dl_tensor *in[2] = {x, y}, *save[4] = {x, y, weight, pos_weight};
+    loss_ctx c = {.reduction = reduction};
+    return dl_op_record(out, "BinaryCrossEntropyWithLogitsBackward", bce_backward, 2, in, 4, save,
+                        &c, sizeof c);
 }

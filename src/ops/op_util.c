@@ -185,3 +185,44 @@ dl_tensor *dl_op_abort(dl_node *n, dl_tensor *out) {
     dl_tensor_release(out);
     return NULL;
 }
+
+dl_node *dl_op_inplace_node(const char *name, dl_backward_fn fn, int n_in, dl_tensor *const *in,
+                            int n_save, dl_tensor *const *save, bool save_old, const void *ctx,
+                            size_t ctx_size) {
+    if (!save_old) return dl_op_node_new(name, fn, n_in, in, 1, n_save, save, ctx, ctx_size);
+    dl_tensor *saves[DL_NODE_MAX_SAVED];
+    if (n_save < 1 || n_save > DL_NODE_MAX_SAVED) {
+        dl_error("%s: %d saved tensors (internal)", name, n_save);
+        return NULL;
+    }
+    memcpy(saves, save, sizeof *saves * (size_t)n_save);
+    dl_tensor *old = saves[0] = dl_tensor_clone(in[0]);
+    dl_node *n = old ? dl_op_node_new(name, fn, n_in, in, 1, n_save, saves, ctx, ctx_size) : NULL;
+    dl_tensor_release(old);
+    return n;
+}
+
+int dl_op_inplace_end(dl_node *n, dl_tensor *self, int rc, bool save_self) {
+    if (n && rc == 0 && save_self && dl_node_save(n, self) < 0) rc = -1;
+    if (n && rc == 0) dl_node_set_output(n, 0, self);
+    dl_node_release(n);
+    return rc ? -1 : 0;
+}
+
+dl_tensor *dl_op_keep(dl_op_pool *p, dl_tensor *t) {
+    if (t && p->n == DL_OP_POOL_MAX) {
+        dl_tensor_release(t);
+        dl_error("autograd: too many intermediates in a backward formula (internal)");
+        t = NULL;
+    }
+    if (!t) {
+        p->failed = true;
+        return NULL;
+    }
+    return p->t[p->n++] = t;
+}
+
+void dl_op_pool_free(dl_op_pool *p) {
+    dl_op_release_all(p->t, p->n);
+    p->n = 0;
+}

@@ -86,6 +86,15 @@ static inline double *dl_op_f64p(const dl_tensor *t) {
     return (double *)dl_op_data(t);
 }
 
+/* An optional result: t goes to *out when the caller asked for it (out not
+ * NULL), else it is released. */
+static inline void dl_op_optional_out(dl_tensor **out, dl_tensor *t) {
+    if (out)
+        *out = t;
+    else
+        dl_tensor_release(t);
+}
+
 /* Hands ts[0], ts[1], ts[2] to the caller's outputs *a, *b, *c (the last
  * step of a backward with three gradients) and leaves NULLs behind. */
 void dl_op_take3(dl_tensor **ts, dl_tensor **a, dl_tensor **b, dl_tensor **c);
@@ -137,9 +146,9 @@ dl_tensor *dl_op_record(dl_tensor *out, const char *name, dl_backward_fn fn, int
                         dl_tensor *const *in, int n_save, dl_tensor *const *save, const void *ctx,
                         size_t ctx_size);
 
-/* The node alone (several outputs, or outputs the caller attaches itself):
- * dl_node_new with n_out outputs, then the saves and the parameters as
- * dl_op_record does.  NULL with the error. */
+/* The node alone (several outputs, in-place ops, or outputs the caller
+ * attaches itself): dl_node_new with n_out outputs, then the saves and the
+ * parameters as dl_op_record does.  NULL with the error. */
 dl_node *dl_op_node_new(const char *name, dl_backward_fn fn, int n_in, dl_tensor *const *in,
                         int n_out, int n_save, dl_tensor *const *save, const void *ctx,
                         size_t ctx_size);
@@ -147,6 +156,42 @@ dl_node *dl_op_node_new(const char *name, dl_backward_fn fn, int n_in, dl_tensor
 /* Drops a node under construction and the op's result; returns NULL (the
  * error is already set). */
 dl_tensor *dl_op_abort(dl_node *n, dl_tensor *out);
+
+/* The node of an in-place op writing into self = in[0], made before the
+ * write: dl_op_node_new with one output, except that with save_old the node
+ * saves a copy of self's current value in slot 0 instead of save[0] (a
+ * backward that reads the old value, which the write overwrites; n_save >= 1
+ * then).  NULL with the error. */
+dl_node *dl_op_inplace_node(const char *name, dl_backward_fn fn, int n_in, dl_tensor *const *in,
+                            int n_save, dl_tensor *const *save, bool save_old, const void *ctx,
+                            size_t ctx_size);
+
+/* The end of an in-place op's recording.  The node n was made with
+ * dl_op_inplace_node (or dl_op_node_new) before the write to self (so that its saves, e.g. a copy
+ * of self's old value, see the values before it); rc is the write's status. When the write
+ * succeeded, n saves self's new value in its next slot if save_self (a backward that reads the
+ * result), then self becomes n's output (its history replaced).  The creator's reference on n is
+ * dropped either way; a NULL n passes.  Returns 0, or -1 when rc or the save failed. */
+int dl_op_inplace_end(dl_node *n, dl_tensor *self, int rc, bool save_self);
+
+/* --- temporaries of a backward formula ------------------------------------------
+ * A formula is a straight list of steps over a pool that owns every
+ * intermediate: dl_op_keep takes a step's new reference and returns it (a
+ * NULL one, a failed step, marks the pool failed); DL_OP_STEP(p, expr)
+ * evaluates expr only while no step has failed, so a formula checks once, at
+ * its end.  dl_op_pool_free releases everything the pool holds.  Start with
+ * dl_op_pool p = {0}. */
+
+#define DL_OP_POOL_MAX 32
+typedef struct dl_op_pool {
+    dl_tensor *t[DL_OP_POOL_MAX];
+    int n;
+    bool failed;
+} dl_op_pool;
+
+dl_tensor *dl_op_keep(dl_op_pool *p, dl_tensor *t);
+#define DL_OP_STEP(p, expr) ((p)->failed ? NULL : dl_op_keep((p), (expr)))
+void dl_op_pool_free(dl_op_pool *p);
 
 /* --- layouts ------------------------------------------------------------------
  * Channels-last: an (N,C,*spatial) tensor dense with C fastest, i.e.

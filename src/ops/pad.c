@@ -127,34 +127,69 @@ static int pad_map(const char *op, int64_t *map, int64_t osz, int64_t isz, int64
     return 0;
 }
 
-/* The (outer, D2, D1, D0) view and index maps of a non-constant pad. */
+/* Constant mode: copies the kept input region between src and dst (a new
+ * result, consumed), one of them the (ndim, shape) input side, the other the
+ * padded side (to_padded says which is dst).  Returns dst, or NULL. */
+static dl_tensor *copy_region(dl_tensor *dst, dl_tensor *src, bool to_padded, int ndim,
+                              const int64_t *shape, int npads, const int64_t *pads) {
+    int64_t is[DL_MAX_DIMS], os[DL_MAX_DIMS], len[DL_MAX_DIMS];
+    if (!dst || !pad_regions(ndim, shape, npads, pads, is, os, len)) return dst;
+    dl_tensor *s = narrow_last(src, npads / 2, to_padded ? is : os, len);
+    dl_tensor *d = s ? narrow_last(dst, npads / 2, to_padded ? os : is, len) : NULL;
+    int rc = d ? dl_tensor_copy_(d, s) : -1;
+    dl_tensor_release(s);
+    dl_tensor_release(d);
+    if (rc) {
+        dl_tensor_release(dst);
+        return NULL;
+    }
+    return dst;
+}
+
+/* The (outer, D2, D1, D0) view and index maps of a non-constant pad (the
+ * kernels' dl_pad_shape) and the buffer holding the maps. */
 typedef struct {
-    int64_t outer, osz[3], isz[3];
+    dl_pad_shape s;
     int64_t *buf; /* all three maps */
-    const int64_t *map[3];
 } pad_plan;
 
 static int pad_plan_make(const char *op, int ndim, const int64_t *shape, const int64_t *oshape,
                          int npads, const int64_t *pads, dl_pad_mode mode, pad_plan *p) {
     int k = npads / 2;
-    p->outer = 1;
-    for (int i = 0; i < ndim - k; i++) p->outer *= shape[i];
+    dl_pad_shape *s = &p->s;
+    s->outer = 1;
+    for (int i = 0; i < ndim - k; i++) s->outer *= shape[i];
     for (int j = 0; j < 3; j++) {
-        p->osz[j] = j < k ? oshape[ndim - 1 - j] : 1;
-        p->isz[j] = j < k ? shape[ndim - 1 - j] : 1;
+        s->osz[j] = j < k ? oshape[ndim - 1 - j] : 1;
+        s->isz[j] = j < k ? shape[ndim - 1 - j] : 1;
     }
-    p->buf = malloc((size_t)(p->osz[0] + p->osz[1] + p->osz[2] + 1) * sizeof *p->buf);
+    p->buf = malloc((size_t)(s->osz[0] + s->osz[1] + s->osz[2] + 1) * sizeof *p->buf);
     if (!p->buf) return dl_error("%s: out of memory for the index maps", op);
     int64_t *m = p->buf;
     for (int j = 0; j < 3; j++) {
-        p->map[j] = m;
-        if (j < k ? pad_map(op, m, p->osz[j], p->isz[j], pads[2 * j], mode) : (m[0] = 0, 0)) {
+        s->map[j] = m;
+        if (j < k ? pad_map(op, m, s->osz[j], s->isz[j], pads[2 * j], mode) : (m[0] = 0, 0)) {
             free(p->buf);
             return -1;
         }
-        m += p->osz[j];
+        m += s->osz[j];
     }
     return 0;
+}
+
+/* The kernel of dev (one signature for both backends, kernels/pad.h): the
+ * CPU's, or the CUDA table's entry with dev made current; NULL with the error
+ * when this build's table lacks it. */
+static dl_pad_gather_fn gather_kernel(const char *op, dl_device dev) {
+    if (!dl_op_is_cuda(dev)) return dl_cpu_pad_gather;
+    dl_pad_gather_fn f = dl_cuda_pad ? dl_cuda_pad->pad_gather : NULL;
+    return dl_op_cuda_ready(op, dev, f != NULL) ? NULL : f;
+}
+
+static dl_pad_scatter_fn scatter_kernel(const char *op, dl_device dev) {
+    if (!dl_op_is_cuda(dev)) return dl_cpu_pad_scatter;
+    dl_pad_scatter_fn f = dl_cuda_pad ? dl_cuda_pad->pad_scatter : NULL;
+    return dl_op_cuda_ready(op, dev, f != NULL) ? NULL : f;
 }
 
 dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_mode mode,
@@ -163,35 +198,17 @@ dl_tensor *dl_pad_forward(dl_tensor *x, int npads, const int64_t *pads, dl_pad_m
     int64_t oshape[DL_MAX_DIMS];
     if (pad_check(op, x->ndim, x->shape, npads, pads, mode, oshape)) return NULL;
     dl_device dev = dl_tensor_device(x);
-    if (mode == DL_PAD_CONSTANT) {
-        dl_tensor *out = dl_tensor_full(x->ndim, oshape, value, x->dtype, dev);
-        int64_t is[DL_MAX_DIMS], os[DL_MAX_DIMS], len[DL_MAX_DIMS];
-        if (!out || !pad_regions(x->ndim, x->shape, npads, pads, is, os, len)) return out;
-        dl_tensor *src = narrow_last(x, npads / 2, is, len);
-        dl_tensor *dst = src ? narrow_last(out, npads / 2, os, len) : NULL;
-        int rc = dst ? dl_tensor_copy_(dst, src) : -1;
-        dl_tensor_release(src);
-        dl_tensor_release(dst);
-        if (rc) {
-            dl_tensor_release(out);
-            return NULL;
-        }
-        return out;
-    }
+    if (mode == DL_PAD_CONSTANT)
+        return copy_region(dl_tensor_full(x->ndim, oshape, value, x->dtype, dev), x, true, x->ndim,
+                           x->shape, npads, pads);
     pad_plan p;
-    if (pad_plan_make(op, x->ndim, x->shape, oshape, npads, pads, mode, &p)) return NULL;
+    dl_pad_gather_fn gather = gather_kernel(op, dev);
+    if (!gather || pad_plan_make(op, x->ndim, x->shape, oshape, npads, pads, mode, &p)) return NULL;
     dl_tensor *xc = dl_tensor_contiguous(x);
     dl_tensor *out = xc ? dl_tensor_empty(x->ndim, oshape, x->dtype, dev) : NULL;
-    if (out && dev.type == DL_DEVICE_CUDA) {
-        if (!dl_cuda_pad || !dl_cuda_pad->pad_gather
-                ? dl_cuda_missing(op)
-                : dl_cuda_pad->pad_gather(out, xc, p.outer, p.osz, p.isz, p.map)) {
-            dl_tensor_release(out);
-            out = NULL;
-        }
-    } else if (out) {
-        dl_cpu_pad_gather(dl_tensor_data_ptr(out), dl_tensor_data_ptr(xc), dl_dtype_size(x->dtype),
-                          p.outer, p.osz, p.isz, p.map);
+    if (out && gather(x->dtype, &p.s, dl_op_data(out), dl_op_data(xc))) {
+        dl_tensor_release(out);
+        out = NULL;
     }
     free(p.buf);
     dl_tensor_release(xc);
@@ -226,38 +243,18 @@ dl_tensor *dl_pad_backward(dl_tensor *gy, int ndim, const int64_t *shape, int np
                  dl_shape_str(gy->ndim, gy->shape, s2, sizeof s2));
         return NULL;
     }
-    if (mode == DL_PAD_CONSTANT) {
-        dl_tensor *gx = dl_tensor_zeros(ndim, shape, gy->dtype, dev);
-        int64_t is[DL_MAX_DIMS], os[DL_MAX_DIMS], len[DL_MAX_DIMS];
-        if (!gx || !pad_regions(ndim, shape, npads, pads, is, os, len)) return gx;
-        dl_tensor *src = narrow_last(gy, npads / 2, os, len);
-        dl_tensor *dst = src ? narrow_last(gx, npads / 2, is, len) : NULL;
-        int rc = dst ? dl_tensor_copy_(dst, src) : -1;
-        dl_tensor_release(src);
-        dl_tensor_release(dst);
-        if (rc) {
-            dl_tensor_release(gx);
-            return NULL;
-        }
-        return gx;
-    }
+    if (mode == DL_PAD_CONSTANT)
+        return copy_region(dl_tensor_zeros(ndim, shape, gy->dtype, dev), gy, false, ndim, shape,
+                           npads, pads);
     pad_plan p;
-    if (pad_plan_make(op, ndim, shape, oshape, npads, pads, mode, &p)) return NULL;
+    dl_pad_scatter_fn scatter = scatter_kernel(op, dev);
+    if (!scatter || pad_plan_make(op, ndim, shape, oshape, npads, pads, mode, &p)) return NULL;
     dl_dtype cdt = dl_op_float_dtype(gy->dtype);
     dl_tensor *gyc = dl_op_dense(gy, cdt);
     dl_tensor *gx = gyc ? dl_tensor_empty(ndim, shape, cdt, dev) : NULL;
-    if (gx && dev.type == DL_DEVICE_CUDA) {
-        if (!dl_cuda_pad || !dl_cuda_pad->pad_scatter
-                ? dl_cuda_missing(op)
-                : dl_cuda_pad->pad_scatter(gx, gyc, p.outer, p.osz, p.isz, p.map)) {
-            dl_tensor_release(gx);
-            gx = NULL;
-        }
-    } else if (gx) {
-        if (cdt == DL_DTYPE_F64)
-            dl_cpu_pad_scatter_f64(dl_op_f64p(gx), dl_op_f64p(gyc), p.outer, p.osz, p.isz, p.map);
-        else
-            dl_cpu_pad_scatter_f32(dl_op_f32p(gx), dl_op_f32p(gyc), p.outer, p.osz, p.isz, p.map);
+    if (gx && scatter(cdt, &p.s, dl_op_data(gx), dl_op_data(gyc))) {
+        dl_tensor_release(gx);
+        gx = NULL;
     }
     free(p.buf);
     dl_tensor_release(gyc);

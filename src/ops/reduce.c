@@ -140,23 +140,8 @@ static int ctx_dims(red_ctx *c, const dl_tensor *x, int ndims, const int *dims, 
  * out (flags) and extra.  Returns out, or NULL (out released) on failure. */
 static dl_tensor *record(const char *name, dl_backward_fn fn, dl_tensor *x, dl_tensor *out,
                          const red_ctx *c, unsigned flags, dl_tensor *extra) {
-    dl_node *n = dl_node_new(name, fn, 1, &x, 1, sizeof *c);
-    if (!n) {
-        dl_tensor_release(out);
-        return NULL;
-    }
-    memcpy(n->ctx, c, sizeof *c);
-    /* out joins the graph first: its saved view must not hold the node */
-    dl_node_set_output(n, 0, out);
-    int rc = dl_node_save(n, flags & SAVE_X ? x : NULL) < 0;
-    rc |= dl_node_save(n, flags & SAVE_OUT ? out : NULL) < 0;
-    rc |= dl_node_save(n, extra) < 0;
-    dl_node_release(n);
-    if (rc) {
-        dl_tensor_release(out);
-        return NULL;
-    }
-    return out;
+    dl_tensor *save[3] = {flags & SAVE_X ? x : NULL, flags & SAVE_OUT ? out : NULL, extra};
+    return dl_op_record(out, name, fn, 1, &x, 3, save, c, sizeof *c);
 }
 
 /* Records r = op(x) over (ndims, dims) when needed (r is the forward's
@@ -173,36 +158,13 @@ static dl_tensor *record_red(const char *name, dl_backward_fn fn, unsigned flags
     return record(name, fn, x, r, &c, flags, NULL);
 }
 
-/* Temporaries of a backward formula: STEP(p, expr) keeps expr's new
- * reference and yields it, or yields NULL without evaluating expr once a
- * step has failed, so a formula is a straight list of steps checked once. */
-#define POOL_MAX 24
-typedef struct {
-    dl_tensor *t[POOL_MAX];
-    int n;
-    bool bad;
-} tpool;
-
-static dl_tensor *pool_keep(tpool *p, dl_tensor *t) {
-    if (t && p->n == POOL_MAX) {
-        dl_tensor_release(t);
-        dl_error("reduce: too many temporaries in a backward formula (internal)");
-        t = NULL;
-    }
-    if (!t) {
-        p->bad = true;
-        return NULL;
-    }
-    return p->t[p->n++] = t;
-}
-#define STEP(p, expr) ((p)->bad ? NULL : pool_keep((p), (expr)))
-
-/* Ends a formula: r (one of the pool's tensors) converted to the dtype of
- * input m as a new reference, or NULL when a step failed; frees the pool. */
-static dl_tensor *pool_finish(tpool *p, dl_tensor *r, const dl_tensor_meta *m) {
-    dl_tensor *g = !p->bad && r ? dl_tensor_to_dtype(r, m->dtype) : NULL;
-    for (int i = 0; i < p->n; i++) dl_tensor_release(p->t[i]);
-    p->n = 0;
+/* The backward formulas below are straight lists of DL_OP_STEP over a
+ * dl_op_pool (op_util.h).  Ends a formula: r (one of the pool's tensors)
+ * converted to the dtype of input m as a new reference, or NULL when a step
+ * failed; frees the pool. */
+static dl_tensor *pool_finish(dl_op_pool *p, dl_tensor *r, const dl_tensor_meta *m) {
+    dl_tensor *g = !p->failed && r ? dl_tensor_to_dtype(r, m->dtype) : NULL;
+    dl_op_pool_free(p);
     return g;
 }
 
@@ -284,14 +246,14 @@ static int evenly_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) 
     if (!x || !v) return -1;
     double val = 0;
     if (dl_tensor_item(v, &val)) return -1;
-    tpool P = {0};
+    dl_op_pool P = {0};
     dl_tensor *g = gout[0];
     dl_tensor *mask =
-        STEP(&P, val != val ? dl_unary(DL_UNARY_ISNAN, x) : dl_binary(DL_BINARY_EQ, x, v, 1));
-    dl_tensor *cnt = STEP(&P, dl_sum(mask, 0, NULL, false, DL_REDUCE_DTYPE_NONE));
-    dl_tensor *share = STEP(&P, dl_div(g, cnt));
-    dl_tensor *zero = STEP(&P, dl_tensor_scalar(0, g->dtype));
-    dl_tensor *r = STEP(&P, dl_where(mask, share, zero));
+        DL_OP_STEP(&P, val != val ? dl_unary(DL_UNARY_ISNAN, x) : dl_binary(DL_BINARY_EQ, x, v, 1));
+    dl_tensor *cnt = DL_OP_STEP(&P, dl_sum(mask, 0, NULL, false, DL_REDUCE_DTYPE_NONE));
+    dl_tensor *share = DL_OP_STEP(&P, dl_div(g, cnt));
+    dl_tensor *zero = DL_OP_STEP(&P, dl_tensor_scalar(0, g->dtype));
+    dl_tensor *r = DL_OP_STEP(&P, dl_where(mask, share, zero));
     gin[0] = pool_finish(&P, r, &n->input_meta[0]);
     return gin[0] ? 0 : -1;
 }
@@ -303,13 +265,13 @@ static int select_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) 
     const dl_tensor_meta *m = &n->input_meta[0];
     dl_tensor *idx = dl_node_saved(n, SLOT_EXTRA), *g = gout[0];
     if (!idx) return -1;
-    tpool P = {0};
+    dl_op_pool P = {0};
     dl_tensor *r = g;
     if (m->ndim > 0) {
-        dl_tensor *gu = STEP(&P, unreduce(g, n));
-        dl_tensor *iu = STEP(&P, unreduce(idx, n));
-        r = STEP(&P, dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device));
-        if (!P.bad && dl_scatter_(r, c->dim, iu, gu)) P.bad = true;
+        dl_tensor *gu = DL_OP_STEP(&P, unreduce(g, n));
+        dl_tensor *iu = DL_OP_STEP(&P, unreduce(idx, n));
+        r = DL_OP_STEP(&P, dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device));
+        if (!P.failed && dl_scatter_(r, c->dim, iu, gu)) P.failed = true;
     }
     gin[0] = pool_finish(&P, r, m);
     return gin[0] ? 0 : -1;
@@ -665,23 +627,24 @@ static dl_tensor *prod_of_others(dl_tensor *x, const bool *mask) {
         pshape[i] = x->shape[perm[i]];
     }
     int64_t kr[2] = {K, R}, k1[2] = {K, 1};
-    tpool P = {0};
-    dl_tensor *xp = STEP(&P, dl_tensor_permute(x, perm));
-    dl_tensor *m = STEP(&P, dl_tensor_reshape(xp, 2, kr)); /* m is (K,R) */
-    dl_tensor *ones = STEP(&P, dl_tensor_full(2, k1, 1, x->dtype, dl_tensor_device(x)));
-    dl_tensor *head = STEP(&P, dl_tensor_narrow(m, 1, 0, R - 1));
-    dl_tensor *tail = STEP(&P, dl_tensor_narrow(m, 1, 1, R - 1));
-    dl_tensor *lcat = STEP(&P, dl_cat(2, (dl_tensor *[]){ones, head}, 1));
-    dl_tensor *left = STEP(&P, dl_cumprod(lcat, 1, DL_REDUCE_DTYPE_NONE)); /* prod of m[:, <j] */
-    dl_tensor *rtail = STEP(&P, dl_flip(tail, 1, &one));
-    dl_tensor *rcat = STEP(&P, dl_cat(2, (dl_tensor *[]){ones, rtail}, 1));
-    dl_tensor *rprod = STEP(&P, dl_cumprod(rcat, 1, DL_REDUCE_DTYPE_NONE));
-    dl_tensor *right = STEP(&P, dl_flip(rprod, 1, &one)); /* prod of m[:, >j] */
-    dl_tensor *both = STEP(&P, dl_mul(left, right));
-    dl_tensor *shaped = STEP(&P, dl_tensor_reshape(both, nd, pshape));
-    dl_tensor *r = STEP(&P, dl_tensor_permute(shaped, inv));
-    r = P.bad ? NULL : dl_tensor_retain(r);
-    for (int i = 0; i < P.n; i++) dl_tensor_release(P.t[i]);
+    dl_op_pool P = {0};
+    dl_tensor *xp = DL_OP_STEP(&P, dl_tensor_permute(x, perm));
+    dl_tensor *m = DL_OP_STEP(&P, dl_tensor_reshape(xp, 2, kr)); /* m is (K,R) */
+    dl_tensor *ones = DL_OP_STEP(&P, dl_tensor_full(2, k1, 1, x->dtype, dl_tensor_device(x)));
+    dl_tensor *head = DL_OP_STEP(&P, dl_tensor_narrow(m, 1, 0, R - 1));
+    dl_tensor *tail = DL_OP_STEP(&P, dl_tensor_narrow(m, 1, 1, R - 1));
+    dl_tensor *lcat = DL_OP_STEP(&P, dl_cat(2, (dl_tensor *[]){ones, head}, 1));
+    dl_tensor *left =
+        DL_OP_STEP(&P, dl_cumprod(lcat, 1, DL_REDUCE_DTYPE_NONE)); /* prod of m[:, <j] */
+    dl_tensor *rtail = DL_OP_STEP(&P, dl_flip(tail, 1, &one));
+    dl_tensor *rcat = DL_OP_STEP(&P, dl_cat(2, (dl_tensor *[]){ones, rtail}, 1));
+    dl_tensor *rprod = DL_OP_STEP(&P, dl_cumprod(rcat, 1, DL_REDUCE_DTYPE_NONE));
+    dl_tensor *right = DL_OP_STEP(&P, dl_flip(rprod, 1, &one)); /* prod of m[:, >j] */
+    dl_tensor *both = DL_OP_STEP(&P, dl_mul(left, right));
+    dl_tensor *shaped = DL_OP_STEP(&P, dl_tensor_reshape(both, nd, pshape));
+    dl_tensor *r = DL_OP_STEP(&P, dl_tensor_permute(shaped, inv));
+    r = P.failed ? NULL : dl_tensor_retain(r);
+    dl_op_pool_free(&P);
     return r;
 }
 
@@ -693,26 +656,26 @@ static int prod_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     const dl_tensor_meta *m = &n->input_meta[0];
     dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT), *g = gout[0];
     if (!x || !res) return -1;
-    tpool P = {0};
+    dl_op_pool P = {0};
     dl_tensor *r = g;
     if (m->ndim > 0 && dl_tensor_numel(x) == 0) {
-        r = STEP(&P, dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device));
+        r = DL_OP_STEP(&P, dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device));
     } else if (m->ndim > 0) {
-        dl_tensor *xc = STEP(&P, dl_tensor_to_dtype(x, res->dtype));
-        dl_tensor *gu = STEP(&P, unreduce(g, n));
-        dl_tensor *isz = STEP(&P, eq_scalar(xc, 0));
-        dl_tensor *nz = STEP(&P, dl_sum(isz, 0, NULL, false, DL_REDUCE_DTYPE_NONE));
+        dl_tensor *xc = DL_OP_STEP(&P, dl_tensor_to_dtype(x, res->dtype));
+        dl_tensor *gu = DL_OP_STEP(&P, unreduce(g, n));
+        dl_tensor *isz = DL_OP_STEP(&P, eq_scalar(xc, 0));
+        dl_tensor *nz = DL_OP_STEP(&P, dl_sum(isz, 0, NULL, false, DL_REDUCE_DTYPE_NONE));
         int64_t zeros = 0;
-        if (!P.bad && dl_tensor_item_i64(nz, &zeros)) P.bad = true;
+        if (!P.failed && dl_tensor_item_i64(nz, &zeros)) P.failed = true;
         if (zeros == 0) {
-            dl_tensor *ru = STEP(&P, unreduce(res, n));
-            dl_tensor *q = STEP(&P, dl_div(ru, xc));
-            r = STEP(&P, dl_mul(gu, q));
+            dl_tensor *ru = DL_OP_STEP(&P, unreduce(res, n));
+            dl_tensor *q = DL_OP_STEP(&P, dl_div(ru, xc));
+            r = DL_OP_STEP(&P, dl_mul(gu, q));
         } else if (zeros > 1 && c->full) {
-            r = STEP(&P, dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device));
+            r = DL_OP_STEP(&P, dl_tensor_zeros(m->ndim, m->shape, g->dtype, m->device));
         } else {
-            dl_tensor *others = STEP(&P, prod_of_others(xc, c->mask));
-            r = STEP(&P, dl_mul(gu, others));
+            dl_tensor *others = DL_OP_STEP(&P, prod_of_others(xc, c->mask));
+            r = DL_OP_STEP(&P, dl_mul(gu, others));
         }
     }
     gin[0] = pool_finish(&P, r, m);
@@ -785,20 +748,20 @@ static int var_grad(dl_node *n, dl_tensor *x, dl_tensor *g, dl_tensor **out) {
     const red_ctx *c = n->ctx;
     double dof = (double)c->count - c->param;
     int dims[DL_MAX_DIMS], nd = mask_dims(n, dims);
-    tpool P = {0};
-    dl_tensor *gu = STEP(&P, unreduce(g, n));
-    dl_tensor *mean = STEP(&P, dl_mean(x, nd, dims, true, DL_REDUCE_DTYPE_NONE));
+    dl_op_pool P = {0};
+    dl_tensor *gu = DL_OP_STEP(&P, unreduce(g, n));
+    dl_tensor *mean = DL_OP_STEP(&P, dl_mean(x, nd, dims, true, DL_REDUCE_DTYPE_NONE));
     dl_tensor *r;
     if (dof <= 0 && (c->full || x->ndim == 0)) {
-        dl_tensor *same = STEP(&P, dl_binary(DL_BINARY_EQ, x, mean, 1));
-        dl_tensor *nan = STEP(&P, scalar_for(NAN, g));
-        dl_tensor *inf = STEP(&P, scalar_for(INFINITY, g));
-        dl_tensor *w = STEP(&P, dl_where(same, nan, inf));
-        r = STEP(&P, dl_mul(gu, w));
+        dl_tensor *same = DL_OP_STEP(&P, dl_binary(DL_BINARY_EQ, x, mean, 1));
+        dl_tensor *nan = DL_OP_STEP(&P, scalar_for(NAN, g));
+        dl_tensor *inf = DL_OP_STEP(&P, scalar_for(INFINITY, g));
+        dl_tensor *w = DL_OP_STEP(&P, dl_where(same, nan, inf));
+        r = DL_OP_STEP(&P, dl_mul(gu, w));
     } else {
-        dl_tensor *scaled = STEP(&P, binop_scalar(DL_BINARY_MUL, gu, 2.0 / dof));
-        dl_tensor *dev = STEP(&P, dl_sub(x, mean, 1));
-        r = STEP(&P, dl_mul(scaled, dev));
+        dl_tensor *scaled = DL_OP_STEP(&P, binop_scalar(DL_BINARY_MUL, gu, 2.0 / dof));
+        dl_tensor *dev = DL_OP_STEP(&P, dl_sub(x, mean, 1));
+        r = DL_OP_STEP(&P, dl_mul(scaled, dev));
     }
     *out = pool_finish(&P, r, &n->input_meta[0]);
     return *out ? 0 : -1;
@@ -813,12 +776,12 @@ static int var_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
 static int std_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT);
     if (!x || !res) return -1;
-    tpool P = {0};
-    dl_tensor *twice = STEP(&P, binop_scalar(DL_BINARY_MUL, res, 2));
-    dl_tensor *q = STEP(&P, dl_div(gout[0], twice));
-    dl_tensor *zero = STEP(&P, eq_scalar(res, 0));
-    dl_tensor *gv = STEP(&P, fill_where(q, zero, 0));
-    int rc = P.bad ? -1 : var_grad(n, x, gv, &gin[0]);
+    dl_op_pool P = {0};
+    dl_tensor *twice = DL_OP_STEP(&P, binop_scalar(DL_BINARY_MUL, res, 2));
+    dl_tensor *q = DL_OP_STEP(&P, dl_div(gout[0], twice));
+    dl_tensor *zero = DL_OP_STEP(&P, eq_scalar(res, 0));
+    dl_tensor *gv = DL_OP_STEP(&P, fill_where(q, zero, 0));
+    int rc = P.failed ? -1 : var_grad(n, x, gv, &gin[0]);
     pool_finish(&P, NULL, NULL);
     return rc;
 }
@@ -848,53 +811,53 @@ static int norm_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT);
     if (!x || !res) return -1;
     double p = c->param;
-    tpool P = {0};
+    dl_op_pool P = {0};
     dl_tensor *r;
     if (p == 0 || dl_tensor_numel(x) == 0) {
-        r = STEP(&P, dl_tensor_zeros(m->ndim, m->shape, m->dtype, m->device));
+        r = DL_OP_STEP(&P, dl_tensor_zeros(m->ndim, m->shape, m->dtype, m->device));
         gin[0] = pool_finish(&P, r, m);
         return gin[0] ? 0 : -1;
     }
-    dl_tensor *gu = STEP(&P, unreduce(gout[0], n));
-    dl_tensor *nu = STEP(&P, unreduce(res, n));
+    dl_tensor *gu = DL_OP_STEP(&P, unreduce(gout[0], n));
+    dl_tensor *nu = DL_OP_STEP(&P, unreduce(res, n));
     if (p == 1) {
-        dl_tensor *sg = STEP(&P, dl_unary(DL_UNARY_SIGN, x));
-        r = STEP(&P, dl_mul(sg, gu));
+        dl_tensor *sg = DL_OP_STEP(&P, dl_unary(DL_UNARY_SIGN, x));
+        r = DL_OP_STEP(&P, dl_mul(sg, gu));
     } else if (p == 2) {
-        dl_tensor *q = STEP(&P, dl_div(x, nu));
-        dl_tensor *zero = STEP(&P, eq_scalar(nu, 0));
-        dl_tensor *qz = STEP(&P, fill_where(q, zero, 0));
-        r = STEP(&P, dl_mul(gu, qz));
+        dl_tensor *q = DL_OP_STEP(&P, dl_div(x, nu));
+        dl_tensor *zero = DL_OP_STEP(&P, eq_scalar(nu, 0));
+        dl_tensor *qz = DL_OP_STEP(&P, fill_where(q, zero, 0));
+        r = DL_OP_STEP(&P, dl_mul(gu, qz));
     } else if (isinf(p)) {
         int dims[DL_MAX_DIMS], nd = mask_dims(n, dims);
-        dl_tensor *ax = STEP(&P, dl_unary(DL_UNARY_ABS, x));
-        dl_tensor *at = STEP(&P, dl_binary(DL_BINARY_EQ, ax, nu, 1));
-        dl_tensor *nan = STEP(&P, dl_unary(DL_UNARY_ISNAN, ax));
-        dl_tensor *mask = STEP(&P, dl_binary(DL_BINARY_LOGICAL_OR, at, nan, 1));
-        dl_tensor *cnt = STEP(&P, dl_sum(mask, nd, dims, true, DL_REDUCE_DTYPE_NONE));
-        dl_tensor *share = STEP(&P, dl_div(gu, cnt));
-        dl_tensor *picked = STEP(&P, dl_mul(share, mask));
-        dl_tensor *sg = STEP(&P, dl_unary(DL_UNARY_SIGN, x));
-        r = STEP(&P, dl_mul(sg, picked));
+        dl_tensor *ax = DL_OP_STEP(&P, dl_unary(DL_UNARY_ABS, x));
+        dl_tensor *at = DL_OP_STEP(&P, dl_binary(DL_BINARY_EQ, ax, nu, 1));
+        dl_tensor *nan = DL_OP_STEP(&P, dl_unary(DL_UNARY_ISNAN, ax));
+        dl_tensor *mask = DL_OP_STEP(&P, dl_binary(DL_BINARY_LOGICAL_OR, at, nan, 1));
+        dl_tensor *cnt = DL_OP_STEP(&P, dl_sum(mask, nd, dims, true, DL_REDUCE_DTYPE_NONE));
+        dl_tensor *share = DL_OP_STEP(&P, dl_div(gu, cnt));
+        dl_tensor *picked = DL_OP_STEP(&P, dl_mul(share, mask));
+        dl_tensor *sg = DL_OP_STEP(&P, dl_unary(DL_UNARY_SIGN, x));
+        r = DL_OP_STEP(&P, dl_mul(sg, picked));
     } else {
-        dl_tensor *ax = STEP(&P, dl_unary(DL_UNARY_ABS, x));
-        dl_tensor *sg = STEP(&P, dl_unary(DL_UNARY_SIGN, x));
+        dl_tensor *ax = DL_OP_STEP(&P, dl_unary(DL_UNARY_ABS, x));
+        dl_tensor *sg = DL_OP_STEP(&P, dl_unary(DL_UNARY_SIGN, x));
         if (p < 1) {
-            dl_tensor *pw = STEP(&P, binop_scalar(DL_BINARY_POW, ax, p - 1));
-            dl_tensor *xz = STEP(&P, eq_scalar(x, 0));
-            dl_tensor *pz = STEP(&P, fill_where(pw, xz, 0));
-            dl_tensor *scaled = STEP(&P, dl_mul(sg, pz));
-            dl_tensor *sgu = STEP(&P, dl_mul(scaled, gu));
-            dl_tensor *np = STEP(&P, binop_scalar(DL_BINARY_POW, nu, 1 - p));
-            r = STEP(&P, dl_mul(sgu, np));
+            dl_tensor *pw = DL_OP_STEP(&P, binop_scalar(DL_BINARY_POW, ax, p - 1));
+            dl_tensor *xz = DL_OP_STEP(&P, eq_scalar(x, 0));
+            dl_tensor *pz = DL_OP_STEP(&P, fill_where(pw, xz, 0));
+            dl_tensor *scaled = DL_OP_STEP(&P, dl_mul(sg, pz));
+            dl_tensor *sgu = DL_OP_STEP(&P, dl_mul(scaled, gu));
+            dl_tensor *np = DL_OP_STEP(&P, binop_scalar(DL_BINARY_POW, nu, 1 - p));
+            r = DL_OP_STEP(&P, dl_mul(sgu, np));
         } else {
-            dl_tensor *pw = STEP(&P, binop_scalar(DL_BINARY_POW, ax, p < 2 ? p - 1 : p - 2));
-            dl_tensor *scaled = STEP(&P, dl_mul(p < 2 ? sg : x, pw));
-            dl_tensor *np = STEP(&P, binop_scalar(DL_BINARY_POW, nu, p - 1));
-            dl_tensor *q = STEP(&P, dl_div(gu, np));
-            dl_tensor *zero = STEP(&P, eq_scalar(nu, 0));
-            dl_tensor *qz = STEP(&P, fill_where(q, zero, 0));
-            r = STEP(&P, dl_mul(scaled, qz));
+            dl_tensor *pw = DL_OP_STEP(&P, binop_scalar(DL_BINARY_POW, ax, p < 2 ? p - 1 : p - 2));
+            dl_tensor *scaled = DL_OP_STEP(&P, dl_mul(p < 2 ? sg : x, pw));
+            dl_tensor *np = DL_OP_STEP(&P, binop_scalar(DL_BINARY_POW, nu, p - 1));
+            dl_tensor *q = DL_OP_STEP(&P, dl_div(gu, np));
+            dl_tensor *zero = DL_OP_STEP(&P, eq_scalar(nu, 0));
+            dl_tensor *qz = DL_OP_STEP(&P, fill_where(q, zero, 0));
+            r = DL_OP_STEP(&P, dl_mul(scaled, qz));
         }
     }
     gin[0] = pool_finish(&P, r, m);
@@ -916,12 +879,12 @@ dl_tensor *dl_norm(dl_tensor *x, double p, int ndims, const int *dims, bool keep
 static int logsumexp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT);
     if (!x || !res) return -1;
-    tpool P = {0};
-    dl_tensor *gu = STEP(&P, unreduce(gout[0], n));
-    dl_tensor *ru = STEP(&P, unreduce(res, n));
-    dl_tensor *d = STEP(&P, dl_sub(x, ru, 1));
-    dl_tensor *e = STEP(&P, dl_unary(DL_UNARY_EXP, d));
-    dl_tensor *r = STEP(&P, dl_mul(gu, e));
+    dl_op_pool P = {0};
+    dl_tensor *gu = DL_OP_STEP(&P, unreduce(gout[0], n));
+    dl_tensor *ru = DL_OP_STEP(&P, unreduce(res, n));
+    dl_tensor *d = DL_OP_STEP(&P, dl_sub(x, ru, 1));
+    dl_tensor *e = DL_OP_STEP(&P, dl_unary(DL_UNARY_EXP, d));
+    dl_tensor *r = DL_OP_STEP(&P, dl_mul(gu, e));
     gin[0] = pool_finish(&P, r, &n->input_meta[0]);
     return gin[0] ? 0 : -1;
 }
@@ -936,6 +899,25 @@ dl_tensor *dl_logsumexp(dl_tensor *x, int ndims, const int *dims, bool keepdim) 
 
 /* --- max, min and their indices ------------------------------------------------------------ */
 
+/* The start of a selecting reduction (max/min, median) of x over mask: x in
+ * its compute dtype (*xc, a new reference) and the plan *p over it; the
+ * result's shape in oshape.  Returns the result's rank, or -1 with the
+ * error. */
+static int select_begin(const char *op, dl_tensor *x, const bool *mask, bool keepdim, bool full,
+                        dl_tensor **xc, rplan *p, int64_t *oshape) {
+    *xc = NULL;
+    if (check_device(op, x)) return -1;
+    int ond = reduced_shape(x, mask, keepdim, oshape);
+    *xc = dl_tensor_to_dtype(x, is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64);
+    if (!*xc) return -1;
+    if (plan_make(*xc, mask, full, p)) {
+        dl_tensor_release(*xc);
+        *xc = NULL;
+        return -1;
+    }
+    return ond;
+}
+
 /* Max or min over mask: values (x's dtype) into *vals and/or int64 indices
  * into *idx (either may be NULL).  full: no dim was given; indices then count
  * in logical row-major order over the whole tensor (a flat index). */
@@ -943,18 +925,12 @@ static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool 
                   dl_tensor **vals, dl_tensor **idx) {
     if (vals) *vals = NULL;
     if (idx) *idx = NULL;
-    if (check_device(op, x)) return -1;
-    dl_dtype ct = is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64;
-    dl_dtype kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     int64_t oshape[DL_MAX_DIMS];
-    int ond = reduced_shape(x, mask, keepdim, oshape);
-    dl_tensor *xc = dl_tensor_to_dtype(x, ct);
-    if (!xc) return -1;
+    dl_tensor *xc;
     rplan p;
-    if (plan_make(xc, mask, full, &p)) {
-        dl_tensor_release(xc);
-        return -1;
-    }
+    int ond = select_begin(op, x, mask, keepdim, full, &xc, &p, oshape);
+    if (ond < 0) return -1;
+    dl_dtype ct = xc->dtype, kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     dl_tensor *vo = NULL, *io = NULL;
     sink sv = {NULL, NULL}, si = {NULL, NULL};
     void *va = NULL, *ia = NULL;
@@ -1016,13 +992,13 @@ static int amax_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT);
     if (!x || !res) return -1;
     int dims[DL_MAX_DIMS], nd = mask_dims(n, dims);
-    tpool P = {0};
-    dl_tensor *ru = STEP(&P, unreduce(res, n));
-    dl_tensor *gu = STEP(&P, unreduce(gout[0], n));
-    dl_tensor *mask = STEP(&P, dl_binary(DL_BINARY_EQ, x, ru, 1));
-    dl_tensor *cnt = STEP(&P, dl_sum(mask, nd, dims, true, DL_REDUCE_DTYPE_NONE));
-    dl_tensor *share = STEP(&P, dl_div(gu, cnt));
-    dl_tensor *r = STEP(&P, dl_mul(share, mask));
+    dl_op_pool P = {0};
+    dl_tensor *ru = DL_OP_STEP(&P, unreduce(res, n));
+    dl_tensor *gu = DL_OP_STEP(&P, unreduce(gout[0], n));
+    dl_tensor *mask = DL_OP_STEP(&P, dl_binary(DL_BINARY_EQ, x, ru, 1));
+    dl_tensor *cnt = DL_OP_STEP(&P, dl_sum(mask, nd, dims, true, DL_REDUCE_DTYPE_NONE));
+    dl_tensor *share = DL_OP_STEP(&P, dl_div(gu, cnt));
+    dl_tensor *r = DL_OP_STEP(&P, dl_mul(share, mask));
     gin[0] = pool_finish(&P, r, &n->input_meta[0]);
     return gin[0] ? 0 : -1;
 }
@@ -1134,18 +1110,12 @@ static int median(dl_tensor *x, const bool *mask, bool keepdim, dl_tensor **vals
     const char *op = "median";
     *vals = NULL;
     if (idx) *idx = NULL;
-    if (check_device(op, x)) return -1;
-    dl_dtype ct = is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64;
-    dl_dtype kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     int64_t oshape[DL_MAX_DIMS];
-    int ond = reduced_shape(x, mask, keepdim, oshape);
-    dl_tensor *xc = dl_tensor_to_dtype(x, ct);
-    if (!xc) return -1;
+    dl_tensor *xc;
     rplan p;
-    if (plan_make(xc, mask, false, &p)) {
-        dl_tensor_release(xc);
-        return -1;
-    }
+    int ond = select_begin(op, x, mask, keepdim, false, &xc, &p, oshape);
+    if (ond < 0) return -1;
+    dl_dtype ct = xc->dtype, kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     dl_tensor *vo = dl_tensor_empty(ond, oshape, x->dtype, p.dev);
     dl_tensor *io = dl_tensor_empty(ond, oshape, DL_DTYPE_I64, p.dev);
     sink sv = {NULL, NULL}, si = {NULL, NULL};
@@ -1175,10 +1145,7 @@ static int median(dl_tensor *x, const bool *mask, bool keepdim, dl_tensor **vals
         return -1;
     }
     *vals = vo;
-    if (idx)
-        *idx = io;
-    else
-        dl_tensor_release(io);
+    dl_op_optional_out(idx, io);
     return 0;
 }
 
@@ -1264,9 +1231,9 @@ static int cumsum_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) 
     const red_ctx *c = n->ctx;
     const dl_tensor_meta *m = &n->input_meta[0];
     dl_tensor *g = gout[0];
-    tpool P = {0};
+    dl_op_pool P = {0};
     dl_tensor *r = g;
-    if (m->ndim > 0 && m->shape[c->dim] > 1) r = STEP(&P, reversed_cumsum(g, c->dim));
+    if (m->ndim > 0 && m->shape[c->dim] > 1) r = DL_OP_STEP(&P, reversed_cumsum(g, c->dim));
     gin[0] = pool_finish(&P, r, m);
     return gin[0] ? 0 : -1;
 }
@@ -1288,33 +1255,34 @@ static int cumprod_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin)
     dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT), *g = gout[0];
     if (!x || !res) return -1;
     int d = c->dim;
-    tpool P = {0};
+    dl_op_pool P = {0};
     dl_tensor *r = g;
     if (m->ndim > 0 && m->shape[d] > 1 && dl_tensor_numel(x) > 1) {
-        dl_tensor *xc = STEP(&P, dl_tensor_to_dtype(x, res->dtype));
-        dl_tensor *w = STEP(&P, dl_mul(res, g));
-        dl_tensor *rw = STEP(&P, reversed_cumsum(w, d));
-        dl_tensor *isz = STEP(&P, eq_scalar(xc, 0));
-        dl_tensor *any = STEP(&P, dl_any(isz, 0, NULL, false));
+        dl_tensor *xc = DL_OP_STEP(&P, dl_tensor_to_dtype(x, res->dtype));
+        dl_tensor *w = DL_OP_STEP(&P, dl_mul(res, g));
+        dl_tensor *rw = DL_OP_STEP(&P, reversed_cumsum(w, d));
+        dl_tensor *isz = DL_OP_STEP(&P, eq_scalar(xc, 0));
+        dl_tensor *any = DL_OP_STEP(&P, dl_any(isz, 0, NULL, false));
         double has_zero = 0;
-        if (!P.bad && dl_tensor_item(any, &has_zero)) P.bad = true;
+        if (!P.failed && dl_tensor_item(any, &has_zero)) P.failed = true;
         if (!has_zero) {
-            r = STEP(&P, dl_div(rw, xc));
+            r = DL_OP_STEP(&P, dl_div(rw, xc));
         } else {
-            dl_tensor *nz = STEP(&P, dl_cumsum(isz, d, DL_REDUCE_DTYPE_NONE)); /* zeros so far */
-            dl_tensor *before = STEP(&P, eq_scalar(nz, 0));
-            dl_tensor *one = STEP(&P, eq_scalar(nz, 1));
-            dl_tensor *first = STEP(&P, dl_binary(DL_BINARY_LOGICAL_AND, isz, one, 1));
-            dl_tensor *x1 = STEP(&P, fill_where(xc, first, 1));
-            dl_tensor *y1 = STEP(&P, dl_cumprod(x1, d, DL_REDUCE_DTYPE_NONE));
-            dl_tensor *gy1 = STEP(&P, dl_mul(g, y1));
-            dl_tensor *at_zero = STEP(&P, reversed_cumsum(gy1, d));
-            dl_tensor *after = STEP(&P, dl_unary(DL_UNARY_LOGICAL_NOT, before));
-            dl_tensor *xs = STEP(&P, fill_where(xc, after, 1));
-            dl_tensor *pre = STEP(&P, dl_div(rw, xs));
-            dl_tensor *zero = STEP(&P, dl_tensor_scalar(0, g->dtype));
-            dl_tensor *tail = STEP(&P, dl_where(first, at_zero, zero));
-            r = STEP(&P, dl_where(before, pre, tail));
+            dl_tensor *nz =
+                DL_OP_STEP(&P, dl_cumsum(isz, d, DL_REDUCE_DTYPE_NONE)); /* zeros so far */
+            dl_tensor *before = DL_OP_STEP(&P, eq_scalar(nz, 0));
+            dl_tensor *one = DL_OP_STEP(&P, eq_scalar(nz, 1));
+            dl_tensor *first = DL_OP_STEP(&P, dl_binary(DL_BINARY_LOGICAL_AND, isz, one, 1));
+            dl_tensor *x1 = DL_OP_STEP(&P, fill_where(xc, first, 1));
+            dl_tensor *y1 = DL_OP_STEP(&P, dl_cumprod(x1, d, DL_REDUCE_DTYPE_NONE));
+            dl_tensor *gy1 = DL_OP_STEP(&P, dl_mul(g, y1));
+            dl_tensor *at_zero = DL_OP_STEP(&P, reversed_cumsum(gy1, d));
+            dl_tensor *after = DL_OP_STEP(&P, dl_unary(DL_UNARY_LOGICAL_NOT, before));
+            dl_tensor *xs = DL_OP_STEP(&P, fill_where(xc, after, 1));
+            dl_tensor *pre = DL_OP_STEP(&P, dl_div(rw, xs));
+            dl_tensor *zero = DL_OP_STEP(&P, dl_tensor_scalar(0, g->dtype));
+            dl_tensor *tail = DL_OP_STEP(&P, dl_where(first, at_zero, zero));
+            r = DL_OP_STEP(&P, dl_where(before, pre, tail));
         }
     }
     gin[0] = pool_finish(&P, r, m);

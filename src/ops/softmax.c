@@ -12,19 +12,32 @@
 #include "kernels/softmax.h"
 #include "ops/op_util.h"
 
-/* Runs CUDA entry fn of the softmax table, or refuses when this build lacks it. */
-#define CUDA_RUN(op, fn, ...)                                                                      \
-    (dl_cuda_softmax->fn ? dl_cuda_softmax->fn(__VA_ARGS__) : dl_cuda_missing(op))
-
 /* --- softmax ------------------------------------------------------------------------------ */
 
-/* (outer, D, inner) of a shape around dim d (a 0-dim tensor is (1, 1, 1)). */
-static void split3(const dl_tensor *t, int d, int64_t *outer, int64_t *D, int64_t *inner) {
-    *outer = *inner = *D = 1;
-    if (t->ndim == 0) return;
-    for (int i = 0; i < d; i++) *outer *= t->shape[i];
-    *D = t->shape[d];
-    for (int i = d + 1; i < t->ndim; i++) *inner *= t->shape[i];
+/* The (outer, D, inner) view of a shape around dim d (a 0-dim tensor is
+ * (1, 1, 1)), for softmax or log_softmax. */
+static dl_softmax_shape softmax_shape(const dl_tensor *t, int d, bool log) {
+    dl_softmax_shape s = {1, 1, 1, log};
+    if (t->ndim == 0) return s;
+    for (int i = 0; i < d; i++) s.outer *= t->shape[i];
+    s.D = t->shape[d];
+    for (int i = d + 1; i < t->ndim; i++) s.inner *= t->shape[i];
+    return s;
+}
+
+/* The kernels of dev (one signature for both backends, kernels/softmax.h);
+ * NULL with the error when this build's CUDA table lacks one. */
+static dl_softmax_fn forward_kernel(const char *op, dl_device dev) {
+    dl_softmax_fn f = dl_op_is_cuda(dev) ? dl_cuda_softmax->softmax : dl_cpu_softmax;
+    if (!f) dl_cuda_missing(op);
+    return f;
+}
+
+static dl_softmax_backward_fn backward_kernel(const char *op, dl_device dev) {
+    dl_softmax_backward_fn f =
+        dl_op_is_cuda(dev) ? dl_cuda_softmax->softmax_backward : dl_cpu_softmax_backward;
+    if (!f) dl_cuda_missing(op);
+    return f;
 }
 
 static dl_tensor *softmax_forward_any(const char *op, dl_tensor *x, int dim, bool log) {
@@ -33,24 +46,15 @@ static dl_tensor *softmax_forward_any(const char *op, dl_tensor *x, int dim, boo
         dl_op_device(op, 1, &x, dl_cuda_softmax != NULL, &dev))
         return NULL;
     int d = dl_wrap_dim(op, dim, x->ndim);
-    if (d < 0) return NULL;
+    dl_softmax_fn kernel = d < 0 ? NULL : forward_kernel(op, dev);
+    if (!kernel) return NULL;
     dl_dtype cdt = dl_op_float_dtype(x->dtype);
+    dl_softmax_shape s = softmax_shape(x, d, log);
     dl_tensor *xc = dl_op_dense(x, cdt);
-    if (!xc) return NULL;
-    dl_tensor *y = dl_tensor_empty(x->ndim, x->shape, cdt, dev);
-    if (y) {
-        int64_t outer, D, inner;
-        split3(x, d, &outer, &D, &inner);
-        if (dl_op_is_cuda(dev)) {
-            if (CUDA_RUN(op, softmax, dl_op_data(y), dl_op_data(xc), cdt, outer, D, inner, log)) {
-                dl_tensor_release(y);
-                y = NULL;
-            }
-        } else if (cdt == DL_DTYPE_F64) {
-            dl_cpu_softmax_f64(dl_op_f64p(y), dl_op_f64p(xc), outer, D, inner, log);
-        } else {
-            dl_cpu_softmax_f32(dl_op_f32p(y), dl_op_f32p(xc), outer, D, inner, log);
-        }
+    dl_tensor *y = xc ? dl_tensor_empty(x->ndim, x->shape, cdt, dev) : NULL;
+    if (y && kernel(cdt, &s, dl_op_data(y), dl_op_data(xc))) {
+        dl_tensor_release(y);
+        y = NULL;
     }
     dl_tensor_release(xc);
     return dl_op_finish_as(y, x->dtype);
@@ -65,26 +69,15 @@ static dl_tensor *softmax_backward_any(const char *op, dl_tensor *gy, dl_tensor 
         return NULL;
     if (dl_op_check_same_shape(op, "grad", gy, "output", y)) return NULL;
     int d = dl_wrap_dim(op, dim, y->ndim);
-    if (d < 0) return NULL;
+    dl_softmax_backward_fn kernel = d < 0 ? NULL : backward_kernel(op, dev);
+    if (!kernel) return NULL;
     dl_dtype cdt = dl_op_float_dtype(dl_promote_types(gy->dtype, y->dtype));
+    dl_softmax_shape s = softmax_shape(y, d, log);
     dl_tensor *gyc = dl_op_dense_on(gy, cdt, dev), *yc = gyc ? dl_op_dense_on(y, cdt, dev) : NULL;
     dl_tensor *gx = yc ? dl_tensor_empty(y->ndim, y->shape, cdt, dev) : NULL;
-    if (gx) {
-        int64_t outer, D, inner;
-        split3(y, d, &outer, &D, &inner);
-        if (dl_op_is_cuda(dev)) {
-            if (CUDA_RUN(op, softmax_backward, dl_op_data(gx), dl_op_data(gyc), dl_op_data(yc), cdt,
-                         outer, D, inner, log)) {
-                dl_tensor_release(gx);
-                gx = NULL;
-            }
-        } else if (cdt == DL_DTYPE_F64) {
-            dl_cpu_softmax_backward_f64(dl_op_f64p(gx), dl_op_f64p(gyc), dl_op_f64p(yc), outer, D,
-                                        inner, log);
-        } else {
-            dl_cpu_softmax_backward_f32(dl_op_f32p(gx), dl_op_f32p(gyc), dl_op_f32p(yc), outer, D,
-                                        inner, log);
-        }
+    if (gx && kernel(cdt, &s, dl_op_data(gx), dl_op_data(gyc), dl_op_data(yc))) {
+        dl_tensor_release(gx);
+        gx = NULL;
     }
     dl_tensor_release(gyc);
     dl_tensor_release(yc);

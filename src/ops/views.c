@@ -257,11 +257,8 @@ int dl_copy_(dl_tensor *dst, dl_tensor *src) {
     if (dl_tensor_copy_(dst, src)) return -1;
     if (!rec) return 0;
     dl_tensor *ins[2] = {NULL, src};
-    dl_node *n = dl_node_new("CopyBackward", copy_backward, 2, ins, 1, 0);
-    if (!n) return -1;
-    dl_node_set_output(n, 0, dst);
-    dl_node_release(n);
-    return 0;
+    dl_node *n = dl_op_inplace_node("CopyBackward", copy_backward, 2, ins, 0, NULL, false, NULL, 0);
+    return n ? dl_op_inplace_end(n, dst, 0, false) : -1;
 }
 
 /* t[index] = src along dim 0, in place on t itself: the written slice's old
@@ -306,13 +303,10 @@ int dl_select_assign_(dl_tensor *t, int64_t index, dl_tensor *src) {
     dl_tensor_release(dst);
     if (rc || !rec) return rc;
     dl_tensor *ins[2] = {t, src};
-    dl_node *n = dl_node_new("SelectAssignBackward", select_assign_backward, 2, ins, 1,
-                             sizeof(select_assign_ctx));
-    if (!n) return -1;
-    ((select_assign_ctx *)n->ctx)->index = i;
-    dl_node_set_output(n, 0, t);
-    dl_node_release(n);
-    return 0;
+    select_assign_ctx c = {i};
+    dl_node *n = dl_op_inplace_node("SelectAssignBackward", select_assign_backward, 2, ins, 0, NULL,
+                                    false, &c, sizeof c);
+    return n ? dl_op_inplace_end(n, t, 0, false) : -1;
 }
 
 static int no_inputs_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
@@ -327,9 +321,7 @@ int dl_fill_(dl_tensor *t, double value) {
     if (dl_tensor_fill_(t, value)) return -1;
     if (!(dl_grad_enabled() && t->grad_fn)) return 0;
     /* the old values are gone: the history ends here */
-    dl_node *n = dl_node_new("FillBackward", no_inputs_backward, 0, NULL, 1, 0);
-    if (!n) return -1;
-    dl_node_set_output(n, 0, t);
-    dl_node_release(n);
-    return 0;
+    dl_node *n =
+        dl_op_inplace_node("FillBackward", no_inputs_backward, 0, NULL, 0, NULL, false, NULL, 0);
+    return n ? dl_op_inplace_end(n, t, 0, false) : -1;
 }

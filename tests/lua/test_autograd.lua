@@ -220,4 +220,20 @@ T.case("in place on a view: the view's gradient is right, the stale base is refu
   T.truthy(x:sum())
 end)
 
+T.case("autograd options are checked like every option table", function()
+  local x = dl.randn(3, {dtype = dl.float64, requires_grad = true})
+  T.raises(function() dl.autograd.backward(x:sum(), {retain = true}) end,
+    "autograd.backward: unknown option 'retain' (expected: retain_graph)")
+  T.raises(function() dl.autograd.grad(x:sum(), {x}, {allow_unsued = true}) end,
+    "autograd.grad: unknown option 'allow_unsued'")
+  T.raises(function() dl.autograd.grad(x:sum(), {x}, 5) end,
+    "autograd.grad: options table expected, got number")
+  T.raises(function() dl.autograd.gradcheck(function(t) return t * 2 end, {x}, {tol = 1}) end,
+    "gradcheck: unknown option 'tol'")
+  -- the known ones still work
+  local g = dl.autograd.grad((x * x):sum(), {x}, {retain_graph = false})
+  T.close(g[1], x:detach() * 2, 1e-12)
+  T.truthy(dl.autograd.gradcheck(function(t) return t * 2 end, {x}, {eps = 1e-6}))
+end)
+
 T.done()

@@ -19,18 +19,6 @@ def mk(shape, dt):
         return torch.randint(-5, 6, shape, dtype=dt)
     return torch.randn(shape, dtype=torch.float64).to(dt)
 
-def view(b, v):
-    if v == "T": return b.transpose(0, -1)
-    if v == "narrow": return b.narrow(-1, 1, b.shape[-1] - 2)
-    if v == "perm": return b.permute(2, 0, 1)
-    if v == "expand": return b.expand(3, *b.shape[1:])
-    return b
-
-def lua_dim(d):
-    if d is None: return None
-    if isinstance(d, (list, tuple)): return [lua_dim(e) for e in d]
-    return d + 1 if d >= 0 else d
-
 def all_dims(x):
     return tuple(range(x.dim()))
 
@@ -189,15 +177,7 @@ emit({"inputs": [i["t"] for i in inputs], "views": [i["view"] or "" for i in inp
 
 -- Rebuild the inputs with the same views.
 local X = {}
-for i, rec in ipairs(data.inputs) do
-  local b = T.from_torch(rec)
-  local v = data.views[i]
-  if v == "T" then b = b:transpose(1, -1)
-  elseif v == "narrow" then b = b:narrow(-1, 2, b.shape[b.ndim] - 2)
-  elseif v == "perm" then b = b:permute(3, 1, 2)
-  elseif v == "expand" then local s = b.shape; s[1] = 3; b = b:expand(s) end
-  X[i] = b
-end
+for i, rec in ipairs(data.inputs) do X[i] = T.from_torch_view(rec, data.views[i]) end
 
 local function run(c, x)
   local op = c.op

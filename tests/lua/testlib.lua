@@ -175,11 +175,13 @@ end
 
 -- The view torch_oracle.view(b, v) takes of a tensor b: "T" the first and
 -- last dims swapped, "t" the last two, "narrow" the last dim without its
--- ends, "expand" the first dim expanded to 3, anything else b itself.
+-- ends, "perm" a 3-D b's dims permuted (3, 1, 2), "expand" the first dim
+-- expanded to 3, anything else b itself.
 function T.torch_view(b, v)
   if v == "T" then return b:transpose(1, -1) end
   if v == "t" then return b:transpose(-1, -2) end
   if v == "narrow" then return b:narrow(-1, 2, b.shape[#b.shape] - 2) end
+  if v == "perm" then return b:permute(3, 1, 2) end
   if v == "expand" then
     local s = b.shape
     s[1] = 3
@@ -283,6 +285,14 @@ function T.close(a, b, rtol, atol, msg, ord)
       msg, d, n, ord == "max" and "max" or "2", n > 0 and d / n or d, atol, rtol), 2)
   end
   return d, n
+end
+
+-- x's gradient from out:backward(g) (g nil for a one-element out), with
+-- x.grad cleared first.
+function T.grad_of(x, out, g)
+  x.grad = nil
+  out:backward(g)
+  return x.grad
 end
 
 -- Float64 finite differences through autograd: dl.autograd.gradcheck(fn,

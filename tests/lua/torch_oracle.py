@@ -57,7 +57,8 @@ def emit(v):
 # --- helpers for case lists ------------------------------------------------------------
 # A snippet builds `cases` with add(...) and emits it; mk draws float64
 # normals (times scale) converted to dt; view(b, v) is the non-contiguous view
-# the Lua side rebuilds with T.from_torch_view(rec, v); leaf is a fresh leaf.
+# the Lua side rebuilds with T.from_torch_view(rec, v); leaf is a fresh leaf;
+# lua_dim turns dims 1-based.
 cases = []
 
 
@@ -74,9 +75,20 @@ def view(b, v):
         return b.transpose(0, -1)
     if v == "narrow":
         return b.narrow(-1, 1, b.shape[-1] - 2)
+    if v == "perm":
+        return b.permute(2, 0, 1)
     if v == "expand":
         return b.expand(3, *b.shape[1:])
     return b
+
+
+def lua_dim(d):
+    # a 0-based dim (or list of them) as the Lua API's 1-based one
+    if d is None:
+        return None
+    if isinstance(d, (list, tuple)):
+        return [lua_dim(e) for e in d]
+    return d + 1 if d >= 0 else d
 
 
 def leaf(t):
