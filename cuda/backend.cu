@@ -21,6 +21,7 @@ extern "C" {
 #include "kernels/pool.h"
 #include "kernels/random.h"
 #include "kernels/reduce.h"
+#include "kernels/rnn.h"
 #include "kernels/softmax.h"
 }
 
@@ -42,6 +43,7 @@ extern const dl_cuda_clipgrad_kernels dl_cuda_clipgrad_table;
 extern const dl_cuda_pool_kernels dl_cuda_pool_table;
 extern const dl_cuda_random_kernels dl_cuda_random_table;
 extern const dl_cuda_optim_kernels dl_cuda_optim_table;
+extern const dl_cuda_rnn_kernels dl_cuda_rnn_table;
 
 void dl_cuda_register_kernels(void) {
     dl_cuda_elementwise = &dl_cuda_elementwise_table;
@@ -62,4 +64,5 @@ void dl_cuda_register_kernels(void) {
     dl_cuda_pool = &dl_cuda_pool_table;
     dl_cuda_random = &dl_cuda_random_table;
     dl_cuda_optim = &dl_cuda_optim_table;
+    dl_cuda_rnn = &dl_cuda_rnn_table;
 }

@@ -132,6 +132,7 @@ void dlL_open_embedding(lua_State *L); /* l_embedding.c: dl._nn, dl._F embedding
 void dlL_open_clipgrad(lua_State *L);  /* l_clipgrad.c: dl._nn gradient clipping */
 void dlL_open_pool(lua_State *L);      /* l_pool.c: dl._nn, dl._F pooling */
 void dlL_open_optim(lua_State *L);     /* l_optim.c: dl._optim fused optimizer steps */
+void dlL_open_rnn(lua_State *L);       /* l_rnn.c: dl._F.rnn_layer (LSTM, GRU) */
 
 void dlL_open_tensorboard(lua_State *L); /* l_tensorboard.c: dl._tensorboard event files */
 void dlL_open_dist(lua_State *L);        /* l_dist.c: dl._dist (process group, DDP reducer) */

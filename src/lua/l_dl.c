@@ -286,6 +286,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_pool(L);
     dlL_open_train(L);
     dlL_open_optim(L);
+    dlL_open_rnn(L);
     dlL_open_tensorboard(L);
     dlL_open_dist(L); /* l_dist.c: dl._dist (process group, DDP reducer) */
     dlL_open_text(L); /* l_text.c: dl._text (tokenizers) */

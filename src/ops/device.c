@@ -21,6 +21,7 @@
 #include "kernels/pool.h"
 #include "kernels/random.h"
 #include "kernels/reduce.h"
+#include "kernels/rnn.h"
 #include "kernels/softmax.h"
 
 #include <pthread.h>
@@ -53,6 +54,7 @@ const dl_cuda_clipgrad_kernels *dl_cuda_clipgrad;
 const dl_cuda_pool_kernels *dl_cuda_pool;
 const dl_cuda_random_kernels *dl_cuda_random;
 const dl_cuda_optim_kernels *dl_cuda_optim;
+const dl_cuda_rnn_kernels *dl_cuda_rnn;
 dl_backend_flags dl_flags = {false, false};
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;

@@ -4,6 +4,7 @@
 --   Sequential, ModuleList                 containers (containers.lua)
 --   Linear, Conv2d, BatchNorm2d, ReLU, ... layers (layers.lua)
 --   Embedding, EmbeddingBag               embeddings (embedding.lua)
+--   LSTM, GRU, LSTMCell, GRUCell           recurrent layers (rnn.lua)
 --   CrossEntropyLoss, MSELoss, ...         losses (loss.lua)
 --   MultiheadAttention                     attention layers (attention.lua)
 --   TransformerEncoderLayer, Transformer.. Transformer layers (transformer.lua)
@@ -11,6 +12,7 @@
 --   dl.nn.init                             initialisers (initializers.lua)
 --   dl.nn.utils                            count_parameters, clip_grad_norm_, clip_grad_value_,
 --                                          get_total_norm, clip_grads_with_norm_
+--   dl.nn.utils.rnn                        packed sequences (rnn_utils.lua)
 --
 -- Loaded lazily by `dl` on first access of dl.nn.
 local dl = require "dl"
@@ -26,7 +28,7 @@ nn.F = nn.functional
 nn.init = require "dl.nn.initializers"
 
 for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.embedding", "dl.nn.loss",
-  "dl.nn.attention", "dl.nn.transformer"} do
+  "dl.nn.attention", "dl.nn.transformer", "dl.nn.rnn"} do
   for k, v in pairs(require(family)) do nn[k] = v end
 end
 
@@ -37,6 +39,10 @@ nn.is_module = Module.is_module
 nn.parallel = require "dl.nn.parallel"
 
 nn.utils = {}
+
+-- pack_padded_sequence, pad_packed_sequence, pack_sequence, pad_sequence,
+-- PackedSequence (lua/dl/nn/rnn_utils.lua)
+nn.utils.rnn = require "dl.nn.rnn_utils"
 
 -- The number of parameter elements of a module ({trainable_only=true}: only
 -- those that require grad).
