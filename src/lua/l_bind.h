@@ -127,5 +127,6 @@ void dlL_open_optim(lua_State *L);     /* l_optim.c: dl._optim fused optimizer s
 
 void dlL_open_tensorboard(lua_State *L); /* l_tensorboard.c: dl._tensorboard event files */
 void dlL_open_dist(lua_State *L);        /* l_dist.c: dl._dist (process group, DDP reducer) */
+void dlL_open_onnx(lua_State *L);        /* l_onnx.c: dl._onnx (ONNX files) */
 
 #endif

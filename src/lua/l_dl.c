@@ -206,9 +206,9 @@ static void push_lua_root(lua_State *L) {
 static int module_index(lua_State *L) {
     const char *k = lua_tostring(L, 2);
     if (!k) return 0;
-    static const char *const lazy[] = {"nn",     "optim", "data",        "transforms",
-                                       "models", "util",  "image",       "autograd",
-                                       "amp",    "utils", "distributed", NULL};
+    static const char *const lazy[] = {"nn",          "optim", "data",     "transforms", "models",
+                                       "util",        "image", "autograd", "amp",        "utils",
+                                       "distributed", "onnx",  NULL};
     for (int i = 0; lazy[i]; i++)
         if (strcmp(k, lazy[i]) == 0) {
             lua_getglobal(L, "require");
@@ -270,6 +270,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_optim(L);
     dlL_open_tensorboard(L);
     dlL_open_dist(L); /* l_dist.c: dl._dist (process group, DDP reducer) */
+    dlL_open_onnx(L); /* l_onnx.c: dl._onnx (ONNX files) */
 
     static const luaL_Reg functions[] = {
         {"clock", l_clock},

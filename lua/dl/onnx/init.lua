@@ -1,0 +1,64 @@
+-- dl.onnx: ONNX models in and out.
+--
+--   local m = dl.onnx.load("model.onnx")        -- a dl.nn.Module
+--   local y = m(x)                               -- or m{input_name = x}
+--   m:to("cuda"); m:parameters()                 -- initializers are parameters
+--   dl.onnx.export(model, {x}, "out.onnx", {opset = 17, dynamic_batch = true})
+--   dl.onnx.supported_ops()                      -- the op types load accepts
+--
+-- The file is decoded in C (src/io/onnx.c, protobuf-c with a bound on every
+-- size, src/lua/l_onnx.c turns it into tables); lua/dl/onnx/graph.lua builds
+-- the module, lua/dl/onnx/ops.lua holds one builder per op type and
+-- lua/dl/onnx/export.lua traces a forward into a graph.
+--
+-- Invariants: everything that can be checked without data is checked at
+-- load (op types, attributes, opset forms, that every input has a producer,
+-- cycles); a load error names the node, its op type and what is missing.
+local dl = require "dl"
+
+local onnx = {}
+
+local function check_available()
+  local missing = dl._onnx.missing()
+  if missing then error(missing, 0) end
+end
+
+-- dl.onnx.load(path | bytes-table, {name=}) -> OnnxModel (a dl.nn.Module).
+-- opts.bytes = true reads `src` as the file's bytes instead of a path.
+function onnx.load(src, opts)
+  check_available()
+  opts = opts or {}
+  if type(opts) ~= "table" then error("onnx.load: options must be a table", 2) end
+  for k in pairs(opts) do
+    if k ~= "bytes" then error("onnx.load: unknown option '" .. tostring(k) .. "'", 2) end
+  end
+  if type(src) ~= "string" then error("onnx.load: a path (string) is required, got " .. type(src), 2) end
+  local model
+  if opts.bytes then model = dl._onnx.decode_model(src) else model = dl._onnx.load_model(src) end
+  return require("dl.onnx.graph").build(model, opts.bytes and "(bytes)" or src)
+end
+
+-- dl.onnx.load_tensor(path) -> tensor, name (a serialized TensorProto, as
+-- ONNX's test data sets hold); nil, reason when dlua cannot hold it.
+function onnx.load_tensor(path)
+  check_available()
+  return dl._onnx.load_tensor(path)
+end
+
+-- The op types (default domain) that load accepts, sorted.
+function onnx.supported_ops()
+  local ops = require "dl.onnx.ops"
+  local out = {}
+  for k in pairs(ops) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+-- dl.onnx.export(model, example_inputs, path, {opset=17, dynamic_batch=true,
+-- input_names=, output_names=}) -> the model table written
+function onnx.export(model, example_inputs, path, opts)
+  check_available()
+  return require("dl.onnx.export").export(model, example_inputs, path, opts)
+end
+
+return onnx
