@@ -6,6 +6,7 @@
  *   load_tensor(path) / decode_tensor(bytes [, name]) -> tensor, name
  *       (nil, reason when dlua cannot hold it: a dtype it lacks)
  *   save_model(path, model table) / encode_model(model table) -> bytes
+ *   save_tensor(path, t [, name]): a TensorProto file
  *
  * The model table mirrors ModelProto with plain Lua values:
  *   {ir_version=, producer_name=, producer_version=, domain=, model_version=,
@@ -731,22 +732,50 @@ static int l_encode_model(lua_State *L) {
     return 1;
 }
 
-/* save_model(path, model): written to path.tmp and renamed. */
-static int l_save_model(lua_State *L) {
-    const char *path = luaL_checkstring(L, 1);
-    size_t len;
-    uint8_t *buf = encode_any(L, 2, &len);
+/* Writes buf to path.tmp, then renames it to path (a crash never leaves a
+ * half-written file under the name). */
+static void write_file(lua_State *L, const char *path, const uint8_t *buf, size_t len,
+                       const char *op) {
     const char *tmp = lua_pushfstring(L, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) return luaL_error(L, "onnx.export: cannot write '%s'", tmp);
+    if (!f) luaL_error(L, "onnx.%s: cannot write '%s'", op, tmp);
     int bad = len && fwrite(buf, 1, len, f) != len;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0) {
         remove(tmp);
-        return luaL_error(L, "onnx.export: cannot write '%s'", path);
+        luaL_error(L, "onnx.%s: cannot write '%s'", op, path);
     }
+    lua_pop(L, 1);
+}
+
+/* save_model(path, model) -> bytes written */
+static int l_save_model(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    size_t len;
+    uint8_t *buf = encode_any(L, 2, &len);
+    write_file(L, path, buf, len, "export");
     lua_pushinteger(L, (lua_Integer)len);
     return 1;
+}
+
+/* save_tensor(path, t [, name]): a serialized TensorProto (raw_data), as
+ * ONNX's test data sets hold them; written to path.tmp and renamed. */
+static int l_save_tensor(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    dlL_checktensor(L, 2);
+    const char *name = luaL_optstring(L, 3, "");
+    lua_settop(L, 3);
+    arena *a = lua_newuserdatauv(L, sizeof *a, 0);
+    a->p = NULL, a->n = a->cap = 0;
+    luaL_setmetatable(L, DL_ONNX_ARENA_MT);
+    enc e = {L, a};
+    lua_pushvalue(L, 2);
+    Onnx__TensorProto *tp = enc_tensor(&e, lua_gettop(L), name);
+    size_t len = onnx__tensor_proto__get_packed_size(tp);
+    uint8_t *buf = arena_alloc(L, a, len);
+    onnx__tensor_proto__pack(tp, buf);
+    write_file(L, path, buf, len, "save_tensor");
+    return 0;
 }
 
 #else /* without ONNX */
@@ -760,6 +789,7 @@ static int l_unavailable(lua_State *L) {
 #define l_decode_tensor l_unavailable
 #define l_encode_model l_unavailable
 #define l_save_model l_unavailable
+#define l_save_tensor l_unavailable
 
 #endif
 
@@ -781,6 +811,7 @@ void dlL_open_onnx(lua_State *L) {
                                    {"decode_tensor", l_decode_tensor},
                                    {"encode_model", l_encode_model},
                                    {"save_model", l_save_model},
+                                   {"save_tensor", l_save_tensor},
                                    {NULL, NULL}};
     dlL_register_in(L, "_onnx", fns);
 }

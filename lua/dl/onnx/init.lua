@@ -45,6 +45,14 @@ function onnx.load_tensor(path)
   return dl._onnx.load_tensor(path)
 end
 
+-- dl.onnx.save_tensor(path, t [, name]): t as a serialized TensorProto.
+function onnx.save_tensor(path, t, name)
+  check_available()
+  if type(path) ~= "string" then error("onnx.save_tensor: path must be a string", 2) end
+  if not dl.is_tensor(t) then error("onnx.save_tensor: a tensor is required", 2) end
+  dl._onnx.save_tensor(path, t, name)
+end
+
 -- The op types (default domain) that load accepts, sorted.
 function onnx.supported_ops()
   local ops = require "dl.onnx.ops"

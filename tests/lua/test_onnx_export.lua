@@ -1,0 +1,179 @@
+-- test_onnx_export.lua - dl.onnx.export: models built from dl.nn layers and
+-- tensor ops (convolutions, batch norm, pools, linear, activations, views,
+-- reductions, in-place adds; ResNet-18 and ResNet-50) export to files that
+-- onnx.checker accepts (Debian python3-onnx, full check with shape
+-- inference), that ONNX Runtime (PyPI onnxruntime in a venv made once under
+-- the build directory; skipped with a message when PyPI is unreachable) runs
+-- to dlua's outputs within float32 rounding, for the traced batch size and
+-- another one (dynamic batch), and that dl.onnx.load runs to the same
+-- outputs (round trip).  What cannot be exported -- a traced value read back
+-- into Lua, an op without an ONNX form, training-mode batch norm -- is
+-- refused with an error naming the function.
+local T = require "testlib"
+
+if dl._onnx.missing() then
+  print("SKIP: " .. dl._onnx.missing())
+  os.exit(77)
+end
+
+local nn = dl.nn
+local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+local dir = T.tmpdir() .. "/onnx_export"
+os.execute("rm -rf '" .. dir .. "' && mkdir -p '" .. dir .. "'")
+
+local sh = T.sh
+
+-- The venv's python with onnxruntime, or nil and the reason.
+local function ort_python()
+  local py, out = T.venv("onnxruntime-venv", "onnxruntime", "onnxruntime")
+  if not py then return nil, "cannot install onnxruntime from PyPI into a venv: " .. out:sub(-300) end
+  return py
+end
+
+local ORT, ORT_WHY = ort_python()
+if not ORT then print("NOTE: ONNX Runtime checks skipped: " .. ORT_WHY) end
+local HAVE_ONNX = sh("'" .. T.python() .. "' -c 'import onnx'")
+if not HAVE_ONNX then print("NOTE: onnx.checker skipped: no python3-onnx") end
+
+local function helper(py, ...)
+  local args = {}
+  for i, a in ipairs {...} do args[i] = "'" .. a .. "'" end
+  return sh(string.format("'%s' '%s/onnx_helper.py' %s", py, here, table.concat(args, " ")))
+end
+
+-- Exports model on x, checks the file, runs it in ONNX Runtime and dlua on
+-- x and on a batch of another size, compares all with the model itself.
+local function check_export(name, model, x, x2, tol)
+  tol = tol or 1e-4
+  model:eval()
+  local path = dir .. "/" .. name .. ".onnx"
+  dl.onnx.export(model, {x}, path, {opset = 17, dynamic_batch = true})
+  if HAVE_ONNX then
+    local ok, out = helper(T.python(), "check", path)
+    T.truthy(ok and out:find("ok"), name .. ": onnx.checker: " .. out)
+  end
+  local back = dl.onnx.load(path)
+  for _, input in ipairs {x, x2} do
+    local want = dl.no_grad(function() return model(input) end)
+    T.close(back(input):detach(), want, tol, tol, name .. ": round trip")
+    if ORT then
+      local ip = dir .. "/" .. name .. "_in.pb"
+      dl.onnx.save_tensor(ip, input)
+      local ok, out = helper(ORT, "ort", path, dir, ip)
+      T.truthy(ok, name .. ": onnxruntime: " .. out)
+      local y = dl.onnx.load_tensor(dir .. "/output_0.pb")
+      T.close(y, want, tol, tol, name .. ": onnxruntime")
+    end
+  end
+end
+
+T.case("a small convolutional net: conv, batch norm, pools, linear, activations", function()
+  dl.manual_seed(1)
+  local m = nn.Sequential(
+    nn.Conv2d(3, 8, 3, {padding = 1}), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+    nn.Conv2d(8, 8, 3, {stride = 2, padding = 1, groups = 2, bias = false}),
+    nn.GELU(), nn.AvgPool2d(2), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.5), nn.Linear(8, 4),
+    nn.SiLU(), nn.Softmax(2))
+  -- non-trivial running statistics
+  dl.no_grad(function()
+    m[2].running_mean:uniform_(-0.5, 0.5)
+    m[2].running_var:uniform_(0.5, 2)
+  end)
+  check_export("convnet", m, dl.randn(2, 3, 16, 16), dl.randn(5, 3, 16, 16))
+end)
+
+T.case("tensor ops in a custom forward: views, reductions, in-place, concatenation", function()
+  local Net = nn.Module:extend("Net")
+  function Net:__init() self.fc = nn.Linear(6, 6) end
+  function Net:forward(x)
+    local b = x.shape[1]
+    local h = self.fc(x:reshape(b, 6))                  -- Reshape with a dynamic batch
+    local a = h:sigmoid() * 2 - h:tanh():abs()
+    a:add_(h:exp():clamp(0, 3))                        -- in place
+    local s = a:sum(2, true) / a:amax(2, true):clamp_min(1e-3)
+    local c = dl.cat({a, s, a:mean(2, true)}, 2)       -- (b, 8)
+    return c:transpose(1, 2):unsqueeze(1):permute(3, 1, 2):squeeze(2):abs():sqrt()
+  end
+  check_export("tensorops", Net(), dl.randn(3, 2, 3), dl.randn(7, 2, 3))
+end)
+
+T.case("ResNet-18 and ResNet-50", function()
+  dl.manual_seed(2)
+  for _, arch in ipairs {"resnet18", "resnet50"} do
+    local m = dl.models[arch]({num_classes = 10})
+    dl.no_grad(function()
+      for _, mod in ipairs(m:modules()) do
+        if mod.running_var then
+          mod.running_mean:uniform_(-0.1, 0.1)
+          mod.running_var:uniform_(0.5, 1.5)
+        end
+      end
+    end)
+    check_export(arch, m, dl.randn(2, 3, 64, 64), dl.randn(1, 3, 64, 64), 1e-3)
+  end
+end)
+
+T.case("an exported file names initializers and nodes as the model does", function()
+  local m = nn.Sequential(nn.Linear(3, 2))
+  local t = dl.onnx.export(m, dl.randn(4, 3), dir .. "/names.onnx")
+  local inits = {}
+  for _, it in ipairs(t.graph.initializer) do inits[it.name] = true end
+  T.truthy(inits["0.weight"] and inits["0.bias"], "initializers named by state_dict keys")
+  T.eq(t.graph.node[1].op_type, "Gemm")
+  T.eq(t.graph.node[1].name, "0/Gemm")
+  T.eq(t.graph.input[1].name, "input")
+  T.eq(t.graph.input[1].shape[1], "batch")
+  T.eq(t.graph.output[1].name, "output")
+  -- without dynamic_batch every dim is fixed; names can be chosen
+  t = dl.onnx.export(m, dl.randn(4, 3), dir .. "/names.onnx", {dynamic_batch = false, input_names = {"x"},
+    output_names = {"logits"}})
+  T.eq(t.graph.input[1].shape[1], 4)
+  T.eq(t.graph.input[1].name, "x")
+  T.eq(t.graph.output[1].name, "logits")
+end)
+
+T.case("scripts/export_onnx.lua writes a checkpoint's model", function()
+  local m = dl.models.resnet18({num_classes = 5})
+  local w = dir .. "/r18.safetensors"
+  dl.save(w, m:state_dict())
+  local exe = arg[-1] or "dlua"
+  local script = here .. "/../../scripts/export_onnx.lua"
+  local ok, out = sh(string.format("'%s' '%s' '%s' '%s/r18.onnx' --arch resnet18 --image-size 32 --batch 2", exe,
+    script, w, dir, dir))
+  T.truthy(ok, out)
+  T.truthy(out:find("input:  input (batch, 3, 32, 32)", 1, true), out)
+  T.truthy(out:find("output: logits (batch, 5)", 1, true), out)
+  local back = dl.onnx.load(dir .. "/r18.onnx")
+  m:eval()
+  local x = dl.randn(3, 3, 32, 32)
+  T.close(back(x):detach(), dl.no_grad(function() return m(x) end), 1e-4, 1e-4)
+  -- a plain state dict without --arch: one line, status 2
+  local bad, msg = sh(string.format("'%s' '%s' '%s' '%s/x.onnx'", exe, script, w, dir))
+  T.truthy(not bad and msg:find("say which model it is with %-%-arch"), msg)
+end)
+
+T.case("what cannot be exported is refused, naming the function", function()
+  local Branch = nn.Module:extend("Branch")
+  function Branch:forward(x)
+    if x:sum():item() > 0 then return x end
+    return -x
+  end
+  T.raises(function() dl.onnx.export(Branch(), dl.randn(2), dir .. "/bad.onnx") end,
+    "Tensor:item reads a traced tensor back into Lua (data-dependent control flow cannot be exported)")
+  local Sorts = nn.Module:extend("Sorts")
+  function Sorts:forward(x) return (x:sort()) end
+  T.raises(function() dl.onnx.export(Sorts(), dl.randn(3), dir .. "/bad.onnx") end,
+    "Tensor:sort has no ONNX export")
+  local bn = nn.BatchNorm2d(3, {track_running_stats = false})
+  T.raises(function() dl.onnx.export(bn, dl.randn(2, 3, 4, 4), dir .. "/bad.onnx") end,
+    "batch_norm in training mode has no export")
+  T.raises(function() dl.onnx.export(nn.Linear(2, 2), "x", dir .. "/bad.onnx") end, "example_inputs")
+  T.raises(function() dl.onnx.export(nn.Linear(2, 2), dl.randn(1, 2), dir .. "/bad.onnx", {opset = 9}) end,
+    "opset must be an integer from 13 to 17")
+  -- the wrappers are gone after a failed export: tensors work as before
+  local x = dl.tensor({3.0, 1.0, 2.0})
+  T.tensor_eq((x:sort()), {1, 2, 3})
+  T.eq(x:sum():item(), 6)
+end)
+
+T.done()
