@@ -117,6 +117,25 @@ T.case("opset-dependent forms: Squeeze axes as attribute (11) and input (13)", f
   end, "node 'sq' (Squeeze): attribute 'axes' is not supported (opset 13)")
 end)
 
+T.case("inference fuses Conv -> Add -> Relu; with gradients the plain ops run", function()
+  dl.manual_seed(3)
+  local w, b = dl.randn(4, 3, 3, 3), dl.randn(4)
+  local m = load(model({
+    node("Conv", {"x", "w", "b"}, {"c"}, {attr("pads", "INTS", {1, 1, 1, 1})}, "conv"),
+    node("Add", {"c", "skip"}, {"s"}, nil, "add"), node("Relu", {"s"}, {"y"}, nil, "relu")},
+    {w = w, b = b}, {vi("x", {"N", 3, 5, 5}), vi("skip", {"N", 4, 5, 5})}, {vi("y", {"N", 4, 5, 5})}))
+  local x, skip = dl.randn(2, 3, 5, 5), dl.randn(2, 4, 5, 5)
+  local want = (dl.nn.functional.conv2d(x, w, b, {padding = 1}) + skip):relu()
+  local fast = dl.no_grad(function() return m(x, skip) end)
+  T.eq(#m._plan.fused, 1)
+  T.close(fast, want, 1e-5, 1e-5)
+  local y = m(x, skip) -- parameters require grad: the plain steps, recorded
+  T.close(y:detach(), want, 1e-5, 1e-5)
+  y:sum():backward()
+  T.truthy(m.w.grad ~= nil and m.b.grad ~= nil)
+  T.close(m.b.grad, (want:gt(0):to(dl.float32)):sum({1, 3, 4}), 1e-5, 1e-5)
+end)
+
 -- --- bad input ------------------------------------------------------------------------------
 
 T.case("a truncated or corrupt file", function()

@@ -334,7 +334,7 @@ local function compile(graph, scope)
     local n = setmetatable({
       name = node.name, op_type = node.op_type, label = node_label(node, i),
       inputs = node.input, outputs = node.output, attrs = {}, used = {}, consts = consts, types = types,
-      opset = scope.opset, src = src, extra = extra[i] or {}, compile = compile,
+      opset = scope.opset, src = src, extra = extra[i] or {}, compile = compile, fold = scope.fold,
     }, Node)
     for _, a in ipairs(node.attribute or {}) do n.attrs[a.name] = a end
     local domain = node.domain or ""
@@ -373,7 +373,7 @@ local function compile(graph, scope)
     for j, nm in ipairs(node.output) do outs[j] = nm ~= "" and nm or false end
     local step = {fn = run, ins = ins, nin = #ins, outs = outs, nout = #outs, node = n}
     -- constant folding
-    local foldable = not n.nofold and #n.extra == 0
+    local foldable = scope.fold and not n.nofold and #n.extra == 0
     for j = 1, #ins do
       if ins[j] and consts[ins[j]] == nil then foldable = false end
     end
@@ -426,10 +426,81 @@ local function compile(graph, scope)
 end
 G.compile = compile
 
--- Runs plan's steps in env (a table of name -> tensor, filled with inputs,
--- parameters and constants); returns nothing, leaves results in env.
-local function run_steps(plan, env)
-  local steps = plan.steps
+-- The inference form of a plan's steps: Conv -> [Add] -> [Relu] chains whose
+-- intermediate values have no other reader become one fused step (the
+-- Conv builder's n.fuse: oneDNN's convolution with post-ops).  Used when no
+-- gradient can be needed.
+local function fuse_steps(plan)
+  local readers = {}
+  for _, s in ipairs(plan.steps) do
+    for j = 1, s.nin do
+      local nm = s.ins[j]
+      if nm then readers[nm] = (readers[nm] or 0) + 1 end
+    end
+  end
+  for _, nm in ipairs(plan.outputs) do readers[nm] = (readers[nm] or 0) + 100 end
+  local producer_step = {}
+  for si, s in ipairs(plan.steps) do
+    for _, o in ipairs(s.outs) do if o then producer_step[o] = si end end
+  end
+  -- the single step reading value nm, when there is exactly one
+  local function sole_reader(nm, from)
+    if readers[nm] ~= 1 then return nil end
+    for si = from + 1, #plan.steps do
+      local s = plan.steps[si]
+      for j = 1, s.nin do if s.ins[j] == nm then return si, s end end
+    end
+  end
+  local out, skip = {}, {}
+  for si, s in ipairs(plan.steps) do
+    if not skip[si] then
+      local n = s.node
+      if n.op_type == "Conv" and n.fuse and s.nout == 1 and s.outs[1] then
+        local last, add_name, relu = s.outs[1], nil, false
+        local ai, a = sole_reader(last, si)
+        local frees = {}
+        for _, f in ipairs(s.free) do frees[#frees + 1] = f end
+        if a and a.node.op_type == "Add" and a.nin == 2 and (a.ins[1] == last) ~= (a.ins[2] == last) then
+          add_name = a.ins[1] == last and a.ins[2] or a.ins[1]
+          -- the addend must exist before the Conv runs
+          if producer_step[add_name] and producer_step[add_name] > si then add_name = nil end
+        end
+        if add_name then
+          skip[ai] = true
+          last = a.outs[1]
+          for _, f in ipairs(a.free) do frees[#frees + 1] = f end
+        end
+        local ri, r = sole_reader(last, add_name and ai or si)
+        if r and r.node.op_type == "Relu" and last then
+          skip[ri] = true
+          relu = true
+          last = r.outs[1]
+          for _, f in ipairs(r.free) do frees[#frees + 1] = f end
+        end
+        if add_name or relu then
+          local fuse, nin = n.fuse, s.nin
+          local ins = {}
+          for j = 1, 3 do ins[j] = s.ins[j] or false end
+          ins[4] = add_name or false
+          out[#out + 1] = {fn = function(x, w, b, addend) return fuse(x, w, b, addend, relu) end, ins = ins,
+            nin = 4, outs = {last}, nout = 1, node = n, free = frees}
+          local _ = nin
+        else
+          out[#out + 1] = s
+        end
+      else
+        out[#out + 1] = s
+      end
+    end
+  end
+  return out
+end
+G.fuse_steps = fuse_steps
+
+-- Runs plan's steps (or the given ones) in env (a table of name -> tensor,
+-- filled with inputs, parameters and constants); leaves results in env.
+local function run_steps(plan, env, steps)
+  steps = steps or plan.steps
   local cur = 0
   local ok, err = pcall(function()
     for si = 1, #steps do
@@ -481,7 +552,7 @@ local function opset_of(model, src)
   return v
 end
 
-function OnnxModel:__init(model, src)
+function OnnxModel:__init(model, src, opts)
   if type(model) ~= "table" or type(model.graph) ~= "table" then
     ferror("onnx: %s: the model has no graph", src)
   end
@@ -489,7 +560,7 @@ function OnnxModel:__init(model, src)
   rawget(self, "_attrs").opset = opset
   rawget(self, "_attrs").src = src
   rawget(self, "_attrs").producer = model.producer_name
-  local plan = compile(model.graph, {opset = opset, src = src, root = self})
+  local plan = compile(model.graph, {opset = opset, src = src, root = self, fold = not opts or opts.fold ~= false})
   -- constants (folded values, integer initializers) used at run time become
   -- non-persistent buffers of a holder, so m:to() moves them too
   local used = {}
@@ -514,6 +585,8 @@ function OnnxModel:__init(model, src)
   local input_names, output_names = {}, {}
   for i, v in ipairs(plan.inputs) do input_names[i] = v.name end
   for i, nm in ipairs(plan.outputs) do output_names[i] = nm end
+  -- inference without autograd runs fused convolutions (false: never)
+  rawget(self, "_attrs").fuse_inference = true
   rawget(self, "_attrs").input_names = input_names
   rawget(self, "_attrs").output_names = output_names
 end
@@ -581,13 +654,31 @@ local function bind_inputs(self, plan, env, ...)
   end
 end
 
+-- Whether no gradient can be needed: grad mode off, or no parameter and no
+-- input requires grad.
+local function inference(self, env, plan)
+  if not dl.is_grad_enabled() then return true end
+  for _, v in ipairs(plan.inputs) do
+    if env[v.name].requires_grad then return false end
+  end
+  for _, p in ipairs(self:parameters()) do
+    if p.requires_grad then return false end
+  end
+  return true
+end
+
 -- The values of the run as a table name -> tensor (every graph output).
 function OnnxModel:run(...)
   local plan = self._plan
   local env = {}
   for nm, h in pairs(plan.holders) do env[nm] = h[1][h[2]] end
   bind_inputs(self, plan, env, ...)
-  run_steps(plan, env)
+  local steps = plan.steps
+  if self.fuse_inference and inference(self, env, plan) then
+    plan.fused = plan.fused or fuse_steps(plan)
+    steps = plan.fused
+  end
+  run_steps(plan, env, steps)
   local out = {}
   for _, nm in ipairs(plan.outputs) do out[nm] = env[nm] end
   return out
@@ -606,6 +697,6 @@ function OnnxModel:extra_repr()
     table.concat(self.input_names, ", "), table.concat(self.output_names, ", "), #self._plan.steps)
 end
 
-function G.build(model, src) return OnnxModel(model, src) end
+function G.build(model, src, opts) return OnnxModel(model, src, opts) end
 
 return G

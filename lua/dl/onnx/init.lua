@@ -23,19 +23,20 @@ local function check_available()
   if missing then error(missing, 0) end
 end
 
--- dl.onnx.load(path | bytes-table, {name=}) -> OnnxModel (a dl.nn.Module).
--- opts.bytes = true reads `src` as the file's bytes instead of a path.
+-- dl.onnx.load(path, {bytes=false, fold=true}) -> OnnxModel (a dl.nn.Module).
+-- bytes = true reads `src` as the file's bytes instead of a path; fold =
+-- false runs nothing at load (no constant folding: every node runs per call).
 function onnx.load(src, opts)
   check_available()
   opts = opts or {}
   if type(opts) ~= "table" then error("onnx.load: options must be a table", 2) end
   for k in pairs(opts) do
-    if k ~= "bytes" then error("onnx.load: unknown option '" .. tostring(k) .. "'", 2) end
+    if k ~= "bytes" and k ~= "fold" then error("onnx.load: unknown option '" .. tostring(k) .. "'", 2) end
   end
   if type(src) ~= "string" then error("onnx.load: a path (string) is required, got " .. type(src), 2) end
   local model
   if opts.bytes then model = dl._onnx.decode_model(src) else model = dl._onnx.load_model(src) end
-  return require("dl.onnx.graph").build(model, opts.bytes and "(bytes)" or src)
+  return require("dl.onnx.graph").build(model, opts.bytes and "(bytes)" or src, {fold = opts.fold ~= false})
 end
 
 -- dl.onnx.load_tensor(path) -> tensor, name (a serialized TensorProto, as

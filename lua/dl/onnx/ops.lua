@@ -421,8 +421,19 @@ end
 OPS.Conv = function(n)
   local g = geometry(n, nil, nil)
   local group = n:attr("group", "INT", 1)
-  local wt = n:input_type(2)
-  return function(x, w, b)
+  local conv
+  -- inference plans (graph.lua) fuse a following Add and/or Relu: fused =
+  -- {add = tensor or nil, relu = bool}; other ranks compose them after
+  n.fuse = function(x, w, b, add, relu)
+    if w:dim() ~= 4 then
+      local y = conv(x, w, b)
+      if add then y = y + add end
+      if relu then y = y:relu() end
+      return y
+    end
+    return conv(x, w, b, {add = add, relu = relu})
+  end
+  conv = function(x, w, b, fused)
     local nsp = w:dim() - 2
     if nsp < 1 or nsp > 3 then error(string.format("weight of rank %d: Conv%dd is not supported", w:dim(), nsp), 0) end
     if x:dim() ~= nsp + 2 then
@@ -441,6 +452,11 @@ OPS.Conv = function(n)
       pb = fill(nil, nsp, 0)
     end
     if nsp == 2 then
+      if fused then
+        -- relu?(conv + add?) in one oneDNN call (inference only)
+        return dl._nn.conv2d_fused(x, w, b, {stride = s, padding = pb, dilation = d, groups = group,
+          add = fused.add, relu = fused.relu})
+      end
       return F.conv2d(x, w, b, {stride = s, padding = pb, dilation = d, groups = group})
     elseif nsp == 1 then
       local y = F.conv2d(x:unsqueeze(3), w:unsqueeze(3), b,
@@ -449,6 +465,7 @@ OPS.Conv = function(n)
     end
     return conv3d(x, w, b, s, pb, d, group)
   end
+  return function(x, w, b) return conv(x, w, b) end
 end
 OPS.ConvTranspose = function(n)
   local g = geometry(n, nil, nil)
@@ -1791,7 +1808,7 @@ OPS.If = function(n)
   if not tg or not eg then n:fail("then_branch and else_branch are required") end
   local outer = {}
   for _, nm in ipairs(n.extra) do outer[nm] = true end
-  local scope = {opset = n.opset, src = n.src, outer = outer}
+  local scope = {opset = n.opset, src = n.src, outer = outer, fold = n.fold}
   local tp = n.compile(tg, scope)
   local ep = n.compile(eg, scope)
   n.nofold = true
