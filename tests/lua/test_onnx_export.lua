@@ -97,6 +97,84 @@ T.case("tensor ops in a custom forward: views, reductions, in-place, concatenati
   check_export("tensorops", Net(), dl.randn(3, 2, 3), dl.randn(7, 2, 3))
 end)
 
+T.case("1-D, 3-D and transposed convolutions, PReLU, shuffles, upsampling, instance and layer norm", function()
+  dl.manual_seed(4)
+  local Net = nn.Module:extend("Net")
+  function Net:__init()
+    self.c1 = nn.Conv1d(3, 4, 3, {padding = 1})
+    self.c3 = nn.Conv3d(1, 2, 3, {padding = 1})
+    self.p3 = nn.MaxPool3d(2)
+    self.up = nn.ConvTranspose2d(4, 4, 3, {stride = 2, padding = 1, output_padding = 1})
+    self.act = nn.PReLU(4)
+    self.shuffle = nn.PixelShuffle(2)
+    self.unshuffle = nn.PixelUnshuffle(2)
+    self.inorm = nn.InstanceNorm2d(4, {affine = true})
+    self.interp = nn.Upsample({scale_factor = 2, mode = "bilinear"})
+    self.norm = nn.LayerNorm(8)
+    self.pool1 = nn.AvgPool1d(2)
+  end
+  function Net:forward(x) -- x (N, 3, 16)
+    local n = x.shape[1]
+    local a = self.pool1(self.c1(x))                         -- (N, 4, 8)
+    local v = self.p3(self.c3(a:reshape(n, 1, 4, 8, 1):expand(n, 1, 4, 8, 2))) -- (N, 2, 2, 4, 1)
+    local img = a:reshape(n, 4, 4, 2)
+    local u = self.act(self.up(img))                         -- (N, 4, 8, 4)
+    u = self.inorm(self.unshuffle(self.shuffle(u)))          -- (N, 4, 8, 4)
+    u = self.interp(u)                                       -- (N, 4, 16, 8)
+    return self.norm(u) , v
+  end
+  local m = Net()
+  m:eval()
+  local x = dl.randn(2, 3, 16)
+  local path = dir .. "/composed.onnx"
+  dl.onnx.export(m, {x}, path)
+  if HAVE_ONNX then
+    local ok, out = helper(T.python(), "check", path)
+    T.truthy(ok and out:find("ok"), "onnx.checker: " .. out)
+  end
+  local back = dl.onnx.load(path)
+  local w1, w2 = dl.no_grad(function() return m(x) end)
+  local b1, b2 = back(x)
+  T.close(b1:detach(), w1, 1e-4, 1e-4, "round trip 1")
+  T.close(b2:detach(), w2, 1e-4, 1e-4, "round trip 2")
+  if ORT then
+    local ip = dir .. "/composed_in.pb"
+    dl.onnx.save_tensor(ip, x)
+    local ok, out = helper(ORT, "ort", path, dir, ip)
+    T.truthy(ok, "onnxruntime: " .. out)
+    T.close(dl.onnx.load_tensor(dir .. "/output_0.pb"), w1, 1e-4, 1e-4, "onnxruntime 1")
+    T.close(dl.onnx.load_tensor(dir .. "/output_1.pb"), w2, 1e-4, 1e-4, "onnxruntime 2")
+  end
+end)
+
+T.case("LayerNorm and RMSNorm at opset 17 and decomposed at opset 13", function()
+  local Net = nn.Module:extend("NormNet")
+  function Net:__init()
+    self.body = nn.Sequential(nn.Linear(6, 6), nn.RMSNorm(6))
+    self.norm = nn.LayerNorm({2, 3})
+  end
+  function Net:forward(x) return self.norm(self.body(x):reshape(x.shape[1], 2, 3)) end
+  local net = Net()
+  net:eval()
+  local x = dl.randn(4, 6)
+  for _, opset in ipairs {13, 17} do
+    local path = dir .. "/norms" .. opset .. ".onnx"
+    local t = dl.onnx.export(net, {x}, path, {opset = opset})
+    local has_ln = false
+    for _, node in ipairs(t.graph.node) do if node.op_type == "LayerNormalization" then has_ln = true end end
+    T.eq(has_ln, opset == 17, "LayerNormalization node at opset " .. opset)
+    local want = dl.no_grad(function() return net(x) end)
+    T.close(dl.onnx.load(path)(x):detach(), want, 1e-5, 1e-5, "round trip opset " .. opset)
+    if ORT then
+      local ip = dir .. "/norms_in.pb"
+      dl.onnx.save_tensor(ip, x)
+      local ok, out = helper(ORT, "ort", path, dir, ip)
+      T.truthy(ok, out)
+      T.close(dl.onnx.load_tensor(dir .. "/output_0.pb"), want, 1e-5, 1e-5, "onnxruntime opset " .. opset)
+    end
+  end
+end)
+
 T.case("ResNet-18 and ResNet-50", function()
   dl.manual_seed(2)
   for _, arch in ipairs {"resnet18", "resnet50"} do

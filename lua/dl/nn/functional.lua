@@ -3,7 +3,9 @@
 -- softmax, log_softmax, relu, dropout, pad and the losses, all recording
 -- autograd); this file returns
 -- that table after adding what is composed from tensor ops in Lua (linear =
--- matmul + add, flatten).  A C version of the same name wins.
+-- matmul + add, flatten, and lua/dl/nn/composed.lua's conv1d, conv3d,
+-- conv_transpose1d/2d, the 1-D and 3-D poolings, prelu, pixel_shuffle,
+-- instance_norm, interpolate).  A C version of the same name wins.
 --
 -- Conventions (PyTorch's signatures, the Lua way): dims are 1-based, class
 -- indices in targets are 1-based, options come as a trailing table.
@@ -42,89 +44,10 @@ function F.flatten(x, start_dim, end_dim)
   return x:flatten(start_dim or 1, end_dim or -1)
 end
 
--- conv_transpose2d(x, w, b, {stride=1, padding=0, output_padding=0,
--- groups=1, dilation=1}): PyTorch's transposed convolution.  x is (N, Cin,
--- H, W) or unbatched (Cin, H, W), w is (Cin, Cout/groups, kH, kW).  It is
--- conv2d's input gradient, so it runs on conv2d's backward kernel (oneDNN
--- on the CPU, cuDNN on CUDA); its own backward is conv2d (for x) and
--- conv2d's weight gradient (for w), recorded as one autograd node.
-local function pair(v, what, min)
-  if v == nil then return nil end
-  if math.type(v) == "integer" then v = {v, v} end
-  if type(v) ~= "table" or math.type(v[1]) ~= "integer" or math.type(v[2]) ~= "integer" or #v ~= 2 then
-    fail("conv_transpose2d: %s must be an integer or a pair of integers", what)
-  end
-  if v[1] < min or v[2] < min then fail("conv_transpose2d: %s must be >= %d, got {%d, %d}", what, min, v[1], v[2]) end
-  return v
-end
-
-local ConvTranspose -- the autograd Function, made on first use
-local function conv_transpose_fn()
-  if ConvTranspose then return ConvTranspose end
-  local nnk = dl._nn
-  ConvTranspose = require("dl.autograd").Function{
-    name = "ConvTranspose2DBackward",
-    forward = function(ctx, x, w, o)
-      ctx.o = o
-      ctx:save_for_backward(x, w)
-      local out = dl.empty(o.out_shape, {dtype = x.dtype, device = x.device})
-      return (nnk.conv2d_backward(x, out, w, {stride = o.stride, padding = o.padding, dilation = o.dilation,
-        groups = o.groups, need = {true, false, false}}))
-    end,
-    backward = function(ctx, g)
-      local x, w = ctx.saved_tensors[1], ctx.saved_tensors[2]
-      local o = ctx.o
-      local gx, gw
-      if ctx.needs_input_grad[1] then
-        gx = nnk.conv2d_forward(g, w, nil, {stride = o.stride, padding = o.padding, dilation = o.dilation,
-          groups = o.groups})
-      end
-      if ctx.needs_input_grad[2] then
-        local _
-        _, gw = nnk.conv2d_backward(x, g, w, {stride = o.stride, padding = o.padding, dilation = o.dilation,
-          groups = o.groups, need = {false, true, false}})
-      end
-      return gx, gw
-    end,
-  }
-  return ConvTranspose
-end
-
-function F.conv_transpose2d(x, w, b, opts)
-  check_tensor(x, "conv_transpose2d", "input")
-  check_tensor(w, "conv_transpose2d", "weight")
-  opts = util.check_options(opts, "conv_transpose2d", {"stride", "padding", "output_padding", "groups", "dilation"})
-  local stride = pair(opts.stride, "stride", 1) or {1, 1}
-  local padding = pair(opts.padding, "padding", 0) or {0, 0}
-  local outpad = pair(opts.output_padding, "output_padding", 0) or {0, 0}
-  local dilation = pair(opts.dilation, "dilation", 1) or {1, 1}
-  local groups = opts.groups or 1
-  if math.type(groups) ~= "integer" or groups < 1 then fail("conv_transpose2d: groups must be a positive integer") end
-  local unbatched = x:dim() == 3
-  if unbatched then x = x:unsqueeze(1) end
-  if x:dim() ~= 4 then fail("conv_transpose2d: input must be 3-D or 4-D, got %d-D", x:dim()) end
-  if w:dim() ~= 4 then fail("conv_transpose2d: weight must be 4-D (Cin, Cout/groups, kH, kW), got %d-D", w:dim()) end
-  local N, C, H, W = x.shape[1], x.shape[2], x.shape[3], x.shape[4]
-  if w.shape[1] ~= C then
-    fail("conv_transpose2d: input has %d channels, weight expects %d", C, w.shape[1])
-  end
-  if C % groups ~= 0 then fail("conv_transpose2d: %d input channels are not divisible by groups=%d", C, groups) end
-  local out = {N, w.shape[2] * groups}
-  for i = 1, 2 do
-    if outpad[i] >= stride[i] then
-      fail("conv_transpose2d: output_padding (%d) must be smaller than stride (%d)", outpad[i], stride[i])
-    end
-    local size = ({H, W})[i]
-    out[i + 2] = (size - 1) * stride[i] - 2 * padding[i] + dilation[i] * (w.shape[i + 2] - 1) + outpad[i] + 1
-    if out[i + 2] <= 0 then
-      fail("conv_transpose2d: the output would be empty (size %d along spatial dim %d)", out[i + 2], i)
-    end
-  end
-  local y = conv_transpose_fn()(x, w, {stride = stride, padding = padding, dilation = dilation, groups = groups,
-    out_shape = out})
-  if b ~= nil then y = y + check_tensor(b, "conv_transpose2d", "bias"):reshape(1, -1, 1, 1) end
-  if unbatched then y = y:squeeze(1) end
-  return y
+-- 1-D and 3-D convolutions and pools, transposed convolutions, prelu,
+-- pixel shuffle, instance norm, interpolate: compositions of the C kernels
+for k, v in pairs(require "dl.nn.composed") do
+  if k:sub(1, 1) ~= "_" then F[k] = v end
 end
 
 -- The C table wins; the Lua versions only fill names it lacks.

@@ -3,6 +3,7 @@
 --   dl.nn.Module, dl.nn.Parameter          base class (module.lua)
 --   Sequential, ModuleList                 containers (containers.lua)
 --   Linear, Conv2d, BatchNorm2d, ReLU, ... layers (layers.lua)
+--   Conv1d, Conv3d, ConvTranspose2d, PReLU, InstanceNorm2d, Upsample, ... (layers_composed.lua)
 --   CrossEntropyLoss, MSELoss, ...         losses (loss.lua)
 --   dl.nn.functional (also dl.nn.F)        functional ops (functional.lua)
 --   dl.nn.init                             initialisers (initializers.lua)
@@ -21,7 +22,7 @@ nn.functional = require "dl.nn.functional"
 nn.F = nn.functional
 nn.init = require "dl.nn.initializers"
 
-for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.loss"} do
+for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.layers_composed", "dl.nn.loss"} do
   for k, v in pairs(require(family)) do nn[k] = v end
 end
 

@@ -448,15 +448,6 @@ EM.conv2d_fused = function(r, res, x, w, b, opts)
   if opts.relu then y = r:node("Relu", {y}) end
   r:bind(res[1], y)
 end
-EM.conv_transpose2d = function(r, res, x, w, b, opts)
-  opts = opts or {}
-  local s, p, d, op = pair(opts.stride, 1), pair(opts.padding, 0), pair(opts.dilation, 1),
-    pair(opts.output_padding, 0)
-  local ins = {r:input(x), r:input(w)}
-  if b then ins[3] = r:input(b) end
-  r:bind(res[1], r:node("ConvTranspose", ins, {strides = s, pads = {p[1], p[2], p[1], p[2]}, dilations = d,
-    group = opts.groups or 1, output_padding = op, kernel_shape = {w.shape[3], w.shape[4]}}))
-end
 EM.batch_norm = function(r, res, x, rm, rv, w, b, training, _, eps)
   if training then fail("batch_norm in training mode has no export (the model is put in eval mode: a " ..
     "BatchNorm without running statistics cannot be exported)") end
@@ -557,6 +548,160 @@ EM.pad = function(r, res, x, pads, mode, value)
 end
 
 for _, name in ipairs(INPLACE) do EM[name .. "_"] = EM[name] end
+
+-- --- the compositions of dl.nn.composed, each as its ONNX op ---------------------------------
+
+-- v as a list of n integers (a number repeated)
+local function nlist(v, n, def)
+  if v == nil then v = def end
+  if type(v) == "number" then
+    local r = {}
+    for i = 1, n do r[i] = v end
+    return r
+  end
+  return {table.unpack(v, 1, n)}
+end
+
+local function conv_nd(n, transposed)
+  return function(r, res, x, w, b, opts)
+    opts = opts or {}
+    local p = nlist(opts.padding, n, 0)
+    local pads = {}
+    for i = 1, n do pads[i], pads[i + n] = p[i], p[i] end
+    local k = {}
+    for i = 1, n do k[i] = w.shape[i + 2] end
+    local a = {strides = nlist(opts.stride, n, 1), pads = pads, dilations = nlist(opts.dilation, n, 1),
+      group = opts.groups or 1, kernel_shape = k}
+    if transposed then a.output_padding = nlist(opts.output_padding, n, 0) end
+    local ins = {r:input(x), r:input(w)}
+    if b then ins[3] = r:input(b) end
+    r:bind(res[1], r:node(transposed and "ConvTranspose" or "Conv", ins, a))
+  end
+end
+EM.conv1d, EM.conv3d = conv_nd(1, false), conv_nd(3, false)
+EM.conv_transpose1d, EM.conv_transpose2d = conv_nd(1, true), conv_nd(2, true)
+
+local function pool_nd(n, op)
+  return function(r, res, x, k, opts)
+    opts = opts or {}
+    local kk = nlist(k, n)
+    local p = nlist(opts.padding, n, 0)
+    local pads = {}
+    for i = 1, n do pads[i], pads[i + n] = p[i], p[i] end
+    local a = {kernel_shape = kk, strides = nlist(opts.stride, n, kk), pads = pads}
+    if opts.ceil_mode then a.ceil_mode = 1 end
+    if op == "MaxPool" then
+      local d = nlist(opts.dilation, n, 1)
+      for i = 1, n do if d[i] ~= 1 then a.dilations = d end end
+    else
+      a.count_include_pad = (opts.count_include_pad == nil or opts.count_include_pad) and 1 or 0
+    end
+    r:bind(res[1], r:node(op, {r:input(x)}, a))
+  end
+end
+EM.max_pool1d, EM.max_pool3d = pool_nd(1, "MaxPool"), pool_nd(3, "MaxPool")
+EM.avg_pool1d, EM.avg_pool3d = pool_nd(1, "AveragePool"), pool_nd(3, "AveragePool")
+
+EM.prelu = function(r, res, x, w)
+  local slope = w
+  if w:numel() > 1 then
+    local s = {w:numel()}
+    for _ = 3, x:dim() do s[#s + 1] = 1 end
+    slope = r:node("Reshape", {r:input(w), r:const_ints(s)})
+  else
+    slope = r:input(w)
+  end
+  r:bind(res[1], r:node("PRelu", {r:input(x), slope}))
+end
+EM.pixel_shuffle = function(r, res, x, f)
+  if x:dim() ~= 4 then fail("pixel_shuffle of a %d-D input has no export (4-D only)", x:dim()) end
+  r:bind(res[1], r:node("DepthToSpace", {r:input(x)}, {blocksize = f, mode = "CRD"}))
+end
+EM.pixel_unshuffle = function(r, res, x, f)
+  if x:dim() ~= 4 then fail("pixel_unshuffle of a %d-D input has no export (4-D only)", x:dim()) end
+  local N, C, H, W = table.unpack(x.shape)
+  local t = r:node("Reshape", {r:input(x), r:const_ints({r.dynamic_batch and 0 or N, C, H // f, f, W // f, f})})
+  t = r:node("Transpose", {t}, {perm = {0, 1, 3, 5, 2, 4}})
+  r:bind(res[1], r:node("Reshape", {t, r:const_ints({r.dynamic_batch and 0 or N, C * f * f, H // f, W // f})}))
+end
+EM.instance_norm = function(r, res, x, _, _, w, b, use_input_stats, _, eps)
+  if use_input_stats == false then fail("instance_norm with running statistics (eval, tracked) has no export") end
+  local C = x.shape[2]
+  local ww = w or dl.ones({C}, {dtype = x.dtype})
+  local bb = b or dl.zeros({C}, {dtype = x.dtype})
+  r:bind(res[1], r:node("InstanceNormalization", {r:input(x), r:input(ww), r:input(bb)}, {epsilon = (eps or 1e-5) + 0.0}))
+end
+EM.interpolate = function(r, res, x, opts)
+  local mode = opts.mode or "nearest"
+  local a = {}
+  if mode == "nearest" then
+    a.mode, a.coordinate_transformation_mode, a.nearest_mode = "nearest", "asymmetric", "floor"
+  elseif mode == "nearest-exact" then
+    a.mode, a.coordinate_transformation_mode, a.nearest_mode = "nearest", "half_pixel", "floor"
+  else
+    a.mode = mode == "bicubic" and "cubic" or "linear"
+    a.coordinate_transformation_mode = opts.align_corners and "align_corners" or
+      (mode == "bicubic" and "half_pixel" or "pytorch_half_pixel")
+    if mode == "bicubic" then a.cubic_coeff_a = -0.75 end
+  end
+  local y = res[1]
+  local sizes = {}
+  for i, v in ipairs(y.shape) do sizes[i] = v end
+  local ins = {r:input(x), "", ""}
+  if opts.scale_factor ~= nil and not opts.recompute_scale_factor then
+    local sc = {1.0, 1.0}
+    for i = 3, x:dim() do
+      local f = opts.scale_factor
+      if type(f) == "table" then f = f[i - 2] end
+      sc[i] = f + 0.0
+    end
+    ins[3] = r:const(dl.tensor(sc, {dtype = dl.float32}))
+  else
+    if r.dynamic_batch then
+      -- the batch size from the input, the rest fixed
+      local shape = r:node("Shape", {r:input(x)})
+      local batch = r:node("Slice", {shape, r:const_ints({0}), r:const_ints({2}), r:const_ints({0})})
+      ins[4] = r:node("Concat", {batch, r:const_ints({table.unpack(sizes, 3)})}, {axis = 0})
+    else
+      ins[4] = r:const_ints(sizes)
+    end
+  end
+  r:bind(y, r:node("Resize", ins, a))
+end
+EM.layer_norm = function(r, res, x, shape, w, b, eps)
+  local n = type(shape) == "table" and #shape or 1
+  eps = (eps or 1e-5) + 0.0
+  if r.opset >= 17 then
+    local ins = {r:input(x), r:input(w or dl.ones(type(shape) == "table" and shape or {shape}, {dtype = x.dtype}))}
+    if b then ins[3] = r:input(b) end
+    return r:bind(res[1], r:node("LayerNormalization", ins, {axis = -n, epsilon = eps}))
+  end
+  -- opsets < 17: (x - mean) / sqrt(var + eps) * w + b over the last n dims
+  local axes = {}
+  for i = 1, n do axes[i] = -i end
+  local xi = r:input(x)
+  local mean = r:node("ReduceMean", {xi}, {axes = axes, keepdims = 1})
+  local d = r:node("Sub", {xi, mean})
+  local var = r:node("ReduceMean", {r:node("Mul", {d, d})}, {axes = axes, keepdims = 1})
+  local y = r:node("Div", {d, r:node("Sqrt", {r:node("Add", {var, r:input(eps, x)})})})
+  if w then y = r:node("Mul", {y, r:input(w)}) end
+  if b then y = r:node("Add", {y, r:input(b)}) end
+  r:bind(res[1], y)
+end
+
+EM.rms_norm = function(r, res, x, shape, w, eps)
+  local n = type(shape) == "table" and #shape or 1
+  if eps == nil then -- PyTorch's default: the compute dtype's machine epsilon
+    eps = x.dtype == dl.float64 and 2.220446049250313e-16 or 1.1920928955078125e-07
+  end
+  local axes = {}
+  for i = 1, n do axes[i] = -i end
+  local xi = r:input(x)
+  local ms = r:node("ReduceMean", {r:node("Mul", {xi, xi})}, {axes = axes, keepdims = 1})
+  local y = r:node("Div", {xi, r:node("Sqrt", {r:node("Add", {ms, r:input(eps + 0.0, x)})})})
+  if w then y = r:node("Mul", {y, r:input(w)}) end
+  r:bind(res[1], y)
+end
 
 -- --- what refuses ----------------------------------------------------------------------------------------
 

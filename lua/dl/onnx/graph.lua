@@ -478,13 +478,12 @@ local function fuse_steps(plan)
           for _, f in ipairs(r.free) do frees[#frees + 1] = f end
         end
         if add_name or relu then
-          local fuse, nin = n.fuse, s.nin
+          local fuse = n.fuse
           local ins = {}
           for j = 1, 3 do ins[j] = s.ins[j] or false end
           ins[4] = add_name or false
           out[#out + 1] = {fn = function(x, w, b, addend) return fuse(x, w, b, addend, relu) end, ins = ins,
             nin = 4, outs = {last}, nout = 1, node = n, free = frees}
-          local _ = nin
         else
           out[#out + 1] = s
         end

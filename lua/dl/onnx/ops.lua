@@ -15,6 +15,7 @@
 local dl = require "dl"
 local G = require "dl.onnx.graph"
 local F = require "dl.nn.functional"
+local composed = require "dl.nn.composed"
 
 local OPS = {}
 local list = G.list
@@ -392,32 +393,6 @@ local function fill(t, n, v)
   return r
 end
 
--- conv over (N, C, D, H, W) as a sum of conv2d over the kernel's depth
--- taps (pad: symmetric {d, h, w})
-local function conv3d(x, w, b, stride, pad, dil, groups)
-  if pad[1] > 0 then x = F.pad(x, {0, 0, 0, 0, pad[1], pad[1]}) end
-  local N, C, D, Hh, W = table.unpack(x.shape)
-  local O, _, KD = w.shape[1], w.shape[2], w.shape[3]
-  local OD = (D - ((KD - 1) * dil[1] + 1)) // stride[1] + 1
-  if OD <= 0 then error("conv: the input's depth is smaller than the kernel", 0) end
-  local y
-  for kd = 0, KD - 1 do
-    local first = kd * dil[1]
-    local idx = {}
-    for od = 0, OD - 1 do idx[#idx + 1] = first + od * stride[1] + 1 end
-    local xs = x:index_select(3, dl.tensor(idx, {dtype = dl.int64, device = x.device}))
-    xs = xs:permute(1, 3, 2, 4, 5):reshape(N * OD, C, Hh, W)
-    local wk = w:select(3, kd + 1)
-    local part = F.conv2d(xs, wk, nil, {stride = {stride[2], stride[3]}, padding = {pad[2], pad[3]},
-      dilation = {dil[2], dil[3]}, groups = groups})
-    y = y and y + part or part
-  end
-  local OH, OW = y.shape[3], y.shape[4]
-  y = y:reshape(N, OD, O, OH, OW):permute(1, 3, 2, 4, 5)
-  if b then y = y + b:reshape(O, 1, 1, 1) end
-  return y:contiguous()
-end
-
 OPS.Conv = function(n)
   local g = geometry(n, nil, nil)
   local group = n:attr("group", "INT", 1)
@@ -459,11 +434,9 @@ OPS.Conv = function(n)
       end
       return F.conv2d(x, w, b, {stride = s, padding = pb, dilation = d, groups = group})
     elseif nsp == 1 then
-      local y = F.conv2d(x:unsqueeze(3), w:unsqueeze(3), b,
-        {stride = {1, s[1]}, padding = {0, pb[1]}, dilation = {1, d[1]}, groups = group})
-      return y:squeeze(3)
+      return F.conv1d(x, w, b, {stride = s, padding = pb, dilation = d, groups = group})
     end
-    return conv3d(x, w, b, s, pb, d, group)
+    return F.conv3d(x, w, b, {stride = s, padding = pb, dilation = d, groups = group})
   end
   return function(x, w, b) return conv(x, w, b) end
 end
@@ -664,23 +637,26 @@ end
 
 OPS.InstanceNormalization = function(n)
   local eps = n:attr("epsilon", "FLOAT", 1e-5)
-  return function(x, scale, bias)
-    local s = shape_of(x)
-    local N, C = s[1], s[2]
-    local y = F.batch_norm(x:reshape(1, N * C, -1), nil, nil, nil, nil, true, 0, eps):reshape(s)
-    local sh = {1, C}
-    for _ = 3, #s do sh[#sh + 1] = 1 end
-    return y * scale:reshape(sh) + bias:reshape(sh)
-  end
+  return function(x, scale, bias) return F.instance_norm(x, nil, nil, scale, bias, true, 0, eps) end
 end
 
 OPS.LayerNormalization = function(n)
   local axis = n:attr("axis", "INT", -1)
   local eps = n:attr("epsilon", "FLOAT", 1e-5)
   local stash = n:attr("stash_type", "INT", 1)
+  local stats = n:has_output(2) or n:has_output(3)
   return function(x, scale, bias)
     local r = x:dim()
     local a = dim_of(n, axis, r)
+    if not stats and F.layer_norm and (x.dtype == dl.float32 or x.dtype == dl.float64) then
+      -- dl's fused kernel when the weights cover the normalized dims exactly
+      local ns, same = {}, scale:dim() == r - a + 1
+      for i = a, r do
+        ns[#ns + 1] = x.shape[i]
+        if same and scale.shape[i - a + 1] ~= x.shape[i] then same = false end
+      end
+      if same and (not bias or bias:dim() == scale:dim()) then return F.layer_norm(x, ns, scale, bias, eps) end
+    end
     local dims = {}
     for i = a, r do dims[#dims + 1] = i end
     local xs = x
@@ -1490,23 +1466,12 @@ local function nearest_index(nmode, x)
   error("nearest_mode '" .. nmode .. "' is not supported", 0)
 end
 
-local function cubic_weights(t, a)
-  local function w(d)
-    d = math.abs(d)
-    if d <= 1 then return ((a + 2) * d - (a + 3)) * d * d + 1 end
-    if d < 2 then return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a end
-    return 0
-  end
-  return {w(1 + t), w(t), w(1 - t), w(2 - t)}
-end
-
--- Resamples dim d of x to out_size; taps/weights built on the host.
+-- Resamples dim d of x to out_size: ONNX's taps, dl.nn.composed's gathers.
 local function resample_axis(x, d, out_size, p)
   local in_size = x.shape[d]
-  local scale = p.scale
   local taps = {} -- per output position: list of {index (0-based), weight}
   for o = 0, out_size - 1 do
-    local c = source_coord(p.ctm, o, scale, in_size, out_size, p.roi_lo, p.roi_hi)
+    local c = source_coord(p.ctm, o, p.scale, in_size, out_size, p.roi_lo, p.roi_hi)
     local tl = {}
     if p.ctm == "tf_crop_and_resize" and (c < 0 or c > in_size - 1) then
       tl = {{-1, 1}} -- extrapolation
@@ -1523,8 +1488,7 @@ local function resample_axis(x, d, out_size, p)
       tl = {{i0, 1 - t}, {i1, t}}
     else -- cubic
       local i0 = math.floor(c)
-      local t = c - i0
-      local ws = cubic_weights(t, p.cubic_a)
+      local ws = composed._cubic(c - i0, p.cubic_a)
       local sum = 0
       for j = 1, 4 do
         local idx = i0 - 2 + j
@@ -1538,34 +1502,7 @@ local function resample_axis(x, d, out_size, p)
     end
     taps[o + 1] = tl
   end
-  local ntap = #taps[1]
-  for o = 1, out_size do if #taps[o] > ntap then ntap = #taps[o] end end
-  local y
-  local wshape = {}
-  for i = 1, x:dim() do wshape[i] = 1 end
-  wshape[d] = out_size
-  local extrap = false
-  for j = 1, ntap do
-    local idx, wts = {}, {}
-    for o = 1, out_size do
-      local t = taps[o][j]
-      if t and t[1] >= 0 then idx[o], wts[o] = t[1] + 1, t[2]
-      else idx[o], wts[o] = 1, 0; if t and t[1] < 0 then extrap = true end end
-    end
-    local g = x:index_select(d, dl.tensor(idx, {dtype = dl.int64, device = x.device}))
-    local allone = true
-    for o = 1, out_size do if wts[o] ~= 1 then allone = false end end
-    local term
-    if allone then term = g
-    else term = g * dl.tensor(wts, {dtype = x.dtype, device = x.device}):reshape(wshape) end
-    y = y and y + term or term
-  end
-  if extrap then
-    local m = {}
-    for o = 1, out_size do m[o] = taps[o][1][1] < 0 and p.extrapolation or 0 end
-    y = y + dl.tensor(m, {dtype = x.dtype, device = x.device}):reshape(wshape)
-  end
-  return y
+  return composed._resample_axis(x, d, taps, p.extrapolation)
 end
 
 local function resize_run(x, scales, sizes, p, roi)
