@@ -197,6 +197,21 @@ def _torch_model(kind):
                 y = torch.nn.functional.interpolate(y, scale_factor=2, mode="nearest")
                 return torch.nn.functional.avg_pool2d(y, 2) + torch.nn.functional.max_pool2d(y, 2)
         return Net().eval(), torch.randn(2, 3, 4, 4)
+    if kind == "rnn":
+        # LSTM (2 layers, bidirectional, batch_first) then a GRU and an RNN
+        class Seq(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lstm = nn.LSTM(5, 4, num_layers=2, bidirectional=True, batch_first=True)
+                self.gru = nn.GRU(8, 3)
+                self.rnn = nn.RNN(3, 2, nonlinearity="relu")
+
+            def forward(self, x):
+                y, _ = self.lstm(x)             # (N, T, 8)
+                z, h = self.gru(y.transpose(0, 1))  # (T, N, 3)
+                w, _ = self.rnn(z)
+                return w.transpose(0, 1) + h.transpose(0, 1).sum(2, keepdim=True)
+        return Seq().eval(), torch.randn(3, 6, 5)
     raise SystemExit("unknown model kind " + kind)
 
 

@@ -4,8 +4,8 @@
 -- an MLP whose view reads the batch size from the input (Shape, Gather,
 -- Concat, Reshape), LayerNorm (as torch 1.13 decomposes it), GELU and
 -- softmax, and a net with Conv1d, ConvTranspose2d, PReLU, PixelShuffle and
--- nearest upsampling.  Also: a larger batch than the exported one, and a
--- fine-tuning step on the imported ResNet (gradients reach every weight).
+-- nearest upsampling, and recurrent layers (ONNX's LSTM, GRU and RNN ops).
+-- Also: a larger batch than the exported one, and a fine-tuning step on the imported ResNet (gradients reach every weight).
 local T = require "testlib"
 
 if dl._onnx.missing() then
@@ -61,5 +61,7 @@ end)
 T.case("an MLP with a dynamic view, LayerNorm, GELU, softmax", function() check("mlp", 1e-5) end)
 
 T.case("Conv1d, ConvTranspose2d, PReLU, PixelShuffle, upsampling", function() check("convnet", 1e-5) end)
+
+T.case("LSTM (2 layers, bidirectional, batch first), GRU, RNN", function() check("rnn", 1e-5) end)
 
 T.done()

@@ -1377,14 +1377,21 @@ end
 
 OPS.Dropout = function(n)
   n:ignore("is_test", "consumed_inputs", "seed")
-  if n.opset < 12 then n:attr("ratio", "FLOAT") end
+  local ratio_attr = n.opset < 12 and n:attr("ratio", "FLOAT") or nil
+  local function mask_of(x) return dl.ones(x.shape, {dtype = dl.bool, device = x.device}) end
   local training = n:const(3)
-  if n:input(3) and not training then n:fail("a training_mode input that is not a constant is not supported") end
-  if training and list(training)[1] ~= 0 then
-    n:fail("training_mode=true is not supported (dlua runs ONNX graphs for inference)")
+  if not n:input(3) or (training and list(training)[1] == 0) then
+    return function(x) return x, mask_of(x) end
   end
-  return function(x)
-    return x, dl.ones(x.shape, {dtype = dl.bool, device = x.device})
+  -- training mode: only a ratio of 0 (no random draw) has a defined result
+  n.nofold = true
+  return function(x, ratio_t, mode)
+    local on = mode and list(mode)[1] ~= 0
+    local ratio = ratio_t and ratio_t:item() or ratio_attr or 0.5
+    if on and ratio ~= 0 then
+      error("training_mode=true with ratio > 0 is not supported (dlua runs ONNX graphs for inference)", 0)
+    end
+    return x, mask_of(x)
   end
 end
 
@@ -1736,6 +1743,489 @@ OPS.Einsum = function(n)
     return permute_to(y, order, out)
   end
 end
+
+-- --- recurrent layers (RNN, GRU, LSTM) -----------------------------------------------------------
+
+-- ONNX's activation functions by name, with its default alpha/beta
+local ACT = {
+  Sigmoid = function(x) return x:sigmoid() end,
+  Tanh = function(x) return x:tanh() end,
+  Relu = function(x) return x:relu() end,
+  HardSigmoid = function(x, a, b) return (x * (a or 0.2) + (b or 0.5)):clamp(0, 1) end,
+  LeakyRelu = function(x, a) return x:clamp_min(0) + x:clamp_max(0) * (a or 0.01) end,
+  ThresholdedRelu = function(x, a) return x * x:gt(a or 1.0):to(x.dtype) end,
+  ScaledTanh = function(x, a, b) return (x * (b or 1.0)):tanh() * (a or 1.0) end,
+  Affine = function(x, a, b) return x * (a or 1.0) + (b or 0.0) end,
+  Elu = function(x, a) return x:clamp_min(0) + x:clamp_max(0):expm1() * (a or 1.0) end,
+  Softsign = function(x) return x / (x:abs() + 1) end,
+  Softplus = function(x) return x:clamp_min(0) + (-x:abs()):exp():log1p() end,
+}
+
+-- A recurrent op: kind "RNN" (1 gate), "GRU" (3: z r h), "LSTM" (4: i o f c).
+local function recurrent(kind)
+  local ngates = ({RNN = 1, GRU = 3, LSTM = 4})[kind]
+  local nact = ({RNN = 1, GRU = 2, LSTM = 3})[kind]
+  local defaults = ({RNN = {"Tanh"}, GRU = {"Sigmoid", "Tanh"}, LSTM = {"Sigmoid", "Tanh", "Tanh"}})[kind]
+  return function(n)
+    local hidden = n:attr("hidden_size", "INT")
+    if not hidden then n:fail("attribute 'hidden_size' is required") end
+    local direction = n:attr("direction", "STRING", "forward")
+    if direction ~= "forward" and direction ~= "reverse" and direction ~= "bidirectional" then
+      n:fail("direction='%s' is not supported", direction)
+    end
+    local ndir = direction == "bidirectional" and 2 or 1
+    local layout = n:attr("layout", "INT", 0)
+    local clip = n:attr("clip", "FLOAT")
+    local lbr = kind == "GRU" and n:attr("linear_before_reset", "INT", 0) ~= 0
+    local input_forget = kind == "LSTM" and n:attr("input_forget", "INT", 0) ~= 0
+    local names = n:attr("activations", "STRINGS")
+    local alphas = n:attr("activation_alpha", "FLOATS") or {}
+    local betas = n:attr("activation_beta", "FLOATS") or {}
+    local acts = {}
+    for d = 1, ndir do
+      for j = 1, nact do
+        local k = (d - 1) * nact + j
+        local nm = names and names[k] or defaults[j]
+        local f = ACT[nm]
+        if not f then n:fail("activation '%s' is not supported", tostring(nm)) end
+        local a, b = alphas[k], betas[k]
+        acts[k] = function(x) return f(x, a, b) end
+      end
+    end
+    n:ignore("output_sequence") -- opset 1's flag; Y is always produced
+    return function(X, W, R, B, seq_lens, h0, c0, P)
+      if layout == 1 then X = X:transpose(1, 2) end -- (seq, batch, input)
+      local T, N = X.shape[1], X.shape[2]
+      local G = ngates * hidden
+      local Y, Hs, Cs = {}, {}, {}
+      -- the steps each batch entry takes (all of them without sequence_lens)
+      local lens
+      if seq_lens then lens = list(seq_lens) end
+      for d = 1, ndir do
+        local act = function(j, x) return acts[(d - 1) * nact + j](x) end
+        local w, r = W:select(1, d), R:select(1, d) -- (G, input), (G, hidden)
+        local wb, rb
+        if B then
+          local bd = B:select(1, d)
+          wb, rb = bd:narrow(1, 1, G), bd:narrow(1, G + 1, G)
+        end
+        -- time order of this direction for every batch entry (reverse: within its length)
+        local order = {}
+        for t = 1, T do order[t] = t end
+        local Xd = X
+        local gather -- (T, N) 1-based source steps per output step, when lengths differ
+        if d == 2 or direction == "reverse" then
+          if lens then
+            local idx = {}
+            for t = 1, T do
+              idx[t] = {}
+              for b = 1, N do
+                local L = lens[b]
+                idx[t][b] = t <= L and (L - t + 1) or t
+              end
+            end
+            gather = dl.tensor(idx, {dtype = dl.int64, device = X.device})
+            Xd = X:gather(1, gather:unsqueeze(3):expand(T, N, X.shape[3]))
+          else
+            Xd = X:flip({1})
+          end
+        end
+        -- the input projections of every step at once: (T, N, G)
+        local xw = dl.matmul(Xd, w:t())
+        if wb then xw = xw + wb end
+        local h = h0 and h0:select(1, d) or dl.zeros({N, hidden}, {dtype = X.dtype, device = X.device})
+        local c
+        if kind == "LSTM" then c = c0 and c0:select(1, d) or dl.zeros({N, hidden}, {dtype = X.dtype, device = X.device}) end
+        local p_i, p_o, p_f
+        if P then
+          local pd = P:select(1, d)
+          p_i, p_o, p_f = pd:narrow(1, 1, hidden), pd:narrow(1, hidden + 1, hidden), pd:narrow(1, 2 * hidden + 1, hidden)
+        end
+        local outs = {}
+        local function clipped(x) if clip then return x:clamp(-clip, clip) end return x end
+        for t = 1, T do
+          local g = xw:select(1, t)
+          local hr = dl.matmul(h, r:t())
+          if rb then hr = hr + rb end
+          local hn, cn
+          if kind == "RNN" then
+            hn = act(1, clipped(g + hr))
+          elseif kind == "GRU" then
+            local z = act(1, clipped(g:narrow(2, 1, hidden) + hr:narrow(2, 1, hidden)))
+            local rr = act(1, clipped(g:narrow(2, hidden + 1, hidden) + hr:narrow(2, hidden + 1, hidden)))
+            local hh
+            if lbr then
+              hh = act(2, clipped(g:narrow(2, 2 * hidden + 1, hidden) + rr * hr:narrow(2, 2 * hidden + 1, hidden)))
+            else
+              local rh = dl.matmul(rr * h, r:narrow(1, 2 * hidden + 1, hidden):t())
+              if rb then rh = rh + rb:narrow(1, 2 * hidden + 1, hidden) end
+              hh = act(2, clipped(g:narrow(2, 2 * hidden + 1, hidden) + rh))
+            end
+            hn = (-z + 1) * hh + z * h
+          else
+            local s = g + hr
+            local gi, go = s:narrow(2, 1, hidden), s:narrow(2, hidden + 1, hidden)
+            local gf, gc = s:narrow(2, 2 * hidden + 1, hidden), s:narrow(2, 3 * hidden + 1, hidden)
+            if p_i then gi, gf = gi + p_i * c, gf + p_f * c end
+            local i = act(1, clipped(gi))
+            local f = input_forget and (-i + 1) or act(1, clipped(gf))
+            cn = f * c + i * act(2, clipped(gc))
+            if p_o then go = go + p_o * cn end
+            hn = act(1, clipped(go)) * act(3, cn)
+          end
+          if lens then
+            -- entries past their length keep their state and output zeros
+            local m = {}
+            for b = 1, N do m[b] = t <= lens[b] and 1 or 0 end
+            local mask = dl.tensor(m, {dtype = X.dtype, device = X.device}):reshape(N, 1)
+            hn = hn * mask + h * (-mask + 1)
+            if cn then cn = cn * mask + c * (-mask + 1) end
+            outs[t] = hn * mask
+          else
+            outs[t] = hn
+          end
+          h, c = hn, cn
+        end
+        local y = dl.stack(outs, 1) -- (T, N, hidden) in this direction's time order
+        if d == 2 or direction == "reverse" then
+          if gather then y = y:gather(1, gather:unsqueeze(3):expand(T, N, hidden)) else y = y:flip({1}) end
+        end
+        Y[d], Hs[d], Cs[d] = y, h, c
+      end
+      local y = dl.stack(Y, 2) -- (T, ndir, N, hidden)
+      local yh = dl.stack(Hs, 1)
+      local yc = kind == "LSTM" and dl.stack(Cs, 1) or nil
+      if layout == 1 then
+        y = y:permute(3, 1, 2, 4)
+        yh = yh:transpose(1, 2)
+        if yc then yc = yc:transpose(1, 2) end
+      end
+      return y, yh, yc
+    end
+  end
+end
+OPS.RNN = recurrent("RNN")
+OPS.GRU = recurrent("GRU")
+OPS.LSTM = recurrent("LSTM")
+
+-- --- GridSample (PyTorch's grid_sample: 4-D input, (N, Ho, Wo, 2) grid) -----------------------------
+
+-- coordinates reflected into [low/2, high/2] (twice the bounds given), as PyTorch
+local function reflect(t, twice_low, twice_high)
+  if twice_low == twice_high then return t * 0 end
+  local lo, span = twice_low / 2, (twice_high - twice_low) / 2
+  local a = (t - lo):abs()
+  local extra = dl.fmod(a, span)
+  local flips = (a / span):floor()
+  local even = dl.remainder(flips, 2):eq(0):to(t.dtype)
+  return (extra + lo) * even + ((-extra) + span + lo) * (-even + 1)
+end
+
+OPS.GridSample = function(n)
+  local mode = n:attr("mode", "STRING", "bilinear")
+  local pad = n:attr("padding_mode", "STRING", "zeros")
+  local align = n:attr("align_corners", "INT", 0) == 1
+  if mode ~= "bilinear" and mode ~= "nearest" and mode ~= "bicubic" then n:fail("mode='%s' is not supported", mode) end
+  if pad ~= "zeros" and pad ~= "border" and pad ~= "reflection" then n:fail("padding_mode='%s' is not supported", pad) end
+  return function(x, grid)
+    if x:dim() ~= 4 then error("GridSample: only 4-D inputs are supported", 0) end
+    local N, C, H, W = table.unpack(x.shape)
+    local Ho, Wo = grid.shape[2], grid.shape[3]
+    grid = on(grid, x):to(x.dtype)
+    local function unnorm(g, size)
+      if align then return (g + 1) * ((size - 1) / 2) end
+      return ((g + 1) * size - 1) / 2
+    end
+    local function padc(t, size)
+      if pad == "border" then return t:clamp(0, size - 1) end
+      if pad == "reflection" then
+        local r = align and reflect(t, 0, 2 * (size - 1)) or reflect(t, -1, 2 * size - 1)
+        return r:clamp(0, size - 1)
+      end
+      return t
+    end
+    local ix = unnorm(grid:select(4, 1), W)
+    local iy = unnorm(grid:select(4, 2), H)
+    local flat = x:reshape(N, C, H * W)
+    -- the value at integer coordinates (xi, yi) of each output point, 0 outside
+    local function at(xi, yi)
+      local valid = dl.logical_and(dl.logical_and(xi:ge(0), xi:le(W - 1)), dl.logical_and(yi:ge(0), yi:le(H - 1)))
+      local idx = (yi:clamp(0, H - 1) * W + xi:clamp(0, W - 1)):to(dl.int64):reshape(N, 1, Ho * Wo) + 1
+      local v = flat:gather(3, idx:expand(N, C, Ho * Wo)):reshape(N, C, Ho, Wo)
+      return v * valid:to(x.dtype):unsqueeze(2)
+    end
+    if mode == "nearest" then
+      return at(padc(ix, W):round(), padc(iy, H):round())
+    elseif mode == "bilinear" then
+      ix, iy = padc(ix, W), padc(iy, H)
+      local x0, y0 = ix:floor(), iy:floor()
+      local tx, ty = (ix - x0):unsqueeze(2), (iy - y0):unsqueeze(2)
+      return at(x0, y0) * (-tx + 1) * (-ty + 1) + at(x0 + 1, y0) * tx * (-ty + 1) +
+        at(x0, y0 + 1) * (-tx + 1) * ty + at(x0 + 1, y0 + 1) * tx * ty
+    end
+    -- bicubic: 4x4 taps around the point, each tap's integer coordinate padded
+    local x0, y0 = ix:floor(), iy:floor()
+    local tx, ty = ix - x0, iy - y0
+    local function weights(t)
+      local A = -0.75
+      local function near(d) return ((d * (A + 2) - (A + 3)) * d * d + 1) end
+      local function far(d) return ((d * A - 5 * A) * d + 8 * A) * d - 4 * A end
+      return {far(t + 1), near(t), near(-t + 1), far(-t + 2)}
+    end
+    local wx, wy = weights(tx), weights(ty)
+    local y
+    for j = 1, 4 do
+      for i = 1, 4 do
+        local xi, yi = x0 + (i - 2), y0 + (j - 2)
+        if pad ~= "zeros" then xi, yi = padc(xi, W), padc(yi, H) end
+        local term = at(xi, yi) * (wx[i] * wy[j]):unsqueeze(2)
+        y = y and y + term or term
+      end
+    end
+    return y
+  end
+end
+
+-- --- NonMaxSuppression (on the host: its output's size depends on the data) ------------------------
+
+OPS.NonMaxSuppression = function(n)
+  local center = n:attr("center_point_box", "INT", 0) == 1
+  n.nofold = true
+  return function(boxes, scores, max_out, iou_t, score_t)
+    local B, S = boxes.shape[1], boxes.shape[2]
+    local C = scores.shape[2]
+    local maxo = max_out and max_out:item() or 0
+    local iou_th = iou_t and iou_t:item() or 0
+    local score_th = score_t and score_t:item()
+    local bx, sc = boxes:to(dl.float64):tolist(), scores:to(dl.float64):tolist()
+    local out = {}
+    local function corners(b)
+      if center then return b[2] - b[4] / 2, b[1] - b[3] / 2, b[2] + b[4] / 2, b[1] + b[3] / 2 end
+      return math.min(b[1], b[3]), math.min(b[2], b[4]), math.max(b[1], b[3]), math.max(b[2], b[4])
+    end
+    local function iou(a, b)
+      local ay1, ax1, ay2, ax2 = corners(a)
+      local by1, bx1, by2, bx2 = corners(b)
+      local ih = math.min(ay2, by2) - math.max(ay1, by1)
+      local iw = math.min(ax2, bx2) - math.max(ax1, bx1)
+      if ih <= 0 or iw <= 0 then return 0 end
+      local inter = ih * iw
+      local union = (ay2 - ay1) * (ax2 - ax1) + (by2 - by1) * (bx2 - bx1) - inter
+      return union > 0 and inter / union or 0
+    end
+    for b = 1, B do
+      for c = 1, C do
+        local cand = {}
+        for i = 1, S do
+          local v = sc[b][c][i]
+          if not score_th or v > score_th then cand[#cand + 1] = i end
+        end
+        table.sort(cand, function(p, q)
+          local sp, sq = sc[b][c][p], sc[b][c][q]
+          if sp ~= sq then return sp > sq end
+          return p < q
+        end)
+        local kept = {}
+        for _, i in ipairs(cand) do
+          if #kept >= maxo then break end
+          local ok = true
+          for _, k in ipairs(kept) do
+            if iou(bx[b][i], bx[b][k]) > iou_th then ok = false break end
+          end
+          if ok then
+            kept[#kept + 1] = i
+            out[#out + 1] = {b - 1, c - 1, i - 1}
+          end
+        end
+      end
+    end
+    if #out == 0 then return dl.zeros({0, 3}, {dtype = dl.int64}) end
+    return dl.tensor(out, {dtype = dl.int64})
+  end
+end
+
+-- --- ReverseSequence, MaxUnpool, Unique ----------------------------------------------------------------
+
+OPS.ReverseSequence = function(n)
+  local ba = n:attr("batch_axis", "INT", 1)
+  local ta = n:attr("time_axis", "INT", 0)
+  if not ((ba == 1 and ta == 0) or (ba == 0 and ta == 1)) then n:fail("batch_axis and time_axis must be 0 and 1") end
+  return function(x, lens_t)
+    local y = ta == 0 and x or x:transpose(1, 2) -- (T, B, ...)
+    local T, B = y.shape[1], y.shape[2]
+    local lens = list(lens_t)
+    local idx = {}
+    for t = 1, T do
+      idx[t] = {}
+      for b = 1, B do idx[t][b] = t <= lens[b] and lens[b] - t + 1 or t end
+    end
+    local it = dl.tensor(idx, {dtype = dl.int64, device = x.device})
+    local s = shape_of(y)
+    local v = {T, B}
+    for _ = 3, #s do v[#v + 1] = 1 end
+    y = y:gather(1, it:reshape(v):expand(s))
+    return ta == 0 and y or y:transpose(1, 2)
+  end
+end
+
+OPS.MaxUnpool = function(n)
+  local k = n:attr("kernel_shape", "INTS")
+  if not k then n:fail("attribute 'kernel_shape' is required") end
+  local pads = n:attr("pads", "INTS") or {}
+  local strides = n:attr("strides", "INTS") or {}
+  local gshape = int_list_input(n, 3, "output_shape", false)
+  return function(x, ind, shape_t)
+    -- indices address the default output shape; output_shape pads its end
+    local out = {x.shape[1], x.shape[2]}
+    for i = 1, #k do
+      out[i + 2] = (x.shape[i + 2] - 1) * (strides[i] or 1) + k[i] - (pads[i] or 0) - (pads[i + #k] or 0)
+    end
+    local total = 1
+    for _, v in ipairs(out) do total = total * v end
+    local y = dl.zeros({total}, {dtype = x.dtype, device = x.device})
+    y = y:scatter(1, on(ind, x):to(dl.int64):reshape(-1) + 1, x:reshape(-1)):reshape(out)
+    local want = gshape(shape_t)
+    if want then
+      local fp = {}
+      for i = #out, 3, -1 do
+        if want[i] < out[i] then error("output_shape is smaller than the unpooled shape", 0) end
+        fp[#fp + 1], fp[#fp + 2] = 0, want[i] - out[i]
+      end
+      y = F.pad(y, fp)
+    end
+    return y
+  end
+end
+
+OPS.Unique = function(n)
+  local axis = n:attr("axis", "INT")
+  local sorted = n:attr("sorted", "INT", 1) == 1
+  n.nofold = true
+  return function(x)
+    local d = axis and dim_of(n, axis, x:dim()) or nil
+    local xs = d and x or x:reshape(-1)
+    d = d or 1
+    local count = xs.shape[d]
+    -- each slice along d as a key (its values' text, for equality and order)
+    local keys, vals = {}, {}
+    for i = 1, count do
+      local v = list(xs:select(d, i):to(dl.float64))
+      vals[i] = v
+      local parts = {}
+      for j, e in ipairs(v) do parts[j] = string.format("%.17g", e) end
+      keys[i] = table.concat(parts, ",")
+    end
+    local first, order, pos = {}, {}, {}
+    for i = 1, count do
+      if not first[keys[i]] then
+        first[keys[i]] = i
+        order[#order + 1] = i
+      end
+    end
+    if sorted then
+      table.sort(order, function(a, b)
+        local va, vb = vals[a], vals[b]
+        for j = 1, #va do if va[j] ~= vb[j] then return va[j] < vb[j] end end
+        return false
+      end)
+    end
+    for j, i in ipairs(order) do pos[keys[i]] = j end
+    local first0, inverse, counts = {}, {}, {}
+    for j, i in ipairs(order) do first0[j], counts[j] = i - 1, 0 end
+    for i = 1, count do
+      local j = pos[keys[i]]
+      inverse[i] = j - 1
+      counts[j] = counts[j] + 1
+    end
+    local sel = {}
+    for j, i in ipairs(order) do sel[j] = i end
+    local y = xs:index_select(d, dl.tensor(sel, {dtype = dl.int64, device = x.device}))
+    local I = function(t) return dl.tensor(t, {dtype = dl.int64}) end
+    return y, I(first0), I(inverse), I(counts)
+  end
+end
+
+-- --- quantization (uint8 and int32: the integer dtypes dlua has) ------------------------------------
+
+-- per-axis parameters broadcast along `axis` of x
+local function along(t, x, axis, n)
+  if t:dim() == 0 or t:numel() == 1 then return t:reshape({}) end
+  local d = dim_of(n, axis, x:dim())
+  local s = {}
+  for i = 1, x:dim() do s[i] = 1 end
+  s[d] = t:numel()
+  return t:reshape(s)
+end
+
+OPS.QuantizeLinear = function(n)
+  local axis = n:attr("axis", "INT", 1)
+  n:ignore("saturate")
+  return function(x, scale, zp)
+    local dt = zp and zp.dtype or dl.uint8
+    if dt ~= dl.uint8 then error("QuantizeLinear to " .. tostring(dt) .. " is not supported (uint8 only)", 0) end
+    local q = (x:to(dl.float32) / along(scale, x, axis, n)):round()
+    if zp then q = q + along(zp, x, axis, n):to(dl.float32) end
+    return q:clamp(0, 255):to(dl.uint8)
+  end
+end
+
+OPS.DequantizeLinear = function(n)
+  local axis = n:attr("axis", "INT", 1)
+  return function(x, scale, zp)
+    local v = x:to(dl.float32)
+    if zp then v = v - along(zp, x, axis, n):to(dl.float32) end
+    return v * along(scale, x, axis, n)
+  end
+end
+
+OPS.DynamicQuantizeLinear = function()
+  return function(x)
+    local lo = math.min(0, x:min():item())
+    local hi = math.max(0, x:max():item())
+    local scale = (hi - lo) / 255
+    local st = dl.tensor(scale, {dtype = dl.float32})
+    scale = st:item() -- as float32
+    local zp = scale == 0 and 0 or math.max(0, math.min(255, dl.tensor(-lo / scale, {dtype = dl.float32}):round():item()))
+    local q = scale == 0 and x * 0 or (x / scale):round() + zp
+    return q:clamp(0, 255):to(dl.uint8), st, dl.tensor(zp, {dtype = dl.uint8})
+  end
+end
+
+OPS.BitShift = function(n)
+  local dir = n:attr("direction", "STRING")
+  if dir ~= "LEFT" and dir ~= "RIGHT" then n:fail("direction must be LEFT or RIGHT, got %s", tostring(dir)) end
+  return function(x, k)
+    local wide = x:to(dl.int64)
+    local p = dl.pow(dl.full({}, 2, {dtype = dl.int64, device = x.device}), on(k, x):to(dl.int64))
+    local y = dir == "LEFT" and wide * p or dl.div(wide, p, {rounding_mode = "floor"})
+    if x.dtype == dl.uint8 then y = dl.remainder(y, 256) end
+    return y:to(x.dtype)
+  end
+end
+
+-- --- signal windows -----------------------------------------------------------------------------
+
+local function window(coeffs)
+  return function(n)
+    local periodic = n:attr("periodic", "INT", 1) == 1
+    local dt = DTYPES[n:attr("output_datatype", "INT", 1)]
+    if not dt then n:fail("output_datatype %d: dlua has no such dtype", n:attr("output_datatype", "INT")) end
+    return function(size_t)
+      local N = math.floor(size_t:item())
+      local denom = periodic and N or N - 1
+      local k = dl.arange(0, N, 1, {dtype = dl.float64})
+      local y = dl.zeros({N}, {dtype = dl.float64})
+      for j, a in ipairs(coeffs) do
+        local term = (k * (2 * math.pi * (j - 1) / denom)):cos() * a
+        if j % 2 == 0 then y = y - term else y = y + term end
+      end
+      return y:to(dt)
+    end
+  end
+end
+OPS.HannWindow = window({0.5, 0.5})
+OPS.HammingWindow = window({25 / 46, 21 / 46})
+OPS.BlackmanWindow = window({0.42, 0.5, 0.08})
 
 -- --- control flow ------------------------------------------------------------------------------
 
