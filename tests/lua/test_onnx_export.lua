@@ -6,7 +6,8 @@
 -- the build directory; skipped with a message when PyPI is unreachable) runs
 -- to dlua's outputs within float32 rounding, for the traced batch size and
 -- another one (dynamic batch), and that dl.onnx.load runs to the same
--- outputs (round trip).  What cannot be exported -- a traced value read back
+-- outputs (round trip), also after the imported model's optimize_for_inference
+-- folds its batch norms.  What cannot be exported -- a traced value read back
 -- into Lua, an op without an ONNX form, training-mode batch norm -- is
 -- refused with an error naming the function.
 local T = require "testlib"
@@ -187,7 +188,17 @@ T.case("ResNet-18 and ResNet-50", function()
         end
       end
     end)
-    check_export(arch, m, dl.randn(2, 3, 64, 64), dl.randn(1, 3, 64, 64), 1e-3)
+    local x = dl.randn(2, 3, 64, 64)
+    check_export(arch, m, x, dl.randn(1, 3, 64, 64), 1e-3)
+    -- the imported model folds its batch norms into the convolutions
+    local back = dl.onnx.load(dir .. "/" .. arch .. ".onnx")
+    local steps = #back._plan.steps
+    local _, folded = back:optimize_for_inference()
+    T.eq(folded, arch == "resnet18" and 20 or 53, arch .. ": batch norms folded")
+    T.eq(#back._plan.steps, steps - folded)
+    T.truthy(dl.models.optimize_for_inference(back) == back)
+    T.close(dl.no_grad(function() return back(x) end), dl.no_grad(function() return m(x) end), 1e-3, 1e-3,
+      arch .. ": folded")
   end
 end)
 

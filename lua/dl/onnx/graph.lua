@@ -691,6 +691,69 @@ function OnnxModel:forward(...)
   return table.unpack(r, 1, #self._plan.outputs)
 end
 
+-- Folds every inference-mode BatchNormalization that follows a Conv (whose
+-- output nothing else reads) into the convolution's weight and bias, as
+-- dl.models.optimize_for_inference does for dlua's models: w' = w * s,
+-- b' = (b - mean) * s + beta with s = scale / sqrt(var + eps), in float64.
+-- The model is then for inference (its weights changed); eval mode is set.
+-- Returns the model and the number of batch norms folded.
+function OnnxModel:optimize_for_inference()
+  self:eval()
+  local plan = self._plan
+  local readers = {}
+  for _, s in ipairs(plan.steps) do
+    for j = 1, s.nin do local nm = s.ins[j]; if nm then readers[nm] = (readers[nm] or 0) + 1 end end
+  end
+  for _, nm in ipairs(plan.outputs) do readers[nm] = (readers[nm] or 0) + 100 end
+  local producer = {}
+  for si, s in ipairs(plan.steps) do for _, o in ipairs(s.outs) do if o then producer[o] = si end end end
+  local drop, folded = {}, 0
+  dl.no_grad(function()
+    for _, s in ipairs(plan.steps) do
+      local n = s.node
+      local ci = s.ins[1] and producer[s.ins[1]]
+      local conv = ci and plan.steps[ci]
+      local h = plan.holders
+      if n.op_type == "BatchNormalization" and not n.training and s.nout >= 1 and conv and
+        conv.node.op_type == "Conv" and readers[s.ins[1]] == 1 and h[s.ins[2]] and h[s.ins[3]] and h[s.ins[4]] and
+        h[s.ins[5]] and h[conv.ins[2]] and (not conv.ins[3] or h[conv.ins[3]]) then
+        local function get(nm) local e = h[nm]; return e[1][e[2]] end
+        local w = get(conv.ins[2])
+        local O = w.shape[1]
+        local sc = get(s.ins[2]):detach():double() / (get(s.ins[5]):detach():double() + n.eps):sqrt()
+        local b = conv.ins[3] and get(conv.ins[3]):detach():double() or dl.zeros({O}, {dtype = dl.float64,
+          device = w.device})
+        b = (b - get(s.ins[4]):detach():double()) * sc + get(s.ins[3]):detach():double()
+        local shape = {O}
+        for _ = 2, w:dim() do shape[#shape + 1] = 1 end
+        local e = h[conv.ins[2]]
+        e[1][e[2]] = Module.Parameter((w:detach():double() * sc:reshape(shape)):to(w.dtype))
+        if conv.ins[3] then
+          local eb = h[conv.ins[3]]
+          eb[1][eb[2]] = Module.Parameter(b:to(w.dtype))
+        else
+          -- a new bias, named after the weight
+          local nm = conv.ins[2] .. ".folded_bias"
+          local mod, key = place(self, nm, Module.Parameter(b:to(w.dtype)), "param")
+          h[nm] = {mod, key}
+          conv.ins[3] = nm
+          conv.nin = math.max(conv.nin, 3)
+        end
+        -- the convolution now writes the batch norm's output
+        conv.outs[1] = s.outs[1]
+        for _, f in ipairs(s.free) do conv.free[#conv.free + 1] = f end
+        drop[s] = true
+        folded = folded + 1
+      end
+    end
+  end)
+  local steps = {}
+  for _, s in ipairs(plan.steps) do if not drop[s] then steps[#steps + 1] = s end end
+  plan.steps = steps
+  plan.fused = nil
+  return self, folded
+end
+
 function OnnxModel:extra_repr()
   return string.format("%s, opset=%d, inputs=(%s), outputs=(%s), nodes=%d", self.src, self.opset,
     table.concat(self.input_names, ", "), table.concat(self.output_names, ", "), #self._plan.steps)

@@ -606,6 +606,7 @@ OPS.BatchNormalization = function(n)
   n:ignore("consumed_inputs", "is_test")
   n:only("spatial", "INT", 1)
   local training = n:attr("training_mode", "INT", 0) == 1
+  n.training, n.eps = training, eps -- for OnnxModel:optimize_for_inference
   if not training and n:noutputs() > 1 then
     -- opsets < 14 list the training outputs; they must be unused in inference
     for i = 2, n:noutputs() do
