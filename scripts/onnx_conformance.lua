@@ -51,6 +51,15 @@ local function is_unsupported(msg)
 end
 
 local function compare(out, ref, rtol, atol)
+  if type(ref) == "table" and not dl.is_tensor(ref) then -- a sequence
+    if type(out) ~= "table" or dl.is_tensor(out) then return false, "output is not a sequence" end
+    if #out ~= #ref then return false, string.format("%d sequence elements, expected %d", #out, #ref) end
+    for i = 1, #ref do
+      local ok, why = compare(out[i], ref[i], rtol, atol)
+      if not ok then return false, string.format("sequence element %d: %s", i, why) end
+    end
+    return true
+  end
   if not dl.is_tensor(out) then return false, "output is not a tensor" end
   if out.dtype ~= ref.dtype then
     return false, string.format("dtype %s, expected %s", tostring(out.dtype), tostring(ref.dtype))
@@ -100,10 +109,19 @@ local function run_one(dir)
   if #sets == 0 then return "fail", "no test_data_set_*" end
   for _, set in ipairs(sets) do
     local inputs, refs = {}, {}
+    local kinds = {input = {}, output = {}}
+    local mt = dl._onnx.load_model(dir .. "/model.onnx").graph
+    local real = {}
+    for _, v in ipairs(mt.input) do real[#real + 1] = v end
+    for i, v in ipairs(m.input_names) do
+      for _, r in ipairs(real) do if r.name == v then kinds.input[i] = r.kind end end
+    end
+    for i, v in ipairs(mt.output) do kinds.output[i] = v.kind end
     for _, f in ipairs(list_dir(dir .. "/" .. set)) do
       local kind, i = f:match("^(%a+)_(%d+)%.pb$")
       if kind == "input" or kind == "output" then
-        local t, why = dl.onnx.load_tensor(dir .. "/" .. set .. "/" .. f)
+        local load = kinds[kind][tonumber(i) + 1] == "sequence" and dl.onnx.load_sequence or dl.onnx.load_tensor
+        local t, why = load(dir .. "/" .. set .. "/" .. f)
         if not t then return "unsupported", set .. "/" .. f .. ": " .. tostring(why) end
         if kind == "input" then inputs[tonumber(i) + 1] = t else refs[tonumber(i) + 1] = t end
       end
@@ -112,7 +130,12 @@ local function run_one(dir)
     if #inputs ~= #names then
       return "fail", string.format("%s: %d inputs stored, the model takes %d", set, #inputs, #names)
     end
-    local okr, outs = pcall(function() return table.pack(dl.no_grad(function() return m(table.unpack(inputs, 1, #names)) end)) end)
+    local okr, outs = pcall(function()
+      return table.pack(dl.no_grad(function()
+        if #names == 1 and kinds.input[1] == "sequence" then return m({[names[1]] = inputs[1]}) end
+        return m(table.unpack(inputs, 1, #names))
+      end))
+    end)
     if not okr then
       local msg = tostring(outs)
       return is_unsupported(msg) and "unsupported" or "fail", "run: " .. msg

@@ -34,6 +34,13 @@ G.TYPE_NAMES = {
 
 local function ferror(fmt, ...) error(string.format(fmt, ...), 0) end
 
+-- A sequence value (ONNX's sequence type) inside a graph: a list of tensors.
+local Seq = {}
+Seq.__index = Seq
+G.Seq = Seq
+function G.seq(items) return setmetatable({items = items}, Seq) end
+function G.is_seq(v) return getmetatable(v) == Seq end
+
 -- --- the node context builders see --------------------------------------------------
 
 local Node = {}
@@ -299,7 +306,7 @@ local function compile(graph, scope)
   end
   for _, v in ipairs(graph.input or {}) do
     if not init_names[v.name] then
-      if v.kind ~= nil and v.kind ~= "tensor" then
+      if v.kind ~= nil and v.kind ~= "tensor" and not (v.kind == "sequence" and v.elem and v.elem.kind == "tensor") then
         ferror("onnx: %s: graph input '%s' is a %s, which dlua does not support", src, v.name, v.kind)
       end
       plan.inputs[#plan.inputs + 1] = v
@@ -308,7 +315,7 @@ local function compile(graph, scope)
     end
   end
   for _, v in ipairs(graph.output or {}) do
-    if v.kind ~= nil and v.kind ~= "tensor" then
+    if v.kind ~= nil and v.kind ~= "tensor" and not (v.kind == "sequence" and v.elem and v.elem.kind == "tensor") then
       ferror("onnx: %s: graph output '%s' is a %s, which dlua does not support", src, v.name, v.kind)
     end
     plan.outputs[#plan.outputs + 1] = v.name
@@ -607,6 +614,16 @@ local function first_user(plan, name)
 end
 
 local function check_input(plan, v, x)
+  if v.kind == "sequence" then
+    -- a Lua list of tensors
+    if type(x) ~= "table" or dl.is_tensor(x) or G.is_seq(x) then
+      ferror("onnx: input '%s' is a sequence: pass a Lua list of tensors, got %s", v.name, type(x))
+    end
+    for i, t in ipairs(x) do
+      if not dl.is_tensor(t) then ferror("onnx: input '%s': element %d is not a tensor", v.name, i) end
+    end
+    return G.seq({table.unpack(x)})
+  end
   if not dl.is_tensor(x) then
     ferror("onnx: input '%s' must be a tensor, got %s", v.name, type(x))
   end
@@ -621,20 +638,21 @@ local function check_input(plan, v, x)
         tostring(x.dtype))
     end
   end
+  return x
 end
 
 -- Binds the call's arguments: m(x1, x2, ...) or m{name = x, ...}.
 local function bind_inputs(self, plan, env, ...)
   local inputs = plan.inputs
   local a = ...
-  if select("#", ...) == 1 and type(a) == "table" and not dl.is_tensor(a) then
+  -- a table with named entries (not a list, which is a sequence input)
+  if select("#", ...) == 1 and type(a) == "table" and not dl.is_tensor(a) and a[1] == nil then
     local known = {}
     for _, v in ipairs(inputs) do
       known[v.name] = true
       local x = a[v.name]
       if x == nil then ferror("onnx: input '%s' is missing", v.name) end
-      check_input(plan, v, x)
-      env[v.name] = x
+      env[v.name] = check_input(plan, v, x)
     end
     for k in pairs(a) do
       if not known[k] then ferror("onnx: the model has no input named '%s'", tostring(k)) end
@@ -648,8 +666,7 @@ local function bind_inputs(self, plan, env, ...)
   end
   for i, v in ipairs(inputs) do
     local x = select(i, ...)
-    check_input(plan, v, x)
-    env[v.name] = x
+    env[v.name] = check_input(plan, v, x)
   end
 end
 
@@ -679,7 +696,11 @@ function OnnxModel:run(...)
   end
   run_steps(plan, env, steps)
   local out = {}
-  for _, nm in ipairs(plan.outputs) do out[nm] = env[nm] end
+  for _, nm in ipairs(plan.outputs) do
+    local v = env[nm]
+    if G.is_seq(v) then v = {table.unpack(v.items)} end -- sequences come out as Lua lists
+    out[nm] = v
+  end
   return out
 end
 

@@ -46,6 +46,52 @@ function onnx.load_tensor(path)
   return dl._onnx.load_tensor(path)
 end
 
+-- dl.onnx.load_sequence(path) -> a Lua list of tensors: a serialized
+-- SequenceProto of tensors (onnx-data.proto, as ONNX's test data holds
+-- sequence values).  Its few fields are read here: elem_type (2) and
+-- tensor_values (3), each a TensorProto decoded in C.
+function onnx.load_sequence(path)
+  check_available()
+  local f = io.open(path, "rb")
+  if not f then error("onnx.load_sequence: cannot open '" .. tostring(path) .. "'", 2) end
+  local b = f:read("a")
+  f:close()
+  local pos, items = 1, {}
+  local function varint()
+    local v, shift = 0, 0
+    while true do
+      local c = b:byte(pos)
+      if not c or shift > 63 then error("onnx.load_sequence: " .. path .. ": truncated or corrupt", 0) end
+      pos = pos + 1
+      v = v | ((c & 0x7f) << shift)
+      if c < 0x80 then return v end
+      shift = shift + 7
+    end
+  end
+  while pos <= #b do
+    local key = varint()
+    local field, wt = key >> 3, key & 7
+    if wt == 0 then varint()
+    elseif wt == 1 then pos = pos + 8
+    elseif wt == 5 then pos = pos + 4
+    elseif wt == 2 then
+      local len = varint()
+      if len < 0 or pos + len - 1 > #b then error("onnx.load_sequence: " .. path .. ": truncated", 0) end
+      if field == 3 then
+        local t, why = dl._onnx.decode_tensor(b:sub(pos, pos + len - 1), path)
+        if not t then return nil, why end
+        items[#items + 1] = t
+      elseif field ~= 1 then
+        return nil, "onnx.load_sequence: " .. path .. ": only sequences of tensors are supported"
+      end
+      pos = pos + len
+    else
+      error("onnx.load_sequence: " .. path .. ": corrupt (wire type " .. wt .. ")", 0)
+    end
+  end
+  return items
+end
+
 -- dl.onnx.save_tensor(path, t [, name]): t as a serialized TensorProto.
 function onnx.save_tensor(path, t, name)
   check_available()

@@ -2230,26 +2230,285 @@ OPS.BlackmanWindow = window({0.42, 0.5, 0.08})
 
 -- --- control flow ------------------------------------------------------------------------------
 
+-- A subgraph of node n compiled in n's scope (its free names come from the
+-- enclosing graph as n's extra inputs) and a runner: run(free, inputs) ->
+-- the subgraph's outputs in order; free maps the extra names to values,
+-- inputs are bound to the subgraph's inputs by position.
+local function subgraph(n, g)
+  local outer = {}
+  for _, nm in ipairs(n.extra) do outer[nm] = true end
+  local plan = n.compile(g, {opset = n.opset, src = n.src, outer = outer, fold = n.fold})
+  n.nofold = true
+  local function run(free, inputs)
+    local env = {}
+    for nm, v in pairs(free) do env[nm] = v end
+    for nm, t in pairs(plan.consts) do env[nm] = t end
+    for i, v in ipairs(plan.inputs) do env[v.name] = inputs[i] end
+    G.run_steps(plan, env)
+    local out = {}
+    for i, nm in ipairs(plan.outputs) do out[i] = env[nm] end
+    return out
+  end
+  return plan, run
+end
+
+-- the extra (free-name) values among a run function's trailing arguments
+local function free_values(n, args, from)
+  local free = {}
+  for i, nm in ipairs(n.extra) do free[nm] = args[from + i - 1] end
+  return free
+end
+
 OPS.If = function(n)
   local tg = n:attr("then_branch", "GRAPH")
   local eg = n:attr("else_branch", "GRAPH")
   if not tg or not eg then n:fail("then_branch and else_branch are required") end
-  local outer = {}
-  for _, nm in ipairs(n.extra) do outer[nm] = true end
-  local scope = {opset = n.opset, src = n.src, outer = outer, fold = n.fold}
-  local tp = n.compile(tg, scope)
-  local ep = n.compile(eg, scope)
-  n.nofold = true
-  local extra = n.extra
+  local tp, trun = subgraph(n, tg)
+  local _, erun = subgraph(n, eg)
   return function(cond, ...)
-    local plan = cond:item() and tp or ep
-    local env = {}
-    for i, nm in ipairs(extra) do env[nm] = select(i, ...) end
-    for nm, t in pairs(plan.consts) do env[nm] = t end
-    G.run_steps(plan, env)
-    local out = {}
-    for i, nm in ipairs(plan.outputs) do out[i] = env[nm] end
-    return table.unpack(out, 1, #plan.outputs)
+    local out = (cond:item() and trun or erun)(free_values(n, table.pack(...), 1), {})
+    return table.unpack(out, 1, #tp.outputs)
+  end
+end
+
+-- Loop(M, cond, carried...): the body runs while i < M and cond; outputs the
+-- final carried values, then each scan output stacked along a new dim 1.
+OPS.Loop = function(n)
+  local body = n:attr("body", "GRAPH")
+  if not body then n:fail("attribute 'body' is required") end
+  local plan, run = subgraph(n, body)
+  local ncarried = #n.inputs - 2
+  local nscan = #plan.outputs - 1 - ncarried
+  if nscan < 0 then n:fail("the body has %d outputs for %d loop-carried values", #plan.outputs, ncarried) end
+  return function(M, cond, ...)
+    local args = table.pack(...)
+    local free = free_values(n, args, ncarried + 1)
+    local carried = {}
+    for i = 1, ncarried do carried[i] = args[i] end
+    local limit = M and M:item() or math.huge
+    local c = cond == nil or cond:item()
+    local scans = {}
+    for j = 1, nscan do scans[j] = {} end
+    local i = 0
+    while i < limit and c do
+      local inputs = {dl.tensor(i, {dtype = dl.int64}), dl.tensor(c, {dtype = dl.bool})}
+      for k = 1, ncarried do inputs[k + 2] = carried[k] end
+      local out = run(free, inputs)
+      c = out[1]:item()
+      for k = 1, ncarried do carried[k] = out[k + 1] end
+      for j = 1, nscan do scans[j][#scans[j] + 1] = out[ncarried + 1 + j] end
+      i = i + 1
+    end
+    local res = {}
+    for k = 1, ncarried do res[k] = carried[k] end
+    for j = 1, nscan do
+      if #scans[j] == 0 then error("a Loop that runs no iteration has no shape for its scan outputs", 0) end
+      res[ncarried + j] = dl.stack(scans[j], 1)
+    end
+    return table.unpack(res, 1, ncarried + nscan)
+  end
+end
+
+-- Scan (opsets 9+): states carried through the body, scan inputs sliced and
+-- scan outputs stacked along their axes (reversed for direction 1).  Opset
+-- 8's form has a leading batch dim and an optional sequence_lens input.
+OPS.Scan = function(n)
+  local body = n:attr("body", "GRAPH")
+  local nscan_in = n:attr("num_scan_inputs", "INT")
+  if not body or not nscan_in then n:fail("attributes 'body' and 'num_scan_inputs' are required") end
+  local in_axes = n:attr("scan_input_axes", "INTS")
+  local in_dirs = n:attr("scan_input_directions", "INTS") or n:attr("directions", "INTS")
+  local out_axes = n:attr("scan_output_axes", "INTS")
+  local out_dirs = n:attr("scan_output_directions", "INTS")
+  local plan, run = subgraph(n, body)
+  local old = n.opset < 9
+  local first = old and 2 or 1 -- opset 8: input 1 is sequence_lens
+  local nstate = #n.inputs - (first - 1) - nscan_in
+  local nscan_out = #plan.outputs - nstate
+  -- one scan over tensors without a batch dim: states, inputs -> states, scan outputs
+  local function scan(free, states, ins)
+    local slices, T = {}, nil
+    for j, x in ipairs(ins) do
+      local d = dim_of(n, in_axes and in_axes[j] or 0, x:dim())
+      local len = x.shape[d]
+      if T and T ~= len then error("scan inputs differ in length along their axes", 0) end
+      T = len
+      slices[j] = {x = x, d = d, rev = in_dirs and in_dirs[j] == 1}
+    end
+    local outs = {}
+    for j = 1, nscan_out do outs[j] = {} end
+    for t = 1, T do
+      local inputs = {}
+      for k = 1, nstate do inputs[k] = states[k] end
+      for j, sl in ipairs(slices) do inputs[nstate + j] = sl.x:select(sl.d, sl.rev and T - t + 1 or t) end
+      local out = run(free, inputs)
+      for k = 1, nstate do states[k] = out[k] end
+      for j = 1, nscan_out do outs[j][t] = out[nstate + j] end
+    end
+    local res = {}
+    for k = 1, nstate do res[k] = states[k] end
+    for j = 1, nscan_out do
+      local list_j = outs[j]
+      if out_dirs and out_dirs[j] == 1 then
+        local r = {}
+        for t = 1, #list_j do r[t] = list_j[#list_j - t + 1] end
+        list_j = r
+      end
+      local y = dl.stack(list_j, 1)
+      local ax = out_axes and out_axes[j] or 0
+      if ax ~= 0 then
+        -- the stacked dim 1 moves to the output axis
+        local d = dim_of(n, ax, y:dim())
+        local p = {}
+        for i = 2, y:dim() do p[#p + 1] = i end
+        table.insert(p, d, 1)
+        y = y:permute(p)
+      end
+      res[nstate + j] = y
+    end
+    return res
+  end
+  return function(...)
+    local args = table.pack(...)
+    local free = free_values(n, args, #n.inputs + 1)
+    local states, ins = {}, {}
+    for k = 1, nstate do states[k] = args[first - 1 + k] end
+    for j = 1, nscan_in do ins[j] = args[first - 1 + nstate + j] end
+    if not old then return table.unpack(scan(free, states, ins), 1, nstate + nscan_out) end
+    if args[1] then error("Scan's sequence_lens (opset 8) is not supported", 0) end
+    -- opset 8: batch dim 1 of everything, scanned along dim 2 (axis 1)
+    local B = (states[1] or ins[1]).shape[1]
+    local per = {}
+    for b = 1, B do
+      local st, xs = {}, {}
+      for k = 1, nstate do st[k] = states[k]:select(1, b) end
+      for j = 1, nscan_in do xs[j] = ins[j]:select(1, b) end
+      per[b] = scan(free, st, xs)
+    end
+    local res = {}
+    for k = 1, nstate + nscan_out do
+      local parts = {}
+      for b = 1, B do parts[b] = per[b][k] end
+      res[k] = dl.stack(parts, 1)
+    end
+    return table.unpack(res, 1, nstate + nscan_out)
+  end
+end
+
+-- --- sequences (values inside a graph: a Lua list of tensors) ------------------------------------
+
+local seq = G.seq
+local function check_seq(v, what)
+  if not G.is_seq(v) then error((what or "input") .. " must be a sequence", 0) end
+  return v
+end
+local function seq_pos(p, len, insert)
+  local i = p and list(p)[1] or (insert and len or len - 1)
+  if i < 0 then i = i + len end
+  if i < 0 or i > (insert and len or len - 1) then error(string.format("position %d is out of range", i), 0) end
+  return i + 1
+end
+
+OPS.SequenceEmpty = function(n)
+  n:attr("dtype", "INT")
+  n.nofold = true
+  return function() return seq({}) end
+end
+OPS.SequenceConstruct = function(n)
+  n.nofold = true
+  return function(...) return seq({...}) end
+end
+OPS.SequenceInsert = function(n)
+  n.nofold = true
+  return function(s, t, p)
+    local items = {table.unpack(check_seq(s).items)}
+    table.insert(items, seq_pos(p, #items, true), t)
+    return seq(items)
+  end
+end
+OPS.SequenceErase = function(n)
+  n.nofold = true
+  return function(s, p)
+    local items = {table.unpack(check_seq(s).items)}
+    table.remove(items, seq_pos(p, #items, false))
+    return seq(items)
+  end
+end
+OPS.SequenceAt = function(n)
+  n.nofold = true
+  return function(s, p) local it = check_seq(s).items return it[seq_pos(p, #it, false)] end
+end
+OPS.SequenceLength = function(n)
+  n.nofold = true
+  return function(s) return dl.tensor(#check_seq(s).items, {dtype = dl.int64}) end
+end
+OPS.SplitToSequence = function(n)
+  local axis = n:attr("axis", "INT", 0)
+  local keep = n:attr("keepdims", "INT", 1) == 1
+  n.nofold = true
+  return function(x, split)
+    local d = dim_of(n, axis, x:dim())
+    local size = x.shape[d]
+    local sizes
+    if split then
+      sizes = list(split)
+      if split:dim() == 0 then
+        local k = sizes[1]
+        sizes = {}
+        local left = size
+        while left > 0 do sizes[#sizes + 1] = math.min(k, left); left = left - k end
+      end
+    end
+    local items, start = {}, 1
+    if not sizes then
+      for i = 1, size do
+        local t = x:narrow(d, i, 1)
+        items[i] = keep and t or t:squeeze(d)
+      end
+    else
+      for i, sz in ipairs(sizes) do
+        items[i] = x:narrow(d, start, sz)
+        start = start + sz
+      end
+    end
+    return seq(items)
+  end
+end
+-- SequenceMap(seq, more...): the body once per position; sequence inputs
+-- give their element at that position, tensors themselves every time
+OPS.SequenceMap = function(n)
+  local body = n:attr("body", "GRAPH")
+  if not body then n:fail("attribute 'body' is required") end
+  local plan, run = subgraph(n, body)
+  local nin = #n.inputs
+  return function(...)
+    local args = table.pack(...)
+    local free = free_values(n, args, nin + 1)
+    local len = #check_seq(args[1]).items
+    local outs = {}
+    for j = 1, #plan.outputs do outs[j] = {} end
+    for i = 1, len do
+      local inputs = {}
+      for k = 1, nin do inputs[k] = G.is_seq(args[k]) and args[k].items[i] or args[k] end
+      local out = run(free, inputs)
+      for j = 1, #plan.outputs do outs[j][i] = out[j] end
+    end
+    for j = 1, #plan.outputs do outs[j] = seq(outs[j]) end
+    return table.unpack(outs, 1, #plan.outputs)
+  end
+end
+
+OPS.ConcatFromSequence = function(n)
+  local axis = n:attr("axis", "INT")
+  local new_axis = n:attr("new_axis", "INT", 0) == 1
+  if axis == nil then n:fail("attribute 'axis' is required") end
+  n.nofold = true
+  return function(s)
+    local items = check_seq(s).items
+    if #items == 0 then error("an empty sequence has nothing to concatenate", 0) end
+    local r = items[1]:dim()
+    if new_axis then return dl.stack(items, dim_of(n, axis, r + 1)) end
+    return dl.cat(items, dim_of(n, axis, r))
   end
 end
 
