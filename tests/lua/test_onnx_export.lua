@@ -176,6 +176,59 @@ T.case("LayerNorm and RMSNorm at opset 17 and decomposed at opset 13", function(
   end
 end)
 
+T.case("text models: embedding, Transformer encoder (causal and not), an LSTM-free classifier", function()
+  dl.manual_seed(6)
+  local Text = nn.Module:extend("TextNet")
+  function Text:__init(causal)
+    self.causal = causal
+    self.emb = nn.Embedding(50, 16)
+    self.enc = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 4, {dim_feedforward = 32, dropout = 0,
+      batch_first = true, activation = causal and "gelu" or "relu", norm_first = causal}), 2)
+    self.head = nn.Linear(16, 3)
+  end
+  function Text:forward(ids) -- (N, T) 1-based token ids
+    local x = self.emb(ids)
+    local opts
+    if self.causal then opts = {mask = nn.Transformer.generate_square_subsequent_mask(ids.shape[2])} end
+    local h = self.enc(x, opts)
+    return self.head(h:mean(2))
+  end
+  for _, causal in ipairs {false, true} do
+    local m = Text(causal)
+    m:eval()
+    local ids = dl.randint(1, 51, {3, 7})
+    local name = causal and "text_causal" or "text"
+    local path = dir .. "/" .. name .. ".onnx"
+    dl.onnx.export(m, {ids}, path)
+    if HAVE_ONNX then
+      local ok, out = helper(T.python(), "check", path)
+      T.truthy(ok and out:find("ok"), name .. ": onnx.checker: " .. out)
+    end
+    local back = dl.onnx.load(path)
+    for _, x in ipairs {ids, dl.randint(1, 51, {5, 7})} do
+      local want = dl.no_grad(function() return m(x) end)
+      T.close(back(x):detach(), want, 1e-4, 1e-4, name .. ": round trip")
+      if ORT then
+        local ip = dir .. "/" .. name .. "_in.pb"
+        dl.onnx.save_tensor(ip, x)
+        local ok, out = helper(ORT, "ort", path, dir, ip)
+        T.truthy(ok, name .. ": onnxruntime: " .. out)
+        T.close(dl.onnx.load_tensor(dir .. "/output_0.pb"), want, 1e-4, 1e-4, name .. ": onnxruntime")
+      end
+    end
+  end
+end)
+
+T.case("a dynamic batch that the trace cannot represent is refused", function()
+  -- a reshape whose target mixes the batch with another dim of the same size
+  local Mix = nn.Module:extend("Mix")
+  function Mix:forward(x) return x:reshape(x.shape[2], x.shape[1]):t() * 2 end
+  T.raises(function() dl.onnx.export(Mix(), dl.randn(3, 3), dir .. "/mix.onnx") end,
+    "the graph does not generalize to a batch of 4")
+  local t = dl.onnx.export(Mix(), dl.randn(3, 3), dir .. "/mix.onnx", {dynamic_batch = false})
+  T.eq(t.graph.input[1].shape[1], 3)
+end)
+
 T.case("ResNet-18 and ResNet-50", function()
   dl.manual_seed(2)
   for _, arch in ipairs {"resnet18", "resnet50"} do
@@ -253,6 +306,14 @@ T.case("what cannot be exported is refused, naming the function", function()
   function Sorts:forward(x) return (x:sort()) end
   T.raises(function() dl.onnx.export(Sorts(), dl.randn(3), dir .. "/bad.onnx") end,
     "Tensor:sort has no ONNX export")
+  -- a dl function held in a local from before the export is not seen by
+  -- the trace: its result would be a constant, so export refuses it
+  local relu = dl._F.relu
+  local Hidden = nn.Module:extend("Hidden")
+  function Hidden:__init() self.fc = nn.Linear(3, 3) end
+  function Hidden:forward(x) return self.fc(relu(self.fc(x))) end
+  T.raises(function() dl.onnx.export(Hidden(), dl.randn(2, 3), dir .. "/bad.onnx") end,
+    "a function the trace does not see")
   local bn = nn.BatchNorm2d(3, {track_running_stats = false})
   T.raises(function() dl.onnx.export(bn, dl.randn(2, 3, 4, 4), dir .. "/bad.onnx") end,
     "batch_norm in training mode has no export")

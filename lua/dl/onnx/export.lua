@@ -17,8 +17,17 @@
 -- state_dict names; other tensors a forward creates become constants.
 -- Module calls push their names, so nodes are named "layer1.0.conv1/Conv".
 --
+-- Functions a module keeps in a field (a Transformer layer's activation) are
+-- swapped for their wrappers as well.  The trace runs with autograd on and
+-- floating inputs requiring grad: a tensor derived from the inputs or the
+-- parameters that reaches the recorder without having been traced (a dl
+-- function held in a local before the export) is an error, never a silent
+-- constant.  With dynamic_batch, reshape and expand targets follow the
+-- input's sizes where they agree, and export runs the graph on a batch one
+-- larger than the example's to check that it generalizes.
+--
 -- Invariants: every wrapper is removed when the trace ends, also on error;
--- the model runs in eval mode under dl.no_grad and its mode is restored.
+-- the model runs in eval mode and its mode is restored.
 local dl = require "dl"
 local Module = require "dl.nn.module"
 
@@ -41,7 +50,7 @@ Rec.__index = Rec
 local function new_rec(opts)
   return setmetatable({
     nodes = {}, inits = {}, names = setmetatable({}, {__mode = "k"}), params = {}, counter = 0,
-    scope = {}, depth = 0, opset = opts.opset, used_names = {},
+    scope = {}, depth = 0, opset = opts.opset, used_names = {}, wrapped = {},
   }, Rec)
 end
 
@@ -80,6 +89,12 @@ function Rec:input(v, like)
         self.inits[#self.inits + 1] = {name = p.name, tensor = v:detach():cpu():contiguous()}
       end
       return p.name
+    end
+    if v.requires_grad then
+      -- computed from the parameters or inputs where the trace could not see
+      fail("%s got a tensor computed from the model's parameters or inputs by a function the trace does not " ..
+        "see (a dl function held from before the export, or called from C); it would become a constant",
+        self.current or "an op")
     end
     return self:const(v)
   end
@@ -266,8 +281,14 @@ local function reshape_emit(r, res, x, ...)
   local y = res[1]
   local target = {}
   for i, v in ipairs(y.shape) do target[i] = v end
-  -- the batch dimension stays dynamic: 0 copies the input's first dim
-  if r.dynamic_batch and x:dim() >= 1 and #target >= 1 and target[1] == x.shape[1] then target[1] = 0 end
+  -- with a dynamic batch, 0 (copy the input's dim) wherever the traced sizes
+  -- agree, so batch dims follow the input; export checks the result on
+  -- another batch size, which catches a coincidence of sizes
+  if r.dynamic_batch then
+    for i = 1, math.min(#target, x:dim()) do
+      if target[i] == x.shape[i] and target[i] ~= 0 then target[i] = 0 end
+    end
+  end
   r:bind(y, r:node("Reshape", {r:input(x), r:const_ints(target)}))
 end
 EM.reshape, EM.view = reshape_emit, reshape_emit
@@ -318,7 +339,17 @@ for _, name in ipairs {"float", "double", "half", "long", "int", "bool", "byte",
   EM[name] = EM.to
 end
 EM.expand = function(r, res, x)
-  r:bind(res[1], r:node("Expand", {r:input(x), r:const_ints(res[1].shape)}))
+  local target = {}
+  for i, v in ipairs(res[1].shape) do target[i] = v end
+  -- with a dynamic batch, 1 (keep the input's size, ONNX broadcasting)
+  -- wherever the input already has the size, so batch dims follow the input
+  if r.dynamic_batch then
+    local off = #target - x:dim()
+    for i = 1, x:dim() do
+      if x.shape[i] == target[i + off] then target[i + off] = 1 end
+    end
+  end
+  r:bind(res[1], r:node("Expand", {r:input(x), r:const_ints(target)}))
 end
 EM.expand_as = EM.expand
 EM.narrow = function(r, res, x, d, start, len)
@@ -689,6 +720,45 @@ EM.layer_norm = function(r, res, x, shape, w, b, eps)
   r:bind(res[1], y)
 end
 
+-- embedding(ids, weight, opts): ids are 1-based in dlua, 0-based in ONNX
+EM.embedding = function(r, res, ids, w, opts)
+  if type(opts) == "table" and opts.max_norm then fail("embedding with max_norm has no export") end
+  local i0 = r:node("Sub", {r:input(ids), r:input(1, ids)})
+  r:bind(res[1], r:node("Gather", {r:input(w), i0}, {axis = 0}))
+end
+
+-- scaled_dot_product_attention(q, k, v, {attn_mask=, is_causal=, scale=}):
+-- softmax(q k^T * scale + mask) v, a bool mask true where attention is kept
+EM.scaled_dot_product_attention = function(r, res, q, k, v, opts)
+  opts = opts or {}
+  if (opts.dropout_p or 0) > 0 then fail("scaled_dot_product_attention with dropout has no export") end
+  local E = q.shape[q:dim()]
+  local scale = opts.scale or 1 / math.sqrt(E)
+  local nk = k:dim()
+  local perm = {}
+  for i = 1, nk do perm[i] = i - 1 end
+  perm[nk - 1], perm[nk] = nk - 1, nk - 2
+  local kt = r:node("Transpose", {r:input(k)}, {perm = perm})
+  local s = r:node("Mul", {r:node("MatMul", {r:input(q), kt}), r:input(scale + 0.0, q)})
+  local L, S = q.shape[q:dim() - 1], k.shape[nk - 1]
+  local m = opts.attn_mask
+  if opts.is_causal then
+    -- an additive (L, S) constant: -inf above the diagonal
+    local c = dl.zeros({L, S}, {dtype = q.dtype})
+    c = c:masked_fill(dl.ones({L, S}, {dtype = dl.bool}):triu(1), -math.huge)
+    s = r:node("Add", {s, r:const(c)})
+  end
+  if m ~= nil then
+    if m.dtype == dl.bool then
+      s = r:node("Where", {r:input(m), s, r:input(-math.huge, q)})
+    else
+      s = r:node("Add", {s, r:input(m)})
+    end
+  end
+  local p = r:node("Softmax", {s}, {axis = -1})
+  r:bind(res[1], r:node("MatMul", {p, r:input(v)}))
+end
+
 EM.rms_norm = function(r, res, x, shape, w, eps)
   local n = type(shape) == "table" and #shape or 1
   if eps == nil then -- PyTorch's default: the compute dtype's machine epsilon
@@ -725,7 +795,8 @@ local function wrap(rec, tbl, key, saved, where)
   saved[#saved + 1] = {tbl, key, orig}
   local em = EM[key]
   local label = where .. key
-  rawset(tbl, key, function(...)
+  local wrapper
+  wrapper = function(...)
     if rec.depth > 0 then return orig(...) end
     local traced = false
     local n = select("#", ...)
@@ -746,13 +817,31 @@ local function wrap(rec, tbl, key, saved, where)
     local args = table.pack(...)
     local ok, res = pcall(function()
       local r = table.pack(orig(table.unpack(args, 1, args.n)))
+      rec.current = label
       em(rec, r, table.unpack(args, 1, args.n))
       return r
     end)
     rec.depth = rec.depth - 1
     if not ok then error(res, 0) end
     return table.unpack(res, 1, res.n)
-  end)
+  end
+  rawset(tbl, key, wrapper)
+  if rec.wrapped[orig] == nil then rec.wrapped[orig] = wrapper end
+end
+
+-- Functions a module holds in a field (a Transformer layer's activation,
+-- dl.nn.functional.relu taken when it was built) are swapped for their
+-- wrappers too; saved lets the trace put them back.
+local function wrap_module_fields(rec, model, saved)
+  for _, m in ipairs(model:modules()) do
+    local attrs = rawget(m, "_attrs")
+    for k, v in pairs(attrs) do
+      if type(v) == "function" and rec.wrapped[v] then
+        saved[#saved + 1] = {attrs, k, v}
+        rawset(attrs, k, rec.wrapped[v])
+      end
+    end
+  end
 end
 
 local function collect_params(rec, model)
@@ -799,9 +888,17 @@ function E.trace(model, inputs, opts)
   collect_params(rec, model)
   local in_names = opts.input_names or {}
   local graph_inputs = {}
+  inputs = {table.unpack(inputs)}
   for i, x in ipairs(inputs) do
     if not dl.is_tensor(x) then fail("example input %d is not a tensor", i) end
     local nm = in_names[i] or (#inputs == 1 and "input" or ("input_" .. i))
+    -- the trace runs with autograd on: whatever derives from a floating
+    -- input or a parameter requires grad, so a value that slips past the
+    -- wrappers is caught when it would become a constant (Rec:input)
+    if x:is_floating_point() then
+      x = x:detach():requires_grad_(true)
+      inputs[i] = x
+    end
     rec.names[x] = nm
     graph_inputs[i] = value_info(x, nm, rec.dynamic_batch)
   end
@@ -819,7 +916,8 @@ function E.trace(model, inputs, opts)
     for k in pairs(dl._F) do wrap(rec, dl._F, k, saved, "dl.nn.functional.") end
     wrap(rec, dl._nn, "conv2d_fused", saved, "dl._nn.")
     wrap_modules(rec, model, saved)
-    return table.pack(dl.no_grad(function() return model(table.unpack(inputs)) end))
+    wrap_module_fields(rec, model, saved)
+    return table.pack(dl.enable_grad(function() return model(table.unpack(inputs)) end))
   end)
   for i = #saved, 1, -1 do rawset(saved[i][1], saved[i][2], saved[i][3]) end
   if not ok then error(outs, 0) end
@@ -886,9 +984,48 @@ function E.export(model, example_inputs, path, opts)
   local was_training = model.training
   model:eval()
   local ok, m = pcall(E.trace, model, example_inputs, opts)
+  if ok and opts.dynamic_batch ~= false then ok, m = pcall(E.check_batch, model, example_inputs, m) end
   if was_training then model:train() end
   if not ok then error(m, 0) end
   dl._onnx.save_model(path, m)
+  return m
+end
+
+-- Runs the traced graph (dl.onnx's importer) and the model on the example
+-- inputs with one more batch entry (the first repeated); they must agree,
+-- else a size was fixed by the example's batch.  Returns m.
+function E.check_batch(model, inputs, m)
+  local bigger = {}
+  for i, x in ipairs(inputs) do
+    if x:dim() == 0 then return m end
+    bigger[i] = dl.cat({x, x:narrow(1, 1, 1)}, 1)
+  end
+  local ok, g = pcall(require("dl.onnx.graph").build, m, "(export check)")
+  if not ok then fail("the traced graph does not load: %s", tostring(g)) end
+  local cpu = {}
+  for i, x in ipairs(bigger) do cpu[i] = x:cpu() end
+  local want = table.pack(dl.no_grad(function() return model(table.unpack(bigger)) end))
+  if want.n == 1 and type(want[1]) == "table" and not dl.is_tensor(want[1]) then want = want[1] end
+  local okr, got = pcall(function() return table.pack(dl.no_grad(function() return g(table.unpack(cpu)) end)) end)
+  local why
+  if not okr then
+    why = tostring(got)
+  else
+    for i = 1, #want do
+      local a, b = got[i], want[i]:cpu()
+      if not dl.is_tensor(a) or #a.shape ~= #b.shape then why = "output " .. i .. " has another shape"; break end
+      for d = 1, #b.shape do if a.shape[d] ~= b.shape[d] then why = "output " .. i .. " has another shape" end end
+      if why then break end
+      local af, bf = a:to(dl.float64), b:to(dl.float64)
+      local bad = (af - bf):abs():gt(bf:abs() * 1e-3 + 1e-4):any():item()
+      if bad then why = "output " .. i .. " differs"; break end
+    end
+  end
+  if why then
+    fail("the graph does not generalize to a batch of %d (%s): a size is fixed by the example's batch of %d; " ..
+      "export with {dynamic_batch = false}, or trace with a batch size unlike the model's other sizes", bigger[1].shape[1],
+      why, inputs[1].shape[1])
+  end
   return m
 end
 
