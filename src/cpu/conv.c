@@ -549,8 +549,8 @@ static int backward_f64(const dl_conv2d_shape *s, double *gx, double *gw, double
     for (int64_t n = 0; n < s->N && rc == 0; n++)
         for (int64_t gi = 0; gi < g && rc == 0; gi++) {
             const double *gyg = gy + (n * s->O + gi * Og) * S; /* (Og, S) */
-            const double *wg = w + gi * Og * CKK;              /* (Og, CKK) */
             if (gx) {
+                const double *wg = w + gi * Og * CKK;         /* (Og, CKK); w is NULL without gx */
                 double *gxg = gx + (n * s->C + gi * Cg) * HW; /* (Cg, H, W) */
                 /* gcol (CKK, S) = wg^T @ gyg */
                 rc = gemm_f64(CKK, S, Og, wg, 1, CKK, gyg, S, 1, pointwise ? gxg : col, 0);

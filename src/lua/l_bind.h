@@ -136,6 +136,7 @@ void dlL_open_rnn(lua_State *L);       /* l_rnn.c: dl._F.rnn_layer (LSTM, GRU) *
 
 void dlL_open_tensorboard(lua_State *L); /* l_tensorboard.c: dl._tensorboard event files */
 void dlL_open_dist(lua_State *L);        /* l_dist.c: dl._dist (process group, DDP reducer) */
+void dlL_open_onnx(lua_State *L);        /* l_onnx.c: dl._onnx (ONNX files) */
 void dlL_open_text(lua_State *L);        /* l_text.c: dl._text (tokenizers) */
 
 #endif

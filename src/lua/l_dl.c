@@ -222,7 +222,7 @@ static int module_index(lua_State *L) {
     if (!k) return 0;
     static const char *const lazy[] = {"nn",          "optim", "data",     "transforms", "models",
                                        "util",        "image", "autograd", "amp",        "utils",
-                                       "distributed", "text",  NULL};
+                                       "distributed", "onnx",  "text",     NULL};
     for (int i = 0; lazy[i]; i++)
         if (strcmp(k, lazy[i]) == 0) {
             lua_getglobal(L, "require");
@@ -289,6 +289,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_rnn(L);
     dlL_open_tensorboard(L);
     dlL_open_dist(L); /* l_dist.c: dl._dist (process group, DDP reducer) */
+    dlL_open_onnx(L); /* l_onnx.c: dl._onnx (ONNX files) */
     dlL_open_text(L); /* l_text.c: dl._text (tokenizers) */
 
     static const luaL_Reg functions[] = {

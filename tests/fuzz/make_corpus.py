@@ -4,7 +4,8 @@ tests/fuzz/corpus/<target>/: a few small valid inputs per target (a few KB in
 all), each covering a branch of the parser (JPEG: gray, RGB, CMYK,
 progressive, odd sizes; PNG: palette, alpha, 16-bit, interlaced; safetensors:
 every dtype, metadata, empty tensors; IDX: every element type, gzip; nested
-tables: byte programs; ImageFolder: NUL-separated path lists).  Needs Pillow.
+tables: byte programs; ImageFolder: NUL-separated path lists; ONNX: small
+models and tensors).  Needs Pillow (and python3-onnx for the ONNX seeds).
 Deterministic: rerunning it rewrites the same bytes."""
 import gzip, io, json, os, struct, sys
 from PIL import Image
@@ -106,4 +107,41 @@ put("folder", "empty_class", b"cat/a.png\x00dog/")
 put("folder", "odd_names", "caf\u00e9/\u00fc\u00df.png\x00sp ace/new\nline.jpg\x00-x/.png".encode())
 put("folder", "symlinks", b"a/x.png\x00@a/loop\x00@b/up\x00b/y.jpg")
 put("folder", "no_classes", b"top.png")
+# ONNX models and tensors (python3-onnx): initializers as raw_data and typed
+# fields, opset-11 and opset-13 forms, a subgraph, a TensorProto file
+try:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto as TP, helper as oh, numpy_helper as onp
+except ImportError:
+    onnx = None
+if onnx is not None:
+    def model(nodes, inputs, outputs, inits=(), opset=13):
+        g = oh.make_graph(nodes, "g", inputs, outputs, list(inits))
+        return oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)], producer_name="corpus").SerializeToString()
+    vi = oh.make_tensor_value_info
+    w = onp.from_array(np.arange(24, dtype=np.float32).reshape(2, 3, 2, 2) / 10, "conv.weight")
+    b = oh.make_tensor("conv.bias", TP.FLOAT, [2], [0.5, -0.5])  # float_data
+    put("onnx", "conv_relu.onnx", model(
+        [oh.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+         oh.make_node("Relu", ["c"], ["y"])],
+        [vi("x", TP.FLOAT, ["N", 3, 5, 5])], [vi("y", TP.FLOAT, ["N", 2, 3, 3])], [w, b]))
+    put("onnx", "shape_ops.onnx", model(
+        [oh.make_node("Shape", ["x"], ["s"]),
+         oh.make_node("Constant", [], ["k"], value=oh.make_tensor("k", TP.INT64, [1], [-1])),
+         oh.make_node("Slice", ["x", "st", "en", "ax"], ["sl"]),
+         oh.make_node("Reshape", ["sl", "k"], ["y"])],
+        [vi("x", TP.FLOAT, [2, 4])], [vi("y", TP.FLOAT, [4])],
+        [oh.make_tensor("st", TP.INT64, [1], [1]), oh.make_tensor("en", TP.INT64, [1], [3]),
+         oh.make_tensor("ax", TP.INT64, [1], [1])]))
+    put("onnx", "squeeze_opset11.onnx", model(
+        [oh.make_node("Squeeze", ["x"], ["y"], axes=[1]), oh.make_node("Clip", ["y"], ["z"])],
+        [vi("x", TP.FLOAT, [3, 1])], [vi("z", TP.FLOAT, [3])], opset=11))
+    then_g = oh.make_graph([oh.make_node("Neg", ["x"], ["t"])], "then", [], [vi("t", TP.FLOAT, [2])])
+    else_g = oh.make_graph([oh.make_node("Abs", ["x"], ["e"])], "else", [], [vi("e", TP.FLOAT, [2])])
+    put("onnx", "if.onnx", model(
+        [oh.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+        [vi("c", TP.BOOL, []), vi("x", TP.FLOAT, [2])], [vi("y", TP.FLOAT, [2])]))
+    put("onnx", "tensor_int64.pb", oh.make_tensor("t", TP.INT64, [2, 2], [1, -2, 3, 1 << 40]).SerializeToString())
+    put("onnx", "tensor_raw_f16.pb", onp.from_array(np.array([0.5, -2, 65504], dtype=np.float16)).SerializeToString())
 print("corpus written to", root)

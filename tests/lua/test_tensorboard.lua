@@ -13,30 +13,15 @@ local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 local root = T.tmpdir() .. "/tensorboard"
 os.execute("rm -rf '" .. root .. "' && mkdir -p '" .. root .. "'")
 
-local function sh(cmd)
-  local p = assert(io.popen(cmd .. " 2>&1"))
-  local out = p:read("a")
-  local ok = p:close()
-  return ok, out
-end
+local sh = T.sh
 
--- The venv's python with tensorboard: made once (into a temporary name, then
--- renamed, so a failed or concurrent attempt never leaves a half venv).
+-- The venv's python with tensorboard (made once under the build directory).
 local function tb_python()
-  local build = os.getenv("DL_BUILD_DIR") or T.tmpdir()
-  local venv = build .. "/tensorboard-venv"
-  local py = venv .. "/bin/python"
-  if sh("'" .. py .. "' -c 'import tensorboard, PIL' ") then return py end
-  local tmp = string.format("%s.tmp.%d", venv, math.random(1, 1 << 30))
-  local ok, out = sh(string.format(
-    "rm -rf '%s' && '%s' -m venv '%s' && '%s/bin/python' -m pip install -q --disable-pip-version-check tensorboard pillow",
-    tmp, T.python(), tmp, tmp))
-  if not ok then
-    sh("rm -rf '" .. tmp .. "'")
+  local py, out = T.venv("tensorboard-venv", "tensorboard, PIL", "tensorboard pillow")
+  if not py then
     error("cannot make the TensorBoard venv (" .. T.python() .. " -m venv needs python3-venv; "
-      .. "pip install tensorboard needs network access to PyPI):\n" .. out:sub(-1500), 0)
+      .. "pip install tensorboard needs network access to PyPI):\n" .. out, 0)
   end
-  sh(string.format("[ -e '%s' ] && rm -rf '%s' || mv '%s' '%s'", venv, tmp, tmp, venv))
   return py
 end
 

@@ -411,6 +411,37 @@ function T.oracle_cases(data, tol, ops, run)
   end)
 end
 
+-- Runs a shell command; returns whether it succeeded and its output
+-- (stdout and stderr).
+function T.sh(cmd)
+  local p = assert(io.popen(cmd .. " 2>&1"))
+  local out = p:read("a")
+  local ok = p:close()
+  return ok, out
+end
+
+-- The python of a venv under the build directory that can `import check`
+-- (e.g. "onnxruntime"), made once with pip install <packages> into a
+-- temporary name and then renamed, so a failed or concurrent attempt never
+-- leaves a half venv.  nil and pip's last words when it cannot be made
+-- (no python3-venv, PyPI unreachable).
+function T.venv(name, check, packages)
+  local build = os.getenv("DL_BUILD_DIR") or T.tmpdir()
+  local venv = build .. "/" .. name
+  local py = venv .. "/bin/python"
+  if T.sh("'" .. py .. "' -c 'import " .. check .. "' ") then return py end
+  local tmp = string.format("%s.tmp.%d", venv, math.random(1, 1 << 30))
+  local ok, out = T.sh(string.format(
+    "rm -rf '%s' && '%s' -m venv '%s' && '%s/bin/python' -m pip install -q --disable-pip-version-check %s",
+    tmp, T.python(), tmp, tmp, packages))
+  if not ok then
+    T.sh("rm -rf '" .. tmp .. "'")
+    return nil, out:sub(-1500)
+  end
+  T.sh(string.format("[ -e '%s' ] && rm -rf '%s' || mv '%s' '%s'", venv, tmp, tmp, venv))
+  return py
+end
+
 function T.tmpdir()
   local d = os.getenv("DL_TEST_TMP") or "/tmp/dlua-test"
   os.execute("mkdir -p '" .. d .. "'")

@@ -3,7 +3,8 @@
 -- prepared for inference with every convolution + batch norm pair folded.
 --
 --   dl.models.fuse_conv_bn_eval(conv, bn)    -> conv, with a new weight and bias
---   dl.models.optimize_for_inference(model)  -> model (a ResNet), folded, in eval mode
+--   dl.models.optimize_for_inference(model)  -> model (a ResNet, or an imported
+--                                               dl.onnx model), folded, in eval mode
 --
 -- Invariants: with s = gamma / sqrt(running_var + eps) per output channel,
 -- the folded convolution has w' = w * s and b' = (b - running_mean) * s + beta,
@@ -63,6 +64,10 @@ local function fold(m, conv_name, bn_name)
 end
 
 function M.optimize_for_inference(model)
+  -- a model that knows how (dl.onnx's OnnxModel) folds itself
+  if nn.is_module(model) and type(model.optimize_for_inference) == "function" then
+    return (model:optimize_for_inference())
+  end
   local resnet = require "dl.models.resnet"
   if not (nn.Module.isinstance(model, resnet.ResNet)) then
     fail("optimize_for_inference: expected a ResNet, got %s", tostring(model and model:_get_name()))

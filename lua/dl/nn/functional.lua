@@ -3,7 +3,9 @@
 -- softmax, log_softmax, relu, dropout, pad, scaled_dot_product_attention
 -- and the losses, all recording autograd); this file returns that table
 -- after adding what is composed from tensor ops in Lua (linear = matmul +
--- add, flatten).  A C version of the same name wins.
+-- add, flatten, and lua/dl/nn/composed.lua's conv1d, conv3d,
+-- conv_transpose1d/2d, the 1-D and 3-D poolings, prelu, pixel_shuffle,
+-- instance_norm, interpolate).  A C version of the same name wins.
 --
 -- Conventions (PyTorch's signatures, the Lua way): dims are 1-based, class
 -- indices in targets are 1-based, options come as a trailing table.
@@ -41,6 +43,12 @@ end
 function F.flatten(x, start_dim, end_dim)
   check_tensor(x, "flatten", "input")
   return x:flatten(start_dim or 1, end_dim or -1)
+end
+
+-- 1-D and 3-D convolutions and pools, transposed convolutions, prelu,
+-- pixel shuffle, instance norm, interpolate: compositions of the C kernels
+for k, v in pairs(require "dl.nn.composed") do
+  if k:sub(1, 1) ~= "_" then F[k] = v end
 end
 
 -- The C table wins; the Lua versions only fill names it lacks.

@@ -3,6 +3,7 @@
 --   dl.nn.Module, dl.nn.Parameter          base class (module.lua)
 --   Sequential, ModuleList                 containers (containers.lua)
 --   Linear, Conv2d, BatchNorm2d, ReLU, ... layers (layers.lua)
+--   Conv1d, Conv3d, ConvTranspose2d, PReLU, InstanceNorm2d, Upsample, ... (layers_composed.lua)
 --   Embedding, EmbeddingBag               embeddings (embedding.lua)
 --   LSTM, GRU, LSTMCell, GRUCell           recurrent layers (rnn.lua)
 --   CrossEntropyLoss, MSELoss, ...         losses (loss.lua)
@@ -27,8 +28,8 @@ nn.functional = require "dl.nn.functional"
 nn.F = nn.functional
 nn.init = require "dl.nn.initializers"
 
-for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.embedding", "dl.nn.loss",
-  "dl.nn.attention", "dl.nn.transformer", "dl.nn.rnn"} do
+for _, family in ipairs {"dl.nn.containers", "dl.nn.layers", "dl.nn.layers_composed", "dl.nn.embedding",
+  "dl.nn.loss", "dl.nn.attention", "dl.nn.transformer", "dl.nn.rnn"} do
   for k, v in pairs(require(family)) do nn[k] = v end
 end
 
