@@ -176,13 +176,7 @@ local IMPL_NAMES = {"native", "cudnn"}
 
 -- Runs fn with the CUDA training implementation set to impl (on the CPU the
 -- switch changes nothing), restoring the previous choice.
-local function with_impl(impl, fn)
-  local before = nn.batch_norm_impl(impl)
-  local ok, r = pcall(fn)
-  nn.batch_norm_impl(before)
-  if not ok then error(r, 0) end
-  return r
-end
+local function with_impl(impl, fn) return T.with_setting(nn.batch_norm_impl, impl, fn) end
 
 -- The fused op (add: with a residual) through autograd: the output, every
 -- gradient and the running statistics.  cl: channels-last input.
