@@ -12,7 +12,7 @@
 --   before         all of the above off: the code paths before the issue
 -- Prints ms per step (wall; on the CPU also process CPU time, which other
 -- processes on a loaded machine disturb less), images/s and each variant's
--- speed against "before".  On CUDA steps are timed between synchronisations.
+-- speed against "before" (or "unfused-bn" when "before" did not run).  On CUDA steps are timed between synchronisations.
 -- Usage: dlua scripts/bench_switches.lua [--arch resnet18] [--batch 8] [--size 112]
 --        [--threads 2] [--steps 3] [--rounds 3] [--device cpu|cuda]
 --        [--amp none|bf16|fp16] [--channels-last] [--only default,unfused-bn,...]
@@ -116,9 +116,11 @@ print(string.format("%s training step, batch %d, %dx%d, %s%s%s%s (best of %d rou
   cuda and "" or string.format(", %d threads", opts.threads),
   opts["channels-last"] and ", channels-last" or "", opts.amp ~= "none" and ", amp " .. opts.amp or "",
   opts.rounds, opts.steps))
+-- the reference: "before" when it ran, else "unfused-bn"
+local base_name = best.before and "before" or best["unfused-bn"] and "unfused-bn" or nil
+local base = base_name and best[base_name]
 print(string.format("%-12s %11s %9s %11s %16s", "variant", "ms/step", "img/s", cuda and "" or "cpu ms/step",
-  "vs before"))
-local base = best.before
+  base_name and "vs " .. base_name or ""))
 for _, v in ipairs(variants) do
   local b = best[v[1]]
   local k = cuda and 1 or 2 -- CPU: compare process CPU time
