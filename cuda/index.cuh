@@ -1,7 +1,8 @@
 // index.cuh - what the index family's CUDA files (index.cu, sort.cu) and
 // pad.cu share: a tensor's per-dim shape and strides passed by value to
-// kernels, the row-major offset through them, and a dispatch on element size.
-// C++; included by cuda/index.cu, cuda/sort.cu and cuda/pad.cu only.
+// kernels, the row-major offset through them, and a dispatch on element size
+// (also embedding.cu's lookups).  C++; included by cuda/index.cu,
+// cuda/sort.cu, cuda/pad.cu and cuda/embedding.cu only.
 #pragma once
 
 #include "common.cuh"
