@@ -9,13 +9,23 @@
 // in float, float64 in double, int64 wraps through unsigned arithmetic, a product that
 // feeds a sum is rounded on its own (mul_rn: never contracted into an FMA, which the CPU
 // build does not use), and float16/bfloat16 storage is loaded as float and rounded once
-// on store.  Contiguous float32 binary and unary ops run four elements per thread with
-// float4 loads when every pointer is 16-byte aligned.
+// on store.
+//
+// Speed (the "vectorized" setting: on, unless DLUA_CUDA_VEC=0 or the table's
+// set_vectorized turns it off): dense binary and unary ops whose operands
+// share one float dtype run one 16-byte pack per thread -- 4 float32 or 8
+// float16/bfloat16 elements, the tail element by element -- when every
+// pointer is 16-byte aligned; every other map counts its indices in int when
+// they all stay below 2^31 (map.cuh's small_indices), else in int64.  Off, the
+// maps run as before: float4 packs for dense float32 binary and unary ops,
+// int64 indices everywhere.  Results are the same either way (the same
+// per-element expressions, one rounding on store).
 //
 // Invariants: those of map.cuh; the only entry point that waits for the device is an
 // integer division, which reads back its zero-divisor flag.
 #include "map.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 #include <type_traits>
 
@@ -186,7 +196,7 @@ template <typename C> struct BinaryFn {
     C alpha;
     bool scalar_exponent;
     int *zero;
-    __device__ void operator()(int64_t i) const {
+    template <typename I> __device__ void operator()(I i) const {
         C x = get(a, i), y = get(b, i);
         char *po = at(o, i);
         if (is_comparison(op))
@@ -309,7 +319,7 @@ template <typename C> struct UnaryFn {
     Out o;
     In<C> x;
     int op;
-    __device__ void operator()(int64_t i) const {
+    template <typename I> __device__ void operator()(I i) const {
         C v = get(x, i);
         char *po = at(o, i);
         if (is_predicate(op))
@@ -340,13 +350,78 @@ struct UnaryVec4Fn {
     }
 };
 
+// --- 16-byte packs (the vectorized setting) -----------------------------------------------------
+
+// N = 16 / sizeof(T) elements of float32, float16 or bfloat16, loaded and
+// stored as one 16-byte word; computed in float, rounded once on store.
+template <typename T> struct alignas(16) Pack {
+    static constexpr int N = 16 / (int)sizeof(T);
+    T v[N];
+};
+
+template <typename T> __device__ inline float fl(T v) {
+    return dl_to_float(v);
+}
+
+// out = op(a, b), dense, one pack per index v (the last index takes the
+// tail element by element); a or b null: the scalar as or bs.  I: the index
+// type (int below 2^31 elements).
+template <typename T, typename I> struct BinaryVecFn {
+    T *o;       // o is (n,)
+    const T *a; // a is (n,) or null
+    const T *b; // b is (n,) or null
+    float as, bs;
+    int op;
+    float alpha;
+    bool scalar_exponent;
+    I n;
+    __device__ float one(float x, float y) const {
+        return arith(op, x, y, alpha, scalar_exponent, nullptr);
+    }
+    __device__ void operator()(I v) const {
+        constexpr int N = Pack<T>::N;
+        I i = v * N;
+        if (i + N <= n) {
+            Pack<T> x, y, r;
+            if (a) x = ((const Pack<T> *)a)[v];
+            if (b) y = ((const Pack<T> *)b)[v];
+#pragma unroll
+            for (int k = 0; k < N; k++)
+                r.v[k] = dl_from_float<T>(one(a ? fl(x.v[k]) : as, b ? fl(y.v[k]) : bs));
+            ((Pack<T> *)o)[v] = r;
+        } else {
+            for (; i < n; i++) o[i] = dl_from_float<T>(one(a ? fl(a[i]) : as, b ? fl(b[i]) : bs));
+        }
+    }
+};
+
+// out = op(x), dense, as BinaryVecFn; not a predicate.
+template <typename T, typename I> struct UnaryVecFn {
+    T *o;       // o is (n,)
+    const T *x; // x is (n,)
+    int op;
+    I n;
+    __device__ void operator()(I v) const {
+        constexpr int N = Pack<T>::N;
+        I i = v * N;
+        if (i + N <= n) {
+            Pack<T> p = ((const Pack<T> *)x)[v], r;
+#pragma unroll
+            for (int k = 0; k < N; k++) r.v[k] = dl_from_float<T>(unary_value(op, fl(p.v[k])));
+            ((Pack<T> *)o)[v] = r;
+        } else {
+            for (; i < n; i++) o[i] = dl_from_float<T>(unary_value(op, fl(x[i])));
+        }
+    }
+};
+
 // --- clamp, where, masked_fill, isclose --------------------------------------------------------
 
 // min(max(x, lo), hi); a NaN bound or x gives NaN (the CPU's per-element rule).
 template <typename C> struct ClampFn {
     Out o;
     In<C> x, lo, hi;
-    __device__ void operator()(int64_t i) const {
+    template <typename I> __device__ void operator()(I i) const {
         C v = get(x, i), l = get(lo, i), h = get(hi, i);
         C r = l != l ? l : v < l ? l : v;
         r = h != h ? h : r > h ? h : r;
@@ -359,7 +434,7 @@ template <typename T> struct WhereFn {
     Out o;
     In<bool> cond;
     In<T> a, b;
-    __device__ void operator()(int64_t i) const {
+    template <typename I> __device__ void operator()(I i) const {
         *(T *)at(o, i) = get(cond, i) ? get(a, i) : get(b, i);
     }
 };
@@ -368,7 +443,7 @@ template <typename T> struct MaskedFillFn {
     Out o;
     In<bool> mask;
     T value;
-    __device__ void operator()(int64_t i) const {
+    template <typename I> __device__ void operator()(I i) const {
         if (get(mask, i)) *(T *)at(o, i) = value;
     }
 };
@@ -378,7 +453,7 @@ template <typename T> struct IscloseFn {
     In<T> a, b;
     T rtol, atol;
     bool equal_nan;
-    __device__ void operator()(int64_t i) const {
+    template <typename I> __device__ void operator()(I i) const {
         T x = get(a, i), y = get(b, i);
         T d = fabs(x - y);
         bool r = x == y || (equal_nan && x != x && y != y) ||
@@ -393,6 +468,68 @@ template <typename T> struct IscloseFn {
 
 bool aligned16(const void *p) {
     return ((uintptr_t)p & 15) == 0;
+}
+
+// The vectorized setting: -1 not read yet, then 0 or 1.
+int g_vectorized = -1;
+
+bool vectorized() {
+    if (g_vectorized < 0) {
+        const char *e = getenv("DLUA_CUDA_VEC");
+        g_vectorized = !(e && strcmp(e, "0") == 0);
+    }
+    return g_vectorized == 1;
+}
+
+// Whether a float-computed map may run on 16-byte packs of dtype o.dt: the
+// output and every tensor input dense, 16-byte aligned and of that dtype
+// (float32, float16 or bfloat16).
+bool packable(const Out &o, int k, const In<float> *const *ins) {
+    if (o.dt != DL_DTYPE_F32 && o.dt != DL_DTYPE_F16 && o.dt != DL_DTYPE_BF16) return false;
+    if (!o.dense || !aligned16(o.p)) return false;
+    for (int j = 0; j < k; j++)
+        if (ins[j]->p && (ins[j]->dt != o.dt || !ins[j]->dense || !aligned16(ins[j]->p)))
+            return false;
+    return true;
+}
+
+// Launches f (a BinaryVecFn or UnaryVecFn of storage type T) over the packs of n
+// elements, counting in int when n allows.
+template <typename T, template <typename, typename> class V, typename Make>
+int launch_packs(int64_t n, const Make &make) {
+    int64_t packs = (n + Pack<T>::N - 1) / Pack<T>::N;
+    if (n <= kSmallN) return launch(make(V<T, int>{}, (int)n), packs, true);
+    return launch(make(V<T, int64_t>{}, n), packs);
+}
+
+// The binary map on packs of dtype dt (packable checked).
+int binary_packs(const BinaryFn<float> &f, int64_t n) {
+    auto make = [&f](auto v, auto nn) {
+        using VT = decltype(v);
+        using T = typename std::remove_pointer<decltype(v.o)>::type;
+        VT r{(T *)f.o.p, (const T *)f.a.p, (const T *)f.b.p,  f.a.s, f.b.s,
+             f.op,       f.alpha,          f.scalar_exponent, nn};
+        return r;
+    };
+    switch (f.o.dt) {
+    case DL_DTYPE_F16: return launch_packs<__half, BinaryVecFn>(n, make);
+    case DL_DTYPE_BF16: return launch_packs<__nv_bfloat16, BinaryVecFn>(n, make);
+    default: return launch_packs<float, BinaryVecFn>(n, make);
+    }
+}
+
+int unary_packs(const UnaryFn<float> &f, int64_t n) {
+    auto make = [&f](auto v, auto nn) {
+        using VT = decltype(v);
+        using T = typename std::remove_pointer<decltype(v.o)>::type;
+        VT r{(T *)f.o.p, (const T *)f.x.p, f.op, nn};
+        return r;
+    };
+    switch (f.o.dt) {
+    case DL_DTYPE_F16: return launch_packs<__half, UnaryVecFn>(n, make);
+    case DL_DTYPE_BF16: return launch_packs<__nv_bfloat16, UnaryVecFn>(n, make);
+    default: return launch_packs<float, UnaryVecFn>(n, make);
+    }
 }
 
 // Reads the device flag back (waits for the device), then frees it.
@@ -443,8 +580,11 @@ int binary_run(int op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha)
     f.zero = nullptr;
     int64_t n = dl_tensor_numel(out);
     if (n == 0) return 0;
+    bool vec = vectorized(), small = vec && small_indices(3, ls, n);
     if constexpr (std::is_same<C, float>::value) {
-        if (binary_vec4(f, n)) {
+        const In<float> *ins[2] = {&f.a, &f.b};
+        if (vec && !cmp && packable(f.o, 2, ins)) return binary_packs(f, n);
+        if (!vec && binary_vec4(f, n)) {
             BinaryVec4Fn v{(float *)f.o.p,
                            (const float *)f.a.p,
                            (const float *)f.b.p,
@@ -457,7 +597,7 @@ int binary_run(int op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha)
             return launch(v, (n + 3) / 4);
         }
     }
-    if (!std::is_same<C, int64_t>::value || !is_int_division(op)) return launch(f, n);
+    if (!std::is_same<C, int64_t>::value || !is_int_division(op)) return launch(f, n, small);
     // integer division: a device flag records a zero divisor
     int *flag = (int *)dl_cuda_malloc(sizeof(int));
     if (!flag) return -1;
@@ -468,7 +608,7 @@ int binary_run(int op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha)
                             __LINE__);
     }
     f.zero = flag;
-    if (launch(f, n)) {
+    if (launch(f, n, small)) {
         dl_cuda_free(flag);
         return -1;
     }
@@ -490,12 +630,15 @@ template <typename C> int unary_run(int op, dl_tensor *out, dl_tensor *x) {
     f.op = op;
     int64_t n = dl_tensor_numel(out);
     if (n == 0) return 0;
+    bool vec = vectorized();
     if constexpr (std::is_same<C, float>::value) {
-        if (n >= 4 && !pred && f.o.dt == DL_DTYPE_F32 && f.x.dt == DL_DTYPE_F32 && f.x.p &&
+        const In<float> *ins[1] = {&f.x};
+        if (vec && !pred && f.x.p && packable(f.o, 1, ins)) return unary_packs(f, n);
+        if (!vec && n >= 4 && !pred && f.o.dt == DL_DTYPE_F32 && f.x.dt == DL_DTYPE_F32 && f.x.p &&
             f.o.dense && f.x.dense && aligned16(f.o.p) && aligned16(f.x.p))
             return launch(UnaryVec4Fn{(float *)f.o.p, (const float *)f.x.p, op, n}, (n + 3) / 4);
     }
-    return launch(f, n);
+    return launch(f, n, vec && small_indices(2, ls, n));
 }
 
 // --- clamp, where, masked_fill, isclose ------------------------------------------------------
@@ -510,7 +653,8 @@ template <typename C> int clamp_run(dl_tensor *out, dl_tensor *x, dl_tensor *lo,
         make_in<C>(name, x, ls[1], &f.x) || make_in<C>(name, lo, ls[2], &f.lo) ||
         make_in<C>(name, hi, ls[3], &f.hi))
         return -1;
-    return launch(f, dl_tensor_numel(out));
+    int64_t n = dl_tensor_numel(out);
+    return launch(f, n, vectorized() && small_indices(4, ls, n));
 }
 
 template <typename T> int where_run(dl_tensor *out, dl_tensor *cond, dl_tensor *a, dl_tensor *b) {
@@ -524,7 +668,8 @@ template <typename T> int where_run(dl_tensor *out, dl_tensor *cond, dl_tensor *
     if (make_out(name, out, ls[0], true, &f.o) || make_in<bool>(name, cond, ls[1], &f.cond) ||
         make_in<T>(name, a, ls[2], &f.a) || make_in<T>(name, b, ls[3], &f.b))
         return -1;
-    return launch(f, dl_tensor_numel(out));
+    int64_t n = dl_tensor_numel(out);
+    return launch(f, n, vectorized() && small_indices(4, ls, n));
 }
 
 template <typename T> int masked_fill_run(dl_tensor *self, dl_tensor *mask, const void *value) {
@@ -535,7 +680,8 @@ template <typename T> int masked_fill_run(dl_tensor *self, dl_tensor *mask, cons
     if (make_out(name, self, ls[0], true, &f.o) || make_in<bool>(name, mask, ls[1], &f.mask))
         return -1;
     memcpy(&f.value, value, sizeof(T)); // value is host memory (the op layer's 0-dim tensor)
-    return launch(f, dl_tensor_numel(self));
+    int64_t n = dl_tensor_numel(self);
+    return launch(f, n, vectorized() && small_indices(2, ls, n));
 }
 
 template <typename T>
@@ -552,7 +698,14 @@ int isclose_run(dl_tensor *out, dl_tensor *a, dl_tensor *b, double rtol, double 
     f.rtol = (T)rtol;
     f.atol = (T)atol;
     f.equal_nan = equal_nan;
-    return launch(f, dl_tensor_numel(out));
+    int64_t n = dl_tensor_numel(out);
+    return launch(f, n, vectorized() && small_indices(3, ls, n));
+}
+
+int ew_set_vectorized(int on) {
+    int was = vectorized() ? 1 : 0;
+    if (on >= 0) g_vectorized = on ? 1 : 0;
+    return was;
 }
 
 // --- entry points (the table) ------------------------------------------------------------------
@@ -628,4 +781,5 @@ const dl_cuda_elementwise_kernels dl_cuda_elementwise_table = {
     .where = ew_where,
     .masked_fill = ew_masked_fill,
     .isclose = ew_isclose,
+    .set_vectorized = ew_set_vectorized,
 };

@@ -7,11 +7,15 @@
 //
 // Invariants: the host checks every operand (device, dtype, shape) before a
 // launch and never dereferences device memory; a CPU operand holds one value,
-// read on the host and passed by value; indices and sizes are int64.
+// read on the host and passed by value; sizes are int64, and so are indices
+// unless the launcher was told that every index and offset stays below 2^31
+// (small_indices): then the kernel counts, and functors that take their index
+// as a template parameter compute offsets, in int.
 #pragma once
 
 #include "common.cuh"
 
+#include <limits.h>
 #include <string.h>
 
 namespace dl_map {
@@ -39,8 +43,22 @@ template <typename C> struct In {
     C s;
 };
 
-__device__ inline int64_t offset_of(const dl_cuda_layout &l, bool dense, int64_t i) {
-    return dense ? i : dl_cuda_offset(l, i);
+// Element i's offset in layout l, computed in index type I (int: the caller
+// knows every offset of the layout fits; see small_indices).
+template <typename I>
+__device__ inline int64_t offset_of(const dl_cuda_layout &l, bool dense, I i) {
+    if (dense) return (int64_t)i;
+    if constexpr (sizeof(I) == sizeof(int64_t)) {
+        return dl_cuda_offset(l, (int64_t)i);
+    } else {
+        I off = 0;
+        for (int d = l.ndim - 1; d >= 0; d--) {
+            I sz = (I)l.shape[d], q = i / sz;
+            off += (i - q * sz) * (I)l.strides[d];
+            i = q;
+        }
+        return (int64_t)off;
+    }
 }
 
 // Element loads and stores in compute type C.  float also reads and writes float16 and
@@ -74,27 +92,53 @@ template <> __device__ inline void store<bool>(char *p, int, bool v) {
     *(uint8_t *)p = v ? 1 : 0;
 }
 
-template <typename C> __device__ inline C get(const In<C> &a, int64_t i) {
+template <typename C, typename I> __device__ inline C get(const In<C> &a, I i) {
     if (!a.p) return a.s;
     return load<C>(a.p + offset_of(a.l, a.dense, i) * a.size, a.dt);
 }
 
-__device__ inline char *at(const Out &o, int64_t i) {
+template <typename I> __device__ inline char *at(const Out &o, I i) {
     return o.p + offset_of(o.l, o.dense, i) * o.size;
 }
 
 // --- the one kernel --------------------------------------------------------------------------
 
-template <typename F> __global__ void map_kernel(F f, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        f(i);
+// The grid-stride loop in index type I; f(i) for i in [0, n).
+template <typename F, typename I> __global__ void map_kernel(F f, I n) {
+    const I stride = (I)gridDim.x * (I)blockDim.x;
+    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += stride) f(i);
 }
 
-// Queues f over indices 0 .. n-1 on the compute stream.
-template <typename F> int launch(const F &f, int64_t n) {
+// The most elements an int-indexed launch takes: with the largest grid
+// (dl_cuda_blocks: 65535*32 blocks of kThreads) an index plus the stride
+// still fits in an int.
+const int64_t kSmallN = ((int64_t)1 << 31) - (int64_t)65535 * 32 * kThreads - 1;
+
+// Whether n elements of layouts ls[0..k) can be indexed in int: n <= kSmallN
+// and every offset of every layout (the sum of (size - 1) * |stride|) below
+// 2^31.
+inline bool small_indices(int k, const dl_cuda_layout *ls, int64_t n) {
+    if (n > kSmallN) return false;
+    for (int j = 0; j < k; j++) {
+        int64_t span = 0;
+        for (int d = 0; d < ls[j].ndim; d++) {
+            int64_t st = ls[j].strides[d] < 0 ? -ls[j].strides[d] : ls[j].strides[d];
+            if (ls[j].shape[d] > 1 && st > (INT32_MAX - span) / (ls[j].shape[d] - 1)) return false;
+            span += (ls[j].shape[d] - 1) * st;
+        }
+    }
+    return true;
+}
+
+// Queues f over indices 0 .. n-1 on the compute stream; with small (the
+// caller checked small_indices), in int.
+template <typename F> int launch(const F &f, int64_t n, bool small = false) {
     if (n <= 0) return 0;
-    map_kernel<F><<<dl_cuda_blocks(n, kThreads), kThreads, 0, dl_cuda_stream()>>>(f, n);
+    unsigned nb = dl_cuda_blocks(n, kThreads);
+    if (small && n <= kSmallN)
+        map_kernel<F, int><<<nb, kThreads, 0, dl_cuda_stream()>>>(f, (int)n);
+    else
+        map_kernel<F, int64_t><<<nb, kThreads, 0, dl_cuda_stream()>>>(f, n);
     DL_CUDA_LAUNCHED();
     return 0;
 }

@@ -19,6 +19,15 @@
 // Element types: float and double (the op layer computes half inputs in
 // float32, as on the CPU).  Buffers are contiguous: x, gx (P,H,W); y, gy,
 // ind (P,OH,OW).  Sizes were validated by the op layer.
+//
+// Max pooling of channels-last data has kernels of its own (the _nhwc entry
+// points): x, gx (N,H,W,C), y, gy, ind (N,OH,OW,C), in the data's dtype
+// (float, double, half, bfloat16; comparisons and sums in float, double for
+// double), one thread per element with the channel fastest (coalesced).  Its
+// backward gathers instead of scattering: each input element visits the
+// windows that can hold it in (oh, ow) order and sums the gy whose index
+// names it -- the CPU's order, so float32 results are its bit for bit; no
+// atomics, and no index check (so no wait for the device).
 #include "common.cuh"
 
 #include <math.h>
@@ -222,6 +231,86 @@ template <typename T> __global__ void adaptive_avg_backward(T *gx, const T *gy, 
     }
 }
 
+// --- channels-last max pooling in the data's dtype ------------------------------------
+
+// float for float and the half types, double for double
+template <typename T> struct Acc { using type = float; };
+template <> struct Acc<double> { using type = double; };
+
+template <typename T> __device__ inline typename Acc<T>::type to_acc(T v) {
+    return (typename Acc<T>::type)dl_to_float(v);
+}
+template <> __device__ inline double to_acc<double>(double v) {
+    return v;
+}
+template <typename T> __device__ inline T from_acc(typename Acc<T>::type v) {
+    return dl_from_float<T>(v);
+}
+template <> __device__ inline double from_acc<double>(double v) {
+    return v;
+}
+
+// y, ind (N,OH,OW,C) from x (N,H,W,C); N = s.P / s.C.  The window rule of
+// max_pool_fwd.
+template <typename T>
+__global__ void max_pool_fwd_nhwc(T *y, int64_t *ind, const T *x, dl_pool2d_shape s) {
+    using A = typename Acc<T>::type;
+    int64_t C = s.C, n_out = s.P * s.OH * s.OW; // P = N*C
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n_out;
+         o += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = o % C, r = o / C, ow = r % s.OW;
+        r /= s.OW;
+        int64_t oh = r % s.OH, n = r / s.OH;
+        int64_t h0 = oh * s.sh - s.ph, w0 = ow * s.sw - s.pw;
+        int64_t hs = h0, he = min64(h0 + (s.kh - 1) * s.dh + 1, s.H);
+        int64_t ws = w0, we = min64(w0 + (s.kw - 1) * s.dw + 1, s.W);
+        while (hs < 0) hs += s.dh;
+        while (ws < 0) ws += s.dw;
+        const T *xp = x + n * s.H * s.W * C + c;
+        A best = -INFINITY;
+        int64_t bi = hs * s.W + ws;
+        for (int64_t ih = hs; ih < he; ih += s.dh)
+            for (int64_t iw = ws; iw < we; iw += s.dw) {
+                A v = to_acc(xp[(ih * s.W + iw) * C]);
+                if (v > best || isnan(v)) {
+                    best = v;
+                    bi = ih * s.W + iw;
+                }
+            }
+        y[o] = from_acc<T>(best);
+        ind[o] = bi;
+    }
+}
+
+// gx (N,H,W,C) from gy, ind (N,OH,OW,C): one thread per input element.
+// Candidate windows: those whose span [oh*sh - ph, oh*sh - ph + (kh-1)*dh]
+// reaches ih (likewise columns); the index decides.
+template <typename T>
+__global__ void max_pool_bwd_nhwc(T *gx, const T *gy, const int64_t *ind, dl_pool2d_shape s) {
+    using A = typename Acc<T>::type;
+    int64_t C = s.C, n_in = (s.P / C) * s.H * s.W * C;
+    int64_t span_h = (s.kh - 1) * s.dh + 1, span_w = (s.kw - 1) * s.dw + 1;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n_in;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = e % C, r = e / C, iw = r % s.W;
+        r /= s.W;
+        int64_t ih = r % s.H, n = r / s.H;
+        int64_t ah = ih + s.ph - span_h + 1, aw = iw + s.pw - span_w + 1;
+        int64_t ohs = ah <= 0 ? 0 : (ah + s.sh - 1) / s.sh;
+        int64_t ows = aw <= 0 ? 0 : (aw + s.sw - 1) / s.sw;
+        int64_t ohe = min64(s.OH - 1, (ih + s.ph) / s.sh);
+        int64_t owe = min64(s.OW - 1, (iw + s.pw) / s.sw);
+        int64_t pos = ih * s.W + iw, base = n * s.OH * s.OW * C + c;
+        A acc = 0;
+        for (int64_t oh = ohs; oh <= ohe; oh++)
+            for (int64_t ow = ows; ow <= owe; ow++) {
+                int64_t k = base + (oh * s.OW + ow) * C;
+                if (ind[k] == pos) acc += to_acc(gy[k]);
+            }
+        gx[e] = from_acc<T>(acc);
+    }
+}
+
 // --- launchers --------------------------------------------------------------------------
 
 // The op layer's validation, repeated where a kernel would otherwise index
@@ -359,6 +448,64 @@ int dl_cuda_adaptive_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, 
     return 0;
 }
 
+// Launches KERNEL<T> for the four data dtypes of the channels-last kernels.
+#define NHWC_LAUNCH(op, dt, n, KERNEL, ...)                                                        \
+    do {                                                                                           \
+        unsigned nb_ = dl_cuda_blocks((n), kThreads);                                              \
+        cudaStream_t st_ = dl_cuda_stream();                                                       \
+        switch (dt) {                                                                              \
+        case DL_DTYPE_F32: {                                                                       \
+            typedef float T;                                                                       \
+            KERNEL<T><<<nb_, kThreads, 0, st_>>>(__VA_ARGS__);                                     \
+            break;                                                                                 \
+        }                                                                                          \
+        case DL_DTYPE_F64: {                                                                       \
+            typedef double T;                                                                      \
+            KERNEL<T><<<nb_, kThreads, 0, st_>>>(__VA_ARGS__);                                     \
+            break;                                                                                 \
+        }                                                                                          \
+        case DL_DTYPE_F16: {                                                                       \
+            typedef __half T;                                                                      \
+            KERNEL<T><<<nb_, kThreads, 0, st_>>>(__VA_ARGS__);                                     \
+            break;                                                                                 \
+        }                                                                                          \
+        case DL_DTYPE_BF16: {                                                                      \
+            typedef __nv_bfloat16 T;                                                               \
+            KERNEL<T><<<nb_, kThreads, 0, st_>>>(__VA_ARGS__);                                     \
+            break;                                                                                 \
+        }                                                                                          \
+        default: return no_kernel(op, dt);                                                         \
+        }                                                                                          \
+        DL_CUDA_LAUNCHED();                                                                        \
+    } while (0)
+
+// The channels-last geometry the kernels rely on (C divides P).
+static int check_nhwc(const char *op, const dl_pool2d_shape *s) {
+    if (check_pool(op, s, false)) return -1;
+    if (s->C < 1 || s->P % s->C != 0)
+        return dl_error("%s: bad channels-last geometry (planes %lld, channels %lld)", op,
+                        (long long)s->P, (long long)s->C);
+    return 0;
+}
+
+int dl_cuda_max_pool2d_forward_nhwc(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,
+                                    const void *x) {
+    if (check_nhwc("max_pool2d", s)) return -1;
+    int64_t n = s->P * s->OH * s->OW;
+    if (n == 0) return 0;
+    NHWC_LAUNCH("max_pool2d", dt, n, max_pool_fwd_nhwc, (T *)y, ind, (const T *)x, *s);
+    return 0;
+}
+
+int dl_cuda_max_pool2d_backward_nhwc(dl_dtype dt, const dl_pool2d_shape *s, void *gx,
+                                     const void *gy, const int64_t *ind) {
+    if (check_nhwc("max_pool2d_backward", s)) return -1;
+    int64_t n = s->P * s->H * s->W;
+    if (n == 0) return 0;
+    NHWC_LAUNCH("max_pool2d_backward", dt, n, max_pool_bwd_nhwc, (T *)gx, (const T *)gy, ind, *s);
+    return 0;
+}
+
 extern const dl_cuda_pool_kernels dl_cuda_pool_table;
 const dl_cuda_pool_kernels dl_cuda_pool_table = {
     .family = "pool",
@@ -369,4 +516,6 @@ const dl_cuda_pool_kernels dl_cuda_pool_table = {
     .adaptive_avg_pool2d_forward = dl_cuda_adaptive_avg_pool2d_forward,
     .adaptive_avg_pool2d_backward = dl_cuda_adaptive_avg_pool2d_backward,
     .adaptive_max_pool2d_forward = dl_cuda_adaptive_max_pool2d_forward,
+    .max_pool2d_forward_nhwc = dl_cuda_max_pool2d_forward_nhwc,
+    .max_pool2d_backward_nhwc = dl_cuda_max_pool2d_backward_nhwc,
 };

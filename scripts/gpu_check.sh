@@ -10,6 +10,8 @@
 # either from gpubundle/bundle.tar.xz (made here by scripts/gpu_bundle.sh and
 # carried with the tree: bin/dlua plus its non-CUDA libraries) or from
 # build-cuda/dlua when the machine could build it.
+# After the benchmark: an in-process A/B of the speed switches
+# (scripts/bench_switches.lua; DL_GPU_AB_VARIANTS picks the variants).
 # Usage: bash scripts/gpu_check.sh [--tests-only|--bench-only]
 #        (DL_GPU_CHECK_OPS=1 adds scripts/bench_ops_gpu.lua's per-op table)
 set -uo pipefail
@@ -107,6 +109,19 @@ if [ "$mode" != "--tests-only" ] && [ $(( 470 - ($(date +%s) - start) )) -ge 60 
   timeout 60 "$dlua" scripts/bench_ddp.lua --device cuda --backend local --arch resnet50 --size 224 \
     --batch 64 --threads 1 --steps 8 --warmup 3 --rounds 2 >"$logs/bench_ddp.txt" 2>&1
   say "$(grep -E '^bench_ddp|overhead' "$logs/bench_ddp.txt" || tail -3 "$logs/bench_ddp.txt")"
+fi
+# --- A/B of the speed switches (issue 17), one process: fused BN+ReLU(+add), the BN
+# implementation (auto/native/cudnn), NHWC max-pool, vectorized maps, and all off ----------
+# (variants: scripts/bench_switches.lua's --only list; empty = all of them)
+AB_VARIANTS=${DL_GPU_AB_VARIANTS:-default,unfused-bn,bn-native,bn-cudnn,pool-planar,maps-scalar,before}
+left=$(( 470 - ($(date +%s) - start) ))
+if [ "$mode" != "--tests-only" ] && [ "$left" -ge 60 ]; then
+  [ "$left" -gt 150 ] && left=150
+  say ""
+  timeout "$left" "$dlua" scripts/bench_switches.lua --device cuda --arch resnet50 --batch 256 \
+    --size 224 --amp bf16 --channels-last --steps 3 --rounds 2 --only "$AB_VARIANTS" \
+    >"$logs/bench_switches.txt" 2>&1
+  tee -a "$logs/summary.txt" <"$logs/bench_switches.txt"
 fi
 # --- per-op timings (DL_GPU_CHECK_OPS=1): where the network's time goes --------------------
 if [ "${DL_GPU_CHECK_OPS:-0}" = 1 ]; then

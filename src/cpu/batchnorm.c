@@ -23,13 +23,23 @@
  * deviations), the backward as PyTorch's:
  *   gx = w*invstd * (gy - mean(gy) - xhat * mean(gy * xhat))   (training)
  *   gx = w*invstd * gy                                        (evaluation)
- *   gw = sum(gy * xhat), gb = sum(gy). */
+ *   gw = sum(gy * xhat), gb = sum(gy).
+ *
+ * The fused ReLU (batch_norm_relu, batch_norm_add_relu; dl_bn_act): float32
+ * runs it inside the same passes, so the fused ops cost a pass less than
+ * batch norm, add and relu one by one and round the same way (the results
+ * are bit-equal): the forward's last pass adds the residual, applies the ReLU
+ * and writes the mask, 32 elements (one word) at a time; the backward's sums
+ * and its last pass read gy through the mask, and the last pass writes the
+ * residual's gradient beside gx.  float64 runs a separate pass after the
+ * forward and before the backward. */
 #include "batchnorm.h"
 #include "core/error.h"
 #include "core/parallel.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* --- float32: loops ---------------------------------------------------------------- */
 
@@ -70,23 +80,51 @@ static void f32_moments(const dl_bn_shape *s, const float *x, double m, double *
     *sq = tb;
 }
 
-/* sum over the channel of gy, and of gy * (x - m) */
+/* the mask bit of element i of a unit whose words start at w */
+static inline uint32_t bit_of(const uint32_t *w, int64_t i) {
+    return (w[i >> 5] >> (i & 31)) & 1u;
+}
+
+/* g where bit (0 or 1) is set, else +0: a bitwise and, as the ReLU's sign is
+ * data and a branch on it would mispredict half the time */
+static inline float masked(float g, uint32_t bit) {
+    uint32_t u;
+    memcpy(&u, &g, sizeof u);
+    u &= 0u - bit;
+    memcpy(&g, &u, sizeof g);
+    return g;
+}
+
+/* sum over the channel of gz, and of gz * (x - m): gz = gy, or with the fused
+ * ReLU's mask mk (channel c's first word; see f32_affine_relu)
+ * gz = (mask ? gy : 0) */
 DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
-static void f32_grad_sums(const dl_bn_shape *s, const float *gy, const float *x, double m,
-                          double *sdy, double *sdyx) {
+static void f32_grad_sums(const dl_bn_shape *s, const float *gy, const float *x, const uint32_t *mk,
+                          double m, double *sdy, double *sdyx) {
     double a[NACC] = {0}, b[NACC] = {0};
     double ta = 0, tb = 0;
+    int64_t W = (s->S + 31) / 32;
     for (int64_t n = 0; n < s->N; n++) {
         const float *g = gy + n * s->C * s->S, *r = x + n * s->C * s->S;
+        const uint32_t *mr = mk ? mk + n * s->C * W : NULL;
         int64_t i = 0;
-        for (; i + NACC <= s->S; i += NACC)
+        for (; i + NACC <= s->S; i += NACC) {
+            float gz[NACC];
+            if (mr) {
+                /* NACC divides 32: the block's bits are in one word */
+                uint32_t w = mr[i >> 5] >> (i & 31);
+                for (int j = 0; j < NACC; j++) gz[j] = masked(g[i + j], (w >> j) & 1u);
+            } else {
+                for (int j = 0; j < NACC; j++) gz[j] = g[i + j];
+            }
             for (int j = 0; j < NACC; j++) {
-                double d = (double)g[i + j];
+                double d = (double)gz[j];
                 a[j] += d;
                 b[j] += d * ((double)r[i + j] - m);
             }
+        }
         for (; i < s->S; i++) {
-            double d = (double)g[i];
+            double d = (double)masked(g[i], mr ? bit_of(mr, i) : 1u);
             ta += d;
             tb += d * ((double)r[i] - m);
         }
@@ -120,6 +158,66 @@ static void f32_grad_input(const dl_bn_shape *s, float *gx, const float *gy, con
     }
 }
 
+/* --- float32: the fused ReLU's loops ------------------------------------------------
+ * A channel's N planes are N units of the mask (kernels/batchnorm.h): plane n
+ * of channel c is unit n*C + c, its W = ceil(S/32) words at m + n*C*W when m
+ * points at channel c's first.  The loops run 32 elements (one word) at a
+ * time and round exactly as the unfused ops: y = fmaf(x, a, b), then + r,
+ * then the ReLU. */
+
+/* y = relu(fmaf(x, a, b) + r) over the channel (r may be NULL), its mask
+ * into m (may be NULL) */
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_affine_relu(const dl_bn_shape *s, float *y, const float *x, float a, float b,
+                            const float *r, uint32_t *m) {
+    int64_t W = (s->S + 31) / 32;
+    for (int64_t n = 0; n < s->N; n++) {
+        int64_t off = n * s->C * s->S;
+        const float *xr = x + off, *rr = r ? r + off : NULL;
+        float *o = y + off;
+        for (int64_t w = 0; w < W; w++) {
+            int64_t i0 = w * 32, len = s->S - i0 < 32 ? s->S - i0 : 32;
+            float v[32];
+            for (int64_t j = 0; j < len; j++) v[j] = fmaf(xr[i0 + j], a, b);
+            if (rr)
+                for (int64_t j = 0; j < len; j++) v[j] += rr[i0 + j];
+            uint32_t bits = 0;
+            for (int64_t j = 0; j < len; j++) {
+                bits |= (uint32_t) !(v[j] <= 0.0f) << j;
+                o[i0 + j] = v[j] < 0.0f ? 0.0f : v[j];
+            }
+            if (m) m[n * s->C * W + w] = bits;
+        }
+    }
+}
+
+/* gz = (mask ? gy : 0) over the channel into gr (may be NULL), and gx (may
+ * be NULL) = (gz - mdy - (x - m) * k) * a (training) or fmaf(gz, a, 0) */
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_grad_input_relu(const dl_bn_shape *s, bool training, float *gx, float *gr,
+                                const float *gy, const float *x, const uint32_t *mk, float m,
+                                float mdy, float k, float a) {
+    int64_t W = (s->S + 31) / 32;
+    for (int64_t n = 0; n < s->N; n++) {
+        int64_t off = n * s->C * s->S;
+        const float *g = gy + off, *r = x + off;
+        const uint32_t *mr = mk + n * s->C * W;
+        for (int64_t w = 0; w < W; w++) {
+            int64_t i0 = w * 32, len = s->S - i0 < 32 ? s->S - i0 : 32;
+            uint32_t bits = mr[w];
+            float gz[32];
+            for (int64_t j = 0; j < len; j++) gz[j] = masked(g[i0 + j], (bits >> j) & 1u);
+            if (gr)
+                for (int64_t j = 0; j < len; j++) gr[off + i0 + j] = gz[j];
+            if (gx && training)
+                for (int64_t j = 0; j < len; j++)
+                    gx[off + i0 + j] = (gz[j] - mdy - (r[i0 + j] - m) * k) * a;
+            else if (gx)
+                for (int64_t j = 0; j < len; j++) gx[off + i0 + j] = fmaf(gz[j], a, 0.0f);
+        }
+    }
+}
+
 /* Training statistics of a channel from the sums of d = x - x0 and d^2 over
  * its M elements (shifted by x0, one of them): in double the cancellation
  * stays below float resolution unless x0 lies some 10^4 standard deviations
@@ -137,8 +235,10 @@ static void f32_coeffs(double m, double v, double eps, double wc, double bc, flo
 }
 
 static int forward_f32(const dl_bn_shape *s, double eps, bool training, float *y, float *mean,
-                       float *var, const float *x, const float *w, const float *b) {
+                       float *var, const float *x, const float *w, const float *b,
+                       const dl_bn_act *act) {
     double M = (double)(s->N * s->S);
+    int64_t W = (s->S + 31) / 32; /* the ReLU mask's words per unit */
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (s->N * s->S * s->C >=               \
                                                                DL_PARALLEL_GRAIN)
     for (int64_t c = 0; c < s->C; c++) {
@@ -157,7 +257,12 @@ static int forward_f32(const dl_bn_shape *s, double eps, bool training, float *y
         }
         float a, sh;
         f32_coeffs(m, v, eps, w ? w[c] : 1.0, b ? b[c] : 0.0, &a, &sh);
-        f32_affine(s, y + c * s->S, xc, a, sh);
+        if (act)
+            f32_affine_relu(s, y + c * s->S, xc, a, sh,
+                            act->res ? (const float *)act->res + c * s->S : NULL,
+                            act->mask ? (uint32_t *)act->mask + c * W : NULL);
+        else
+            f32_affine(s, y + c * s->S, xc, a, sh);
     }
     return 0;
 }
@@ -175,20 +280,26 @@ static void f32_grad_coeffs(double m, double invstd, double wc, double sdy, doub
 
 static int backward_f32(const dl_bn_shape *s, double eps, bool training, float *gx, float *gw,
                         float *gb, const float *gy, const float *x, const float *mean,
-                        const float *var, const float *w) {
+                        const float *var, const float *w, const dl_bn_act *act) {
     double M = (double)(s->N * s->S);
+    int64_t W = (s->S + 31) / 32;
+    float *gr = act ? (float *)act->gres : NULL;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (s->N * s->S * s->C >=               \
                                                                DL_PARALLEL_GRAIN)
     for (int64_t c = 0; c < s->C; c++) {
         double m = mean[c], invstd = 1.0 / sqrt((double)var[c] + eps), sdy, sdyx;
         int64_t off = c * s->S;
-        f32_grad_sums(s, gy + off, x + off, m, &sdy, &sdyx);
+        const uint32_t *mk = act ? (const uint32_t *)act->mask + c * W : NULL;
+        f32_grad_sums(s, gy + off, x + off, mk, m, &sdy, &sdyx);
         if (gb) gb[c] = (float)sdy;
         if (gw) gw[c] = (float)(sdyx * invstd);
-        if (!gx) continue;
+        if (!gx && !gr) continue;
         float q[4];
         f32_grad_coeffs(m, invstd, w ? w[c] : 1.0, sdy, sdyx, M, q);
-        if (training)
+        if (mk)
+            f32_grad_input_relu(s, training, gx ? gx + off : NULL, gr ? gr + off : NULL, gy + off,
+                                x + off, mk, q[0], q[1], q[2], q[3]);
+        else if (training)
             f32_grad_input(s, gx + off, gy + off, x + off, q[0], q[1], q[2], q[3]);
         else
             f32_affine(s, gx + off, gy + off, q[3], 0.0f); /* gy * a */
@@ -298,16 +409,19 @@ static cl_plan cl_plan_of(const dl_bn_shape *s) {
 
 /* What a tile sums (into a, b) or a map writes, per element */
 typedef enum cl_kind {
-    CL_F32_MOMENTS,   /* a += x - m, b += (x - m)^2 (m: x0, the shift) */
-    CL_F32_GRAD_SUMS, /* a += gy, b += gy * (x - m) */
-    CL_F64_SUM,       /* a += x */
-    CL_F64_SQDEV,     /* b += (x - m)^2 */
-    CL_F64_GRAD_SUMS, /* a += gy, b += gy * (x - m) */
-    CL_F32_AFFINE,    /* out = fmaf(x, q0, q1) */
-    CL_F32_GRAD_IN,   /* out = (gy - q1 - (x - q0) * q2) * q3 */
-    CL_F64_AFFINE,    /* out = (x - q0) * q1 + q2 */
-    CL_F64_GRAD_IN,   /* out = (gy - q1 - (x - q0) * q2) * q3 * q4 */
-    CL_F64_GRAD_EVAL  /* out = gy * q3 * q4 */
+    CL_F32_MOMENTS,     /* a += x - m, b += (x - m)^2 (m: x0, the shift) */
+    CL_F32_GRAD_SUMS,   /* a += gy, b += gy * (x - m) (gy masked by mk when set) */
+    CL_F64_SUM,         /* a += x */
+    CL_F64_SQDEV,       /* b += (x - m)^2 */
+    CL_F64_GRAD_SUMS,   /* a += gy, b += gy * (x - m) */
+    CL_F32_AFFINE,      /* out = fmaf(x, q0, q1) */
+    CL_F32_GRAD_IN,     /* out = (gy - q1 - (x - q0) * q2) * q3 */
+    CL_F64_AFFINE,      /* out = (x - q0) * q1 + q2 */
+    CL_F64_GRAD_IN,     /* out = (gy - q1 - (x - q0) * q2) * q3 * q4 */
+    CL_F64_GRAD_EVAL,   /* out = gy * q3 * q4 */
+    CL_F32_AFFINE_RELU, /* out = relu(fmaf(x, q0, q1) + res), mask into mko */
+    CL_F32_GRAD_RELU    /* gz = mk ? gy : 0 into out2, out = gx of CL_F32_GRAD_IN or
+                           fmaf(gz, q3, 0) (evaluation) from gz */
 } cl_kind;
 
 typedef struct cl_job {
@@ -316,6 +430,13 @@ typedef struct cl_job {
     void *out;          /* (R,C), maps only */
     const double *m;    /* (C), sums only */
     const void *q[5];   /* (C) each, maps only: float for F32, double for F64 */
+    /* the fused ReLU: the residual and its gradient (R,C), NULL when absent;
+     * the mask's words, read (mk) or written (mko), W per row */
+    const float *res;
+    float *out2;
+    const uint32_t *mk;
+    uint32_t *mko;
+    bool training;
 } cl_job;
 
 /* float32 sums over rows of a tile: n channels, rows ld apart */
@@ -362,6 +483,79 @@ static void f32_grad_input_cl(int64_t C, int64_t rows, float *restrict gx, const
         }
 }
 
+/* The fused ReLU along rows: row r is unit r of the mask, its W = ceil(C/32)
+ * words at mk + r*W; the loops take 32 channels (one word) at a time. */
+
+/* CL_F32_GRAD_SUMS under a mask, for a tile of n channels starting at a word
+ * (mk: the tile's first row's first word) */
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_grad_sums_relu_cl(int64_t ld, int64_t W, int64_t rows, int64_t n,
+                                  const float *restrict gy, const float *restrict x,
+                                  const uint32_t *restrict mk, const double *restrict m,
+                                  double *restrict a, double *restrict b) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j0 = 0; j0 < n; j0 += 32) {
+            uint32_t w = mk[r * W + j0 / 32];
+            int64_t len = n - j0 < 32 ? n - j0 : 32;
+            for (int64_t jj = 0; jj < len; jj++) {
+                int64_t j = j0 + jj;
+                double g = (double)masked(gy[r * ld + j], (w >> jj) & 1u);
+                a[j] += g;
+                b[j] += g * ((double)x[r * ld + j] - m[j]);
+            }
+        }
+}
+
+/* CL_F32_AFFINE_RELU over whole rows (res, mk may be NULL) */
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_affine_relu_cl(int64_t C, int64_t rows, float *restrict y, const float *restrict x,
+                               const float *restrict a, const float *restrict b,
+                               const float *restrict res, uint32_t *restrict mk) {
+    int64_t W = (C + 31) / 32;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t w = 0; w < W; w++) {
+            int64_t c0 = w * 32, len = C - c0 < 32 ? C - c0 : 32;
+            const float *xr = x + r * C + c0;
+            float v[32];
+            for (int64_t j = 0; j < len; j++) v[j] = fmaf(xr[j], a[c0 + j], b[c0 + j]);
+            if (res)
+                for (int64_t j = 0; j < len; j++) v[j] += res[r * C + c0 + j];
+            uint32_t bits = 0;
+            for (int64_t j = 0; j < len; j++) {
+                bits |= (uint32_t) !(v[j] <= 0.0f) << j;
+                y[r * C + c0 + j] = v[j] < 0.0f ? 0.0f : v[j];
+            }
+            if (mk) mk[r * W + w] = bits;
+        }
+}
+
+/* CL_F32_GRAD_RELU over whole rows (gx, gr may be NULL) */
+DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+static void f32_grad_input_relu_cl(int64_t C, int64_t rows, bool training, float *restrict gx,
+                                   float *restrict gr, const float *restrict gy,
+                                   const float *restrict x, const uint32_t *restrict mk,
+                                   const float *restrict m, const float *restrict mdy,
+                                   const float *restrict k, const float *restrict a) {
+    int64_t W = (C + 31) / 32;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t w = 0; w < W; w++) {
+            int64_t c0 = w * 32, len = C - c0 < 32 ? C - c0 : 32;
+            uint32_t bits = mk[r * W + w];
+            const float *g = gy + r * C + c0, *xr = x + r * C + c0;
+            float gz[32];
+            for (int64_t j = 0; j < len; j++) gz[j] = masked(g[j], (bits >> j) & 1u);
+            if (gr)
+                for (int64_t j = 0; j < len; j++) gr[r * C + c0 + j] = gz[j];
+            if (gx && training)
+                for (int64_t j = 0; j < len; j++) {
+                    int64_t c = c0 + j;
+                    gx[r * C + c] = (gz[j] - mdy[c] - (xr[j] - m[c]) * k[c]) * a[c];
+                }
+            else if (gx)
+                for (int64_t j = 0; j < len; j++) gx[r * C + c0 + j] = fmaf(gz[j], a[c0 + j], 0.0f);
+        }
+}
+
 /* Sums of the job over rows [r0, r1) and channels [c0, c1) into a, b
  * (zeroed here), a and b pointing at channel c0. */
 static void cl_sum_tile(const cl_job *j, int64_t C, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
@@ -373,7 +567,14 @@ static void cl_sum_tile(const cl_job *j, int64_t C, int64_t r0, int64_t r1, int6
     const double *xd = (const double *)j->x + off, *gd = (const double *)j->gy + off;
     switch (j->kind) {
     case CL_F32_MOMENTS: f32_moments_cl(C, rows, n, xf, m, a, b); break;
-    case CL_F32_GRAD_SUMS: f32_grad_sums_cl(C, rows, n, gf, xf, m, a, b); break;
+    case CL_F32_GRAD_SUMS:
+        if (j->mk) {
+            int64_t W = (C + 31) / 32; /* c0 is a multiple of CL_CBLK, so of 32 */
+            f32_grad_sums_relu_cl(C, W, rows, n, gf, xf, j->mk + r0 * W + c0 / 32, m, a, b);
+        } else {
+            f32_grad_sums_cl(C, rows, n, gf, xf, m, a, b);
+        }
+        break;
     case CL_F64_SUM:
         for (int64_t r = 0; r < rows; r++)
             for (int64_t i = 0; i < n; i++) a[i] += xd[r * C + i];
@@ -435,6 +636,20 @@ static void cl_map_rows(const cl_job *j, int64_t C, int64_t r0, int64_t r1) {
         f32_grad_input_cl(C, rows, (float *)j->out + off, (const float *)j->gy + off,
                           (const float *)j->x + off, qf[0], qf[1], qf[2], qf[3]);
         break;
+    case CL_F32_AFFINE_RELU: {
+        int64_t W = (C + 31) / 32;
+        f32_affine_relu_cl(C, rows, (float *)j->out + off, (const float *)j->x + off, qf[0], qf[1],
+                           j->res ? j->res + off : NULL, j->mko ? j->mko + r0 * W : NULL);
+        break;
+    }
+    case CL_F32_GRAD_RELU: {
+        int64_t W = (C + 31) / 32;
+        f32_grad_input_relu_cl(C, rows, j->training, j->out ? (float *)j->out + off : NULL,
+                               j->out2 ? j->out2 + off : NULL, (const float *)j->gy + off,
+                               (const float *)j->x + off, j->mk + r0 * W, qf[0], qf[1], qf[2],
+                               qf[3]);
+        break;
+    }
     case CL_F64_AFFINE: {
         double *y = (double *)j->out + off;
         const double *x = (const double *)j->x + off;
@@ -496,7 +711,8 @@ static int cl_close(cl_run *k, const cl_job *e) {
 /* --- channels-last: kernels -------------------------------------------------------- */
 
 static int forward_f32_cl(const dl_bn_shape *s, double eps, bool training, float *y, float *mean,
-                          float *var, const float *x, const float *w, const float *b) {
+                          float *var, const float *x, const float *w, const float *b,
+                          const dl_bn_act *act) {
     cl_run k;
     if (cl_open("batch_norm", s, &k)) return -1;
     int64_t C = s->C;
@@ -522,12 +738,17 @@ static int forward_f32_cl(const dl_bn_shape *s, double eps, bool training, float
         f32_coeffs(m, v, eps, w ? w[c] : 1.0, b ? b[c] : 0.0, &a[c], &sh[c]);
     }
     cl_job e = {.kind = CL_F32_AFFINE, .x = x, .out = y, .q = {a, sh}};
+    if (act) {
+        e.kind = CL_F32_AFFINE_RELU;
+        e.res = act->res;
+        e.mko = act->mask;
+    }
     return cl_close(&k, &e);
 }
 
 static int backward_f32_cl(const dl_bn_shape *s, double eps, bool training, float *gx, float *gw,
                            float *gb, const float *gy, const float *x, const float *mean,
-                           const float *var, const float *w) {
+                           const float *var, const float *w, const dl_bn_act *act) {
     cl_run k;
     if (cl_open("batch_norm_backward", s, &k)) return -1;
     int64_t C = s->C;
@@ -544,6 +765,7 @@ static int backward_f32_cl(const dl_bn_shape *s, double eps, bool training, floa
     }
     if (sums) {
         cl_job j = {.kind = CL_F32_GRAD_SUMS, .x = x, .gy = gy, .m = md};
+        if (act) j.mk = act->mask;
         cl_reduce(&j, &k.p, k.part, sa, sb);
     }
     for (int64_t c = 0; c < C; c++) {
@@ -561,6 +783,18 @@ static int backward_f32_cl(const dl_bn_shape *s, double eps, bool training, floa
                                    .out = gx,
                                    .q = {q[0], q[1], q[2], q[3]}}
                         : (cl_job){.kind = CL_F32_AFFINE, .x = gy, .out = gx, .q = {q[3], zero}};
+    if (act) {
+        /* the masked gy, into the residual's gradient and through gx's formula */
+        e = (cl_job){.kind = CL_F32_GRAD_RELU,
+                     .x = x,
+                     .gy = gy,
+                     .out = gx,
+                     .out2 = act->gres,
+                     .mk = act->mask,
+                     .training = training,
+                     .q = {q[0], q[1], q[2], q[3]}};
+        return cl_close(&k, gx || act->gres ? &e : NULL);
+    }
     return cl_close(&k, gx ? &e : NULL);
 }
 
@@ -624,6 +858,49 @@ static int backward_f64_cl(const dl_bn_shape *s, double eps, bool training, doub
     return cl_close(&k, gx ? &e : NULL);
 }
 
+/* --- the fused ReLU around the float64 kernels -------------------------------------
+ * float64 (gradient checks, not speed) runs the plain kernels with one pass
+ * after the forward (the ReLU and its mask) or before the backward (the
+ * masked gy), unit by unit (kernels/batchnorm.h): element j of unit u is
+ * element u*L + j of the dense data in either layout. */
+
+typedef struct units {
+    int64_t U, L, W; /* units, elements per unit, mask words per unit */
+} units;
+
+static units units_of(bool cl, const dl_bn_shape *s) {
+    bool rows = dl_bn_mask_rows(cl, s);
+    units u = {rows ? s->N * s->S : s->N * s->C, rows ? s->C : s->S, 0};
+    u.W = (u.L + 31) / 32;
+    return u;
+}
+
+/* y = relu(y + res) in place (res may be NULL), the mask into m (may be NULL) */
+static void f64_relu_after(const units *n, double *y, const double *res, uint32_t *m) {
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (n->U * n->L >= DL_PARALLEL_GRAIN)
+    for (int64_t u = 0; u < n->U; u++)
+        for (int64_t w = 0; w < n->W; w++) {
+            uint32_t bits = 0;
+            for (int64_t j = w * 32; j < n->L && j < w * 32 + 32; j++) {
+                int64_t k = u * n->L + j;
+                double v = res ? y[k] + res[k] : y[k];
+                bits |= (uint32_t) !(v <= 0.0) << (j & 31);
+                y[k] = v < 0.0 ? 0.0 : v;
+            }
+            if (m) m[u * n->W + w] = bits;
+        }
+}
+
+/* gz = (mask ? gy : 0) */
+static void f64_relu_before(const units *n, double *gz, const double *gy, const uint32_t *m) {
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (n->U * n->L >= DL_PARALLEL_GRAIN)
+    for (int64_t u = 0; u < n->U; u++)
+        for (int64_t j = 0; j < n->L; j++) {
+            int64_t k = u * n->L + j;
+            gz[k] = bit_of(m + u * n->W, j) ? gy[k] : 0.0; /* (float64: not for speed) */
+        }
+}
+
 /* --- entry points ------------------------------------------------------------------ */
 
 int dl_cpu_batch_norm_forward_train(dl_dtype dt, bool cl, const dl_bn_shape *s, double eps, void *y,
@@ -631,7 +908,7 @@ int dl_cpu_batch_norm_forward_train(dl_dtype dt, bool cl, const dl_bn_shape *s, 
                                     const void *b) {
     switch (dt) {
     case DL_DTYPE_F32:
-        return (cl ? forward_f32_cl : forward_f32)(s, eps, true, y, mean, var, x, w, b);
+        return (cl ? forward_f32_cl : forward_f32)(s, eps, true, y, mean, var, x, w, b, NULL);
     case DL_DTYPE_F64:
         return (cl ? forward_f64_cl : forward_f64)(s, eps, true, y, mean, var, x, w, b);
     default: return dl_error("batch_norm: no CPU kernel for %s", dl_dtype_name(dt));
@@ -645,7 +922,7 @@ int dl_cpu_batch_norm_forward_eval(dl_dtype dt, bool cl, const dl_bn_shape *s, d
     switch (dt) {
     case DL_DTYPE_F32:
         return (cl ? forward_f32_cl : forward_f32)(s, eps, false, y, (float *)mean, (float *)var, x,
-                                                   w, b);
+                                                   w, b, NULL);
     case DL_DTYPE_F64:
         return (cl ? forward_f64_cl : forward_f64)(s, eps, false, y, (double *)mean, (double *)var,
                                                    x, w, b);
@@ -659,10 +936,54 @@ int dl_cpu_batch_norm_backward(dl_dtype dt, bool cl, const dl_bn_shape *s, doubl
     switch (dt) {
     case DL_DTYPE_F32:
         return (cl ? backward_f32_cl : backward_f32)(s, eps, training, gx, gw, gb, gy, x, mean, var,
-                                                     w);
+                                                     w, NULL);
     case DL_DTYPE_F64:
         return (cl ? backward_f64_cl : backward_f64)(s, eps, training, gx, gw, gb, gy, x, mean, var,
                                                      w);
     default: return dl_error("batch_norm_backward: no CPU kernel for %s", dl_dtype_name(dt));
+    }
+}
+
+/* The fused ReLU.  float32 runs it inside the passes, along the mask's units:
+ * rows when dl_bn_mask_rows (channels-last, or S == 1), else planes. */
+int dl_cpu_batch_norm_act_forward(dl_dtype dt, bool cl, const dl_bn_shape *s, double eps,
+                                  bool training, void *y, void *mean, void *var, const void *x,
+                                  const void *w, const void *b, const dl_bn_act *act) {
+    bool rows = dl_bn_mask_rows(cl, s);
+    switch (dt) {
+    case DL_DTYPE_F32:
+        return (rows ? forward_f32_cl : forward_f32)(s, eps, training, y, mean, var, x, w, b, act);
+    case DL_DTYPE_F64: {
+        if ((cl ? forward_f64_cl : forward_f64)(s, eps, training, y, mean, var, x, w, b)) return -1;
+        units n = units_of(cl, s);
+        f64_relu_after(&n, y, act->res, act->mask);
+        return 0;
+    }
+    default: return dl_error("batch_norm_relu: no CPU kernel for %s", dl_dtype_name(dt));
+    }
+}
+
+int dl_cpu_batch_norm_act_backward(dl_dtype dt, bool cl, const dl_bn_shape *s, double eps,
+                                   bool training, void *gx, void *gw, void *gb, const void *gy,
+                                   const void *x, const void *mean, const void *var, const void *w,
+                                   const dl_bn_act *act) {
+    bool rows = dl_bn_mask_rows(cl, s);
+    switch (dt) {
+    case DL_DTYPE_F32:
+        return (rows ? backward_f32_cl : backward_f32)(s, eps, training, gx, gw, gb, gy, x, mean,
+                                                       var, w, act);
+    case DL_DTYPE_F64: {
+        units n = units_of(cl, s);
+        double *gz = act->gres;
+        if (!gz && !(gz = malloc(sizeof(double) * (size_t)(n.U * n.L))))
+            return dl_error("batch_norm_relu_backward: out of memory for %lld elements",
+                            (long long)(n.U * n.L));
+        f64_relu_before(&n, gz, gy, act->mask);
+        int rc = (cl ? backward_f64_cl : backward_f64)(s, eps, training, gx, gw, gb, gz, x, mean,
+                                                       var, w);
+        if (gz != act->gres) free(gz);
+        return rc;
+    }
+    default: return dl_error("batch_norm_relu_backward: no CPU kernel for %s", dl_dtype_name(dt));
     }
 }

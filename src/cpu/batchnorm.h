@@ -38,4 +38,17 @@ int dl_cpu_batch_norm_backward(dl_dtype dt, bool cl, const dl_bn_shape *s, doubl
                                bool training, void *gx, void *gw, void *gb, const void *gy,
                                const void *x, const void *mean, const void *var, const void *w);
 
+/* The fused ReLU of batch_norm_relu and batch_norm_add_relu (see dl_bn_act
+ * in kernels/batchnorm.h; act non-NULL, act->impl ignored): the forward
+ * (training, or evaluation with mean and var given) with act->res added
+ * before the ReLU and act->mask written when set; the backward through the
+ * mask (required), writing act->gres when set. */
+int dl_cpu_batch_norm_act_forward(dl_dtype dt, bool cl, const dl_bn_shape *s, double eps,
+                                  bool training, void *y, void *mean, void *var, const void *x,
+                                  const void *w, const void *b, const dl_bn_act *act);
+int dl_cpu_batch_norm_act_backward(dl_dtype dt, bool cl, const dl_bn_shape *s, double eps,
+                                   bool training, void *gx, void *gw, void *gb, const void *gy,
+                                   const void *x, const void *mean, const void *var, const void *w,
+                                   const dl_bn_act *act);
+
 #endif

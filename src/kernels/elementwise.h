@@ -117,6 +117,11 @@ typedef struct dl_cuda_elementwise_kernels {
     /* dl_cpu_isclose: out (bool) = |a - b| <= atol + |rtol * b| (a, b float32/64). */
     int (*isclose)(dl_tensor *out, dl_tensor *a, dl_tensor *b, double rtol, double atol,
                    bool equal_nan);
+    /* The vectorized maps (16-byte packs of float32/float16/bfloat16, int
+     * indices below 2^31; cuda/elementwise.cu) on (1) or off (0, the maps as
+     * before them; DLUA_CUDA_VEC=0 at start-up); -1 only reads.  Returns the
+     * setting before the call. */
+    int (*set_vectorized)(int on);
 } dl_cuda_elementwise_kernels;
 
 extern const dl_cuda_elementwise_kernels *dl_cuda_elementwise;

@@ -2,7 +2,7 @@
  * (src/ops/elementwise.h): unary math, binary arithmetic with broadcasting,
  * comparisons, logical ops, clamp, where, masked_fill, equal/isclose/allclose,
  * their in-place `_` methods, and the Tensor operators + - * / ^ // % and
- * unary minus.
+ * unary minus; dl._nn.elementwise_vectorized([on]), the CUDA maps' switch.
  *
  * Each op is a module function (dl.add(a, b)) and a method (t:add(b)); in-place
  * forms are methods only and return self.  A Lua number or boolean operand
@@ -418,6 +418,23 @@ static void set_op(lua_State *L, int mod, int methods, lua_CFunction fn, const c
     lua_pop(L, 1);
 }
 
+/* dl._nn.elementwise_vectorized([on]) -> whether CUDA's elementwise maps run
+ * vectorized (16-byte packs, int indices) before the call; nil without a
+ * CUDA backend (nothing to set) */
+static int l_elementwise_vectorized(lua_State *L) {
+    int on = -1;
+    if (!lua_isnoneornil(L, 1)) {
+        luaL_checktype(L, 1, LUA_TBOOLEAN);
+        on = lua_toboolean(L, 1);
+    }
+    int was = dl_elementwise_vectorized(on);
+    if (was < 0)
+        lua_pushnil(L);
+    else
+        lua_pushboolean(L, was);
+    return 1;
+}
+
 void dlL_open_elementwise(lua_State *L) {
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     int mod = lua_gettop(L);
@@ -461,6 +478,9 @@ void dlL_open_elementwise(lua_State *L) {
         {NULL, NULL},
     };
     dlL_register(L, functions, tensor_methods);
+    static const luaL_Reg nn[] = {{"elementwise_vectorized", l_elementwise_vectorized},
+                                  {NULL, NULL}};
+    dlL_register_nn(L, nn, NULL);
     for (int inplace = 0; inplace <= 1; inplace++) {
         const char *n = inplace ? "masked_fill_" : "masked_fill";
         lua_pushboolean(L, inplace);

@@ -13,6 +13,9 @@
  *   dl._nn.adaptive_max_pool2d_forward(x, output_size) -> y, indices
  *   dl._nn.adaptive_max_pool2d_backward(gy, x, indices) -> gx
  *   dl._F.max_pool2d, avg_pool2d, adaptive_avg_pool2d, adaptive_max_pool2d
+ *   dl._nn.max_pool2d_nhwc([on]) -> whether CUDA max pooling reads
+ *       channels-last input in place in its dtype (before the call; sets it
+ *       when given)
  *
  * Sizes (kernel_size, stride, padding, ..., output_size) are a number or an
  * {h, w} pair; the stride defaults to the kernel size.  Pooling indices are an
@@ -147,8 +150,22 @@ static int F_adaptive_max_pool2d(lua_State *L) {
     return dlL_pushtensor(L, dl_adaptive_max_pool2d(x, o[0], o[1], NULL));
 }
 
+/* max_pool2d_nhwc([on]) -> the setting before the call */
+static int l_max_pool2d_nhwc(lua_State *L) {
+    if (lua_isnoneornil(L, 1)) {
+        bool was = dl_pool_set_nhwc(true);
+        dl_pool_set_nhwc(was);
+        lua_pushboolean(L, was);
+        return 1;
+    }
+    luaL_checktype(L, 1, LUA_TBOOLEAN);
+    lua_pushboolean(L, dl_pool_set_nhwc(lua_toboolean(L, 1)));
+    return 1;
+}
+
 void dlL_open_pool(lua_State *L) {
-    static const luaL_Reg nn[] = {{"max_pool2d_forward", l_max_pool2d_forward},
+    static const luaL_Reg nn[] = {{"max_pool2d_nhwc", l_max_pool2d_nhwc},
+                                  {"max_pool2d_forward", l_max_pool2d_forward},
                                   {"max_pool2d_backward", l_max_pool2d_backward},
                                   {"avg_pool2d_forward", l_avg_pool2d_forward},
                                   {"avg_pool2d_backward", l_avg_pool2d_backward},

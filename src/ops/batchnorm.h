@@ -60,4 +60,39 @@ int dl_batch_norm_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *weight, dl_te
 dl_tensor *dl_batch_norm(dl_tensor *x, dl_tensor *weight, dl_tensor *bias, dl_tensor *running_mean,
                          dl_tensor *running_var, bool training, const dl_batch_norm_params *p);
 
+/* --- batch_norm_relu, batch_norm_add_relu -----------------------------------------------
+ * y = relu(batch_norm(x) + residual) in one pass (residual NULL:
+ * batch_norm_relu), equal to the unfused ops to float rounding: batch norm's
+ * output rounded to x's dtype, the residual added, then relu (NaN kept).
+ * residual is like x (any strides).  The forward returns batch norm's outputs
+ * (save_* NULL in evaluation), the ReLU mask (an opaque uint8 vector, NULL
+ * unless keep_mask) and *impl, the implementation that wrote it
+ * (kernels/batchnorm.h, dl_bn_impl); the backward takes both back, with the
+ * forward's y (read by DL_BN_IMPL_CUDNN only; NULL otherwise), mean and stat
+ * the statistics the forward used (training: save_mean, save_invstd; else
+ * running_mean, running_var), and need[] for x, weight, bias, residual. */
+int dl_batch_norm_relu_forward(dl_tensor *x, dl_tensor *residual, dl_tensor *weight,
+                               dl_tensor *bias, dl_tensor *running_mean, dl_tensor *running_var,
+                               bool training, const dl_batch_norm_params *p, bool keep_mask,
+                               dl_tensor **y, dl_tensor **save_mean, dl_tensor **save_invstd,
+                               dl_tensor **mask, int *impl);
+
+int dl_batch_norm_relu_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *y, dl_tensor *weight,
+                                dl_tensor *bias, dl_tensor *mean, dl_tensor *stat, dl_tensor *mask,
+                                int impl, bool residual, bool training, double eps,
+                                const bool need[4], dl_tensor **gx, dl_tensor **gweight,
+                                dl_tensor **gbias, dl_tensor **gresidual);
+
+/* One node (inputs x, weight, bias, residual) when an input requires grad;
+ * the running statistics are updated as dl_batch_norm's. */
+dl_tensor *dl_batch_norm_relu(dl_tensor *x, dl_tensor *residual, dl_tensor *weight, dl_tensor *bias,
+                              dl_tensor *running_mean, dl_tensor *running_var, bool training,
+                              const dl_batch_norm_params *p);
+
+/* The CUDA training implementation (kernels/batchnorm.h, dl_bn_impl):
+ * "auto", "native" or "cudnn"; DLUA_BN_IMPL sets it at start-up.  set:
+ * 0, or -1 with an error for another name. */
+const char *dl_batch_norm_impl_get(void);
+int dl_batch_norm_impl_set(const char *name);
+
 #endif

@@ -1319,3 +1319,8 @@ int dl_allclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool equal
     dl_tensor_release(c);
     return rc;
 }
+
+int dl_elementwise_vectorized(int on) {
+    if (!dl_cuda_elementwise || !dl_cuda_elementwise->set_vectorized) return -1;
+    return dl_cuda_elementwise->set_vectorized(on);
+}

@@ -81,4 +81,9 @@ int dl_equal(dl_tensor *a, dl_tensor *b, bool *out);
 dl_tensor *dl_isclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool equal_nan);
 int dl_allclose(dl_tensor *a, dl_tensor *b, double rtol, double atol, bool equal_nan, bool *out);
 
+/* --- the CUDA maps' vectorized setting ---------------------------------------------
+ * kernels/elementwise.h, set_vectorized: on (1) or off (0), -1 only reads;
+ * returns the setting before the call, or -1 without a CUDA backend. */
+int dl_elementwise_vectorized(int on);
+
 #endif

@@ -4,7 +4,10 @@
  *
  * Half inputs compute in float32 on both backends.  A channels-last CPU input
  * is read in place by the channels-last kernels; on CUDA the kernels read
- * NCHW and a channels-last input's results are handed back channels-last.
+ * NCHW and a channels-last input's results are handed back channels-last --
+ * except max pooling, which reads channels-last CUDA data in place and in its
+ * own dtype (the _nhwc kernels) while dl_pool_nhwc is on (the default;
+ * DLUA_POOL_NHWC=0 or dl_pool_set_nhwc(false) for the planar path).
  * Invariants: operands are never modified; every temporary is released on
  * every path; kernels only see validated sizes. */
 #include "ops/pool.h"
@@ -15,9 +18,36 @@
 #include "ops/op_util.h"
 #include "ops/views.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* --- pooling ------------------------------------------------------------------------ */
+
+bool dl_pool_nhwc = true;
+
+/* dl_pool_nhwc, with DLUA_POOL_NHWC=0 read once first */
+static bool nhwc_on(void) {
+    static bool read;
+    if (!read) {
+        read = true;
+        const char *e = getenv("DLUA_POOL_NHWC");
+        if (e && strcmp(e, "0") == 0) dl_pool_nhwc = false;
+    }
+    return dl_pool_nhwc;
+}
+
+bool dl_pool_set_nhwc(bool on) {
+    bool was = nhwc_on();
+    dl_pool_nhwc = on;
+    return was;
+}
+
+/* Whether max pooling of x (on CUDA) runs the channels-last kernels in x's
+ * dtype: a 4-D channels-last x, the switch on, the kernels there. */
+static bool max_nhwc(const dl_tensor *x, bool cuda) {
+    return cuda && x->ndim == 4 && dl_op_is_channels_last(x) && nhwc_on() &&
+           dl_cuda_pool->max_pool2d_forward_nhwc && dl_cuda_pool->max_pool2d_backward_nhwc;
+}
 
 dl_pool2d_params dl_pool2d_default_params(int64_t kh, int64_t kw) {
     dl_pool2d_params p = {{kh, kw}, {kh, kw}, {0, 0}, {1, 1}, false, true, 0};
@@ -193,6 +223,12 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x,
     dl_device dev = dl_tensor_device(x);
     bool cuda = dev.type == DL_DEVICE_CUDA, cl = pool_cl(x, dev);
     if (cuda && dl_op_cuda_ready(op, dev, pool_cuda_has(kind, false))) return -1;
+    /* CUDA's channels-last max pooling: x's dtype and layout */
+    bool nhwc = kind == POOL_MAX && max_nhwc(x, cuda);
+    if (nhwc) {
+        cl = true;
+        ct = dt;
+    }
     dl_pool2d_shape sv = *shape_in, *s = &sv;
     s->C = cl ? x->shape[1] : 0;
     bool with_ind = kind == POOL_MAX || kind == POOL_ADAPTIVE_MAX;
@@ -202,7 +238,10 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x,
     int rc = -1;
     if (!t[0] || !t[1] || (with_ind && !t[2])) goto done;
     rc = 0;
-    if (dl_tensor_numel(t[1]) > 0 && cuda) {
+    if (dl_tensor_numel(t[1]) > 0 && nhwc) {
+        rc = dl_cuda_pool->max_pool2d_forward_nhwc(
+            dt, s, dl_tensor_data_ptr(t[1]), dl_tensor_data_ptr(t[2]), dl_tensor_data_ptr(t[0]));
+    } else if (dl_tensor_numel(t[1]) > 0 && cuda) {
         const dl_cuda_pool_kernels *k = dl_cuda_pool;
         void *yp = dl_tensor_data_ptr(t[1]);
         const void *xp = dl_tensor_data_ptr(t[0]);
@@ -252,6 +291,11 @@ static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, d
     if (dl_common_device(op, 3, ops, &dev)) return NULL;
     bool cuda = dev.type == DL_DEVICE_CUDA, cl = pool_cl(x, dev);
     if (cuda && dl_op_cuda_ready(op, dev, pool_cuda_has(kind, true))) return NULL;
+    bool nhwc = kind == POOL_MAX && max_nhwc(x, cuda);
+    if (nhwc) {
+        cl = true;
+        ct = dt;
+    }
     dl_pool2d_shape sv = *shape_in, *s = &sv;
     s->C = cl ? x->shape[1] : 0;
     dl_tensor *t[3] = {dl_op_dense_layout(gy, ct, cl),
@@ -261,7 +305,10 @@ static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, d
     int rc = -1;
     if (!t[0] || (ind && !t[1]) || !t[2]) goto done;
     rc = 0;
-    if (dl_tensor_numel(t[2]) > 0 && cuda) {
+    if (dl_tensor_numel(t[2]) > 0 && nhwc) {
+        rc = dl_cuda_pool->max_pool2d_backward_nhwc(
+            dt, s, dl_tensor_data_ptr(t[2]), dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]));
+    } else if (dl_tensor_numel(t[2]) > 0 && cuda) {
         const dl_cuda_pool_kernels *k = dl_cuda_pool;
         void *gp = dl_tensor_data_ptr(t[2]);
         const void *yp = dl_tensor_data_ptr(t[0]);

@@ -24,6 +24,11 @@ typedef struct dl_pool2d_params {
     int64_t divisor_override; /* avg: 0 = none, else the divisor */
 } dl_pool2d_params;
 
+/* Whether CUDA max pooling reads channels-last input in place and in its own
+ * dtype (kernels/pool.h, dl_pool_nhwc; default on, DLUA_POOL_NHWC=0 off);
+ * returns the previous setting. */
+bool dl_pool_set_nhwc(bool on);
+
 /* kernel k, stride k, padding 0, dilation 1, floor mode, count_include_pad */
 dl_pool2d_params dl_pool2d_default_params(int64_t kh, int64_t kw);
 

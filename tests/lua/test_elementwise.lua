@@ -481,4 +481,17 @@ T.case("elementwise ops keep channels-last and loop in memory order", function()
   T.tensor_eq(g, x:detach():gt(0):float(), 0)
 end)
 
+T.case("elementwise_vectorized: the CUDA maps' switch (nil without a CUDA backend)", function()
+  local v = dl._nn.elementwise_vectorized()
+  if dl.cuda.is_available() then
+    T.eq(type(v), "boolean")
+    T.eq(dl._nn.elementwise_vectorized(not v), v)
+    T.eq(dl._nn.elementwise_vectorized(v), not v)
+  else
+    T.eq(v, nil)
+    T.eq(dl._nn.elementwise_vectorized(false), nil)
+  end
+  T.raises(function() dl._nn.elementwise_vectorized(1) end, "boolean expected")
+end)
+
 T.done()

@@ -4,6 +4,11 @@
 -- masked_fill, isclose/allclose/equal, float16/bfloat16, large, odd-sized and
 -- misaligned tensors (the float4 path and its fallbacks), empty tensors,
 -- integer division by zero, relu_backward/dropout_backward and gradients.
+-- The vectorized maps (dl._nn.elementwise_vectorized: 16-byte packs of
+-- 4 float32 or 8 float16/bfloat16 elements with a scalar tail, int indices
+-- below 2^31) against the CPU with the setting on and off: every tail
+-- length, misaligned and strided views, scalar operands, and channels-last
+-- bfloat16 at ResNet-50's shapes.
 -- Each case builds its inputs on the CPU (deterministically) and moves them
 -- with :to(dev); T.cuda_case runs it on both devices and compares.
 -- Tolerances: exact for integers, bools, comparisons and correctly rounded
@@ -357,6 +362,55 @@ T.cuda_case("misaligned views (x:narrow(1, 2, n))", function(dev)
   local d = c:narrow(1, 2, n); d:add_(1)
   return {a + b, a * b, a:exp(), b:neg(), a:maximum(0), c}
 end, FN32, FN32)
+
+-- the vectorized setting on and off: packs of every dtype, each tail length
+-- (n = 8k + r), misaligned (a pack fallback), strided (int-indexed) and
+-- broadcast operands; exact ops exact, functions to FN32 (halves: 1e-2)
+local function with_vec(on, fn) return T.with_setting(dl._nn.elementwise_vectorized, on, fn) end
+for _, on in ipairs({true, false}) do
+  for _, dt in ipairs({dl.float32, dl.float16, dl.bfloat16}) do
+    T.cuda_case(string.format("vectorized maps %s, %s: tails, views, scalars", on and "on" or "off", dt.name),
+      function(dev)
+        return with_vec(on, function()
+          local r = {}
+          for tail = 0, 8 do
+            local n = 64 + tail
+            local a = T.randn(n, {seed = 70 + tail}):to(dt):to(dev)
+            local b = T.randn(n, {seed = 80 + tail}):to(dt):to(dev)
+            r[#r + 1] = {a + b, a * b, a - b * 2.5, a:maximum(b), a / b, a:neg(), a:relu(), a:abs(),
+              a * 0.5, a + dl.tensor(1.25):to(dt), a:floor()}
+          end
+          local a = T.randn(1003, {seed = 90}):to(dt):to(dev)
+          local b = T.randn(1003, {seed = 91}):to(dt):to(dev)
+          local m = T.randn(40, 33, {seed = 92}):to(dt):to(dev)
+          r[#r + 1] = {a:narrow(1, 2, 1000) + b:narrow(1, 3, 1000), a:narrow(1, 2, 1000):relu(),
+            m:t() * 2, m:t() + m:t(), m:t():neg(), m + T.randn(33, {seed = 93}):to(dt):to(dev)}
+          local c = a:clone(); c:add_(b); r[#r + 1] = c
+          c = a:clone(); c:relu_(); r[#r + 1] = c
+          return r
+        end)
+      end, 0, 0)
+    T.cuda_case(string.format("vectorized maps %s, %s: functions", on and "on" or "off", dt.name), function(dev)
+      return with_vec(on, function()
+        local a = T.randn(1021, {seed = 94}):to(dt):to(dev)
+        return {a:exp(), a:sigmoid(), a:tanh(), a:abs():sqrt(), a:pow(2)}
+      end)
+    end, dt == dl.float32 and FN32 or 1e-2, dt == dl.float32 and FN32 or 1e-3)
+  end
+  T.cuda_case(string.format("vectorized maps %s: channels-last bfloat16 at ResNet-50's shapes", on and "on" or "off"),
+    function(dev)
+      return with_vec(on, function()
+        local r = {}
+        for i, sh in ipairs({{4, 256, 56, 56}, {4, 512, 28, 28}, {4, 2048, 7, 7}, {4, 64, 112, 112}}) do
+          local a = T.channels_last(T.randn(sh, {seed = 100 + i})):to(dl.bfloat16):to(dev)
+          local b = T.channels_last(T.randn(sh, {seed = 110 + i})):to(dl.bfloat16):to(dev)
+          local c = a:clone(); c:add_(b)
+          r[#r + 1] = {(a + b):relu(), a * b, c, a:relu()}
+        end
+        return r
+      end)
+    end, 0, 0)
+end
 
 T.cuda_case("tiny and 0-dim tensors", function(dev)
   local s = dl.tensor(-2.5):to(dev)

@@ -4,7 +4,10 @@
 -- pad 1, ceil mode, dilation, NaN, channels-last input), average pooling
 -- options, adaptive average/max pooling, all gradients, float64 and half
 -- types, the MaxPool2d and AdaptiveAvgPool2d modules, and mixed-device and
--- bad-index errors.  Skipped (exit 77) without a GPU.
+-- bad-index errors.  Max pooling of channels-last input on CUDA's own NHWC
+-- kernels in the data's dtype (dl._nn.max_pool2d_nhwc, on by default) and on
+-- the planar float32 path (off), in float32/float64/bfloat16/float16, at
+-- ResNet's stem shape too.  Skipped (exit 77) without a GPU.
 local T = require "testlib"
 T.require_cuda()
 local dl = require "dl"
@@ -48,6 +51,48 @@ end, 1e-6, 1e-6)
 
 T.cuda_case("max_pool2d of a channels-last input", function(dev)
   return max_pool(dev, T.channels_last(T.randn({2, 8, 15, 15}, {seed = 660, device = dev})), 3, {stride = 2, padding = 1}, 661)
+end, 1e-6, 1e-6)
+
+-- channels-last input: CUDA's NHWC kernels in the data's dtype (results
+-- stay channels-last and in that dtype), or the planar float32 path
+local function with_nhwc(on, fn) return T.with_setting(nn.max_pool2d_nhwc, on, fn) end
+
+for _, on in ipairs({true, false}) do
+  for _, dt in ipairs({dl.float32, F64, BF16, F16}) do
+    for i, c in ipairs(max_cases) do
+      if #c[2] == 4 then
+        T.cuda_case(string.format("max_pool2d channels-last %s, %s, nhwc kernels %s", dt.name, c[1],
+          on and "on" or "off"), function(dev)
+          return with_nhwc(on, function()
+            local x = T.channels_last(T.randn(c[2], {seed = 700 + i, dtype = dt})):to(dev)
+            local r = max_pool(dev, x, c[3], c[4], 720 + i)
+            if dev == "cuda" then
+              T.eq(r.y.dtype, dt, "y keeps the dtype")
+              T.truthy(T.is_channels_last(r.y), "y channels-last")
+              T.truthy(T.is_channels_last(r.gx), "gx channels-last")
+            end
+            return r
+          end)
+        end, 1e-6, 1e-6)
+      end
+    end
+  end
+end
+
+T.cuda_case("max_pool2d channels-last bfloat16 at ResNet's stem (8x64x112x112), NaN included", function(dev)
+  dl.manual_seed(740)
+  local x = dl.randn(8, 64, 112, 112)
+  x = x:masked_fill(x:gt(3.5), 0 / 0)
+  x = T.channels_last(x:to(BF16)):to(dev)
+  return max_pool(dev, x, 3, {stride = 2, padding = 1}, 741)
+end, 1e-6, 1e-6)
+
+T.cuda_case("MaxPool2d module on channels-last float16 input: output and input grad", function(dev)
+  local pool = dl.nn.MaxPool2d(3, {stride = 2, padding = 1})
+  local x = T.channels_last(T.randn({2, 16, 17, 17}, {seed = 750, dtype = F16})):to(dev):requires_grad_(true)
+  local p = pool(x)
+  p:backward(T.randn(p.shape, {seed = 751, dtype = F16}):to(dev))
+  return {p = p:detach(), gx = x.grad}
 end, 1e-6, 1e-6)
 
 local avg_cases = {

@@ -187,6 +187,21 @@ end)
 
 -- --- gradients ---------------------------------------------------------------------------
 
+T.case("max_pool2d_nhwc: the CUDA switch reads and sets, the CPU ignores it", function()
+  local before = nn.max_pool2d_nhwc()
+  T.eq(type(before), "boolean")
+  T.eq(nn.max_pool2d_nhwc(false), before)
+  T.eq(nn.max_pool2d_nhwc(), false)
+  local x = cl(dl.randn(2, 4, 9, 9))
+  local y1, i1 = nn.max_pool2d_forward(x, 3, {stride = 2, padding = 1})
+  T.eq(nn.max_pool2d_nhwc(true), false)
+  local y2, i2 = nn.max_pool2d_forward(x, 3, {stride = 2, padding = 1})
+  same(y1, y2, "y")
+  same(i1, i2, "indices")
+  T.raises(function() nn.max_pool2d_nhwc("yes") end, "boolean expected")
+  nn.max_pool2d_nhwc(before)
+end)
+
 T.case("float64 gradient checks through channels-last inputs", function()
   local x = dl.randn(2, 3, 7, 6, {dtype = F64}):requires_grad_()
   local fns = {

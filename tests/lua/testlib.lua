@@ -519,6 +519,17 @@ function T.same_on_devices(fn, rtol, atol, ord)
   compare(cpu, gpu, rtol or 1e-5, atol or 1e-5, "result", ord)
 end
 
+-- fn() run with a switch set to value and restored afterwards (also on
+-- error): set(v) sets it and returns the previous value, as
+-- dl._nn.batch_norm_impl and dl._nn.max_pool2d_nhwc do.  Returns fn's result.
+function T.with_setting(set, value, fn)
+  local before = set(value)
+  local ok, r = pcall(fn)
+  set(before)
+  if not ok then error(r, 0) end
+  return r
+end
+
 -- A case comparing fn("cuda") with fn("cpu"); a no-op without a GPU.
 function T.cuda_case(name, fn, rtol, atol, ord)
   if not T.cuda then return end

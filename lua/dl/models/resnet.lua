@@ -8,6 +8,12 @@
 -- width_per_group=64, replace_stride_with_dilation={false,false,false},
 -- weights=path} -- weights loads a safetensors file with dl.load and
 -- load_state_dict (strict).
+--
+-- Each batch norm followed by the ReLU (and the residual add before it) runs
+-- as one fused op, BatchNorm:forward_relu (F.batch_norm_relu,
+-- F.batch_norm_add_relu), on every device; the modules, their names and the
+-- state dict are torchvision's all the same.  R.fused_bn = false (or
+-- DLUA_FUSED_BN=0 in the environment) runs the unfused sequence instead.
 local dl = require "dl"
 local util = require "dl.util"
 local nn = require "dl.nn"
@@ -16,6 +22,19 @@ local fuse = require "dl.models.fuse"
 
 local fail = util.fail
 local R = {}
+
+R.fused_bn = os.getenv("DLUA_FUSED_BN") ~= "0"
+
+-- relu(bn(x) + residual) (residual may be nil): fused when R.fused_bn and bn
+-- is a batch norm (not the Identity a folded model has), else module by
+-- module -- the add in place, as torchvision's `out += identity` (batch
+-- norm's backward does not read its output, so autograd allows it).
+local function bn_relu(bn, relu, x, residual)
+  if R.fused_bn and bn.forward_relu then return bn:forward_relu(x, residual) end
+  local out = bn(x)
+  if residual ~= nil then out:add_(residual) end
+  return relu(out)
+end
 
 local function conv3x3(in_planes, out_planes, stride, groups, dilation)
   stride, groups, dilation = stride or 1, groups or 1, dilation or 1
@@ -50,14 +69,10 @@ function BasicBlock:forward(x)
     local y = fuse.block_forward(self, x)
     if y then return y end
   end
-  local identity = x
-  local out = self.relu(self.bn1(self.conv1(x)))
-  out = self.bn2(self.conv2(out))
-  if self.downsample then identity = self.downsample(x) end
-  -- in place, as torchvision's `out += identity`: batch norm's backward does
-  -- not read its output, so autograd allows it, and it saves a buffer
-  out:add_(identity)
-  return self.relu(out)
+  local out = bn_relu(self.bn1, self.relu, self.conv1(x))
+  out = self.conv2(out)
+  local identity = self.downsample and self.downsample(x) or x
+  return bn_relu(self.bn2, self.relu, out, identity)
 end
 
 -- Bottleneck: 1x1 reduce, 3x3 (stride, groups), 1x1 expand (x4)
@@ -84,15 +99,11 @@ function Bottleneck:forward(x)
     local y = fuse.block_forward(self, x)
     if y then return y end
   end
-  local identity = x
-  local out = self.relu(self.bn1(self.conv1(x)))
-  out = self.relu(self.bn2(self.conv2(out)))
-  out = self.bn3(self.conv3(out))
-  if self.downsample then identity = self.downsample(x) end
-  -- in place, as torchvision's `out += identity`: batch norm's backward does
-  -- not read its output, so autograd allows it, and it saves a buffer
-  out:add_(identity)
-  return self.relu(out)
+  local out = bn_relu(self.bn1, self.relu, self.conv1(x))
+  out = bn_relu(self.bn2, self.relu, self.conv2(out))
+  out = self.conv3(out)
+  local identity = self.downsample and self.downsample(x) or x
+  return bn_relu(self.bn3, self.relu, out, identity)
 end
 
 local ResNet = nn.Module:extend("ResNet")
@@ -178,7 +189,7 @@ function ResNet:forward(x)
   if stem then
     x = self.maxpool(stem)
   else
-    x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+    x = self.maxpool(bn_relu(self.bn1, self.relu, self.conv1(x)))
   end
   x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
   x = self.avgpool(x):flatten(2)

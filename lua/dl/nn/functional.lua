@@ -13,11 +13,11 @@
 -- Autocast (dl.amp): while dl.autocast is on, conv2d, linear, matmul and
 -- scaled_dot_product_attention cast float32 CUDA tensors to the half dtype;
 -- softmax, log_softmax, the losses, layer_norm and rms_norm (input, weight
--- and bias, as PyTorch's autocast: the result is float32) and batch_norm
--- cast half CUDA tensors up to float32 (batch_norm first tries half input
--- with float32 weights and remembers whether the kernel takes it).  CPU
--- tensors are never cast.  While autocast is off a wrapper costs one table
--- read.
+-- and bias, as PyTorch's autocast: the result is float32) and the batch norms
+-- (batch_norm, batch_norm_relu, batch_norm_add_relu) cast half CUDA tensors
+-- up to float32 (a batch norm first tries half input with float32 weights
+-- and remembers whether the kernel takes it).  CPU tensors are never cast.
+-- While autocast is off a wrapper costs one table read.
 local dl = require "dl"
 local util = require "dl.util"
 local amp = require "dl.amp"
@@ -87,27 +87,37 @@ if not rawget(C, "_autocast_wrapped") then
     "binary_cross_entropy_with_logits", "layer_norm", "rms_norm"} do
     wrap(name, to_float)
   end
-  -- batch_norm(x, running_mean, running_var, weight, bias, ...): the
-  -- statistics and affine parameters stay float32; x stays half when the
-  -- kernel takes mixed input, else it is cast up.
-  local bn = C.batch_norm
-  local half_ok -- nil: not tried yet
-  C.batch_norm = function(x, ...)
-    if not (state.enabled and applies(x)) then return bn(x, ...) end
-    local args = table.pack(...)
-    for i = 1, args.n do args[i] = to_float(args[i]) end
-    if half_ok == false or x.dtype == dl.float32 then
-      return bn(to_float(x), table.unpack(args, 1, args.n))
+  -- batch_norm(x, running_mean, running_var, weight, bias, ...) and the
+  -- fused forms (batch_norm_add_relu's data is x and the residual): the
+  -- statistics and affine parameters stay float32; the data stays half when
+  -- the kernel takes mixed input, else it is cast up.
+  local function wrap_bn(name, ndata)
+    local bn = C[name]
+    if bn == nil then return end
+    local half_ok -- nil: not tried yet
+    C[name] = function(x, ...)
+      if not (state.enabled and applies(x)) then return bn(x, ...) end
+      local args = table.pack(x, ...)
+      for i = ndata + 1, args.n do args[i] = to_float(args[i]) end
+      local function up()
+        local a = table.pack(table.unpack(args, 1, args.n))
+        for i = 1, ndata do a[i] = to_float(a[i]) end
+        return bn(table.unpack(a, 1, a.n))
+      end
+      if half_ok == false or x.dtype == dl.float32 then return up() end
+      if half_ok then return bn(table.unpack(args, 1, args.n)) end
+      local ok, y = pcall(bn, table.unpack(args, 1, args.n))
+      if ok then
+        half_ok = true
+        return y
+      end
+      local y2 = up()
+      half_ok = false
+      return y2
     end
-    if half_ok then return bn(x, table.unpack(args, 1, args.n)) end
-    local ok, y = pcall(bn, x, table.unpack(args, 1, args.n))
-    if ok then
-      half_ok = true
-      return y
-    end
-    local y2 = bn(to_float(x), table.unpack(args, 1, args.n))
-    half_ok = false
-    return y2
   end
+  wrap_bn("batch_norm", 1)
+  wrap_bn("batch_norm_relu", 1)
+  wrap_bn("batch_norm_add_relu", 2)
 end
 return C

@@ -239,7 +239,10 @@ function BatchNorm:_check_input_dim(x)
   check_input(x, self:_get_name())
 end
 
-function BatchNorm:forward(x)
+-- F.batch_norm's arguments after x for this module (its statistics, affine
+-- parameters, mode, momentum and eps), counting a training step in
+-- num_batches_tracked.
+function BatchNorm:_bn_args(x)
   self:_check_input_dim(x)
   local c = x.shape[2]
   if c ~= self.num_features then
@@ -255,8 +258,20 @@ function BatchNorm:forward(x)
   end
   local bn_training = self.training or (self.running_mean == nil and self.running_var == nil)
   local use_stats = not self.training or self.track_running_stats
-  return F.batch_norm(x, use_stats and self.running_mean or nil, use_stats and self.running_var or nil,
-    self.weight, self.bias, bn_training, factor, self.eps)
+  return use_stats and self.running_mean or nil, use_stats and self.running_var or nil,
+    self.weight, self.bias, bn_training, factor, self.eps
+end
+
+function BatchNorm:forward(x)
+  return F.batch_norm(x, self:_bn_args(x))
+end
+
+-- relu(self(x)), or relu(self(x) + residual), in one op
+-- (F.batch_norm_relu / F.batch_norm_add_relu: one pass, one autograd node,
+-- the ReLU's mask kept as bits): what the ResNet blocks call.
+function BatchNorm:forward_relu(x, residual)
+  if residual == nil then return F.batch_norm_relu(x, self:_bn_args(x)) end
+  return F.batch_norm_add_relu(x, residual, self:_bn_args(x))
 end
 
 function BatchNorm:extra_repr()
