@@ -308,13 +308,10 @@ int dl_cuda_pool2d_scatter_backward(dl_dtype dt, int64_t P, int64_t HW, int64_t 
             scatter_add<double>
                 <<<nb, kThreads, 0, st>>>((double *)gx, (const double *)gy, ind, P, HW, OHW, bad);
         cudaError_t e = cudaGetLastError();
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost, st);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
         if (e != cudaSuccess)
             dl_cuda_fail("scatter_add", cudaGetErrorString(e), __FILE__, __LINE__);
         else
-            rc = 0;
+            rc = dl_cuda_read_device(&nbad, bad, sizeof nbad, op);
     }
     dl_cuda_free(bad);
     if (rc == 0 && nbad)
