@@ -281,6 +281,10 @@ int report_check(int d) {
         return dl_error("%s: target %lld is out of bounds for %lld classes (0-based; ignore_index "
                         "is %lld)%s",
                         op, value, limit, aux, where);
+    case DL_CHECK_CLASS_LABEL:
+        return dl_error("%s: target label %lld is out of range for %lld classes (labels are "
+                        "1..%lld; ignore_index is %lld)%s",
+                        op, value + 1, limit, limit, aux + 1, where);
     case DL_CHECK_POOL_INDEX:
         return dl_error("%s: index %lld is outside the input plane of %lld elements (indices must "
                         "come from the forward)%s",
@@ -662,7 +666,8 @@ void rt_host_free(void *p) {
     if (p) cudaFreeHost(p);
 }
 
-int rt_copy_async(dl_tensor *dst, dl_tensor *src) {
+int rt_copy_async(dl_tensor *dst, dl_tensor *src, void **done_out) {
+    if (done_out) *done_out = nullptr;
     bool to_dev = dst->storage->device.type == DL_DEVICE_CUDA;
     dl_tensor *dev_t = to_dev ? dst : src;
     int d = dev_t->storage->device.index;
@@ -687,9 +692,16 @@ int rt_copy_async(dl_tensor *dst, dl_tensor *src) {
                                   to_dev ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, cs));
     cudaEvent_t done;
     DL_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    DL_CUDA_CHECK(cudaEventRecord(done, cs));
-    DL_CUDA_CHECK(cudaStreamWaitEvent(0, done, 0)); // compute waits, the host does not
-    cudaEventDestroy(done);
+    cudaError_t e = cudaEventRecord(done, cs);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(0, done, 0); // compute waits, the host does not
+    if (e != cudaSuccess) {
+        cudaEventDestroy(done);
+        return dl_cuda_fail("copy_async", cudaGetErrorString(e), __FILE__, __LINE__);
+    }
+    if (done_out)
+        *done_out = (void *)done;
+    else
+        cudaEventDestroy(done);
     if (!to_dev) return dl_cuda_sync_stream(cs, "a non_blocking copy to the host"); // read next
     return 0;
 }
@@ -716,6 +728,16 @@ int rt_event_record(void *e) {
 
 int rt_event_synchronize(void *e) {
     return dl_cuda_sync_event((cudaEvent_t)e, "Event:synchronize");
+}
+
+int rt_event_query(void *ev) {
+    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaSuccess) return 1;
+    if (e == cudaErrorNotReady) {
+        cudaGetLastError();
+        return 0;
+    }
+    return dl_cuda_fail("cudaEventQuery", cudaGetErrorString(e), __FILE__, __LINE__);
 }
 
 int rt_event_elapsed(void *a, void *b, double *ms) {
@@ -783,6 +805,7 @@ const dl_cuda_runtime runtime_table = {
     rt_event_free,
     rt_event_record,
     rt_event_synchronize,
+    rt_event_query,
     rt_event_elapsed,
     rt_dtype_supported,
     rt_sync_count,

@@ -106,7 +106,8 @@ function M.graphed(fn, example_inputs, opts)
   for i, x in ipairs(example_inputs) do
     if not dl.is_tensor(x) then fail("cuda.graphed: example_inputs[%d] is a %s, expected a tensor", i, type(x)) end
     if not x:is_cuda() then fail("cuda.graphed: example_inputs[%d] is on %s; graphs run on CUDA", i, x.device) end
-    static[i] = dl.no_grad(function() return x:detach():clone() end)
+    -- the example's layout (channels-last stays channels-last)
+    static[i] = dl.no_grad(function() return dl.empty_like(x):copy_(x) end)
     if x.requires_grad then static[i]:requires_grad_(true) end
   end
   -- warm-up: lazy set-up (handles, cuDNN plans, optimizer state) happens here

@@ -54,13 +54,16 @@ typedef struct dl_cuda_runtime {
     void (*host_free)(void *p);
     /* Copy src into dst where one side is a pinned CPU tensor and the other is
      * on CUDA, both contiguous, same dtype and shape, on the device's copy
-     * stream; the compute stream waits for it (an event), the host does not. */
-    int (*copy_async)(dl_tensor *dst, dl_tensor *src);
+     * stream; the compute stream waits for it (an event), the host does not.
+     * With done set, *done is a new event recorded when the copy completes
+     * (the caller frees it with event_free). */
+    int (*copy_async)(dl_tensor *dst, dl_tensor *src, void **done);
     /* Events for timing: record on the compute stream of the current device. */
     void *(*event_new)(void);
     void (*event_free)(void *ev);
     int (*event_record)(void *ev);
     int (*event_synchronize)(void *ev);
+    int (*event_query)(void *ev); /* 1 when its work is done, 0 when not yet, -1 error */
     int (*event_elapsed_ms)(void *start, void *end, double *ms);
     int (*dtype_supported)(dl_dtype dt); /* 1 when kernels handle dt on CUDA */
 
@@ -97,6 +100,7 @@ typedef struct dl_cuda_runtime {
 enum {
     DL_CHECK_CLASS_TARGET = 1, /* value: the target; limit: classes; aux: ignore_index */
     DL_CHECK_POOL_INDEX = 2,   /* value: the index; limit: input plane size */
+    DL_CHECK_CLASS_LABEL = 3,  /* DL_CHECK_CLASS_TARGET on labels minus one (reported 1-based) */
 };
 
 /* Set by dl_cuda_init when a GPU is present; NULL otherwise. */

@@ -22,11 +22,13 @@ typedef struct dl_cuda_loss_kernels {
     /* *out (one device double) = sum of v (n elements), accumulated in double */
     int (*sum)(const void *v, dl_dtype dt, int64_t n, double *out);
     /* *out (one device double) = sum of weight[target[i]] (1 without weight) over the
-     * targets that are not ignore_index */
+     * targets that are neither ignore_index nor outside [0, C) */
     int (*class_weight_sum)(const int64_t *target, const void *weight, dl_dtype dt, int64_t n,
-                            int64_t ignore_index, double *out);
+                            int64_t C, int64_t ignore_index, double *out);
     /* *first_bad (one device int64) = the smallest i whose target is neither
-     * ignore_index nor in [0, C), or n when every target is valid */
+     * ignore_index nor in [0, C), or n when every target is valid (the op layer
+     * has it reported through dl_cuda_rt->check_first_bad; the class kernels
+     * below skip such a target: NaN loss, zero gradient) */
     int (*target_check)(const int64_t *target, int64_t n, int64_t C, int64_t ignore_index,
                         int64_t *first_bad);
     int (*nll_loss)(void *out, const void *logp, const int64_t *target, const void *weight,

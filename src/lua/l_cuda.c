@@ -14,9 +14,11 @@
  *    dl.cuda function but is_available, device_count and compiled raises one
  *    error naming the reason, and nothing here touches a CUDA pointer.
  *  - Pinned (page-locked) CPU tensors own a block from a small process-wide
- *    cache; a block that served a non_blocking copy is reused or freed only
- *    after its device has synchronised, so a copy still in flight never sees
- *    its source overwritten. */
+ *    cache; a block that served a non_blocking copy keeps the event its copy
+ *    records and is reused only once that event is done (a block whose copy
+ *    is still in flight is passed over; one freed for good waits for it), so
+ *    a copy in flight never sees its source overwritten and a data loader's
+ *    steady state never waits for the GPU. */
 #include "l_bind.h"
 #include "autograd/autograd.h"
 #include "core/rng.h"
@@ -455,8 +457,7 @@ static void push_backends_table(lua_State *L, const char *sub) {
 typedef struct {
     void *p;
     size_t size;
-    int device;     /* of the last non_blocking copy that read it */
-    bool async_use; /* a non_blocking copy read it: synchronise before reuse */
+    void *done; /* the event of the last non_blocking copy that read it, or NULL */
 } host_block;
 
 #define HOST_CACHE_BLOCKS 16
@@ -467,10 +468,18 @@ static host_block *host_cache[HOST_CACHE_BLOCKS];
 static int host_cached;
 static size_t host_cached_bytes;
 
-/* Waits until no copy can still read b. */
+/* Whether no copy can still read b (its copy's event is done). */
+static bool host_ready(host_block *b) {
+    return !b->done || !dl_cuda_rt || dl_cuda_rt->event_query(b->done) != 0;
+}
+
+/* Waits until no copy can still read b (a wait only while its copy runs). */
 static void host_settle(host_block *b) {
-    if (b->async_use && dl_cuda_rt) dl_cuda_rt->synchronize(b->device);
-    b->async_use = false;
+    if (b->done && dl_cuda_rt) {
+        if (dl_cuda_rt->event_query(b->done) == 0) dl_cuda_rt->event_synchronize(b->done);
+        dl_cuda_rt->event_free(b->done);
+    }
+    b->done = NULL;
 }
 
 static void host_block_free(host_block *b) {
@@ -480,14 +489,16 @@ static void host_block_free(host_block *b) {
 }
 
 /* A block of at least n bytes: the smallest cached one that wastes under a
- * quarter, else a new one.  NULL with an error. */
+ * quarter and that no copy still reads, else a new one.  NULL with an error. */
 static host_block *host_get(size_t n) {
     host_block *b = NULL;
     pthread_mutex_lock(&host_lock);
     int best = -1;
     for (int i = 0; i < host_cached; i++) {
         size_t s = host_cache[i]->size;
-        if (s >= n && s - n <= n / 4 + 4096 && (best < 0 || s < host_cache[best]->size)) best = i;
+        if (s >= n && s - n <= n / 4 + 4096 && (best < 0 || s < host_cache[best]->size) &&
+            host_ready(host_cache[i]))
+            best = i;
     }
     if (best >= 0) {
         b = host_cache[best];
@@ -671,13 +682,15 @@ static to_spec parse_to(lua_State *L, dl_tensor *t) {
 static dl_tensor *copy_async(dl_tensor *t, dl_device dev) {
     dl_tensor *out = dl_tensor_empty(t->ndim, t->shape, t->dtype, dev);
     if (!out) return NULL;
-    if (dl_tensor_numel(t) > 0 && dl_cuda_rt->copy_async(out, t)) {
+    void *done = NULL;
+    if (dl_tensor_numel(t) > 0 && dl_cuda_rt->copy_async(out, t, &done)) {
         dl_tensor_release(out);
         return NULL;
     }
     host_block *b = t->storage->deleter_ctx;
-    b->device = dev.index;
-    b->async_use = true;
+    /* an earlier copy from the same block ends before this one (one copy stream) */
+    if (b->done) dl_cuda_rt->event_free(b->done);
+    b->done = done;
     return out;
 }
 
