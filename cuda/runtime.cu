@@ -102,7 +102,15 @@ struct Device {
 Device g_dev[DL_CUDA_MAX_DEVICES];
 int g_count = 0;
 std::atomic<int64_t> g_syncs{0}; // host synchronisations so far
-int g_pool_seq = 0;              // the last private pool id handed out
+const int kReasons = 16;
+std::atomic<const char *> g_reasons[kReasons]; // why the last kReasons happened (ring)
+
+// Counts one synchronisation and notes why (a string literal or an op name).
+void count_sync(const char *why) {
+    int64_t k = g_syncs++;
+    g_reasons[k % kReasons].store(why);
+}
+int g_pool_seq = 0; // the last private pool id handed out
 
 int current(void) {
     int d = 0;
@@ -135,7 +143,7 @@ size_t round_size(size_t n) {
 // mutex; never while capturing: cudaFree waits for the device).
 void release_pool(Device &dv) {
     if (dv.pool.empty() || dv.capture_pool) return;
-    g_syncs++;
+    count_sync("releasing cached blocks (out of memory)");
     cudaDeviceSynchronize();
     for (auto &kv : dv.pool) {
         if (kv.second.has_event) cudaEventDestroy(kv.second.freed);
@@ -325,7 +333,7 @@ int dl_cuda_refuse_in_capture(const char *op) {
 
 int dl_cuda_sync_stream(cudaStream_t s, const char *why) {
     if (dl_cuda_refuse_in_capture(why)) return -1;
-    g_syncs++;
+    count_sync(why);
     cudaError_t e = cudaStreamSynchronize(s);
     if (e != cudaSuccess) return dl_cuda_fail(why, cudaGetErrorString(e), __FILE__, __LINE__);
     return report_check(current());
@@ -333,7 +341,7 @@ int dl_cuda_sync_stream(cudaStream_t s, const char *why) {
 
 int dl_cuda_sync_device(const char *why) {
     if (dl_cuda_refuse_in_capture(why)) return -1;
-    g_syncs++;
+    count_sync(why);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) return dl_cuda_fail(why, cudaGetErrorString(e), __FILE__, __LINE__);
     return report_check(current());
@@ -341,7 +349,7 @@ int dl_cuda_sync_device(const char *why) {
 
 int dl_cuda_sync_event(cudaEvent_t ev, const char *why) {
     if (dl_cuda_refuse_in_capture(why)) return -1;
-    g_syncs++;
+    count_sync(why);
     cudaError_t e = cudaEventSynchronize(ev);
     if (e != cudaSuccess) return dl_cuda_fail(why, cudaGetErrorString(e), __FILE__, __LINE__);
     return report_check(current());
@@ -358,7 +366,7 @@ int dl_cuda_read_device(void *dst, const void *src, size_t n, const char *why) {
 int dl_cuda_memcpy_sync(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
                         const char *why) {
     if (dl_cuda_refuse_in_capture(why)) return -1;
-    g_syncs++;
+    count_sync(why);
     cudaError_t e = cudaMemcpy(dst, src, n, kind);
     if (e != cudaSuccess) return dl_cuda_fail(why, cudaGetErrorString(e), __FILE__, __LINE__);
     return kind == cudaMemcpyDeviceToHost ? report_check(current()) : 0;
@@ -755,6 +763,12 @@ int64_t rt_sync_count(void) {
     return g_syncs.load();
 }
 
+const char *rt_sync_reason(int i) {
+    int64_t n = g_syncs.load();
+    if (i < 0 || i >= kReasons || i >= n) return nullptr;
+    return g_reasons[(n - 1 - i) % kReasons].load();
+}
+
 // One thread: records what was found at *first_bad, unless an earlier
 // finding is still unreported.
 __global__ void report_first_bad_kernel(CheckRecord *r, unsigned long long op, int kind,
@@ -809,6 +823,7 @@ const dl_cuda_runtime runtime_table = {
     rt_event_elapsed,
     rt_dtype_supported,
     rt_sync_count,
+    rt_sync_reason,
     rt_check_first_bad,
     dl_cuda_graph_new,
     dl_cuda_graph_free,

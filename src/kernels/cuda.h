@@ -73,6 +73,9 @@ typedef struct dl_cuda_runtime {
      * counts it here, refuses it while a CUDA graph is being captured, and
      * after the wait reports a check recorded on the device (below). */
     int64_t (*sync_count)(void);
+    /* Why the i-th most recent synchronisation happened (0: the last), for
+     * the last 16; NULL past them. */
+    const char *(*sync_reason)(int i);
 
     /* Checks found on the device: a kernel that finds bad input cannot raise,
      * so the first bad finding is recorded on the device and reported as the

@@ -253,6 +253,20 @@ static int l_sync_count(lua_State *L) {
     return 1;
 }
 
+/* dl.cuda._sync_reasons(): why the last synchronisations happened, latest
+ * first (up to 16 strings). */
+static int l_sync_reasons(lua_State *L) {
+    const dl_cuda_runtime *rt = need_rt(L, "cuda._sync_reasons");
+    lua_newtable(L);
+    for (int i = 0; i < 16; i++) {
+        const char *why = rt->sync_reason(i);
+        if (!why) break;
+        lua_pushstring(L, why);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
 static int l_is_capturing(lua_State *L) {
     lua_pushboolean(L, need_rt(L, "cuda.is_current_stream_capturing")->capturing());
     return 1;
@@ -818,6 +832,7 @@ void dlL_open_cuda(lua_State *L) {
         {"empty_cache", l_empty_cache},
         {"Event", l_event_new},
         {"sync_count", l_sync_count},
+        {"_sync_reasons", l_sync_reasons},
         {"is_current_stream_capturing", l_is_capturing},
         {"CUDAGraph", l_graph_new},
         {"_capturing_graph", l_capturing_graph},
