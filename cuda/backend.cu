@@ -1,8 +1,7 @@
 // backend.cu - hands the kernel families' tables to the op layer (called by
 // dl_cuda_init once a GPU has been found).  Each table dl_cuda_<family>_table
-// is defined beside its kernels (cuda/<family>.cu, except that activation and
-// dropout live in elementwise.cu and pad in index.cu, whose machinery they
-// share); its type is in src/kernels/<family>.h.
+// is defined beside its kernels in cuda/<family>.cu; its type is in
+// src/kernels/<family>.h.
 extern "C" {
 #include "kernels/cuda.h"
 #include "kernels/activation.h"
@@ -12,6 +11,7 @@ extern "C" {
 #include "kernels/elementwise.h"
 #include "kernels/index.h"
 #include "kernels/linalg.h"
+#include "kernels/layernorm.h"
 #include "kernels/loss.h"
 #include "kernels/optim.h"
 #include "kernels/pad.h"
@@ -32,6 +32,7 @@ extern const dl_cuda_pad_kernels dl_cuda_pad_table;
 extern const dl_cuda_linalg_kernels dl_cuda_linalg_table;
 extern const dl_cuda_conv_kernels dl_cuda_conv_table;
 extern const dl_cuda_batchnorm_kernels dl_cuda_batchnorm_table;
+extern const dl_cuda_layernorm_kernels dl_cuda_layernorm_table;
 extern const dl_cuda_pool_kernels dl_cuda_pool_table;
 extern const dl_cuda_random_kernels dl_cuda_random_table;
 extern const dl_cuda_optim_kernels dl_cuda_optim_table;
@@ -48,6 +49,7 @@ void dl_cuda_register_kernels(void) {
     dl_cuda_linalg = &dl_cuda_linalg_table;
     dl_cuda_conv = &dl_cuda_conv_table;
     dl_cuda_batchnorm = &dl_cuda_batchnorm_table;
+    dl_cuda_layernorm = &dl_cuda_layernorm_table;
     dl_cuda_pool = &dl_cuda_pool_table;
     dl_cuda_random = &dl_cuda_random_table;
     dl_cuda_optim = &dl_cuda_optim_table;

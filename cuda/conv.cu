@@ -2,11 +2,15 @@
 // src/kernels/conv.h): forward, backward data and backward filter by
 // cuDNN, the bias add and the bias gradient by two plain kernels of our own.
 //
-// Layouts: nhwc false is contiguous NCHW tensors and OIHW filters; nhwc true
-// is channels-last memory (NHWC tensors, OHWI filters), described to cuDNN
-// with CUDNN_TENSOR_NHWC.  dtypes: float32 (FMA math unless
-// dl_flags.allow_tf32, then tensor ops), float16/bfloat16 (float32 compute,
-// tensor ops), float64 (double compute).
+// Layouts: fmt 0 is contiguous NCHW tensors and OIHW filters; DL_CONV_FMT_NHWC
+// with DL_CONV_FMT_W_OHWI is channels-last memory (NHWC tensors, OHWI
+// filters), described to cuDNN with CUDNN_TENSOR_NHWC.  conv2d_formats picks
+// channels-last when the input is, except for float64 (which cuDNN does not
+// run channels-last).  Where cuDNN refuses the channels-last layout for a
+// shape, the call runs on NCHW copies of the operands in scratch memory and
+// copies the results back, so the caller's layout holds either way.  dtypes: float32 (FMA math
+// unless dl_flags.allow_tf32, then tensor ops), float16/bfloat16 (float32 compute, tensor ops),
+// float64 (double compute).
 //
 // Algorithms: chosen once per (device, direction, dtype, layout, shape, flags)
 // and kept in a small table (round-robin replacement).  With
@@ -29,8 +33,6 @@ extern "C" {
 #include "kernels/conv.h"
 #include "kernels/cuda.h"
 }
-
-int dl_cuda_la_use_device(int d); // linalg.cu
 
 namespace {
 
@@ -85,7 +87,46 @@ __global__ void bias_grad_kernel(T *gb, const T *gy, int64_t N, int64_t O, int64
     }
 }
 
+// dst = src with the channel dimension moved, element bits copied: to_cl
+// false reads (N,S,C) and writes (N,C,S) (channels-last to planar); true the
+// reverse.  n = N*C*S.
+template <typename T>
+__global__ void swap_channels_kernel(T *dst, const T *src, int64_t n, int64_t C, int64_t S,
+                                     bool to_cl) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        if (to_cl) { // i over (N,S,C)
+            int64_t c = i % C, s = (i / C) % S, b = i / (C * S);
+            dst[i] = src[(b * C + c) * S + s];
+        } else { // i over (N,C,S)
+            int64_t s = i % S, c = (i / S) % C, b = i / (C * S);
+            dst[i] = src[(b * S + s) * C + c];
+        }
+    }
+}
+
 // --- launchers --------------------------------------------------------------------------
+
+template <typename T>
+int swap_channels_as(void *dst, const void *src, int64_t N, int64_t C, int64_t S, bool to_cl) {
+    int64_t n = N * C * S;
+    if (n == 0) return 0;
+    swap_channels_kernel<T><<<dl_cuda_blocks(n, 256), 256, 0, dl_cuda_stream()>>>(
+        (T *)dst, (const T *)src, n, C, S, to_cl);
+    DL_CUDA_LAUNCHED();
+    return 0;
+}
+
+// swap_channels_kernel for elements of dt.
+int swap_channels(dl_dtype dt, void *dst, const void *src, int64_t N, int64_t C, int64_t S,
+                  bool to_cl) {
+    switch (dl_dtype_size(dt)) {
+    case 2: return swap_channels_as<uint16_t>(dst, src, N, C, S, to_cl);
+    case 4: return swap_channels_as<uint32_t>(dst, src, N, C, S, to_cl);
+    case 8: return swap_channels_as<uint64_t>(dst, src, N, C, S, to_cl);
+    default: return dl_error("conv2d: %s tensors are not supported on CUDA", dl_dtype_name(dt));
+    }
+}
 
 template <typename T> int add_bias(T *y, const T *b, const dl_conv2d_shape *s, bool nhwc) {
     int64_t S = s->OH * s->OW, n = s->N * s->O * S;
@@ -456,45 +497,151 @@ cudnnHandle_t handle_on_stream(void) {
     return h;
 }
 
-} // namespace
+// --- one layout, and channels-last on planar copies -------------------------------------
 
-// --- entry points -------------------------------------------------------------------------
+// Device scratch memory for one call, freed on every path (the allocator is
+// stream-ordered: reuse waits for the work queued on it).
+struct Scratch {
+    void *p = nullptr;
+    Scratch() = default;
+    Scratch(const Scratch &) = delete;
+    Scratch &operator=(const Scratch &) = delete;
+    ~Scratch() {
+        if (p) dl_cuda_free(p);
+    }
+    void *get(size_t n) {
+        p = dl_cuda_malloc(n ? n : 1);
+        return p;
+    }
+};
 
-int dl_cuda_conv2d_forward(int device, dl_dtype dt, const dl_conv2d_shape *s, bool nhwc, void *y,
-                           const void *x, const void *w, const void *b) {
+// y = conv(x, w), every operand in one layout (nhwc or planar).
+int forward_in(int device, dl_dtype dt, const dl_conv2d_shape *s, bool nhwc, void *y, const void *x,
+               const void *w) {
     const char *op = "conv2d";
-    if (dl_cuda_la_use_device(device)) return -1;
     Descs d;
     if (make_descs(d, op, dt, s, nhwc)) return -1;
     cudnnHandle_t h = handle_on_stream();
     if (!h) return -1;
     Scale k(dt);
     Call c = {h, &d, &k, x, w, y, y};
-    if (run_dir<FWD>(op, c, dt, make_key(device, FWD, dt, s, nhwc))) return -1;
+    return run_dir<FWD>(op, c, dt, make_key(device, FWD, dt, s, nhwc));
+}
+
+// gx and gw (either may be NULL) of conv(x, w) given gy, in one layout.
+int backward_in(int device, dl_dtype dt, const dl_conv2d_shape *s, bool nhwc, void *gx, void *gw,
+                const void *gy, const void *x, const void *w) {
+    const char *op = "conv2d_backward";
+    Descs d;
+    if (make_descs(d, op, dt, s, nhwc)) return -1;
+    cudnnHandle_t h = handle_on_stream();
+    if (!h) return -1;
+    Scale k(dt);
+    Call cx = {h, &d, &k, x, w, gy, gx}, cw = {h, &d, &k, x, w, gy, gw};
+    if (gx && run_dir<BWD_DATA>(op, cx, dt, make_key(device, BWD_DATA, dt, s, nhwc))) return -1;
+    if (gw && run_dir<BWD_FILTER>(op, cw, dt, make_key(device, BWD_FILTER, dt, s, nhwc))) return -1;
+    return 0;
+}
+
+// The sizes of one layout swap: a tensor's (N, C, S) with S its plane (or a
+// filter's (O, C/groups, KH*KW)), and its bytes.
+struct Dims {
+    int64_t n, c, s;
+    size_t bytes(dl_dtype dt) const { return (size_t)(n * c * s) * dl_dtype_size(dt); }
+};
+Dims input_dims(const dl_conv2d_shape *s) {
+    return {s->N, s->C, s->H * s->W};
+}
+Dims output_dims(const dl_conv2d_shape *s) {
+    return {s->N, s->O, s->OH * s->OW};
+}
+Dims filter_dims(const dl_conv2d_shape *s) {
+    return {s->O, s->C / s->groups, s->KH * s->KW};
+}
+
+// A planar copy of the channels-last src (dims m) in scratch t.
+int planar_copy(Scratch &t, dl_dtype dt, const void *src, Dims m) {
+    if (!t.get(m.bytes(dt))) return -1;
+    return swap_channels(dt, t.p, src, m.n, m.c, m.s, false);
+}
+
+// The channels-last forward on planar copies, y copied back channels-last.
+int forward_planar(int device, dl_dtype dt, const dl_conv2d_shape *s, void *y, const void *x,
+                   const void *w) {
+    Scratch px, pw, py;
+    Dims my = output_dims(s);
+    if (planar_copy(px, dt, x, input_dims(s)) || planar_copy(pw, dt, w, filter_dims(s)) ||
+        !py.get(my.bytes(dt)) || forward_in(device, dt, s, false, py.p, px.p, pw.p))
+        return -1;
+    return swap_channels(dt, y, py.p, my.n, my.c, my.s, true);
+}
+
+// The channels-last backward on planar copies, gx and gw copied back.
+int backward_planar(int device, dl_dtype dt, const dl_conv2d_shape *s, void *gx, void *gw,
+                    const void *gy, const void *x, const void *w) {
+    Scratch pgy, px, pw, pgx, pgw;
+    Dims mx = input_dims(s), mw = filter_dims(s);
+    if (planar_copy(pgy, dt, gy, output_dims(s))) return -1;
+    if (gw && (planar_copy(px, dt, x, mx) || !pgw.get(mw.bytes(dt)))) return -1;
+    if (gx && (planar_copy(pw, dt, w, mw) || !pgx.get(mx.bytes(dt)))) return -1;
+    if (backward_in(device, dt, s, false, pgx.p, pgw.p, pgy.p, px.p, pw.p)) return -1;
+    if (gx && swap_channels(dt, gx, pgx.p, mx.n, mx.c, mx.s, true)) return -1;
+    if (gw && swap_channels(dt, gw, pgw.p, mw.n, mw.c, mw.s, true)) return -1;
+    return 0;
+}
+
+// Whether fmt names a layout pair cuDNN takes (NHWC and OHWI together, or
+// neither); *nhwc says which.  Other bits (DL_CONV_INFERENCE) are ignored.
+int check_fmt(const char *op, int fmt, bool *nhwc) {
+    const int both = DL_CONV_FMT_NHWC | DL_CONV_FMT_W_OHWI;
+    int f = fmt & both;
+    if (f != 0 && f != both)
+        return dl_error("%s: cuDNN needs the input and the weight in one layout (formats %d)", op,
+                        f);
+    *nhwc = f != 0;
+    return 0;
+}
+
+} // namespace
+
+// --- entry points -------------------------------------------------------------------------
+
+int dl_cuda_conv2d_formats(dl_dtype dt, bool x_cl, bool w_cl) {
+    (void)w_cl; // one cuDNN format describes the input and the filter: w follows x
+    return x_cl && dt != DL_DTYPE_F64 ? DL_CONV_FMT_NHWC | DL_CONV_FMT_W_OHWI : 0;
+}
+
+// Channels-last runs as it is first; should cuDNN refuse that layout for this
+// shape and dtype, on planar copies (same values, the caller's layout).
+int dl_cuda_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, int post, void *y,
+                           const void *x, const void *w, const void *b) {
+    const char *op = "conv2d";
+    bool nhwc = false;
+    if (post) return dl_error("%s: fused post-ops are not implemented on CUDA", op);
+    if (check_fmt(op, fmt, &nhwc)) return -1;
+    int device = dl_cuda_device();
+    if (forward_in(device, dt, s, nhwc, y, x, w) &&
+        (!nhwc || forward_planar(device, dt, s, y, x, w)))
+        return -1;
     return b ? bias_op(dt, false, y, b, s, nhwc) : 0;
 }
 
-int dl_cuda_conv2d_backward(int device, dl_dtype dt, const dl_conv2d_shape *s, bool nhwc, void *gx,
-                            void *gw, void *gb, const void *gy, const void *x, const void *w) {
+int dl_cuda_conv2d_backward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, void *gx, void *gw,
+                            void *gb, const void *gy, const void *x, const void *w) {
     const char *op = "conv2d_backward";
-    if (dl_cuda_la_use_device(device)) return -1;
-    if (gx || gw) {
-        Descs d;
-        if (make_descs(d, op, dt, s, nhwc)) return -1;
-        cudnnHandle_t h = handle_on_stream();
-        if (!h) return -1;
-        Scale k(dt);
-        Call cx = {h, &d, &k, x, w, gy, gx}, cw = {h, &d, &k, x, w, gy, gw};
-        if (gx && run_dir<BWD_DATA>(op, cx, dt, make_key(device, BWD_DATA, dt, s, nhwc))) return -1;
-        if (gw && run_dir<BWD_FILTER>(op, cw, dt, make_key(device, BWD_FILTER, dt, s, nhwc)))
-            return -1;
-    }
+    bool nhwc = false;
+    if (check_fmt(op, fmt, &nhwc)) return -1;
+    int device = dl_cuda_device();
+    if ((gx || gw) && backward_in(device, dt, s, nhwc, gx, gw, gy, x, w) &&
+        (!nhwc || backward_planar(device, dt, s, gx, gw, gy, x, w)))
+        return -1;
     return gb ? bias_op(dt, true, gb, gy, s, nhwc) : 0;
 }
 
 extern const dl_cuda_conv_kernels dl_cuda_conv_table;
 const dl_cuda_conv_kernels dl_cuda_conv_table = {
     .family = "conv",
+    .conv2d_formats = dl_cuda_conv2d_formats,
     .conv2d_forward = dl_cuda_conv2d_forward,
     .conv2d_backward = dl_cuda_conv2d_backward,
 };

@@ -1,7 +1,7 @@
-// index.cuh - what the index family's CUDA files (index.cu, sort.cu) share:
-// a tensor's per-dim shape and strides passed by value to kernels, the
-// row-major offset through them, and a dispatch on element size.  C++;
-// included by cuda/index.cu and cuda/sort.cu only.
+// index.cuh - what the index family's CUDA files (index.cu, sort.cu) and
+// pad.cu share: a tensor's per-dim shape and strides passed by value to
+// kernels, the row-major offset through them, and a dispatch on element size.
+// C++; included by cuda/index.cu, cuda/sort.cu and cuda/pad.cu only.
 #pragma once
 
 #include "common.cuh"

@@ -1,6 +1,6 @@
 -- bench_ops.lua - single CPU ops side by side with PyTorch: the ops that
 -- decide how fast everything around the convolutions runs (elementwise math,
--- reductions, softmax, copies, gathers, bmm), each timed as the best of
+-- reductions, softmax, copies, gathers, bmm, layer norm), each timed as the best of
 -- --runs after a warm-up, on --threads threads.  Unless --no-torch is given
 -- it also runs scripts/bench_ops.py (same ops, same shapes) under each of
 -- --torch-python (comma-separated interpreters; default Debian's
@@ -25,6 +25,9 @@ local parts = {dl.randn(1000000), dl.randn(1000000), dl.randn(1000000), dl.randn
 local rows = dl.randn(8192, 4096)
 local idx = dl.randint(1, 8193, {1000})
 local ba, bb = dl.randn(96, 256, 64), dl.randn(96, 64, 256)
+-- layer norm over a transformer's activations: 32 sequences of 128 tokens, 768 features
+local lx, lw, lb, lgy = dl.randn(4096, 768), dl.randn(768), dl.randn(768), dl.randn(4096, 768)
+local lxg, lwg, lbg = lx:clone():requires_grad_(), lw:clone():requires_grad_(), lb:clone():requires_grad_()
 
 local OPS = {
   {"add", "a + b (1e7 float32)", function() return x + y end},
@@ -43,6 +46,11 @@ local OPS = {
   {"index_select", "index_select 1000 rows of 4096", function() return rows:index_select(1, idx) end},
   {"masked_fill", "masked_fill (64x256x384)", function() return s3:masked_fill(mask, 0) end},
   {"bmm", "bmm (96 x 256x64 @ 64x256)", function() return dl.bmm(ba, bb) end},
+  {"layer_norm", "layer_norm (4096x768)", function() return F.layer_norm(lx, 768, lw, lb) end},
+  {"layer_norm_fwd_bwd", "layer_norm forward+backward (same)", function()
+    local y = F.layer_norm(lxg, 768, lwg, lbg)
+    return dl.autograd.grad(y, {lxg, lwg, lbg}, {grad_outputs = lgy})[1]
+  end},
 }
 
 local ours, theirs, who = {}, {}, {}

@@ -22,6 +22,15 @@ parts = [torch.randn(1_000_000) for _ in range(4)]
 rows = torch.randn(8192, 4096)
 idx = torch.randint(0, 8192, (1000,))
 ba, bb = torch.randn(96, 256, 64), torch.randn(96, 64, 256)
+lx, lw, lb, lgy = torch.randn(4096, 768), torch.randn(768), torch.randn(768), torch.randn(4096, 768)
+lxg, lwg, lbg = (t.clone().requires_grad_() for t in (lx, lw, lb))
+
+
+def layer_norm_fwd_bwd():
+    with torch.enable_grad():
+        y = torch.nn.functional.layer_norm(lxg, (768,), lwg, lbg)
+        return torch.autograd.grad(y, (lxg, lwg, lbg), lgy)[0]
+
 
 OPS = [
     ("add", lambda: x + y),
@@ -40,6 +49,8 @@ OPS = [
     ("index_select", lambda: rows.index_select(0, idx)),
     ("masked_fill", lambda: s3.masked_fill(mask, 0.0)),
     ("bmm", lambda: torch.bmm(ba, bb)),
+    ("layer_norm", lambda: torch.nn.functional.layer_norm(lx, (768,), lw, lb)),
+    ("layer_norm_fwd_bwd", layer_norm_fwd_bwd),
 ]
 
 with torch.no_grad():

@@ -12,9 +12,10 @@
 -- Autocast (dl.autocast(opts, fn), dl.autocast_enter/exit): while on,
 -- conv2d, linear and matmul cast float32 CUDA inputs and weights to the half
 -- dtype (bfloat16 or float16; the cast records autograd, so float32 master
--- weights get float32 gradients); softmax, log_softmax, the losses and
--- batch_norm compute in float32 (half CUDA inputs are cast up).  Autocast
--- applies to CUDA tensors only: on CPU tensors it changes nothing.
+-- weights get float32 gradients); softmax, log_softmax, the losses,
+-- layer_norm, rms_norm and batch_norm compute in float32 (half CUDA inputs
+-- are cast up).  Autocast applies to CUDA tensors only: on CPU tensors it
+-- changes nothing.
 --
 -- Invariants: the autocast state is a stack (nested regions restore the
 -- outer one); dl.autocast restores the state it found even when fn raises.

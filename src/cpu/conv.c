@@ -571,8 +571,8 @@ static int backward_f64(const dl_conv2d_shape *s, double *gx, double *gw, double
 
 /* --- entry points --------------------------------------------------------------- */
 
-int dl_cpu_conv2d_formats(dl_dtype xdt, dl_dtype wdt, bool x_cl, bool w_cl) {
-    if (xdt != DL_DTYPE_F32 || wdt != DL_DTYPE_F32) return 0;
+int dl_cpu_conv2d_formats(dl_dtype dt, bool x_cl, bool w_cl) {
+    if (dt != DL_DTYPE_F32) return 0;
     return (x_cl ? DL_CONV_FMT_NHWC : 0) | (w_cl ? DL_CONV_FMT_W_OHWI : 0);
 }
 

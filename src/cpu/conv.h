@@ -3,8 +3,8 @@
  * float32 runs on oneDNN convolution primitives (cached per shape, see
  * dnnl_util.h); float64 runs on im2col + our GEMM (src/cpu/gemm.h) and exists
  * for gradient checks.  All buffers are dense, of one dtype (float32 may be
- * channels-last, see DL_CONV_FMT_*), otherwise contiguous row-major;
- * shapes are described by dl_conv2d_shape and were validated by the op layer
+ * channels-last, see DL_CONV_FMT_* in kernels/conv.h), otherwise contiguous
+ * row-major; shapes are described by dl_conv2d_shape and were validated by the op layer
  * (src/ops/conv.c): every size is positive, OH/OW follow PyTorch's formula
  * floor((H + 2*ph - dh*(KH-1) - 1) / sh) + 1.  No Lua, no allocation of
  * results: outputs are written in full (never accumulated into). */
@@ -17,23 +17,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Memory layouts of the operands, a bit mask (0: all as below).  NHWC: x, y,
- * gx, gy are (N,H,W,C)/(N,OH,OW,O) in memory (channels-last); W_OHWI: w and
- * gw are (O,KH,KW,C/groups).  float32 only. */
-enum { DL_CONV_FMT_NHWC = 1, DL_CONV_FMT_W_OHWI = 2 };
-/* In the same mask, for the forward: no gradient will be taken through this
- * call (inference), so Winograd may run (see conv.c). */
-enum { DL_CONV_INFERENCE = 4 };
-
-/* Post-ops of a float32 forward, a bit mask: SUM adds the result to y's
- * previous contents, then RELU clamps at 0 (inference fusion, no gradient). */
-enum { DL_CONV_POST_SUM = 1, DL_CONV_POST_RELU = 2 };
-
-/* The formats (DL_CONV_FMT_*) the kernels bind for operands of dtypes xdt
- * and wdt whose layouts are channels-last (x_cl: x NHWC; w_cl: w OHWI): float32
- * runs either layout in place, float64 and the half types (computed in
- * float64/float32 copies) always run NCHW/OIHW. */
-int dl_cpu_conv2d_formats(dl_dtype xdt, dl_dtype wdt, bool x_cl, bool w_cl);
+/* The formats (DL_CONV_FMT_*, kernels/conv.h) the kernels bind for operands
+ * of dtype dt whose layouts are channels-last (x_cl: x NHWC; w_cl: w OHWI):
+ * float32 runs either layout in place, float64 and the half types (computed
+ * in float64/float32 copies) always run NCHW/OIHW. */
+int dl_cpu_conv2d_formats(dl_dtype dt, bool x_cl, bool w_cl);
 
 /* y = conv(x, w) + b.  dt is F32 or F64.
  * y is (N,O,OH,OW), x is (N,C,H,W), w is (O,C/groups,KH,KW), b is (O) or NULL

@@ -1,6 +1,6 @@
 /* kernels/dropout.h - the kernel interface of the dropout family
  * (ops/dropout.c): the CUDA table of dropout's mask-and-scale kernel
- * (dl_cpu_mask_scale, cpu/activation.h, is the CPU twin).
+ * (dl_cpu_mask_scale, cpu/dropout.h, is the CPU twin).
  *
  * Shared by ops/, cpu/ and cuda/; the table's contract is in kernels/cuda.h. */
 #ifndef DL_KERNELS_DROPOUT_H

@@ -122,6 +122,7 @@ void dlL_open_train(lua_State *L); /* l_train.c: RNG state, dl._train (SIGINT, t
 struct dl_pipeline *dlL_topipeline(lua_State *L, int idx);
 void dlL_open_conv(lua_State *L);      /* l_conv.c: dl._nn, dl._F conv2d */
 void dlL_open_batchnorm(lua_State *L); /* l_batchnorm.c: dl._nn, dl._F batch_norm */
+void dlL_open_layernorm(lua_State *L); /* l_layernorm.c: dl._nn, dl._F layer_norm, rms_norm */
 void dlL_open_pool(lua_State *L);      /* l_pool.c: dl._nn, dl._F pooling */
 void dlL_open_optim(lua_State *L);     /* l_optim.c: dl._optim fused optimizer steps */
 

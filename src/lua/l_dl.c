@@ -265,6 +265,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_data(L);
     dlL_open_conv(L);
     dlL_open_batchnorm(L);
+    dlL_open_layernorm(L);
     dlL_open_pool(L);
     dlL_open_train(L);
     dlL_open_optim(L);

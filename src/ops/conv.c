@@ -23,12 +23,13 @@
 #include <string.h>
 
 /* --- conv2d ----------------------------------------------------------------------
- * On CUDA (cuDNN, cuda/conv.cu) the operands keep their dtype (float16 and
- * bfloat16 compute in float32 inside cuDNN) and one of two memory layouts:
- * channels-last when the input is channels-last (NHWC strides on an NCHW
- * shape) and not float64, else contiguous NCHW; the weight, grad_output and
- * every result follow that layout, except the weight's gradient, which takes
- * the weight's own layout. */
+ * The op states the layout facts (whether x and w are channels-last: NHWC
+ * strides on an NCHW shape) and the backend answers which formats it binds
+ * (conv_plan_for): the CPU runs float32 channels-last operands in place and
+ * computes float64 itself and the half types in float32; cuDNN keeps the
+ * dtype and computes channels-last when x is (its weight following), and
+ * itself falls back to NCHW copies where it refuses that layout.  y, gx and
+ * gy follow x's computed layout, gw is returned in w's own layout. */
 
 static int check_conv_params(const char *op, const dl_conv2d_params *p) {
     if (dl_op_check_limit(op, "stride", p->stride, 2) ||
@@ -152,195 +153,73 @@ int dl_conv2d_cache_capacity(void) {
     return DL_DNNL_CACHE_CAPACITY;
 }
 
-/* The layout CUDA computes in for a 4-D input x: channels-last when x is (and
- * is not also plain contiguous) and cuDNN supports it for the dtype. */
-static bool conv_nhwc(const dl_tensor *x) {
-    return x->dtype != DL_DTYPE_F64 && !dl_tensor_is_contiguous(x) && dl_is_channels_last(x);
-}
-
-static const int to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
-
-/* t (4-D) laid out channels-last (nhwc) or contiguous NCHW: t itself
- * (retained) when it already is, else a copy. */
-static dl_tensor *conv_layout(dl_tensor *t, bool nhwc) {
-    if (!nhwc) return dl_tensor_contiguous(t);
-    if (dl_is_channels_last(t)) return dl_tensor_retain(t);
-    dl_tensor *p = dl_tensor_permute(t, to_nhwc);
-    dl_tensor *c = p ? dl_tensor_clone(p) : NULL;
-    dl_tensor *r = c ? dl_tensor_permute(c, to_nchw) : NULL;
-    dl_tensor_release(p);
-    dl_tensor_release(c);
-    return r;
-}
-
-/* A new tensor of the 4-D shape, laid out channels-last (nhwc) or NCHW. */
-static dl_tensor *conv_empty(const int64_t *shape, dl_dtype dt, dl_device dev, bool nhwc) {
-    if (!nhwc) return dl_tensor_empty(4, shape, dt, dev);
-    int64_t perm[4] = {shape[0], shape[2], shape[3], shape[1]};
-    dl_tensor *e = dl_tensor_empty(4, perm, dt, dev);
-    dl_tensor *r = e ? dl_tensor_permute(e, to_nchw) : NULL;
-    dl_tensor_release(e);
-    return r;
-}
-
 /* 4-D view of an (N,C,H,W) or unbatched (C,H,W) operand. */
 static dl_tensor *conv_batched(dl_tensor *t) {
     return t->ndim == 3 ? dl_tensor_unsqueeze(t, 0) : dl_tensor_retain(t);
 }
 
-/* Whether CUDA would compute x's convolution channels-last. */
-static bool conv_channels_last_input(dl_tensor *x) {
-    dl_tensor *x4 = conv_batched(x);
-    bool r = x4 && conv_nhwc(x4);
-    dl_tensor_release(x4);
-    return r;
+/* How dev's backend runs a convolution of x4 (4-D) and w: its kernels, in
+ * the compute dtype ct (the CPU computes the half types in float32, cuDNN in
+ * their own) with the operand formats fmt (DL_CONV_FMT_*).  The op states the
+ * facts -- whether x4 and w are channels-last (and not also plain contiguous)
+ * -- and the backend (cpu/conv.c, cuda/conv.cu) answers which layouts it
+ * binds. */
+typedef struct conv_plan {
+    dl_dtype ct;
+    int fmt;
+    dl_conv2d_forward_fn forward;
+    dl_conv2d_backward_fn backward;
+} conv_plan;
+
+static conv_plan conv_plan_for(dl_device dev, const dl_tensor *x4, const dl_tensor *w) {
+    bool cuda = dl_op_is_cuda(dev);
+    dl_conv2d_formats_fn formats = cuda ? dl_cuda_conv->conv2d_formats : dl_cpu_conv2d_formats;
+    conv_plan p = {cuda ? x4->dtype : dl_op_float_dtype(x4->dtype),
+                   formats(x4->dtype, dl_op_is_channels_last(x4), dl_op_is_channels_last(w)),
+                   cuda ? dl_cuda_conv->conv2d_forward : dl_cpu_conv2d_forward,
+                   cuda ? dl_cuda_conv->conv2d_backward : dl_cpu_conv2d_backward};
+    return p;
 }
 
-/* conv2d's forward on CUDA: operands in the compute layout (channels-last
- * only when nhwc_ok), y in it too. */
-static dl_tensor *conv2d_forward_cuda_in(const dl_conv2d_shape *s, dl_tensor *x, dl_tensor *w,
-                                         dl_tensor *b, dl_device dev, bool nhwc_ok) {
-    dl_dtype dt = x->dtype;
-    dl_tensor *x4 = conv_batched(x);
-    if (!x4) return NULL;
-    bool nhwc = nhwc_ok && conv_nhwc(x4);
-    int64_t yshape[4] = {s->N, s->O, s->OH, s->OW};
-    dl_tensor *t[4] = {conv_layout(x4, nhwc), conv_layout(w, nhwc),
-                       b ? dl_tensor_contiguous(b) : NULL, conv_empty(yshape, dt, dev, nhwc)};
-    dl_tensor_release(x4);
-    dl_tensor *y = NULL;
-    if (!t[0] || !t[1] || (b && !t[2]) || !t[3]) goto done;
-    int rc;
-    if (s->N == 0 || s->O == 0)
-        rc = 0;
-    else if (s->C == 0 || s->H == 0 || s->W == 0)
-        rc = fill_bias(t[3], t[2]);
-    else
-        rc = dl_cuda_conv->conv2d_forward(dev.index, dt, s, nhwc, dl_tensor_data_ptr(t[3]),
-                                          dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]),
-                                          t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
-    if (rc) goto done;
-    y = x->ndim == 4 ? dl_tensor_retain(t[3]) : dl_tensor_select(t[3], 0, 0);
-done:
-    dl_op_release_all(t, 4);
-    return y;
+/* Whether the CUDA table has the conv kernels (the CPU always has them). */
+static bool conv_have(void) {
+    return dl_cuda_conv && dl_cuda_conv->conv2d_formats && dl_cuda_conv->conv2d_forward &&
+           dl_cuda_conv->conv2d_backward;
 }
 
-/* conv2d's backward on CUDA: gx in the compute layout (x's, when nhwc_ok),
- * gw in w's own. */
-static int conv2d_backward_cuda_in(const dl_conv2d_shape *s, dl_tensor *gy, dl_tensor *x,
-                                   dl_tensor *w, const bool need[3], dl_device dev, bool nhwc_ok,
-                                   dl_tensor **gx, dl_tensor **gw, dl_tensor **gb) {
-    dl_dtype dt = x->dtype;
-    dl_tensor *x4 = conv_batched(x), *gy4 = conv_batched(gy);
-    bool nhwc = nhwc_ok && x4 && conv_nhwc(x4);
-    bool w_nhwc = !dl_tensor_is_contiguous(w) && dl_is_channels_last(w);
-    int64_t xshape[4] = {s->N, s->C, s->H, s->W};
-    /* in: gy x w; out: gx gw gb */
-    dl_tensor *t[6] = {gy4 ? conv_layout(gy4, nhwc) : NULL,
-                       need[1] && x4 ? conv_layout(x4, nhwc) : NULL,
-                       need[0] ? conv_layout(w, nhwc) : NULL,
-                       need[0] ? conv_empty(xshape, dt, dev, nhwc) : NULL,
-                       need[1] ? conv_empty(w->shape, dt, dev, nhwc) : NULL,
-                       need[2] ? dl_tensor_empty(1, &s->O, dt, dev) : NULL};
-    dl_tensor_release(x4);
-    dl_tensor_release(gy4);
-    int rc = -1;
-    if (!t[0] || (need[1] && (!t[1] || !t[4])) || (need[0] && (!t[2] || !t[3])) ||
-        (need[2] && !t[5]))
-        goto done;
-    if (dl_tensor_numel(t[0]) == 0 || s->C == 0 || s->H == 0 || s->W == 0) {
-        /* nothing flows: zero gradients, gb the (possibly empty) sum */
-        rc = 0;
-        for (int i = 3; i < 6 && rc == 0; i++)
-            if (t[i]) rc = dl_tensor_fill_(t[i], 0);
-        if (rc == 0 && t[5] && dl_tensor_numel(t[0]) > 0)
-            rc = dl_cuda_conv->conv2d_backward(dev.index, dt, s, nhwc, NULL, NULL,
-                                               dl_tensor_data_ptr(t[5]), dl_tensor_data_ptr(t[0]),
-                                               NULL, NULL);
-    } else {
-        rc = dl_cuda_conv->conv2d_backward(
-            dev.index, dt, s, nhwc, t[3] ? dl_tensor_data_ptr(t[3]) : NULL,
-            t[4] ? dl_tensor_data_ptr(t[4]) : NULL, t[5] ? dl_tensor_data_ptr(t[5]) : NULL,
-            dl_tensor_data_ptr(t[0]), t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
-            t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
-    }
-    if (rc) goto done;
-    rc = -1;
-    if (t[3] && x->ndim == 3) { /* unbatched */
-        dl_tensor *v = dl_tensor_select(t[3], 0, 0);
-        if (!v) goto done;
-        dl_tensor_release(t[3]);
-        t[3] = v;
-    }
-    if (t[4] && w_nhwc != nhwc) {
-        dl_tensor *g = conv_layout(t[4], w_nhwc);
-        if (!g) goto done;
-        dl_tensor_release(t[4]);
-        t[4] = g;
-    }
-    rc = 0;
-    dl_op_take3(&t[3], gx, gw, gb);
-done:
-    dl_op_release_all(t, 6);
-    return rc;
-}
-
-/* The CPU kernels' operand formats (DL_CONV_FMT_*) for x and w: the op
- * states the layouts (x 4-D channels-last and not also plain contiguous, w
- * likewise); cpu/conv.c decides which of them its kernels bind. */
-static int cpu_conv_fmt(const dl_tensor *x, const dl_tensor *w) {
-    return dl_cpu_conv2d_formats(x->dtype, w->dtype, x->ndim == 4 && conv_nhwc(x),
-                                 !dl_tensor_is_contiguous(w) && dl_is_channels_last(w));
-}
-
-/* t in the compute dtype ct and laid out channels-last (cl) or contiguous. */
-static dl_tensor *prep_conv(dl_tensor *t, dl_dtype ct, bool cl) {
-    if (!cl) return dl_op_dense(t, ct);
-    return conv_layout(t, true); /* cl implies float32 = ct */
-}
-
-/* The CUDA paths: channels-last first where x is; should cuDNN refuse that
- * layout for this shape and dtype, contiguous NCHW (same values, results in
- * NCHW). */
-static dl_tensor *conv2d_forward_cuda(const dl_conv2d_shape *s, dl_tensor *x, dl_tensor *w,
-                                      dl_tensor *b, dl_device dev) {
-    if (!dl_cuda_conv || !dl_cuda_conv->conv2d_forward) {
-        dl_cuda_missing("conv2d");
-        return NULL;
-    }
-    dl_tensor *y = conv2d_forward_cuda_in(s, x, w, b, dev, true);
-    if (!y && conv_channels_last_input(x)) y = conv2d_forward_cuda_in(s, x, w, b, dev, false);
-    return y;
-}
-
-static int conv2d_backward_cuda(const dl_conv2d_shape *s, dl_tensor *gy, dl_tensor *x, dl_tensor *w,
-                                const bool need[3], dl_device dev, dl_tensor **gx, dl_tensor **gw,
-                                dl_tensor **gb) {
-    if (!dl_cuda_conv || !dl_cuda_conv->conv2d_backward) return dl_cuda_missing("conv2d_backward");
-    int rc = conv2d_backward_cuda_in(s, gy, x, w, need, dev, true, gx, gw, gb);
-    if (rc && conv_channels_last_input(x))
-        rc = conv2d_backward_cuda_in(s, gy, x, w, need, dev, false, gx, gw, gb);
-    return rc;
+/* *t (a 4-D result in the compute dtype) as the caller gets it: dtype dt,
+ * channels-last (cl) or plain, and 3-D when unbatched.  0/-1; on failure *t
+ * is released and NULL.  A NULL *t passes. */
+static int conv_finish(dl_tensor **t, dl_dtype dt, bool cl, bool unbatched) {
+    if (!*t) return 0;
+    dl_tensor *r = dl_op_dense_layout(*t, dt, cl);
+    dl_tensor_release(*t);
+    *t = r && unbatched ? dl_tensor_select(r, 0, 0) : r;
+    if (unbatched) dl_tensor_release(r);
+    return *t ? 0 : -1;
 }
 
 /* The forward; inference: no gradient will be taken through it (the CPU may
- * then pick faster, slightly less exact kernels: Winograd, see conv.c). */
+ * then pick faster, slightly less exact kernels: Winograd, see conv.c).
+ * Operands and results are laid out as the backend's formats say; y comes
+ * back in x's dtype, channels-last when it was computed so. */
 static dl_tensor *conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b,
                                  const dl_conv2d_params *p, bool inference) {
     const char *op = "conv2d";
     dl_conv2d_shape s;
     dl_device dev;
     dl_tensor *ts[3] = {x, w, b};
-    if (dl_common_device(op, 3, ts, &dev) || conv_geometry(op, x, w, b, p, &s)) return NULL;
-    if (dev.type == DL_DEVICE_CUDA) return conv2d_forward_cuda(&s, x, w, b, dev);
-    dl_dtype dt = x->dtype, ct = dl_op_float_dtype(dt);
+    if (dl_op_device(op, 3, ts, conv_have(), &dev) || conv_geometry(op, x, w, b, p, &s))
+        return NULL;
+    dl_tensor *x4 = conv_batched(x);
+    if (!x4) return NULL;
+    conv_plan pl = conv_plan_for(dev, x4, w);
+    bool nhwc = pl.fmt & DL_CONV_FMT_NHWC;
     int64_t yshape[4] = {s.N, s.O, s.OH, s.OW};
-    int fmt = cpu_conv_fmt(x, w);
-    bool nhwc = fmt & DL_CONV_FMT_NHWC;
-    dl_tensor *t[4] = {prep_conv(x, ct, nhwc), prep_conv(w, ct, fmt & DL_CONV_FMT_W_OHWI),
-                       b ? dl_op_dense(b, ct) : NULL, conv_empty(yshape, ct, DL_CPU, nhwc)};
-    if (inference) fmt |= DL_CONV_INFERENCE;
+    dl_tensor *t[4] = {dl_op_dense_layout(x4, pl.ct, nhwc),
+                       dl_op_dense_layout(w, pl.ct, pl.fmt & DL_CONV_FMT_W_OHWI),
+                       dl_op_dense(b, pl.ct), dl_op_empty_layout(4, yshape, pl.ct, dev, nhwc)};
+    dl_tensor_release(x4);
     dl_tensor *y = NULL;
     if (!t[0] || !t[1] || (b && !t[2]) || !t[3]) goto done;
     int rc;
@@ -349,14 +228,12 @@ static dl_tensor *conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b,
     else if (s.C == 0 || s.H == 0 || s.W == 0)
         rc = fill_bias(t[3], t[2]);
     else
-        rc = dl_cpu_conv2d_forward(ct, &s, fmt, 0, dl_tensor_data_ptr(t[3]),
-                                   dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]),
-                                   t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
+        rc = pl.forward(pl.ct, &s, pl.fmt | (inference ? DL_CONV_INFERENCE : 0), 0,
+                        dl_op_data(t[3]), dl_op_data(t[0]), dl_op_data(t[1]), dl_op_data(t[2]));
     if (rc) goto done;
     y = t[3];
     t[3] = NULL;
-    /* (a channels-last y is float32 and 4-D already) */
-    if (!nhwc && dl_op_finish_view(&y, dt, x->ndim, x->ndim == 4 ? yshape : yshape + 1)) y = NULL;
+    if (conv_finish(&y, x->dtype, nhwc, x->ndim == 3)) y = NULL;
 done:
     dl_op_release_all(t, 4);
     return y;
@@ -403,11 +280,13 @@ dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
         }
         return y;
     }
-    int fmt = cpu_conv_fmt(x, w);
+    conv_plan pl = conv_plan_for(dev, x, w);
+    int fmt = pl.fmt;
     bool nhwc = fmt & DL_CONV_FMT_NHWC;
-    dl_tensor *t[4] = {
-        prep_conv(x, DL_DTYPE_F32, nhwc), prep_conv(w, DL_DTYPE_F32, fmt & DL_CONV_FMT_W_OHWI),
-        b ? dl_op_dense(b, DL_DTYPE_F32) : NULL, conv_empty(yshape, DL_DTYPE_F32, DL_CPU, nhwc)};
+    dl_tensor *t[4] = {dl_op_dense_layout(x, DL_DTYPE_F32, nhwc),
+                       dl_op_dense_layout(w, DL_DTYPE_F32, fmt & DL_CONV_FMT_W_OHWI),
+                       dl_op_dense(b, DL_DTYPE_F32),
+                       dl_op_empty_layout(4, yshape, DL_DTYPE_F32, DL_CPU, nhwc)};
     dl_tensor *y = NULL;
     /* Where oneDNN runs its post-ops at full speed, the bias, the add (sum)
      * and the ReLU go inside the convolution.  On its GEMM path (1x1 NCHW)
@@ -419,10 +298,8 @@ dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
         (sum && dl_tensor_copy_(t[3], add)))
         goto done;
     int post = own ? 0 : (sum ? DL_CONV_POST_SUM : 0) | (relu ? DL_CONV_POST_RELU : 0);
-    if (dl_cpu_conv2d_forward(DL_DTYPE_F32, &s, fmt | DL_CONV_INFERENCE, post,
-                              dl_tensor_data_ptr(t[3]), dl_tensor_data_ptr(t[0]),
-                              dl_tensor_data_ptr(t[1]),
-                              t[2] && !own ? dl_tensor_data_ptr(t[2]) : NULL))
+    if (pl.forward(DL_DTYPE_F32, &s, fmt | DL_CONV_INFERENCE, post, dl_op_data(t[3]),
+                   dl_op_data(t[0]), dl_op_data(t[1]), own ? NULL : dl_op_data(t[2])))
         goto done;
     if (own && (t[2] || a || relu))
         dl_cpu_bias_add_relu_planes(dl_tensor_data_ptr(t[3]),
@@ -443,7 +320,7 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
     dl_device dev;
     dl_tensor *ts[3] = {gy, x, w};
     *gx = *gw = *gb = NULL;
-    if (dl_common_device(op, 3, ts, &dev) || conv_geometry(op, x, w, NULL, p, &s) ||
+    if (dl_op_device(op, 3, ts, conv_have(), &dev) || conv_geometry(op, x, w, NULL, p, &s) ||
         dl_op_need_floating(op, "grad_output", gy))
         return -1;
     int64_t yshape[4] = {s.N, s.O, s.OH, s.OW};
@@ -456,20 +333,26 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
     if (gy->dtype != x->dtype)
         return dl_error("%s: grad_output (%s) must have the input's dtype (%s)", op,
                         dl_dtype_name(gy->dtype), dl_dtype_name(x->dtype));
-    if (dev.type == DL_DEVICE_CUDA)
-        return conv2d_backward_cuda(&s, gy, x, w, need, dev, gx, gw, gb);
-    dl_dtype dt = x->dtype, ct = dl_op_float_dtype(dt);
+    dl_tensor *x4 = conv_batched(x), *gy4 = conv_batched(gy);
+    if (!x4 || !gy4) {
+        dl_tensor_release(x4);
+        dl_tensor_release(gy4);
+        return -1;
+    }
+    conv_plan pl = conv_plan_for(dev, x4, w);
+    dl_dtype ct = pl.ct;
+    bool nhwc = pl.fmt & DL_CONV_FMT_NHWC, ohwi = pl.fmt & DL_CONV_FMT_W_OHWI;
     int64_t xshape[4] = {s.N, s.C, s.H, s.W};
-    /* gy, x and gx channels-last when x is; w and gw in w's layout */
-    int fmt = gy->dtype == DL_DTYPE_F32 ? cpu_conv_fmt(x, w) : 0;
-    bool nhwc = fmt & DL_CONV_FMT_NHWC, ohwi = fmt & DL_CONV_FMT_W_OHWI;
+    /* gy, x and gx in x's computed layout; w and gw in w's */
     /* in: gy x w; out: gx gw gb */
-    dl_tensor *t[6] = {prep_conv(gy, ct, nhwc),
-                       need[1] ? prep_conv(x, ct, nhwc) : NULL,
-                       need[0] ? prep_conv(w, ct, ohwi) : NULL,
-                       need[0] ? conv_empty(xshape, ct, DL_CPU, nhwc) : NULL,
-                       need[1] ? conv_empty(w->shape, ct, DL_CPU, ohwi) : NULL,
-                       need[2] ? dl_tensor_empty(1, &s.O, ct, DL_CPU) : NULL};
+    dl_tensor *t[6] = {dl_op_dense_layout(gy4, ct, nhwc),
+                       need[1] ? dl_op_dense_layout(x4, ct, nhwc) : NULL,
+                       need[0] ? dl_op_dense_layout(w, ct, ohwi) : NULL,
+                       need[0] ? dl_op_empty_layout(4, xshape, ct, dev, nhwc) : NULL,
+                       need[1] ? dl_op_empty_layout(4, w->shape, ct, dev, ohwi) : NULL,
+                       need[2] ? dl_tensor_empty(1, &s.O, ct, dev) : NULL};
+    dl_tensor_release(x4);
+    dl_tensor_release(gy4);
     int rc = -1;
     if (!t[0] || (need[1] && (!t[1] || !t[4])) || (need[0] && (!t[2] || !t[3])) ||
         (need[2] && !t[5]))
@@ -482,21 +365,18 @@ int dl_conv2d_backward(dl_tensor *gy, dl_tensor *x, dl_tensor *w, const dl_conv2
         if (rc == 0 && t[5] && dl_tensor_numel(t[0]) > 0) {
             dl_conv2d_shape s1 = s;
             s1.C = s1.groups; /* only gb is computed: no input read */
-            rc = dl_cpu_conv2d_backward(ct, &s1, fmt, NULL, NULL, dl_tensor_data_ptr(t[5]),
-                                        dl_tensor_data_ptr(t[0]), NULL, NULL);
+            rc = pl.backward(ct, &s1, pl.fmt, NULL, NULL, dl_op_data(t[5]), dl_op_data(t[0]), NULL,
+                             NULL);
         }
     } else {
-        rc = dl_cpu_conv2d_backward(
-            ct, &s, fmt, t[3] ? dl_tensor_data_ptr(t[3]) : NULL,
-            t[4] ? dl_tensor_data_ptr(t[4]) : NULL, t[5] ? dl_tensor_data_ptr(t[5]) : NULL,
-            dl_tensor_data_ptr(t[0]), t[1] ? dl_tensor_data_ptr(t[1]) : NULL,
-            t[2] ? dl_tensor_data_ptr(t[2]) : NULL);
+        rc = pl.backward(ct, &s, pl.fmt, dl_op_data(t[3]), dl_op_data(t[4]), dl_op_data(t[5]),
+                         dl_op_data(t[0]), dl_op_data(t[1]), dl_op_data(t[2]));
     }
     if (rc) goto done;
-    /* (channels-last gx and OHWI gw are float32 and 4-D already) */
-    if ((!nhwc && dl_op_finish_view(&t[3], dt, x->ndim, x->ndim == 4 ? xshape : xshape + 1)) ||
-        (!ohwi && dl_op_finish_view(&t[4], dt, 4, w->shape)) ||
-        dl_op_finish_view(&t[5], dt, 1, &s.O)) {
+    /* gx in x's dtype and computed layout; gw in w's own layout */
+    if (conv_finish(&t[3], x->dtype, nhwc, x->ndim == 3) ||
+        conv_finish(&t[4], w->dtype, dl_op_is_channels_last(w), false) ||
+        conv_finish(&t[5], x->dtype, false, false)) {
         rc = -1;
         goto done;
     }

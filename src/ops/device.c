@@ -10,6 +10,7 @@
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
 #include "kernels/index.h"
+#include "kernels/layernorm.h"
 #include "kernels/linalg.h"
 #include "kernels/loss.h"
 #include "kernels/optim.h"
@@ -44,6 +45,7 @@ const dl_cuda_pad_kernels *dl_cuda_pad;
 const dl_cuda_linalg_kernels *dl_cuda_linalg;
 const dl_cuda_conv_kernels *dl_cuda_conv;
 const dl_cuda_batchnorm_kernels *dl_cuda_batchnorm;
+const dl_cuda_layernorm_kernels *dl_cuda_layernorm;
 const dl_cuda_pool_kernels *dl_cuda_pool;
 const dl_cuda_random_kernels *dl_cuda_random;
 const dl_cuda_optim_kernels *dl_cuda_optim;

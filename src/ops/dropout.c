@@ -1,10 +1,10 @@
 /* ops/dropout.c - the dropout family (see dropout.h): the mask is drawn by
  * dl_bernoulli_ (ops/random.c, so dl_manual_seed reproduces it) and applied
- * by the mask-scale kernel of the input's device (cpu/activation.c or CUDA);
- * the autograd node at the end saves the mask. */
+ * by the mask-scale kernel of the input's device (cpu/dropout.c or
+ * cuda/dropout.cu); the autograd node at the end saves the mask. */
 #include "ops/dropout.h"
 #include "autograd/autograd.h"
-#include "cpu/activation.h"
+#include "cpu/dropout.h"
 #include "kernels/dropout.h"
 #include "ops/op_util.h"
 #include "ops/random.h"

@@ -148,7 +148,7 @@ dl_tensor *dl_op_empty_layout(int ndim, const int64_t *shape, dl_dtype dt, dl_de
 
 dl_tensor *dl_op_dense_layout(dl_tensor *t, dl_dtype dt, bool cl) {
     if (!cl) return dl_op_dense(t, dt);
-    if (t->dtype == dt && dl_op_is_channels_last(t)) return dl_tensor_retain(t);
+    if (t->dtype == dt && dl_op_dense_channels_last(t)) return dl_tensor_retain(t);
     dl_tensor *r = dl_op_empty_layout(t->ndim, t->shape, dt, dl_tensor_device(t), true);
     if (r && dl_tensor_copy_(r, t)) {
         dl_tensor_release(r);

@@ -165,7 +165,9 @@ bool dl_op_is_channels_last(const dl_tensor *t);
  * (N,*spatial,C) tensor viewed as (N,C,*spatial). */
 dl_tensor *dl_op_empty_layout(int ndim, const int64_t *shape, dl_dtype dt, dl_device dev, bool cl);
 
-/* t in dtype dt, contiguous or (cl) channels-last dense. */
+/* t in dtype dt, contiguous or (cl) channels-last dense: t itself, retained,
+ * when it already is (a tensor both contiguous and channels-last counts as
+ * either). */
 dl_tensor *dl_op_dense_layout(dl_tensor *t, dl_dtype dt, bool cl);
 
 #endif

@@ -171,14 +171,6 @@ static bool pool_cl(const dl_tensor *x, dl_device dev) {
     return dev.type == DL_DEVICE_CPU && x->ndim == 4 && dl_op_is_channels_last(x);
 }
 
-/* An operand of a channels-last (cl) pooling kernel in dtype dt: t itself
- * when it is already dense channels-last (size-1 dims aside), else a
- * channels-last copy; without cl, as prep.  A new reference. */
-static dl_tensor *pool_operand(dl_tensor *t, dl_dtype dt, bool cl) {
-    if (cl && t->dtype == dt && dl_is_channels_last(t)) return dl_tensor_retain(t);
-    return dl_op_dense_layout(t, dt, cl);
-}
-
 /* finish() for a pooling result; a channels-last one (4-D) keeps its
  * layout through the dtype conversion. */
 static int pool_finish(dl_tensor **t, dl_dtype dt, int ndim, const int64_t *shape, bool cl) {
@@ -204,7 +196,8 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x,
     dl_pool2d_shape sv = *shape_in, *s = &sv;
     s->C = cl ? x->shape[1] : 0;
     bool with_ind = kind == POOL_MAX || kind == POOL_ADAPTIVE_MAX;
-    dl_tensor *t[3] = {pool_operand(x, ct, cl), dl_op_empty_layout(x->ndim, shape, ct, dev, cl),
+    dl_tensor *t[3] = {dl_op_dense_layout(x, ct, cl),
+                       dl_op_empty_layout(x->ndim, shape, ct, dev, cl),
                        with_ind ? dl_op_empty_layout(x->ndim, shape, DL_DTYPE_I64, dev, cl) : NULL};
     int rc = -1;
     if (!t[0] || !t[1] || (with_ind && !t[2])) goto done;
@@ -261,7 +254,8 @@ static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, d
     if (cuda && dl_op_cuda_ready(op, dev, pool_cuda_has(kind, true))) return NULL;
     dl_pool2d_shape sv = *shape_in, *s = &sv;
     s->C = cl ? x->shape[1] : 0;
-    dl_tensor *t[3] = {pool_operand(gy, ct, cl), ind ? pool_operand(ind, DL_DTYPE_I64, cl) : NULL,
+    dl_tensor *t[3] = {dl_op_dense_layout(gy, ct, cl),
+                       ind ? dl_op_dense_layout(ind, DL_DTYPE_I64, cl) : NULL,
                        dl_op_empty_layout(x->ndim, xshape, ct, dev, cl)};
     dl_tensor *gx = NULL;
     int rc = -1;

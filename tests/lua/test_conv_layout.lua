@@ -158,4 +158,35 @@ T.case("weight gradients of 3x3 convolutions: Winograd at least as accurate as d
   T.truthy(err(gx1, x64.grad) < 1e-6, "input gradient")
 end)
 
+T.case("layouts from the facts: unbatched channels-last input, float64 and half weights", function()
+  -- an unbatched (C,H,W) input laid out (H,W,C) runs channels-last: output
+  -- and input gradient keep that layout, values as the plain input's
+  dl.manual_seed(12)
+  local xhwc = dl.randn(9, 10, 8)
+  local w = dl.randn(16, 8, 3, 3)
+  local x = xhwc:permute(3, 1, 2)
+  T.eq(x:stride(1), 1, "the input is (H,W,C) in memory")
+  local xr, xc = x:contiguous():requires_grad_(), x:detach():requires_grad_()
+  local yr, yc = F.conv2d(xr, w, nil, {padding = 1}), F.conv2d(xc, w, nil, {padding = 1})
+  T.eq(yc:stride(1), 1, "unbatched output channels-last")
+  close(yc, yr, 1e-5, "unbatched output")
+  local gy = dl.randn(16, 9, 10)
+  yr:backward(gy)
+  yc:backward(gy)
+  T.eq(xc.grad:stride(1), 1, "unbatched input gradient channels-last")
+  close(xc.grad, xr.grad, 1e-5, "unbatched input gradient")
+  -- kernels computing float64 and float16 in plain layouts still hand a
+  -- channels-last weight its gradient channels-last
+  for _, dt in ipairs({dl.float64, dl.float16}) do
+    local xd = dl.randn(2, 4, 7, 7):to(dt)
+    local wd = dl.randn(6, 4, 3, 3):to(dt)
+    local wp, wc = wd:clone():requires_grad_(), wd:contiguous(CL):requires_grad_()
+    F.conv2d(xd, wp):sum():backward()
+    F.conv2d(xd, wc):sum():backward()
+    T.truthy(is_cl(wc.grad), tostring(dt) .. ": weight gradient channels-last")
+    T.eq(wc.grad.dtype, dt, "dtype kept")
+    T.tensor_eq(wc.grad, wp.grad, 0, tostring(dt) .. ": the same values")
+  end
+end)
+
 T.done()

@@ -1,12 +1,12 @@
--- dl.nn layers: Linear, Conv2d, BatchNorm1d/2d, ReLU, GELU, SiLU, MaxPool2d, AvgPool2d,
--- AdaptiveAvgPool2d, Dropout, Flatten, Identity, Softmax, LogSoftmax.
+-- dl.nn layers: Linear, Conv2d, BatchNorm1d/2d, LayerNorm, RMSNorm, ReLU, GELU, SiLU,
+-- MaxPool2d, AvgPool2d, AdaptiveAvgPool2d, Dropout, Flatten, Identity, Softmax, LogSoftmax.
 --
 -- Constructors take PyTorch's positional arguments and a trailing options
 -- table (dl.nn.Conv2d(3, 64, 7, {stride=2, padding=3, bias=false})); unknown
 -- options are errors.  Initialisation is PyTorch's: kaiming_uniform_(a =
 -- sqrt(5)) for conv/linear weights, bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
 -- batch norm weight 1, bias 0, running_mean 0, running_var 1,
--- num_batches_tracked 0 (int64, 0-dim).  extra_repr() prints what PyTorch
+-- num_batches_tracked 0 (int64, 0-dim); layer/RMS norm weight 1, bias 0.  extra_repr() prints what PyTorch
 -- prints, so tostring(model) matches print(model) in Python.  Dims given to
 -- Flatten/Softmax/LogSoftmax are 1-based (the Lua view).
 local dl = require "dl"
@@ -278,6 +278,80 @@ function L.BatchNorm1d:_check_input_dim(x)
     fail("BatchNorm1d: expected 2D or 3D input (got %dD input)", x:dim())
   end
 end
+
+-- --- LayerNorm, RMSNorm ----------------------------------------------------
+
+-- normalized_shape: an integer or a table of integers -> a table of integers
+local function norm_shape(v, op)
+  if type(v) == "number" then v = {v} end
+  if type(v) ~= "table" or dl.is_tensor(v) or #v < 1 then
+    fail("%s: normalized_shape must be an integer or a non-empty table of integers, got %s", op,
+      dl.is_tensor(v) and "tensor" or type(v))
+  end
+  local t = {}
+  for i = 1, #v do t[i] = util.check_int(v[i], op, "normalized_shape", 0) end
+  return t
+end
+
+-- LayerNorm(normalized_shape, {eps=1e-5, elementwise_affine=true, bias=true,
+-- dtype=, device=}): weight 1 and bias 0 of shape normalized_shape.
+L.LayerNorm = Module:extend("LayerNorm")
+function L.LayerNorm:__init(normalized_shape, opts)
+  local op = "LayerNorm"
+  opts = util.check_options(opts, op, {"eps", "elementwise_affine", "bias", "dtype", "device"})
+  self.normalized_shape = norm_shape(normalized_shape, op)
+  self.eps = opts.eps == nil and 1e-5 or util.check_number(opts.eps, op, "eps")
+  self.elementwise_affine = util.opt_bool(opts.elementwise_affine, true, op, "elementwise_affine")
+  local bias = util.opt_bool(opts.bias, true, op, "bias")
+  if self.elementwise_affine then
+    self.weight = Parameter(dl.empty(self.normalized_shape, factory(opts)))
+    if bias then
+      self.bias = Parameter(dl.empty(self.normalized_shape, factory(opts)))
+    else
+      self:register_parameter("bias", nil)
+    end
+  else
+    self:register_parameter("weight", nil)
+    self:register_parameter("bias", nil)
+  end
+  self:reset_parameters()
+end
+function L.LayerNorm:reset_parameters()
+  if self.weight ~= nil then init.ones_(self.weight) end
+  if self.bias ~= nil then init.zeros_(self.bias) end
+end
+function L.LayerNorm:forward(x)
+  return F.layer_norm(check_input(x, "LayerNorm"), self.normalized_shape, self.weight, self.bias, self.eps)
+end
+function L.LayerNorm:extra_repr()
+  return string.format("%s, eps=%s, elementwise_affine=%s", pyrepr(self.normalized_shape), pyrepr(self.eps),
+    pyrepr(self.elementwise_affine))
+end
+
+-- RMSNorm(normalized_shape, {eps=nil, elementwise_affine=true, dtype=, device=}):
+-- y = x / sqrt(mean(x^2) + eps) * weight; eps nil is the machine epsilon of
+-- the dtype the input computes in (PyTorch's torch.finfo default).
+L.RMSNorm = Module:extend("RMSNorm")
+function L.RMSNorm:__init(normalized_shape, opts)
+  local op = "RMSNorm"
+  opts = util.check_options(opts, op, {"eps", "elementwise_affine", "dtype", "device"})
+  self.normalized_shape = norm_shape(normalized_shape, op)
+  if opts.eps ~= nil then self.eps = util.check_number(opts.eps, op, "eps") end
+  self.elementwise_affine = util.opt_bool(opts.elementwise_affine, true, op, "elementwise_affine")
+  if self.elementwise_affine then
+    self.weight = Parameter(dl.empty(self.normalized_shape, factory(opts)))
+  else
+    self:register_parameter("weight", nil)
+  end
+  self:reset_parameters()
+end
+function L.RMSNorm:reset_parameters()
+  if self.weight ~= nil then init.ones_(self.weight) end
+end
+function L.RMSNorm:forward(x)
+  return F.rms_norm(check_input(x, "RMSNorm"), self.normalized_shape, self.weight, self.eps)
+end
+L.RMSNorm.extra_repr = L.LayerNorm.extra_repr
 
 -- --- activations ------------------------------------------------------------
 

@@ -1,0 +1,146 @@
+// pad.cu - CUDA kernels of the pad family (see src/kernels/pad.h): reflect,
+// replicate and circular padding as a gather through per-dimension index maps
+// (forward) and the matching scatter-add (backward), as src/cpu/pad.c.
+//
+// Invariants: the op layer built and checked the maps (every entry in range),
+// so kernels trust them; the maps are copied to the device per call and freed
+// (stream-ordered) before the entry point returns; loops are grid-stride over
+// int64 element numbers; the gather moves elements as unsigned integers of
+// their size (one kernel per size serves every dtype); the scatter adds with
+// atomics, so sums of repeated positions may differ from the CPU's in float
+// rounding.
+#include "index.cuh"
+
+extern "C" {
+#include "kernels/pad.h"
+}
+
+namespace {
+
+using dl_idx::by_size;
+using dl_idx::kThreads;
+
+// --- kernels -----------------------------------------------------------------------------
+
+// The three sizes of a pad buffer (outer, D2, D1, D0), passed by value.
+struct PadShape {
+    int64_t o[3], i[3];
+};
+
+// The input element that output element i reads through the maps (m holds
+// m0, then m1, then m2).
+__device__ inline int64_t pad_source(const PadShape &p, const int64_t *m, int64_t i) {
+    const int64_t *m0 = m, *m1 = m0 + p.o[0], *m2 = m1 + p.o[1];
+    int64_t c = i % p.o[0], r = i / p.o[0];
+    int64_t b = r % p.o[1], r2 = r / p.o[1];
+    int64_t a = r2 % p.o[2], s = r2 / p.o[2];
+    return ((s * p.i[2] + m2[a]) * p.i[1] + m1[b]) * p.i[0] + m0[c];
+}
+
+// out (outer, o2, o1, o0) = in (outer, i2, i1, i0) through maps m0, m1, m2
+template <typename W>
+__global__ void pad_gather_kernel(W *out, const W *in, const int64_t *m, PadShape p, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = in[pad_source(p, m, i)];
+}
+
+// gin (outer, i2, i1, i0, zeroed) += gout (outer, o2, o1, o0) at the mapped places.
+template <typename T>
+__global__ void pad_scatter_kernel(T *gin, const T *gout, const int64_t *m, PadShape p, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        atomicAdd(&gin[pad_source(p, m, i)], gout[i]);
+}
+
+// --- launchers -------------------------------------------------------------------------------
+
+// The three maps in one device buffer (m0, then m1, then m2); NULL + error.
+int64_t *maps_to_device(const PadShape &p, const int64_t *const map[3]) {
+    size_t total = (size_t)(p.o[0] + p.o[1] + p.o[2]);
+    int64_t *d = (int64_t *)dl_cuda_malloc(total * sizeof(int64_t));
+    if (!d) return nullptr;
+    size_t at = 0;
+    for (int j = 0; j < 3; j++) {
+        // pageable source: the call returns once the data is staged, so the
+        // caller may free its maps right after
+        cudaError_t e = cudaMemcpyAsync(d + at, map[j], (size_t)p.o[j] * sizeof(int64_t),
+                                        cudaMemcpyHostToDevice, dl_cuda_stream());
+        if (e != cudaSuccess) {
+            dl_cuda_free(d);
+            dl_cuda_fail("cudaMemcpyAsync (pad maps)", cudaGetErrorString(e), __FILE__, __LINE__);
+            return nullptr;
+        }
+        at += (size_t)p.o[j];
+    }
+    return d;
+}
+
+PadShape pad_shape(const int64_t osz[3], const int64_t isz[3]) {
+    PadShape p;
+    for (int j = 0; j < 3; j++) {
+        p.o[j] = osz[j];
+        p.i[j] = isz[j];
+    }
+    return p;
+}
+
+int pad_gather(dl_tensor *out, const dl_tensor *in, int64_t outer, const int64_t osz[3],
+               const int64_t isz[3], const int64_t *const map[3]) {
+    if (dl_cuda_use(out)) return -1;
+    int64_t n = outer * osz[0] * osz[1] * osz[2];
+    if (n == 0) return 0;
+    PadShape p = pad_shape(osz, isz);
+    int64_t *m = maps_to_device(p, map);
+    if (!m) return -1;
+    unsigned blocks = dl_cuda_blocks(n, kThreads);
+    cudaStream_t st = dl_cuda_stream();
+    void *o = dl_tensor_data_ptr(out);
+    const void *s = dl_tensor_data_ptr(in);
+    by_size(dl_dtype_size(out->dtype), [&](auto w) {
+        using W = decltype(w);
+        pad_gather_kernel<<<blocks, kThreads, 0, st>>>((W *)o, (const W *)s, m, p, n);
+    });
+    cudaError_t e = cudaGetLastError();
+    dl_cuda_free(m);
+    if (e != cudaSuccess)
+        return dl_cuda_fail("pad_gather_kernel", cudaGetErrorString(e), __FILE__, __LINE__);
+    return 0;
+}
+
+int pad_scatter(dl_tensor *gin, const dl_tensor *gout, int64_t outer, const int64_t osz[3],
+                const int64_t isz[3], const int64_t *const map[3]) {
+    if (dl_cuda_use(gin)) return -1;
+    if (gin->dtype != DL_DTYPE_F32 && gin->dtype != DL_DTYPE_F64)
+        return dl_error("pad_backward: no CUDA kernel for %s tensors", dl_dtype_name(gin->dtype));
+    cudaStream_t st = dl_cuda_stream();
+    int64_t nin = dl_tensor_numel(gin), n = outer * osz[0] * osz[1] * osz[2];
+    if (nin > 0)
+        DL_CUDA_CHECK(cudaMemsetAsync(dl_tensor_data_ptr(gin), 0,
+                                      (size_t)nin * dl_dtype_size(gin->dtype), st));
+    if (n == 0) return 0;
+    PadShape p = pad_shape(osz, isz);
+    int64_t *m = maps_to_device(p, map);
+    if (!m) return -1;
+    unsigned blocks = dl_cuda_blocks(n, kThreads);
+    if (gin->dtype == DL_DTYPE_F64)
+        pad_scatter_kernel<<<blocks, kThreads, 0, st>>>(
+            (double *)dl_tensor_data_ptr(gin), (const double *)dl_tensor_data_ptr(gout), m, p, n);
+    else
+        pad_scatter_kernel<<<blocks, kThreads, 0, st>>>(
+            (float *)dl_tensor_data_ptr(gin), (const float *)dl_tensor_data_ptr(gout), m, p, n);
+    cudaError_t e = cudaGetLastError();
+    dl_cuda_free(m);
+    if (e != cudaSuccess)
+        return dl_cuda_fail("pad_scatter_kernel", cudaGetErrorString(e), __FILE__, __LINE__);
+    return 0;
+}
+
+} // namespace
+
+extern const dl_cuda_pad_kernels dl_cuda_pad_table;
+const dl_cuda_pad_kernels dl_cuda_pad_table = {
+    .family = "pad",
+    .pad_gather = pad_gather,
+    .pad_scatter = pad_scatter,
+};
