@@ -87,9 +87,10 @@ int dl_cuda_fail(const char *call, const char *msg, const char *file, int line);
 int dl_cuda_device(void);          // current device (0-based)
 cudaStream_t dl_cuda_stream(void); // compute stream of the current device (see above)
 cudaStream_t dl_cuda_copy_stream(void);
-cublasHandle_t dl_cuda_cublas(void);     // bound to the compute stream; NULL + error
-cublasLtHandle_t dl_cuda_cublaslt(void); // NULL + error
-cudnnHandle_t dl_cuda_cudnn(void);       // bound to the compute stream; NULL + error
+cublasHandle_t dl_cuda_cublas(void);         // bound to the compute stream; NULL + error
+cublasLtHandle_t dl_cuda_cublaslt(void);     // NULL + error
+cudnnHandle_t dl_cuda_cudnn(void);           // bound to the compute stream; NULL + error
+cudnnHandle_t dl_cuda_cudnn_on_stream(void); // dl_cuda_cudnn, set to dl_cuda_stream() now
 int dl_cuda_sm_count(void);
 int dl_cuda_cc_major(void); // compute capability of the current device
 
@@ -105,6 +106,9 @@ int dl_cuda_use(const dl_tensor *t);
 int dl_cuda_sync_stream(cudaStream_t s, const char *why);
 int dl_cuda_sync_device(const char *why);
 int dl_cuda_sync_event(cudaEvent_t e, const char *why);
+// dl_cuda_sync_event for internal timing: a check recorded on the device is
+// left for the next synchronisation to report.
+int dl_cuda_wait_event(cudaEvent_t e, const char *why);
 // n bytes of device memory at src into host memory at dst, on the compute
 // stream, waiting for it.
 int dl_cuda_read_device(void *dst, const void *src, size_t n, const char *why);

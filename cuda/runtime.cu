@@ -355,6 +355,14 @@ int dl_cuda_sync_event(cudaEvent_t ev, const char *why) {
     return report_check(current());
 }
 
+int dl_cuda_wait_event(cudaEvent_t ev, const char *why) {
+    if (dl_cuda_refuse_in_capture(why)) return -1;
+    count_sync(why);
+    cudaError_t e = cudaEventSynchronize(ev);
+    if (e != cudaSuccess) return dl_cuda_fail(why, cudaGetErrorString(e), __FILE__, __LINE__);
+    return 0;
+}
+
 int dl_cuda_read_device(void *dst, const void *src, size_t n, const char *why) {
     if (dl_cuda_refuse_in_capture(why)) return -1;
     cudaStream_t st = dl_cuda_stream();
@@ -547,6 +555,17 @@ cudnnHandle_t dl_cuda_cudnn(void) {
         cudnnSetStream(dv.cudnn, 0);
     }
     return dv.cudnn;
+}
+
+cudnnHandle_t dl_cuda_cudnn_on_stream(void) {
+    cudnnHandle_t h = dl_cuda_cudnn();
+    if (!h) return nullptr;
+    cudnnStatus_t st = cudnnSetStream(h, dl_cuda_stream());
+    if (st != CUDNN_STATUS_SUCCESS) {
+        dl_cuda_fail("cudnnSetStream", cudnnGetErrorString(st), __FILE__, __LINE__);
+        return nullptr;
+    }
+    return h;
 }
 
 void *dl_cuda_malloc(size_t nbytes) {
