@@ -1,6 +1,6 @@
 // conv.cu - 2-D convolutions on CUDA through cuDNN (see src/kernels/conv.h):
 // forward, backward data and backward filter by cuDNN's graph API
-// (conv_plan.cu: cached execution plans; dl_flags.cudnn_graph, on by default)
+// (conv_plan.cu: cached execution plans; with dl_flags.cudnn_graph)
 // or its legacy API (this file: the fallback wherever no plan runs, and the
 // whole path with the switch off), the bias add and the bias gradient by two
 // plain kernels of our own.

@@ -1,5 +1,5 @@
 // conv_plan.cu - 2-D convolutions through cuDNN's graph (backend) API, the
-// default path of cuda/conv.cu (dl.backends.cudnn.graph, $DLUA_CUDNN_GRAPH;
+// path of cuda/conv.cu behind dl.backends.cudnn.graph ($DLUA_CUDNN_GRAPH=1;
 // the legacy API stays as the fallback and as the switch's other side).
 //
 // One direction (forward, backward data, backward filter) is one operation

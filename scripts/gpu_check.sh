@@ -22,6 +22,7 @@
 #   DL_GPU_CHECK_VARIANTS="name|ENV=1 ENV2=0;name2|ENV3=1"  more benchmark variants
 #   DL_GPU_CHECK_OPS=1   adds scripts/bench_ops_gpu.lua's per-op table (if time is left)
 #   DL_GPU_CHECK_BUDGET  seconds for everything (default 360)
+#   DL_GPU_TEST_CUDNN_GRAPH=0  the tests on cuDNN's legacy API (default: the graph API)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -119,6 +120,9 @@ if [ "$mode" != "--bench-only" ]; then
   }
   export -f file_time run_test run_train
   export dlua py logs per_file tests_deadline
+  # the tests run the cuDNN graph API path (off by default until measured;
+  # test_conv_cuda.lua compares it with the legacy API explicitly)
+  export DLUA_CUDNN_GRAPH=${DL_GPU_TEST_CUDNN_GRAPH:-1}
   say ""
   say "$(printf '%-34s %8s %8s %8s' 'CUDA test file' passed failed seconds)"
   names=$(cd tests/lua && ls test_cuda.lua test_*_cuda.lua | sed 's/\.lua$//')

@@ -112,7 +112,8 @@ extern const dl_cuda_runtime *dl_cuda_rt;
 /* Switches the user sets from Lua (dl.backends): read by the kernels that
  * honour them.  Defaults keep float32 results within float32 rounding of the
  * CPU's: TF32 off, no benchmarking of convolution algorithms.  cudnn_graph
- * starts from $DLUA_CUDNN_GRAPH (0 or 1; on when unset), cuda_sync_checks from
+ * starts from $DLUA_CUDNN_GRAPH (1 turns it on; off when unset, until a GPU run
+ * has measured it), cuda_sync_checks from
  * $DLUA_CUDA_SYNC_CHECKS (off when unset). */
 typedef struct dl_backend_flags {
     bool allow_tf32;       /* float32 matmul and convolutions may use TF32 tensor cores */

@@ -49,7 +49,7 @@ const dl_cuda_layernorm_kernels *dl_cuda_layernorm;
 const dl_cuda_pool_kernels *dl_cuda_pool;
 const dl_cuda_random_kernels *dl_cuda_random;
 const dl_cuda_optim_kernels *dl_cuda_optim;
-dl_backend_flags dl_flags = {false, false, true, false};
+dl_backend_flags dl_flags = {false, false, false, false};
 
 /* A switch from the environment: 0 or 1, else the default. */
 static bool env_switch(const char *name, bool def) {
@@ -61,7 +61,7 @@ static bool env_switch(const char *name, bool def) {
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 static void init_backends(void) {
-    dl_flags.cudnn_graph = env_switch("DLUA_CUDNN_GRAPH", true);
+    dl_flags.cudnn_graph = env_switch("DLUA_CUDNN_GRAPH", false);
     dl_flags.cuda_sync_checks = env_switch("DLUA_CUDA_SYNC_CHECKS", false);
 #ifdef DL_WITH_CUDA
     dl_cuda_init();

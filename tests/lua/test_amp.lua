@@ -253,8 +253,9 @@ T.case("dl.backends flags", function()
   T.eq(dl.backends.allow_tf32, false)
   T.raises(function() dl.backends.fast = true end, "no switch 'fast'")
   T.raises(function() dl.backends.allow_tf32 = 1 end, "true or false")
-  -- the graph API switch (DLUA_CUDNN_GRAPH, on unless 0) and device checks
-  local graph_default = os.getenv("DLUA_CUDNN_GRAPH") ~= "0"
+  -- the graph API switch (on with DLUA_CUDNN_GRAPH set and not 0) and device checks
+  local env = os.getenv("DLUA_CUDNN_GRAPH")
+  local graph_default = env ~= nil and env ~= "" and env ~= "0"
   T.eq(dl.backends.cudnn.graph, graph_default)
   dl.backends.cudnn.graph = not graph_default
   T.eq(dl.backends.cudnn.graph, not graph_default)
