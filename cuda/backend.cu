@@ -5,10 +5,13 @@
 extern "C" {
 #include "kernels/cuda.h"
 #include "kernels/activation.h"
+#include "kernels/attention.h"
 #include "kernels/batchnorm.h"
+#include "kernels/clipgrad.h"
 #include "kernels/conv.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
+#include "kernels/embedding.h"
 #include "kernels/index.h"
 #include "kernels/linalg.h"
 #include "kernels/layernorm.h"
@@ -23,6 +26,7 @@ extern "C" {
 
 extern const dl_cuda_elementwise_kernels dl_cuda_elementwise_table;
 extern const dl_cuda_activation_kernels dl_cuda_activation_table;
+extern const dl_cuda_attention_kernels dl_cuda_attention_table;
 extern const dl_cuda_dropout_kernels dl_cuda_dropout_table;
 extern const dl_cuda_reduce_kernels dl_cuda_reduce_table;
 extern const dl_cuda_softmax_kernels dl_cuda_softmax_table;
@@ -33,6 +37,8 @@ extern const dl_cuda_linalg_kernels dl_cuda_linalg_table;
 extern const dl_cuda_conv_kernels dl_cuda_conv_table;
 extern const dl_cuda_batchnorm_kernels dl_cuda_batchnorm_table;
 extern const dl_cuda_layernorm_kernels dl_cuda_layernorm_table;
+extern const dl_cuda_embedding_kernels dl_cuda_embedding_table;
+extern const dl_cuda_clipgrad_kernels dl_cuda_clipgrad_table;
 extern const dl_cuda_pool_kernels dl_cuda_pool_table;
 extern const dl_cuda_random_kernels dl_cuda_random_table;
 extern const dl_cuda_optim_kernels dl_cuda_optim_table;
@@ -40,6 +46,7 @@ extern const dl_cuda_optim_kernels dl_cuda_optim_table;
 void dl_cuda_register_kernels(void) {
     dl_cuda_elementwise = &dl_cuda_elementwise_table;
     dl_cuda_activation = &dl_cuda_activation_table;
+    dl_cuda_attention = &dl_cuda_attention_table;
     dl_cuda_dropout = &dl_cuda_dropout_table;
     dl_cuda_reduce = &dl_cuda_reduce_table;
     dl_cuda_softmax = &dl_cuda_softmax_table;
@@ -50,6 +57,8 @@ void dl_cuda_register_kernels(void) {
     dl_cuda_conv = &dl_cuda_conv_table;
     dl_cuda_batchnorm = &dl_cuda_batchnorm_table;
     dl_cuda_layernorm = &dl_cuda_layernorm_table;
+    dl_cuda_embedding = &dl_cuda_embedding_table;
+    dl_cuda_clipgrad = &dl_cuda_clipgrad_table;
     dl_cuda_pool = &dl_cuda_pool_table;
     dl_cuda_random = &dl_cuda_random_table;
     dl_cuda_optim = &dl_cuda_optim_table;

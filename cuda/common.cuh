@@ -21,6 +21,8 @@
 #include <cudnn.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 extern "C" {
 #include "core/error.h"
 #include "core/tensor.h"
@@ -82,6 +84,13 @@ int dl_cuda_fail(const char *call, const char *msg, const char *file, int line);
     } while (0)
 // After a kernel launch: reports a bad launch configuration at once.
 #define DL_CUDA_LAUNCHED() DL_CUDA_CHECK(cudaGetLastError())
+// The same as an expression, 0 or -1 with the error, for code that frees
+// scratch memory before it returns.
+static inline int dl_cuda_launch_status(const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : dl_cuda_fail("kernel launch", cudaGetErrorString(e), file, line);
+}
+#define DL_CUDA_LAUNCH_STATUS() dl_cuda_launch_status(__FILE__, __LINE__)
 
 // --- device, stream, handles ----------------------------------------------------
 int dl_cuda_device(void);          // current device (0-based)
@@ -196,6 +205,35 @@ template <> __device__ inline __half dl_from_float<__half>(float v) {
 }
 template <> __device__ inline __nv_bfloat16 dl_from_float<__nv_bfloat16>(float v) {
     return __float2bfloat16_rn(v);
+}
+
+// Element type T read as accumulator type A, and back: the half types
+// through float, the others by a plain conversion (so double stays double).
+template <typename T>
+constexpr bool dl_is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+template <typename A, typename T> __device__ inline A dl_load(T v) {
+    if constexpr (dl_is_half_v<T>)
+        return (A)dl_to_float(v);
+    else
+        return (A)v;
+}
+template <typename T, typename A> __device__ inline T dl_store(A v) {
+    if constexpr (dl_is_half_v<T>)
+        return dl_from_float<T>((float)v);
+    else
+        return (T)v;
+}
+
+// f(T{}, A{}) for a floating dtype: its element type T and accumulator type A
+// (double for F64, float otherwise); any other dtype is an error naming op.
+template <typename F> int dl_float_dispatch(const char *op, dl_dtype dt, F f) {
+    switch (dt) {
+    case DL_DTYPE_F32: return f(float{}, float{});
+    case DL_DTYPE_F64: return f(double{}, double{});
+    case DL_DTYPE_F16: return f(__half{}, float{});
+    case DL_DTYPE_BF16: return f(__nv_bfloat16{}, float{});
+    default: return dl_error("%s: no CUDA kernel for %s", op, dl_dtype_name(dt));
+    }
 }
 
 // Fills t (CUDA, any strides) with value converted to t's dtype.

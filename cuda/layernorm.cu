@@ -22,33 +22,12 @@
 // allocator is stream-ordered).
 #include "common.cuh"
 
-#include <type_traits>
-
 extern "C" {
 #include "kernels/cuda.h"
 #include "kernels/layernorm.h"
 }
 
 namespace {
-
-// --- element access -----------------------------------------------------------------
-
-template <typename T>
-constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-
-template <typename A, typename T> __device__ inline A load(T v) {
-    if constexpr (is_half_v<T>)
-        return (A)dl_to_float(v);
-    else
-        return (A)v;
-}
-
-template <typename T, typename A> __device__ inline T store(A v) {
-    if constexpr (is_half_v<T>)
-        return dl_from_float<T>((float)v);
-    else
-        return (T)v;
-}
 
 // --- group reductions ---------------------------------------------------------------
 
@@ -118,13 +97,13 @@ __global__ void ln_forward_kernel(T *y, A *mean, A *rstd, const T *x, const A *w
         T *yr = y + r * D;
         A m = 0, s = 0, unused = 0;
         if (!rms) {
-            for (int64_t i = g.lane; i < D; i += g.lanes) s += load<A>(xr[i]);
+            for (int64_t i = g.lane; i < D; i += g.lanes) s += dl_load<A>(xr[i]);
             group_sum2<BLOCK>(s, unused);
             m = s / (A)D;
             s = 0;
         }
         for (int64_t i = g.lane; i < D; i += g.lanes) {
-            A d = load<A>(xr[i]) - m;
+            A d = dl_load<A>(xr[i]) - m;
             s += d * d;
         }
         group_sum2<BLOCK>(s, unused);
@@ -134,9 +113,9 @@ __global__ void ln_forward_kernel(T *y, A *mean, A *rstd, const T *x, const A *w
             rstd[r] = rs;
         }
         for (int64_t i = g.lane; i < D; i += g.lanes) {
-            A o = (load<A>(xr[i]) - m) * rs * w[i];
+            A o = (dl_load<A>(xr[i]) - m) * rs * w[i];
             if (b) o += b[i];
-            yr[i] = store<T>(o);
+            yr[i] = dl_store<T>(o);
         }
     }
 }
@@ -152,15 +131,15 @@ __global__ void ln_grad_input_kernel(T *gx, const T *gy, const T *x, const A *me
         const T *gr = gy + r * D, *xr = x + r * D;
         A m = mean ? mean[r] : (A)0, rs = rstd[r], sg = 0, sgx = 0;
         for (int64_t i = g.lane; i < D; i += g.lanes) {
-            A gv = load<A>(gr[i]) * w[i];
+            A gv = dl_load<A>(gr[i]) * w[i];
             sg += gv;
-            sgx += gv * ((load<A>(xr[i]) - m) * rs);
+            sgx += gv * ((dl_load<A>(xr[i]) - m) * rs);
         }
         group_sum2<BLOCK>(sg, sgx);
         A mg = mean ? sg / (A)D : (A)0, mgx = sgx / (A)D;
         for (int64_t i = g.lane; i < D; i += g.lanes) {
-            A gv = load<A>(gr[i]) * w[i];
-            gx[r * D + i] = store<T>((gv - mg - ((load<A>(xr[i]) - m) * rs) * mgx) * rs);
+            A gv = dl_load<A>(gr[i]) * w[i];
+            gx[r * D + i] = dl_store<T>((gv - mg - ((dl_load<A>(xr[i]) - m) * rs) * mgx) * rs);
         }
     }
 }
@@ -180,8 +159,8 @@ __global__ void ln_weight_partials(A *part, const T *gy, const T *x, const A *me
     A sw = 0, sb = 0;
     if (c < D)
         for (int64_t r = r0 + ty; r < r1; r += kColsY) {
-            A gv = load<A>(gy[r * D + c]), m = mean ? mean[r] : (A)0;
-            sw += gv * ((load<A>(x[r * D + c]) - m) * rstd[r]);
+            A gv = dl_load<A>(gy[r * D + c]), m = mean ? mean[r] : (A)0;
+            sw += gv * ((dl_load<A>(x[r * D + c]) - m) * rstd[r]);
             sb += gv;
         }
     sh[0][ty][tx] = sw;
@@ -293,17 +272,6 @@ int backward(const dl_ln_shape *s, bool rms, T *gx, A *gw, A *gb, const T *gy, c
     return 0;
 }
 
-// Calls f(T{}, A{}) with the element and accumulator types of dt.
-template <typename F> int dispatch(const char *op, dl_dtype dt, F f) {
-    switch (dt) {
-    case DL_DTYPE_F32: return f(float{}, float{});
-    case DL_DTYPE_F64: return f(double{}, double{});
-    case DL_DTYPE_F16: return f(__half{}, float{});
-    case DL_DTYPE_BF16: return f(__nv_bfloat16{}, float{});
-    default: return dl_error("%s: no CUDA kernel for %s", op, dl_dtype_name(dt));
-    }
-}
-
 int check_shape(const char *op, const dl_ln_shape *s) {
     if (s->rows < 1 || s->cols < 1)
         return dl_error("%s: bad CUDA layer-norm shape (rows %lld, cols %lld)", op,
@@ -319,7 +287,7 @@ static int ln_forward(dl_dtype dt, const dl_ln_shape *s, double eps, bool rms, v
                       void *rstd, const void *x, const void *w, const void *b) {
     const char *op = rms ? "rms_norm" : "layer_norm";
     if (check_shape(op, s)) return -1;
-    return dispatch(op, dt, [&](auto t, auto a) {
+    return dl_float_dispatch(op, dt, [&](auto t, auto a) {
         using T = decltype(t);
         using A = decltype(a);
         return forward<T, A>(s, eps, rms, (T *)y, (A *)mean, (A *)rstd, (const T *)x, (const A *)w,
@@ -332,7 +300,7 @@ static int ln_backward(dl_dtype dt, const dl_ln_shape *s, bool rms, void *gx, vo
                        const void *w) {
     const char *op = rms ? "rms_norm_backward" : "layer_norm_backward";
     if (check_shape(op, s)) return -1;
-    return dispatch(op, dt, [&](auto t, auto a) {
+    return dl_float_dispatch(op, dt, [&](auto t, auto a) {
         using T = decltype(t);
         using A = decltype(a);
         return backward<T, A>(s, rms, (T *)gx, (A *)gw, (A *)gb, (const T *)gy, (const T *)x,

@@ -20,6 +20,7 @@
 //    use CUDA's double functions (within a few double ulps).
 //  - randperm never reaches this file (sequential; built on the CPU).
 #include "common.cuh"
+#include "philox.cuh"
 
 extern "C" {
 #include "core/rng.h"
@@ -33,33 +34,7 @@ namespace {
 
 const int kThreads = 256;
 
-// --- Philox4x32-10 and unit conversions (src/core/rng.{h,c}) -------------------------
-
-__device__ inline void philox(uint64_t seed, uint64_t counter, uint32_t out[4]) {
-    const uint32_t M0 = 0xD2511F53u, M1 = 0xCD9E8D57u, W0 = 0x9E3779B9u, W1 = 0xBB67AE85u;
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-    for (int r = 0; r < 10; r++) {
-        uint32_t hi0 = __umulhi(M0, c0), lo0 = M0 * c0;
-        uint32_t hi1 = __umulhi(M1, c2), lo1 = M1 * c2;
-        uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
-        c0 = n0;
-        c1 = lo1;
-        c2 = n2;
-        c3 = lo0;
-        k0 += W0;
-        k1 += W1;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-// 24 bits -> [0, 1): exact in float.
-__device__ inline float unit_float(uint32_t x) {
-    return __fmul_rn((float)(x >> 8), 1.0f / 16777216.0f);
-}
+// --- unit conversions (Philox and the 24-bit float are in philox.cuh) ----------------------
 
 // 53 bits -> [0, 1): exact in double.
 __device__ inline double unit_double(uint32_t hi, uint32_t lo) {
@@ -133,10 +108,10 @@ __global__ void uniform_f32_kernel(float *out, int64_t n, int64_t nb, float lo, 
     for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
          b += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4];
-        philox(seed, base + (uint64_t)b, r);
+        dl_philox(seed, base + (uint64_t)b, r);
         int64_t i0 = 4 * b, m = n - i0 < 4 ? n - i0 : 4;
         for (int64_t l = 0; l < m; l++) {
-            float v = __fadd_rn(lo, __fmul_rn(span, unit_float(r[l])));
+            float v = __fadd_rn(lo, __fmul_rn(span, dl_unit_float(r[l])));
             out[i0 + l] = clamp && (double)v >= high ? top : v;
         }
     }
@@ -149,7 +124,7 @@ __global__ void uniform_f64_kernel(double *out, int64_t n, int64_t nb, double lo
     for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
          b += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4];
-        philox(seed, base + (uint64_t)b, r);
+        dl_philox(seed, base + (uint64_t)b, r);
         int64_t i0 = 2 * b, m = n - i0 < 2 ? n - i0 : 2;
         for (int64_t l = 0; l < m; l++) {
             double v = __dadd_rn(low, __dmul_rn(span, unit_double(r[2 * l], r[2 * l + 1])));
@@ -165,10 +140,10 @@ __global__ void uniform_f16ish_kernel(uint16_t *out, int64_t n, int64_t nb, bool
     for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
          b += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4];
-        philox(seed, base + (uint64_t)b, r);
+        dl_philox(seed, base + (uint64_t)b, r);
         int64_t i0 = 4 * b, m = n - i0 < 4 ? n - i0 : 4;
         for (int64_t l = 0; l < m; l++) {
-            uint16_t h = to_f16ish(__fadd_rn(lo, __fmul_rn(span, unit_float(r[l]))), half);
+            uint16_t h = to_f16ish(__fadd_rn(lo, __fmul_rn(span, dl_unit_float(r[l]))), half);
             if (clamp && (double)from_f16ish(h, half) >= high) {
                 h = below_f16ish(h);
                 if ((double)from_f16ish(h, half) >= high) h = below_f16ish(h);
@@ -187,10 +162,10 @@ __global__ void normal_f32ish_kernel(void *out, int dt, int64_t n, int64_t nb, f
          b += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4];
         float z[4];
-        philox(seed, base + (uint64_t)b, r);
+        dl_philox(seed, base + (uint64_t)b, r);
         for (int p = 0; p < 2; p++) {
-            float u1 = __fsub_rn(1.0f, unit_float(r[2 * p])); // (0, 1]
-            float theta = __fmul_rn(two_pi, unit_float(r[2 * p + 1]));
+            float u1 = __fsub_rn(1.0f, dl_unit_float(r[2 * p])); // (0, 1]
+            float theta = __fmul_rn(two_pi, dl_unit_float(r[2 * p + 1]));
             float lg = (float)log((double)u1);
             float rad = __fsqrt_rn(__fmul_rn(-2.0f, lg));
             z[2 * p] = __fmul_rn(rad, (float)cos((double)theta));
@@ -214,7 +189,7 @@ __global__ void normal_f64_kernel(double *out, int64_t n, int64_t nb, double mea
     for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
          b += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4];
-        philox(seed, base + (uint64_t)b, r);
+        dl_philox(seed, base + (uint64_t)b, r);
         double u1 = __dsub_rn(1.0, unit_double(r[0], r[1])); // (0, 1]
         double theta = __dmul_rn(two_pi, unit_double(r[2], r[3]));
         double rad = __dsqrt_rn(__dmul_rn(-2.0, log(u1)));
@@ -230,7 +205,7 @@ __global__ void random_int_kernel(void *out, int dt, int64_t n, int64_t nb, int6
     for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
          b += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4];
-        philox(seed, base + (uint64_t)b, r);
+        dl_philox(seed, base + (uint64_t)b, r);
         int64_t i0 = 2 * b, m = n - i0 < 2 ? n - i0 : 2;
         for (int64_t l = 0; l < m; l++) {
             uint64_t v = (uint64_t)low + __umul64hi(word64(r, (int)l), range);
@@ -245,11 +220,11 @@ __global__ void bernoulli_kernel(void *out, int dt, int64_t n, int64_t nb, const
     for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
          b += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4];
-        philox(seed, base + (uint64_t)b, r);
+        dl_philox(seed, base + (uint64_t)b, r);
         int64_t i0 = 4 * b, m = n - i0 < 4 ? n - i0 : 4;
         for (int64_t l = 0; l < m; l++) {
             double p = probs ? probs[i0 + l] : prob;
-            store_int(out, i0 + l, dt, (double)unit_float(r[l]) < p ? 1 : 0);
+            store_int(out, i0 + l, dt, (double)dl_unit_float(r[l]) < p ? 1 : 0);
         }
     }
 }

@@ -1,7 +1,8 @@
 -- bench_ops.lua - single CPU ops side by side with PyTorch: the ops that
 -- decide how fast everything around the convolutions runs (elementwise math,
--- reductions, softmax, copies, gathers, bmm, layer norm), each timed as the best of
--- --runs after a warm-up, on --threads threads.  Unless --no-torch is given
+-- reductions, softmax, copies, gathers, bmm, layer norm, embedding,
+-- attention), each timed as the best of --runs after a warm-up, on --threads
+-- threads.  Unless --no-torch is given
 -- it also runs scripts/bench_ops.py (same ops, same shapes) under each of
 -- --torch-python (comma-separated interpreters; default Debian's
 -- /usr/bin/python3), the frameworks taking turns --rounds times.  The ratio
@@ -28,6 +29,13 @@ local ba, bb = dl.randn(96, 256, 64), dl.randn(96, 64, 256)
 -- layer norm over a transformer's activations: 32 sequences of 128 tokens, 768 features
 local lx, lw, lb, lgy = dl.randn(4096, 768), dl.randn(768), dl.randn(768), dl.randn(4096, 768)
 local lxg, lwg, lbg = lx:clone():requires_grad_(), lw:clone():requires_grad_(), lb:clone():requires_grad_()
+-- token embeddings: 32 x 128 ids into a BERT-sized table (30522 x 768)
+local eids, ew, egy = dl.randint(1, 30523, {32, 128}), dl.randn(30522, 768), dl.randn(32, 128, 768)
+local ewg = ew:clone():requires_grad_()
+-- attention: batch 16, 6 heads, T = 256, head dim 64, causal
+local aq, ak, av = dl.randn(16, 6, 256, 64), dl.randn(16, 6, 256, 64), dl.randn(16, 6, 256, 64)
+local gq, gk, gv = aq:clone():requires_grad_(), ak:clone():requires_grad_(), av:clone():requires_grad_()
+local agy = dl.randn(16, 6, 256, 64)
 
 local OPS = {
   {"add", "a + b (1e7 float32)", function() return x + y end},
@@ -50,6 +58,18 @@ local OPS = {
   {"layer_norm_fwd_bwd", "layer_norm forward+backward (same)", function()
     local y = F.layer_norm(lxg, 768, lwg, lbg)
     return dl.autograd.grad(y, {lxg, lwg, lbg}, {grad_outputs = lgy})[1]
+  end},
+  {"embedding", "embedding (32x128 ids, 30522x768)", function() return F.embedding(eids, ew) end},
+  {"embedding_fwd_bwd", "embedding forward+backward (same)", function()
+    return dl.autograd.grad(F.embedding(eids, ewg), {ewg}, {grad_outputs = egy})[1]
+  end},
+  {"sdpa", "scaled_dot_product_attention causal (16x6x256x64)", function()
+    return F.scaled_dot_product_attention(aq, ak, av, {is_causal = true})
+  end},
+  {"sdpa_fwd_bwd", "the same, forward + backward", function()
+    local out = F.scaled_dot_product_attention(gq, gk, gv, {is_causal = true})
+    dl.autograd.grad(out, {gq, gk, gv}, {grad_outputs = agy})
+    return out
   end},
 }
 

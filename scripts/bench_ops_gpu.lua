@@ -1,7 +1,8 @@
 -- bench_ops_gpu.lua - milliseconds per op on the GPU at ResNet-50 layer sizes
 -- (batch 256, 64..256 channels, 56x56), float32 NCHW and bfloat16
 -- channels-last, next to PyTorch's (scripts/bench_ops_gpu.py, same shapes):
--- where a network's time goes, op by op.  Prints the layouts our ops return
+-- where a network's time goes, op by op; and scaled dot-product attention
+-- (batch 16, 6 heads, T = 256, head dim 64, causal).  Prints the layouts our ops return
 -- in the channels-last run, since a layout change between ops costs a copy.
 -- Usage: dlua scripts/bench_ops_gpu.lua [--python python3] [--reps 10]
 local python, reps = "python3", 10
@@ -76,6 +77,17 @@ for _, cfg in ipairs({{"f32", dl.float32, false}, {"bf16cl", dl.bfloat16, true}}
     return F.max_pool2d(x64, 3, {stride = 2, padding = 1})
   end))
   add(tag .. " copy to NCHW", timed(function() return x64:contiguous() end))
+  -- attention: batch 16, 6 heads, T = 256, head dim 64, causal (the fused kernels)
+  local aq = dl.randn(3, 16, 6, 256, 64):to("cuda"):to(dt)
+  local q, k, v = aq[1], aq[2], aq[3]
+  add(tag .. " sdpa causal 16x6x256x64 fwd", timed(function()
+    return F.scaled_dot_product_attention(q, k, v, {is_causal = true})
+  end))
+  local qr, kr, vr = q:detach():requires_grad_(), k:detach():requires_grad_(), v:detach():requires_grad_()
+  local ga = dl.ones_like(q)
+  add(tag .. " sdpa causal fwd+bwd", timed(function()
+    F.scaled_dot_product_attention(qr, kr, vr, {is_causal = true}):backward(ga)
+  end))
   if cl then
     print("layouts (bf16, channels-last input " .. strides(x64) .. "):")
     print("  conv", strides(F.conv2d(x64, w3, nil, {padding = 1})))

@@ -66,6 +66,18 @@ def main():
         out(tag + " add (residual)", timed(lambda: x256 + x256))
         out(tag + " max_pool2d 3x3/2", timed(lambda: F.max_pool2d(x64, 3, 2, 1)))
         out(tag + " copy to NCHW", timed(lambda: x64.contiguous()))
+        aq = torch.randn(3, 16, 6, 256, 64, device=dev).to(dt)
+        q, k, v = aq[0], aq[1], aq[2]
+        sdpa = getattr(F, "scaled_dot_product_attention", None)
+        if sdpa is not None:  # PyTorch 2.x: its fastest fused kernel
+            out(tag + " sdpa causal 16x6x256x64 fwd", timed(lambda: sdpa(q, k, v, is_causal=True)))
+            qr, kr, vr = (t.detach().requires_grad_() for t in (q, k, v))
+            ga = torch.ones_like(q)
+
+            def sdpa_fb():
+                sdpa(qr, kr, vr, is_causal=True).backward(ga)
+
+            out(tag + " sdpa causal fwd+bwd", timed(sdpa_fb))
     model = torchvision.models.resnet50().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9)
     for p in model.parameters():

@@ -9,14 +9,14 @@
 #                                        build-fuzz/corpus/<target>/
 #   scripts/fuzz.sh --build              build only
 #
-# Targets: jpeg png safetensors idx nested_table folder.  A crash, leak, UB
-# report or hang (> 10 s on one input) stops the run; libFuzzer writes the
+# Targets: jpeg png safetensors idx nested_table folder tokenizer.  A crash,
+# leak, UB report or hang (> 10 s on one input) stops the run; libFuzzer writes the
 # input to build-fuzz/artifacts/<target>/.  Fix the bug, then copy the input to
 # tests/fuzz/regressions/<target>/ so ctest's fuzz.<target> replays it forever.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-targets="jpeg png safetensors idx nested_table folder"
+targets="jpeg png safetensors idx nested_table folder tokenizer"
 mode=ci secs=${DL_FUZZ_SECONDS:-45}
 case "${1:-}" in
   --ci) shift ;;
@@ -55,7 +55,7 @@ export TMPDIR=${TMPDIR:-/tmp}
 max_len() {
   case $1 in
     jpeg|png) echo 65536 ;;
-    safetensors|idx) echo 16384 ;;
+    safetensors|idx|tokenizer) echo 16384 ;;
     *) echo 4096 ;;
   esac
 }

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 PKGS="build-essential cmake pkg-config liblua5.4-dev lua5.4 libdnnl-dev libreadline-dev
       zlib1g-dev libpng-dev libturbojpeg0-dev libjpeg62-turbo-dev libsleef-dev tmux python3-torch python3-torchvision python3-numpy python3-pil
       dataset-fashion-mnist luarocks libprotobuf-c-dev protobuf-c-compiler python3-venv
-      openmpi-bin libopenmpi-dev"
+      openmpi-bin libopenmpi-dev fortunes"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

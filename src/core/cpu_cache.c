@@ -48,6 +48,10 @@ static size_t n_blocks, cap_blocks;
 static int64_t cached_bytes, out_bytes, peak_out;
 #define DL_CPU_CACHE_FLOOR ((int64_t)256 << 20)
 static uint64_t clock_;
+/* every block handed out and not yet freed, cached size or not, and the most
+ * at once since the last dl_cpu_reset_peak (atomics: the small sizes take no
+ * lock) */
+static int64_t in_use, peak_in_use;
 static int enabled = -1; /* -1: not decided yet (DLUA_CPU_CACHE, then the default) */
 
 static size_t round_size(size_t n) {
@@ -101,7 +105,15 @@ static void trim(void) {
     }
 }
 
-void *dl_cpu_alloc(size_t nbytes) {
+static void count_in(size_t n) {
+    int64_t now = __atomic_add_fetch(&in_use, (int64_t)n, __ATOMIC_RELAXED);
+    int64_t peak = __atomic_load_n(&peak_in_use, __ATOMIC_RELAXED);
+    while (now > peak && !__atomic_compare_exchange_n(&peak_in_use, &peak, now, 1, __ATOMIC_RELAXED,
+                                                      __ATOMIC_RELAXED)) {
+    }
+}
+
+static void *take(size_t nbytes) {
     size_t n = round_size(nbytes ? nbytes : 1);
     if (n < DL_CPU_CACHE_MIN || !is_enabled()) return aligned_alloc(64, n);
     pthread_mutex_lock(&lock);
@@ -125,9 +137,16 @@ void *dl_cpu_alloc(size_t nbytes) {
     return p;
 }
 
+void *dl_cpu_alloc(size_t nbytes) {
+    void *p = take(nbytes);
+    if (p) count_in(round_size(nbytes ? nbytes : 1));
+    return p;
+}
+
 void dl_cpu_free(void *p, size_t nbytes) {
     if (!p) return;
     size_t n = round_size(nbytes ? nbytes : 1);
+    __atomic_sub_fetch(&in_use, (int64_t)n, __ATOMIC_RELAXED);
     if (n < DL_CPU_CACHE_MIN || !is_enabled()) {
         free(p);
         return;
@@ -178,4 +197,16 @@ int dl_cpu_cache_set_enabled(int on) {
     __atomic_store_n(&enabled, on != 0, __ATOMIC_RELAXED);
     if (!on) dl_cpu_cache_empty();
     return was;
+}
+
+int64_t dl_cpu_bytes_in_use(void) {
+    return __atomic_load_n(&in_use, __ATOMIC_RELAXED);
+}
+
+int64_t dl_cpu_peak_bytes(void) {
+    return __atomic_load_n(&peak_in_use, __ATOMIC_RELAXED);
+}
+
+void dl_cpu_reset_peak(void) {
+    __atomic_store_n(&peak_in_use, __atomic_load_n(&in_use, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 }

@@ -69,6 +69,13 @@ void dl_cpu_free(void *p, size_t nbytes);
 int64_t dl_cpu_cache_empty(void);     /* frees every cached block; bytes freed */
 int64_t dl_cpu_cached_bytes(void);    /* bytes held in the cache now */
 int dl_cpu_cache_set_enabled(int on); /* returns the previous setting */
+/* Host bytes handed out by dl_cpu_alloc and not yet freed (tensor storage
+ * and kernels' scratch buffers, at their rounded sizes, whether the cache
+ * is on or not), and the most at once since the process began or the last
+ * dl_cpu_reset_peak (which sets it to the bytes in use now). */
+int64_t dl_cpu_bytes_in_use(void);
+int64_t dl_cpu_peak_bytes(void);
+void dl_cpu_reset_peak(void);
 
 const char *dl_device_name(dl_device d, char *buf, size_t n); /* "cpu", "cuda:0" */
 int dl_device_parse(const char *s, dl_device *out);           /* "cpu", "cuda", "cuda:1" */

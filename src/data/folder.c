@@ -93,6 +93,26 @@ static int list_dir(const char *dir, strvec *dirs, strvec *files, const char *wh
     return rc;
 }
 
+int dl_folder_list(const char *dir, const char *what, char ***dirs, int64_t *ndirs, char ***files,
+                   int64_t *nfiles) {
+    strvec d = {0}, f = {0};
+    if (list_dir(dir, &d, &f, what)) {
+        sv_free(&d);
+        sv_free(&f);
+        return -1;
+    }
+    if (d.n > 1) qsort(d.v, (size_t)d.n, sizeof(char *), cmp_str);
+    if (f.n > 1) qsort(f.v, (size_t)f.n, sizeof(char *), cmp_str);
+    *dirs = d.v, *ndirs = d.n;
+    *files = f.v, *nfiles = f.n;
+    return 0;
+}
+
+void dl_folder_list_free(char **names, int64_t n) {
+    for (int64_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
 /* The folders on the path from a class folder down to the one being walked,
  * by identity, so a symlink back to one of them is seen at once: without it
  * two such links in one folder make the walk exponential (2^depth folders). */

@@ -32,6 +32,12 @@ dl_file_index *dl_folder_scan(const char *root, int n_ext, const char *const *ex
 /* An index over explicit paths and 0-based labels (copied). */
 dl_file_index *dl_file_index_new(int64_t n, const char *const *paths, const int64_t *labels);
 dl_file_index *dl_file_index_retain(dl_file_index *ix);
+/* The entries of dir (not "." and ".."), sorted by name (byte order):
+ * folders (symlinks followed) into *dirs, everything else into *files.
+ * Free each list with dl_folder_list_free; `what` starts error messages. */
+int dl_folder_list(const char *dir, const char *what, char ***dirs, int64_t *ndirs, char ***files,
+                   int64_t *nfiles);
+void dl_folder_list_free(char **names, int64_t n);
 void dl_file_index_release(dl_file_index *ix);
 
 #endif

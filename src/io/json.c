@@ -69,7 +69,7 @@ invalid:
     return false;
 }
 
-static size_t utf8_put(char *out, uint32_t cp) {
+size_t dl_utf8_put(char *out, uint32_t cp) {
     if (cp < 0x80) {
         out[0] = (char)cp;
         return 1;
@@ -168,7 +168,7 @@ static int parse_string(parser *p, char **out, size_t *out_len) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             }
             /* 6 escape bytes never decode to more than 4 (12 to 4 for pairs) */
-            len += utf8_put(buf + len, cp);
+            len += dl_utf8_put(buf + len, cp);
             break;
         }
         default:

@@ -60,5 +60,8 @@ const char *dl_json_type_name(dl_json_type t);
 /* True when s[0..n) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF).
  * On false, *bad (if given) is the offset of the first bad byte. */
 bool dl_utf8_valid(const char *s, size_t n, size_t *bad);
+/* Writes code point cp (<= U+10FFFF) as UTF-8 to out (room for 4 bytes);
+ * returns the number of bytes. */
+size_t dl_utf8_put(char *out, uint32_t cp);
 
 #endif

@@ -82,6 +82,10 @@ void dlL_checkpair(lua_State *L, int idx, const char *op, const char *what, int6
 void dlL_optneed(lua_State *L, int opts, const char *op, bool need[3]);
 int dlL_pushtensor3(lua_State *L, dl_tensor *a, dl_tensor *b, dl_tensor *c);
 void dlL_nomore(lua_State *L, int last, const char *op);
+/* The tensors of the array at idx (what names it in errors), in a userdata
+ * array pushed on the stack (freed with it; the tensors stay referenced by
+ * the array); *n their count. */
+dl_tensor **dlL_checktensors(lua_State *L, int idx, const char *op, const char *what, int *n);
 
 /* Adds functions to the dl module table and methods to the Tensor methods
  * table.  Either list may be NULL. */
@@ -109,6 +113,7 @@ void dlL_open_print(lua_State *L);       /* l_print.c: __tostring */
 void dlL_open_autograd(lua_State *L);    /* l_autograd.c: backward, no_grad, ... */
 void dlL_open_io(lua_State *L);          /* l_io.c: dl.save / dl.load (safetensors) */
 void dlL_open_softmax(lua_State *L);     /* l_softmax.c: dl._nn, dl._F softmax */
+void dlL_open_attention(lua_State *L);   /* l_attention.c: dl._nn, dl._F attention */
 void dlL_open_loss(lua_State *L);        /* l_loss.c: dl._nn, dl._F losses */
 void dlL_open_activation(lua_State *L);  /* l_activation.c: dl._nn, dl._F relu */
 void dlL_open_dropout(lua_State *L);     /* l_dropout.c: dl._nn, dl._F dropout */
@@ -123,10 +128,13 @@ struct dl_pipeline *dlL_topipeline(lua_State *L, int idx);
 void dlL_open_conv(lua_State *L);      /* l_conv.c: dl._nn, dl._F conv2d */
 void dlL_open_batchnorm(lua_State *L); /* l_batchnorm.c: dl._nn, dl._F batch_norm */
 void dlL_open_layernorm(lua_State *L); /* l_layernorm.c: dl._nn, dl._F layer_norm, rms_norm */
+void dlL_open_embedding(lua_State *L); /* l_embedding.c: dl._nn, dl._F embedding(_bag) */
+void dlL_open_clipgrad(lua_State *L);  /* l_clipgrad.c: dl._nn gradient clipping */
 void dlL_open_pool(lua_State *L);      /* l_pool.c: dl._nn, dl._F pooling */
 void dlL_open_optim(lua_State *L);     /* l_optim.c: dl._optim fused optimizer steps */
 
 void dlL_open_tensorboard(lua_State *L); /* l_tensorboard.c: dl._tensorboard event files */
 void dlL_open_dist(lua_State *L);        /* l_dist.c: dl._dist (process group, DDP reducer) */
+void dlL_open_text(lua_State *L);        /* l_text.c: dl._text (tokenizers) */
 
 #endif

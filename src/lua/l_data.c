@@ -345,6 +345,31 @@ static int l_idx_write(lua_State *L) {
     return 0;
 }
 
+/* _data.listdir(path) -> {folder names}, {other names}, both sorted */
+static int l_listdir(lua_State *L) {
+    const char *dir = luaL_checkstring(L, 1);
+    char **d, **f;
+    int64_t nd, nf;
+    if (dl_folder_list(dir, "listdir", &d, &nd, &f, &nf)) return dlL_fail(L);
+    if (!lua_checkstack(L, 4)) {
+        dl_folder_list_free(d, nd);
+        dl_folder_list_free(f, nf);
+        return luaL_error(L, "listdir: out of stack");
+    }
+    char **lists[2] = {d, f};
+    int64_t counts[2] = {nd, nf};
+    for (int k = 0; k < 2; k++) {
+        lua_createtable(L, 0, 0); /* a memory error here leaks the names, as any OOM */
+        for (int64_t i = 0; i < counts[k]; i++) {
+            lua_pushstring(L, lists[k][i]);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+    }
+    dl_folder_list_free(d, nd);
+    dl_folder_list_free(f, nf);
+    return 2;
+}
+
 void dlL_open_data(lua_State *L) {
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     int mod = lua_gettop(L);
@@ -373,9 +398,9 @@ void dlL_open_data(lua_State *L) {
     lua_pop(L, 1);
 
     static const luaL_Reg fns[] = {
-        {"scan", l_scan},           {"files", l_files}, {"loader", l_loader},
-        {"randperm", l_randperm},   {"seed", l_seed},   {"idx_read", l_idx_read},
-        {"idx_write", l_idx_write}, {NULL, NULL},
+        {"scan", l_scan},           {"files", l_files},     {"loader", l_loader},
+        {"randperm", l_randperm},   {"seed", l_seed},       {"idx_read", l_idx_read},
+        {"idx_write", l_idx_write}, {"listdir", l_listdir}, {NULL, NULL},
     };
     luaL_newlib(L, fns);
     lua_setfield(L, mod, "_data");

@@ -61,6 +61,20 @@ static int l_memory_reserved(lua_State *L) {
     return 1;
 }
 
+/* dl.max_memory_allocated(): the most host bytes held at once by tensors
+ * and the CPU kernels' scratch buffers since the start or the last
+ * dl.reset_peak_memory_stats() (the CPU twin of dl.cuda's). */
+static int l_max_memory_allocated(lua_State *L) {
+    lua_pushinteger(L, dl_cpu_peak_bytes());
+    return 1;
+}
+
+static int l_reset_peak_memory_stats(lua_State *L) {
+    (void)L;
+    dl_cpu_reset_peak();
+    return 0;
+}
+
 /* dl.empty_cache(): returns the cached host buffers to the system; the
  * bytes released. */
 static int l_empty_cache(lua_State *L) {
@@ -206,9 +220,9 @@ static void push_lua_root(lua_State *L) {
 static int module_index(lua_State *L) {
     const char *k = lua_tostring(L, 2);
     if (!k) return 0;
-    static const char *const lazy[] = {"nn",     "optim", "data",        "transforms",
-                                       "models", "util",  "image",       "autograd",
-                                       "amp",    "utils", "distributed", NULL};
+    static const char *const lazy[] = {"nn",          "optim", "data",     "transforms", "models",
+                                       "util",        "image", "autograd", "amp",        "utils",
+                                       "distributed", "text",  NULL};
     for (int i = 0; lazy[i]; i++)
         if (strcmp(k, lazy[i]) == 0) {
             lua_getglobal(L, "require");
@@ -257,6 +271,7 @@ int luaopen_dl(lua_State *L) {
     dlL_open_autograd(L);
     dlL_open_io(L);
     dlL_open_softmax(L);
+    dlL_open_attention(L);
     dlL_open_loss(L);
     dlL_open_activation(L);
     dlL_open_dropout(L);
@@ -266,11 +281,14 @@ int luaopen_dl(lua_State *L) {
     dlL_open_conv(L);
     dlL_open_batchnorm(L);
     dlL_open_layernorm(L);
+    dlL_open_embedding(L);
+    dlL_open_clipgrad(L);
     dlL_open_pool(L);
     dlL_open_train(L);
     dlL_open_optim(L);
     dlL_open_tensorboard(L);
     dlL_open_dist(L); /* l_dist.c: dl._dist (process group, DDP reducer) */
+    dlL_open_text(L); /* l_text.c: dl._text (tokenizers) */
 
     static const luaL_Reg functions[] = {
         {"clock", l_clock},
@@ -281,6 +299,8 @@ int luaopen_dl(lua_State *L) {
         {"memory_allocated", l_memory_allocated},
         {"memory_reserved", l_memory_reserved},
         {"empty_cache", l_empty_cache},
+        {"max_memory_allocated", l_max_memory_allocated},
+        {"reset_peak_memory_stats", l_reset_peak_memory_stats},
         {NULL, NULL},
     };
     luaL_setfuncs(L, functions, 0);

@@ -360,6 +360,25 @@ void dlL_nomore(lua_State *L, int last, const char *op) {
         luaL_error(L, "%s: unexpected argument %d (%s)", op, last + 1, luaL_typename(L, last + 1));
 }
 
+dl_tensor **dlL_checktensors(lua_State *L, int idx, const char *op, const char *what, int *n) {
+    idx = lua_absindex(L, idx);
+    if (!lua_istable(L, idx) || dlL_totensor(L, idx))
+        luaL_error(L, "%s: %s must be an array of tensors, got %s", op, what,
+                   dlL_totensor(L, idx) ? "a tensor" : luaL_typename(L, idx));
+    lua_Integer len = luaL_len(L, idx);
+    if (len > 1 << 24) luaL_error(L, "%s: too many %s (%d)", op, what, (int)len);
+    dl_tensor **ts = lua_newuserdatauv(L, (size_t)(len > 0 ? len : 1) * sizeof *ts, 0);
+    for (lua_Integer i = 1; i <= len; i++) {
+        lua_geti(L, idx, i);
+        if (!(ts[i - 1] = dlL_totensor(L, -1)))
+            luaL_error(L, "%s: %s[%d] is a %s, expected a tensor", op, what, (int)i,
+                       luaL_typename(L, -1));
+        lua_pop(L, 1);
+    }
+    *n = (int)len;
+    return ts;
+}
+
 lua_Number dlL_optnumber(lua_State *L, int idx, const char *key, lua_Number def) {
     int ty = dlL_optfield(L, idx, key);
     lua_Number v = def;

@@ -3,12 +3,15 @@
 #include "device.h"
 #include "cpu/info.h"
 #include "kernels/activation.h"
+#include "kernels/attention.h"
 #include "kernels/batchnorm.h"
+#include "kernels/clipgrad.h"
 #include "kernels/conv.h"
 #include "kernels/cuda.h"
 #include "ops/op_util.h"
 #include "kernels/dropout.h"
 #include "kernels/elementwise.h"
+#include "kernels/embedding.h"
 #include "kernels/index.h"
 #include "kernels/layernorm.h"
 #include "kernels/linalg.h"
@@ -36,6 +39,7 @@ void dl_cuda_init(void);
 const dl_cuda_runtime *dl_cuda_rt;
 const dl_cuda_elementwise_kernels *dl_cuda_elementwise;
 const dl_cuda_activation_kernels *dl_cuda_activation;
+const dl_cuda_attention_kernels *dl_cuda_attention;
 const dl_cuda_dropout_kernels *dl_cuda_dropout;
 const dl_cuda_reduce_kernels *dl_cuda_reduce;
 const dl_cuda_softmax_kernels *dl_cuda_softmax;
@@ -46,6 +50,8 @@ const dl_cuda_linalg_kernels *dl_cuda_linalg;
 const dl_cuda_conv_kernels *dl_cuda_conv;
 const dl_cuda_batchnorm_kernels *dl_cuda_batchnorm;
 const dl_cuda_layernorm_kernels *dl_cuda_layernorm;
+const dl_cuda_embedding_kernels *dl_cuda_embedding;
+const dl_cuda_clipgrad_kernels *dl_cuda_clipgrad;
 const dl_cuda_pool_kernels *dl_cuda_pool;
 const dl_cuda_random_kernels *dl_cuda_random;
 const dl_cuda_optim_kernels *dl_cuda_optim;

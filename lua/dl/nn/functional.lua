@@ -1,20 +1,21 @@
 -- dl.nn.functional: PyTorch's torch.nn.functional.  The kernels are the C
 -- table dl._F (conv2d, batch_norm, layer_norm, rms_norm, the poolings,
--- softmax, log_softmax, relu, dropout, pad and the losses, all recording
--- autograd); this file returns
--- that table after adding what is composed from tensor ops in Lua (linear =
--- matmul + add, flatten).  A C version of the same name wins.
+-- softmax, log_softmax, relu, dropout, pad, scaled_dot_product_attention
+-- and the losses, all recording autograd); this file returns that table
+-- after adding what is composed from tensor ops in Lua (linear = matmul +
+-- add, flatten).  A C version of the same name wins.
 --
 -- Conventions (PyTorch's signatures, the Lua way): dims are 1-based, class
 -- indices in targets are 1-based, options come as a trailing table.
 --
--- Autocast (dl.amp): while dl.autocast is on, conv2d, linear and matmul cast
--- float32 CUDA tensors to the half dtype; softmax, log_softmax, the losses,
--- layer_norm and rms_norm (input, weight and bias, as PyTorch's autocast:
--- the result is float32) and batch_norm cast half CUDA tensors up to
--- float32 (batch_norm first tries half input with float32 weights and
--- remembers whether the kernel takes it).  CPU tensors are never cast.  While autocast is off a wrapper costs
--- one table read.
+-- Autocast (dl.amp): while dl.autocast is on, conv2d, linear, matmul and
+-- scaled_dot_product_attention cast float32 CUDA tensors to the half dtype;
+-- softmax, log_softmax, the losses, layer_norm and rms_norm (input, weight
+-- and bias, as PyTorch's autocast: the result is float32) and batch_norm
+-- cast half CUDA tensors up to float32 (batch_norm first tries half input
+-- with float32 weights and remembers whether the kernel takes it).  CPU
+-- tensors are never cast.  While autocast is off a wrapper costs one table
+-- read.
 local dl = require "dl"
 local util = require "dl.util"
 local amp = require "dl.amp"
@@ -71,7 +72,9 @@ end
 
 if not rawget(C, "_autocast_wrapped") then
   rawset(C, "_autocast_wrapped", true)
-  for _, name in ipairs {"conv2d", "linear", "matmul"} do wrap(name, to_half) end
+  for _, name in ipairs {"conv2d", "linear", "matmul", "scaled_dot_product_attention"} do
+    wrap(name, to_half)
+  end
   for _, name in ipairs {"softmax", "log_softmax", "cross_entropy", "nll_loss", "mse_loss", "l1_loss",
     "binary_cross_entropy_with_logits", "layer_norm", "rms_norm"} do
     wrap(name, to_float)

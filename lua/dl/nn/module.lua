@@ -456,6 +456,41 @@ function Module:_apply(fn)
   return self
 end
 
+-- A deep copy (PyTorch's copy.deepcopy(module)): new parameters and
+-- buffers with the same values (parameters keep requires_grad, gradients are
+-- not copied), children copied recursively, plain tables among the fields
+-- copied, functions and other values shared.  A module or tensor reachable
+-- twice is copied once.
+function Module:deepcopy(memo)
+  memo = memo or {}
+  if memo[self] then return memo[self] end
+  local obj = setmetatable({_parameters = odict(), _buffers = odict(), _modules = odict(), _attrs = {},
+    _non_persistent = {}}, getmetatable(self))
+  memo[self] = obj
+  local function copy(v)
+    if memo[v] ~= nil then return memo[v] end
+    local c = v
+    if dl.is_tensor(v) then
+      c = dl.no_grad(function() return v:detach():clone() end)
+      if v.requires_grad then c:requires_grad_(true) end
+    elseif is_module(v) then
+      c = v:deepcopy(memo)
+    elseif type(v) == "table" and getmetatable(v) == nil then
+      c = {}
+      memo[v] = c
+      for k, x in pairs(v) do c[k] = copy(x) end
+    end
+    if type(v) == "table" or type(v) == "userdata" then memo[v] = c end
+    return c
+  end
+  for _, f in ipairs({"_parameters", "_buffers", "_modules"}) do
+    for k, v in rawget(self, f):items() do rawget(obj, f):set(k, v ~= nil and copy(v) or nil) end
+  end
+  for k, v in pairs(rawget(self, "_attrs")) do rawget(obj, "_attrs")[k] = copy(v) end
+  for k, v in pairs(rawget(self, "_non_persistent")) do rawget(obj, "_non_persistent")[k] = v end
+  return obj
+end
+
 local function is_dtype(v)
   if type(v) ~= "table" then return false end
   local mt = getmetatable(v)
