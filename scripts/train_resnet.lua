@@ -560,14 +560,14 @@ end
 local ok, res = xpcall(main, handler, arg or {})
 if not ok then
   pcall(dl._train.sigint_watch, false)
-  if getmetatable(res) == UserError then
-    io.stderr:write(tdist.prefix(ctx), PROG, ": ", res.msg, "\n")
-    os.exit(2, true)
-  elseif args.is_error(res) then
-    io.stderr:write(tdist.prefix(ctx), PROG, ": ", res.message, "\n")
-    os.exit(2, true)
+  -- the message, and the other ranks told at once (not at their timeout)
+  local function give_up(msg, status)
+    io.stderr:write(tdist.prefix(ctx), PROG, ": ", msg, "\n")
+    pcall(tdist.report_failure, ctx, PROG .. ": " .. msg)
+    os.exit(status, true)
   end
-  io.stderr:write(tdist.prefix(ctx), PROG, ": error: ", tostring(res), "\n")
-  os.exit(1, true)
+  if getmetatable(res) == UserError then give_up(res.msg, 2) end
+  if args.is_error(res) then give_up(res.message, 2) end
+  give_up("error: " .. tostring(res), 1)
 end
 os.exit(res, true)
