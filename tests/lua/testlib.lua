@@ -530,6 +530,38 @@ function T.with_setting(set, value, fn)
   return r
 end
 
+-- fn(n) run under dl.set_num_threads(n) for each n of counts, the thread
+-- count restored afterwards (also on error).  Returns {fn(counts[1]), ...}.
+function T.at_threads(counts, fn)
+  local saved = dl.get_num_threads()
+  local ok, r = pcall(function()
+    local out = {}
+    for i, n in ipairs(counts) do
+      dl.set_num_threads(n)
+      out[i] = fn(n)
+    end
+    return out
+  end)
+  dl.set_num_threads(saved)
+  if not ok then error(r, 0) end
+  return r
+end
+
+-- fn() (a tensor or a nested list of tensors) the same to the bit at each
+-- thread count of counts (default {1, 2, 3}) as at the first.
+function T.same_across_threads(fn, counts, what)
+  counts = counts or {1, 2, 3}
+  local runs = T.at_threads(counts, fn)
+  local function same(a, b, path)
+    if dl.is_tensor(b) then return T.same_bits(a, b, path) end
+    for i = 1, #b do same(a[i], b[i], path .. "." .. i) end
+  end
+  for k = 2, #counts do
+    same(runs[k], runs[1], string.format("%s: %d vs %d threads, result", what or "threads", counts[k], counts[1]))
+  end
+  return runs
+end
+
 -- A case comparing fn("cuda") with fn("cpu"); a no-op without a GPU.
 function T.cuda_case(name, fn, rtol, atol, ord)
   if not T.cuda then return end
