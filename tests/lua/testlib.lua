@@ -132,6 +132,9 @@ function T.raises(fn, pattern, msg)
   return err
 end
 
+-- This folder (tests/lua): the Python oracles and helpers beside testlib.
+T.dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+
 -- The Python with torch (Debian's), or nil when absent.
 function T.python()
   local p = os.getenv("DL_TEST_PYTHON")
@@ -143,10 +146,9 @@ end
 -- what it emit()s, as a Lua value (see torch_oracle.py).  Errors if Python or
 -- torch is missing: oracle tests never pass without the oracle.
 function T.torch(code)
-  local dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
   local tmp = os.tmpname()
   local f = assert(io.open(tmp, "w"))
-  f:write("import sys; sys.path.insert(0, ", string.format("%q", dir), ")\n")
+  f:write("import sys; sys.path.insert(0, ", string.format("%q", T.dir), ")\n")
   f:write("from torch_oracle import *\n", code, "\n")
   f:close()
   local p = assert(io.popen(T.python() .. " " .. tmp .. " 2>&1"))
@@ -445,6 +447,13 @@ end
 function T.tmpdir()
   local d = os.getenv("DL_TEST_TMP") or "/tmp/dlua-test"
   os.execute("mkdir -p '" .. d .. "'")
+  return d
+end
+
+-- T.tmpdir()/name, emptied (a test file's own scratch folder).
+function T.fresh_dir(name)
+  local d = T.tmpdir() .. "/" .. name
+  os.execute("rm -rf '" .. d .. "' && mkdir -p '" .. d .. "'")
   return d
 end
 
