@@ -69,6 +69,17 @@ function T.is_channels_last(t)
   return st[1] == expect
 end
 
+-- Three non-contiguous (2, 3, 6, 5) tensors of dtype dt: an expanded one
+-- (zero strides), a transposed one and one narrowed in every dimension
+-- (an offset and strided rows).  For kernels' layout handling.
+function T.strided_inputs(dt)
+  local xe = dl.randn(2, 3, 1, 1, {dtype = dt}):expand(2, 3, 6, 5)
+  local xt = dl.randn(2, 3, 5, 6, {dtype = dt}):transpose(3, 4)
+  local xn = dl.randn(2, 5, 8, 9, {dtype = dt}):narrow(2, 2, 3):narrow(4, 3, 5):narrow(3, 2, 6)
+  for _, x in ipairs({xe, xt, xn}) do T.truthy(not x:is_contiguous(), "strided_inputs: contiguous") end
+  return {xe, xt, xn}
+end
+
 -- Bit-equal tensors: same shape and dtype, equal numbers with the same sign
 -- of zero, NaN where the other has NaN.
 function T.same_bits(a, b, msg)
@@ -448,6 +459,14 @@ function T.tmpdir()
   local d = os.getenv("DL_TEST_TMP") or "/tmp/dlua-test"
   os.execute("mkdir -p '" .. d .. "'")
   return d
+end
+
+-- A number field of /proc/self/status ("VmRSS", "VmHWM" in kB, "Threads").
+function T.proc_status(field)
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^" .. field .. ":%s+(%d+)")
+    if v then return tonumber(v) end
+  end
 end
 
 -- T.tmpdir()/name, emptied (a test file's own scratch folder).
