@@ -29,10 +29,6 @@ static inline double exp_f64(double x) {
 }
 #define FAST_EXP(x) _Generic((x), float : dl_cpu_expf, default : exp_f64)(x)
 
-/* The OpenMP loop every kernel below runs over samples: serial under cond. */
-#define LOSS_PRAGMA(text) _Pragma(#text)
-#define PARALLEL_FOR(cond) LOSS_PRAGMA(omp parallel for num_threads(dl_get_num_threads()) if (cond))
-
 /* --- sums ------------------------------------------------------------------------------- */
 
 #define SUM_MAX_BLOCKS 1024
@@ -47,7 +43,7 @@ static int64_t sum_block(int64_t n) {
     static double name(const T *v, int64_t n) { /* v is (n) */                                     \
         int64_t B = sum_block(n), nb = (n + B - 1) / B;                                            \
         double part[SUM_MAX_BLOCKS];                                                               \
-        PARALLEL_FOR(n >= DL_PARALLEL_GRAIN)                                                       \
+        DL_PARALLEL_FOR(n >= DL_PARALLEL_GRAIN)                                                    \
         for (int64_t b = 0; b < nb; b++) {                                                         \
             int64_t lo = b * B, hi = lo + B < n ? lo + B : n;                                      \
             double s = 0;                                                                          \
@@ -82,7 +78,7 @@ DEFINE_CLASS_WEIGHT_SUM(class_weight_sum_f64, double)
     static void name(T *out, const T *logp, const int64_t *target, const T *weight, int64_t N,     \
                      int64_t C, int64_t S, int64_t ignore_index) {                                 \
         int64_t R = N * S;                                                                         \
-        PARALLEL_FOR(R >= DL_PARALLEL_GRAIN)                                                       \
+        DL_PARALLEL_FOR(R >= DL_PARALLEL_GRAIN)                                                    \
         for (int64_t r = 0; r < R; r++) {                                                          \
             int64_t t = target[r];                                                                 \
             if (t == ignore_index) {                                                               \
@@ -102,7 +98,7 @@ DEFINE_NLL_LOSS(nll_loss_f64, double)
                      int64_t C, int64_t S, int64_t ignore_index) {                                 \
         int64_t R = N * S;                                                                         \
         memset(gx, 0, (size_t)(R * C) * sizeof *gx);                                               \
-        PARALLEL_FOR(R >= DL_PARALLEL_GRAIN)                                                       \
+        DL_PARALLEL_FOR(R >= DL_PARALLEL_GRAIN)                                                    \
         for (int64_t r = 0; r < R; r++) {                                                          \
             int64_t t = target[r];                                                                 \
             if (t == ignore_index) continue;                                                       \
@@ -155,7 +151,7 @@ DEFINE_WEIGHT_TOTAL(weight_total_f64, double)
                      int64_t C, int64_t S, int64_t ignore_index, double eps) {                     \
         int64_t R = N * S;                                                                         \
         const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);                              \
-        PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                    \
+        DL_PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                 \
         for (int64_t r = 0; r < R; r++) {                                                          \
             int64_t t = target[r];                                                                 \
             if (t == ignore_index) {                                                               \
@@ -185,7 +181,7 @@ DEFINE_CROSS_ENTROPY(cross_entropy_f64, double)
         int64_t R = N * S;                                                                         \
         const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);                              \
         const T wall = (T)weight_total(weight, C);                                                 \
-        PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                    \
+        DL_PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                 \
         for (int64_t r = 0; r < R; r++) {                                                          \
             int64_t t = target[r];                                                                 \
             const T *xs = x + SAMPLE_BASE(r); /* xs, gs are (C), stride S */                       \
@@ -221,7 +217,7 @@ DEFINE_CROSS_ENTROPY_BACKWARD(cross_entropy_backward_f64, double, weight_total_f
                      int64_t S, double eps) {                                                      \
         int64_t R = N * S;                                                                         \
         const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);                              \
-        PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                    \
+        DL_PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                 \
         for (int64_t r = 0; r < R; r++) {                                                          \
             const T *xs = x + SAMPLE_BASE(r), *ts = target + SAMPLE_BASE(r); /* (C), stride S */   \
             T lse = LSE(xs, C, S);                                                                 \
@@ -243,7 +239,7 @@ DEFINE_CROSS_ENTROPY_PROB(cross_entropy_prob_f64, double)
                      const T *weight, int64_t N, int64_t C, int64_t S, double eps) {               \
         int64_t R = N * S;                                                                         \
         const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);                              \
-        PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                    \
+        DL_PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                 \
         for (int64_t r = 0; r < R; r++) {                                                          \
             int64_t b = SAMPLE_BASE(r);                                                            \
             const T *xs = x + b, *ts = target + b; /* (C), stride S */                             \
@@ -337,7 +333,7 @@ DEFINE_GRAD_AT(grad_f64, double)
 #define DEFINE_POINTWISE_LOSS(name, T, loss_at)                                                    \
     static void name(T *out, const T *x, const T *y, const T *w, const T *pw, int64_t n,           \
                      dl_pointwise_loss op) {                                                       \
-        PARALLEL_FOR(n >= DL_PARALLEL_GRAIN)                                                       \
+        DL_PARALLEL_FOR(n >= DL_PARALLEL_GRAIN)                                                    \
         for (int64_t i = 0; i < n; i++) out[i] = loss_at(x[i], y[i], w, pw, i, op);                \
     }
 DEFINE_POINTWISE_LOSS(pointwise_loss_f32, float, loss_f32)
@@ -347,7 +343,7 @@ DEFINE_POINTWISE_LOSS(pointwise_loss_f64, double, loss_f64)
 #define DEFINE_POINTWISE_LOSS_BACKWARD(name, T, grad_at)                                           \
     static void name(T *gx, T *gy, const T *g, T g0, const T *x, const T *y, const T *w,           \
                      const T *pw, int64_t n, dl_pointwise_loss op) {                               \
-        PARALLEL_FOR(n >= DL_PARALLEL_GRAIN)                                                       \
+        DL_PARALLEL_FOR(n >= DL_PARALLEL_GRAIN)                                                    \
         for (int64_t i = 0; i < n; i++) {                                                          \
             T dx = 0, dy = 0;                                                                      \
             grad_at(&dx, &dy, x[i], y[i], w, pw, i, g ? g[i] : g0, op);                            \
