@@ -173,12 +173,16 @@ static int parse_entry(const char *path, const dl_json *v, st_entry *e) {
     return 0;
 }
 
+/* Byte order of two names (not NUL-terminated), a prefix first. */
+static int cmp_bytes(const char *x, size_t nx, const char *y, size_t ny) {
+    int c = memcmp(x, y, nx < ny ? nx : ny);
+    if (c) return c;
+    return (nx > ny) - (nx < ny);
+}
+
 static int cmp_name(const void *a, const void *b) {
     const st_entry *x = *(st_entry *const *)a, *y = *(st_entry *const *)b;
-    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
-    int c = memcmp(x->name, y->name, n);
-    if (c) return c;
-    return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+    return cmp_bytes(x->name, x->name_len, y->name, y->name_len);
 }
 
 static int cmp_offsets(const void *a, const void *b) {
@@ -512,10 +516,7 @@ typedef struct {
 
 static int cmp_wr_name(const void *a, const void *b) {
     const wr_entry *x = *(wr_entry *const *)a, *y = *(wr_entry *const *)b;
-    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
-    int c = memcmp(x->name, y->name, n);
-    if (c) return c;
-    return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+    return cmp_bytes(x->name, x->name_len, y->name, y->name_len);
 }
 
 /* data order: larger elements first (keeps every tensor aligned), then name */
