@@ -76,14 +76,19 @@ typedef struct {
     uint64_t begin, end;
 } st_entry;
 
-/* "load: <path>: <message>" */
+/* "<verb>: <path>: <message>" */
+static int path_fail(const char *verb, const char *path, const char *fmt, va_list ap) {
+    char prefix[320];
+    snprintf(prefix, sizeof prefix, "%s: %s", verb, path);
+    return dl_verror(prefix, fmt, ap);
+}
+
 DL_PRINTF(2, 3) static int load_fail(const char *path, const char *fmt, ...) {
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    path_fail("load", path, fmt, ap);
     va_end(ap);
-    return dl_error("load: %s: %s", path, msg);
+    return -1;
 }
 
 /* A non-negative JSON integer into *out; -1 when v is anything else. */
@@ -528,12 +533,11 @@ static int cmp_wr_layout(const void *a, const void *b) {
 }
 
 DL_PRINTF(2, 3) static int save_fail(const char *path, const char *fmt, ...) {
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    path_fail("save", path, fmt, ap);
     va_end(ap);
-    return dl_error("save: %s: %s", path, msg);
+    return -1;
 }
 
 /* Builds the padded header for entries (offsets filled in). */
