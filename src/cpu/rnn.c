@@ -229,44 +229,51 @@ static void step_offsets(const dl_rnn_shape *s, int64_t *off) {
     for (int64_t t = 0; t < s->T; t++) off[t + 1] = off[t] + s->batch_sizes[t];
 }
 
-/* --- one row of a step: float32 ---------------------------------------------------------------
+/* --- one row of a step ---------------------------------------------------------------------
  * g: the row's gates (x projections in, activated gates out); hw: the row's
  * W_hh h + b_hh; h, c: the sequence's state (in and out); y: the row's
- * output; ex: the row's extra workspace (LSTM c', GRU W_hn h + b_hn). */
+ * output; ex: the row's extra workspace (LSTM c', GRU W_hn h + b_hn).
+ * Each row function is written once as DEFINE_<row>(name, T, DT) and
+ * instantiated by name for float (DL_DTYPE_F32) and double (DL_DTYPE_F64). */
 
-static void lstm_fwd_row_f32(float *g, const float *hw, float *h, float *c, float *y, float *ex,
-                             int64_t H) {
-    for (int64_t j = 0; j < 4 * H; j++) g[j] += hw[j];
-    act(DL_DTYPE_F32, DL_UNARY_SIGMOID, g, g, 2 * H);
-    act(DL_DTYPE_F32, DL_UNARY_TANH, g + 2 * H, g + 2 * H, H);
-    act(DL_DTYPE_F32, DL_UNARY_SIGMOID, g + 3 * H, g + 3 * H, H);
-    for (int64_t j = 0; j < H; j++) {
-        float v = g[H + j] * c[j] + g[j] * g[2 * H + j];
-        c[j] = v;
-        ex[j] = v;
+#define DEFINE_LSTM_FWD_ROW(name, T, DT)                                                           \
+    static void name(T *g, const T *hw, T *h, T *c, T *y, T *ex, int64_t H) {                      \
+        for (int64_t j = 0; j < 4 * H; j++) g[j] += hw[j];                                         \
+        act(DT, DL_UNARY_SIGMOID, g, g, 2 * H);                                                    \
+        act(DT, DL_UNARY_TANH, g + 2 * H, g + 2 * H, H);                                           \
+        act(DT, DL_UNARY_SIGMOID, g + 3 * H, g + 3 * H, H);                                        \
+        for (int64_t j = 0; j < H; j++) {                                                          \
+            T v = g[H + j] * c[j] + g[j] * g[2 * H + j];                                           \
+            c[j] = v;                                                                              \
+            ex[j] = v;                                                                             \
+        }                                                                                          \
+        act(DT, DL_UNARY_TANH, y, ex, H);                                                          \
+        for (int64_t j = 0; j < H; j++) {                                                          \
+            T v = g[3 * H + j] * y[j];                                                             \
+            y[j] = v;                                                                              \
+            h[j] = v;                                                                              \
+        }                                                                                          \
     }
-    act(DL_DTYPE_F32, DL_UNARY_TANH, y, ex, H);
-    for (int64_t j = 0; j < H; j++) {
-        float v = g[3 * H + j] * y[j];
-        y[j] = v;
-        h[j] = v;
-    }
-}
+DEFINE_LSTM_FWD_ROW(lstm_fwd_row_f32, float, DL_DTYPE_F32)
+DEFINE_LSTM_FWD_ROW(lstm_fwd_row_f64, double, DL_DTYPE_F64)
 
-static void gru_fwd_row_f32(float *g, const float *hw, float *h, float *y, float *ex, int64_t H) {
-    for (int64_t j = 0; j < 2 * H; j++) g[j] += hw[j];
-    act(DL_DTYPE_F32, DL_UNARY_SIGMOID, g, g, 2 * H);
-    for (int64_t j = 0; j < H; j++) {
-        ex[j] = hw[2 * H + j];
-        g[2 * H + j] += g[j] * hw[2 * H + j];
+#define DEFINE_GRU_FWD_ROW(name, T, DT)                                                            \
+    static void name(T *g, const T *hw, T *h, T *y, T *ex, int64_t H) {                            \
+        for (int64_t j = 0; j < 2 * H; j++) g[j] += hw[j];                                         \
+        act(DT, DL_UNARY_SIGMOID, g, g, 2 * H);                                                    \
+        for (int64_t j = 0; j < H; j++) {                                                          \
+            ex[j] = hw[2 * H + j];                                                                 \
+            g[2 * H + j] += g[j] * hw[2 * H + j];                                                  \
+        }                                                                                          \
+        act(DT, DL_UNARY_TANH, g + 2 * H, g + 2 * H, H);                                           \
+        for (int64_t j = 0; j < H; j++) {                                                          \
+            T n = g[2 * H + j], v = (h[j] - n) * g[H + j] + n;                                     \
+            y[j] = v;                                                                              \
+            h[j] = v;                                                                              \
+        }                                                                                          \
     }
-    act(DL_DTYPE_F32, DL_UNARY_TANH, g + 2 * H, g + 2 * H, H);
-    for (int64_t j = 0; j < H; j++) {
-        float n = g[2 * H + j], v = (h[j] - n) * g[H + j] + n;
-        y[j] = v;
-        h[j] = v;
-    }
-}
+DEFINE_GRU_FWD_ROW(gru_fwd_row_f32, float, DL_DTYPE_F32)
+DEFINE_GRU_FWD_ROW(gru_fwd_row_f64, double, DL_DTYPE_F64)
 
 /* Backward of one row.  dh, dc: the gradient reaching the row's state from
  * the following step (the LSTM's dc is replaced by the one for the previous
@@ -274,105 +281,42 @@ static void gru_fwd_row_f32(float *g, const float *hw, float *h, float *y, float
  * then adds to); dy: the row's output gradient (NULL: zeros); dg (LSTM) or
  * dgx, dgh (GRU, the input and hidden sides, which differ in n): the
  * gradients of the gates' pre-activations; hp, cp: the previous state. */
-static void lstm_bwd_row_f32(float *dg, const float *dh, float *dc, const float *dy, const float *g,
-                             const float *ex, const float *cp, int64_t H) {
-    float *tc = dg + 3 * H; /* tanh(c') first, then the o gradient over it */
-    act(DL_DTYPE_F32, DL_UNARY_TANH, tc, ex, H);
-    for (int64_t j = 0; j < H; j++) {
-        float i = g[j], f = g[H + j], gg = g[2 * H + j], o = g[3 * H + j], t = tc[j];
-        float d = dy ? dh[j] + dy[j] : dh[j];
-        float dct = dc[j] + d * o * (1 - t * t);
-        dg[j] = dct * gg * i * (1 - i);
-        dg[H + j] = dct * cp[j] * f * (1 - f);
-        dg[2 * H + j] = dct * i * (1 - gg * gg);
-        dg[3 * H + j] = d * t * o * (1 - o);
-        dc[j] = dct * f;
+#define DEFINE_LSTM_BWD_ROW(name, T, DT)                                                           \
+    static void name(T *dg, const T *dh, T *dc, const T *dy, const T *g, const T *ex, const T *cp, \
+                     int64_t H) {                                                                  \
+        T *tc = dg + 3 * H; /* tanh(c') first, then the o gradient over it */                      \
+        act(DT, DL_UNARY_TANH, tc, ex, H);                                                         \
+        for (int64_t j = 0; j < H; j++) {                                                          \
+            T i = g[j], f = g[H + j], gg = g[2 * H + j], o = g[3 * H + j], t = tc[j];              \
+            T d = dy ? dh[j] + dy[j] : dh[j];                                                      \
+            T dct = dc[j] + d * o * (1 - t * t);                                                   \
+            dg[j] = dct * gg * i * (1 - i);                                                        \
+            dg[H + j] = dct * cp[j] * f * (1 - f);                                                 \
+            dg[2 * H + j] = dct * i * (1 - gg * gg);                                               \
+            dg[3 * H + j] = d * t * o * (1 - o);                                                   \
+            dc[j] = dct * f;                                                                       \
+        }                                                                                          \
     }
-}
+DEFINE_LSTM_BWD_ROW(lstm_bwd_row_f32, float, DL_DTYPE_F32)
+DEFINE_LSTM_BWD_ROW(lstm_bwd_row_f64, double, DL_DTYPE_F64)
 
-static void gru_bwd_row_f32(float *dgx, float *dgh, float *dh, const float *dy, const float *g,
-                            const float *ex, const float *hp, int64_t H) {
-    for (int64_t j = 0; j < H; j++) {
-        float r = g[j], z = g[H + j], n = g[2 * H + j];
-        float d = dy ? dh[j] + dy[j] : dh[j];
-        float dan = d * (1 - z) * (1 - n * n);
-        float dar = dan * ex[j] * r * (1 - r), daz = d * (hp[j] - n) * z * (1 - z);
-        dgx[j] = dgh[j] = dar;
-        dgx[H + j] = dgh[H + j] = daz;
-        dgx[2 * H + j] = dan;
-        dgh[2 * H + j] = dan * r;
-        dh[j] = d * z;
+#define DEFINE_GRU_BWD_ROW(name, T)                                                                \
+    static void name(T *dgx, T *dgh, T *dh, const T *dy, const T *g, const T *ex, const T *hp,     \
+                     int64_t H) {                                                                  \
+        for (int64_t j = 0; j < H; j++) {                                                          \
+            T r = g[j], z = g[H + j], n = g[2 * H + j];                                            \
+            T d = dy ? dh[j] + dy[j] : dh[j];                                                      \
+            T dan = d * (1 - z) * (1 - n * n);                                                     \
+            T dar = dan * ex[j] * r * (1 - r), daz = d * (hp[j] - n) * z * (1 - z);                \
+            dgx[j] = dgh[j] = dar;                                                                 \
+            dgx[H + j] = dgh[H + j] = daz;                                                         \
+            dgx[2 * H + j] = dan;                                                                  \
+            dgh[2 * H + j] = dan * r;                                                              \
+            dh[j] = d * z;                                                                         \
+        }                                                                                          \
     }
-}
-
-/* --- one row of a step: float64 (the same formulas) --------------------------------------------
- */
-
-static void lstm_fwd_row_f64(double *g, const double *hw, double *h, double *c, double *y,
-                             double *ex, int64_t H) {
-    for (int64_t j = 0; j < 4 * H; j++) g[j] += hw[j];
-    act(DL_DTYPE_F64, DL_UNARY_SIGMOID, g, g, 2 * H);
-    act(DL_DTYPE_F64, DL_UNARY_TANH, g + 2 * H, g + 2 * H, H);
-    act(DL_DTYPE_F64, DL_UNARY_SIGMOID, g + 3 * H, g + 3 * H, H);
-    for (int64_t j = 0; j < H; j++) {
-        double v = g[H + j] * c[j] + g[j] * g[2 * H + j];
-        c[j] = v;
-        ex[j] = v;
-    }
-    act(DL_DTYPE_F64, DL_UNARY_TANH, y, ex, H);
-    for (int64_t j = 0; j < H; j++) {
-        double v = g[3 * H + j] * y[j];
-        y[j] = v;
-        h[j] = v;
-    }
-}
-
-static void gru_fwd_row_f64(double *g, const double *hw, double *h, double *y, double *ex,
-                            int64_t H) {
-    for (int64_t j = 0; j < 2 * H; j++) g[j] += hw[j];
-    act(DL_DTYPE_F64, DL_UNARY_SIGMOID, g, g, 2 * H);
-    for (int64_t j = 0; j < H; j++) {
-        ex[j] = hw[2 * H + j];
-        g[2 * H + j] += g[j] * hw[2 * H + j];
-    }
-    act(DL_DTYPE_F64, DL_UNARY_TANH, g + 2 * H, g + 2 * H, H);
-    for (int64_t j = 0; j < H; j++) {
-        double n = g[2 * H + j], v = (h[j] - n) * g[H + j] + n;
-        y[j] = v;
-        h[j] = v;
-    }
-}
-
-static void lstm_bwd_row_f64(double *dg, const double *dh, double *dc, const double *dy,
-                             const double *g, const double *ex, const double *cp, int64_t H) {
-    double *tc = dg + 3 * H;
-    act(DL_DTYPE_F64, DL_UNARY_TANH, tc, ex, H);
-    for (int64_t j = 0; j < H; j++) {
-        double i = g[j], f = g[H + j], gg = g[2 * H + j], o = g[3 * H + j], t = tc[j];
-        double d = dy ? dh[j] + dy[j] : dh[j];
-        double dct = dc[j] + d * o * (1 - t * t);
-        dg[j] = dct * gg * i * (1 - i);
-        dg[H + j] = dct * cp[j] * f * (1 - f);
-        dg[2 * H + j] = dct * i * (1 - gg * gg);
-        dg[3 * H + j] = d * t * o * (1 - o);
-        dc[j] = dct * f;
-    }
-}
-
-static void gru_bwd_row_f64(double *dgx, double *dgh, double *dh, const double *dy, const double *g,
-                            const double *ex, const double *hp, int64_t H) {
-    for (int64_t j = 0; j < H; j++) {
-        double r = g[j], z = g[H + j], n = g[2 * H + j];
-        double d = dy ? dh[j] + dy[j] : dh[j];
-        double dan = d * (1 - z) * (1 - n * n);
-        double dar = dan * ex[j] * r * (1 - r), daz = d * (hp[j] - n) * z * (1 - z);
-        dgx[j] = dgh[j] = dar;
-        dgx[H + j] = dgh[H + j] = daz;
-        dgx[2 * H + j] = dan;
-        dgh[2 * H + j] = dan * r;
-        dh[j] = d * z;
-    }
-}
+DEFINE_GRU_BWD_ROW(gru_bwd_row_f32, float)
+DEFINE_GRU_BWD_ROW(gru_bwd_row_f64, double)
 
 /* --- forward -----------------------------------------------------------------------------------
  */
