@@ -1,7 +1,7 @@
 """gpt_torch.py - the PyTorch side of dl.models.GPT, shared by
 scripts/train_gpt.py, scripts/bench_text.py and tests/lua/test_gpt_torch.lua.
 
-    from gpt_torch import GPT, load_safetensors, spread_starts, lr_at
+    from gpt_torch import GPT, load_safetensors, read_export, spread_starts, lr_at
 
 GPT(vocab_size, block_size, n_layer, n_head, n_embd, dropout, bias) is the
 same model as lua/dl/models/gpt.lua, with the same parameter names
@@ -15,13 +15,16 @@ Attention goes through F.scaled_dot_product_attention where torch has it
 (>= 2.0, e.g. a PyPI build) and is written out otherwise (Debian's 1.13).
 
 load_safetensors(path) -> ({name: tensor}, {metadata}) reads what dl.save
-writes (no `safetensors` package needed).  spread_starts and lr_at are the
+writes (no `safetensors` package needed); read_export reads a program's
+--export-data file (one line and status 2 when it cannot).  spread_starts and lr_at are the
 evaluation blocks and the learning-rate schedule of scripts/train_gpt.lua,
 0-based starts here.
 """
 import json
 import math
+import os
 import struct
+import sys
 
 import torch
 import torch.nn as nn
@@ -54,6 +57,25 @@ def load_safetensors(path):
             t = torch.empty(0, dtype=dt)
         out[name] = t.reshape(h["shape"])
     return out, meta
+
+
+def read_export(path, fmt, prog, program, convert):
+    """The tensors and the JSON recipe of a file a dlua program wrote with
+    --export-data in format fmt; convert(tensors) turns the tensors into what
+    the twin uses.  A missing or foreign file prints one line "prog: ..." and
+    exits with status 2."""
+    def die(msg):
+        print("%s: --data %s: %s" % (prog, path, msg), file=sys.stderr)
+        sys.exit(2)
+    if not os.path.isfile(path):
+        die("no such file")
+    try:
+        tensors, meta = load_safetensors(path)
+        if meta.get("format") != fmt:
+            raise ValueError("not a %s --export-data file" % program)
+        return convert(tensors), json.loads(meta["recipe"])
+    except (OSError, ValueError, KeyError) as e:
+        die(str(e))
 
 
 def spread_starts(n, length, count):

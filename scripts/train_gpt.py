@@ -17,7 +17,6 @@ generator, seeded with the same seed).
 Exit status: 0 done, 2 bad options or data.
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -25,14 +24,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_torch import GPT, load_safetensors, lr_at, spread_starts  # noqa: E402
+from gpt_torch import GPT, lr_at, read_export, spread_starts  # noqa: E402
 
 PROG = "train_gpt.py"
-
-
-def die(msg):
-    print("%s: %s" % (PROG, msg), file=sys.stderr)
-    sys.exit(2)
 
 
 def blocks(data, starts, T):
@@ -62,16 +56,8 @@ def main():
     p.add_argument("--max-iters", type=int, help="override the recipe's number of steps")
     p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     a = p.parse_args()
-    if not os.path.isfile(a.data):
-        die("--data %s: no such file" % a.data)
-    try:
-        tensors, meta = load_safetensors(a.data)
-        if meta.get("format") != "dlua-gpt-data-1":
-            raise ValueError("not a train_gpt.lua --export-data file")
-        r = json.loads(meta["recipe"])
-        train, val = tensors["train"].long() - 1, tensors["val"].long() - 1
-    except (OSError, ValueError, KeyError) as e:
-        die("--data %s: %s" % (a.data, e))
+    (train, val), r = read_export(a.data, "dlua-gpt-data-1", PROG, "train_gpt.lua",
+                                  lambda ts: (ts["train"].long() - 1, ts["val"].long() - 1))
     if a.seed is not None:
         r["seed"] = a.seed
     if a.max_iters is not None:
