@@ -6,7 +6,8 @@
 # validation loss's model; --sample works with and without the KV cache and
 # both give the same text for the same seed; --export-data writes what
 # scripts/train_gpt.py reads, and the twin runs the same recipe a few steps
-# (under Debian's PyTorch); bad options and input give one line and status 2.
+# (under Debian's PyTorch); scripts/bench_text.lua runs on a tiny GPT, with
+# and without its twin; bad options and input give one line and status 2.
 # Usage: bash test_train_gpt.sh <path-to-dlua> [build-dir]
 # Prints "N passed, N failed"; exits non-zero on any failure.
 
@@ -85,6 +86,17 @@ if "$PY" -c 'import torch' 2>/dev/null; then
 else
     echo "skipping the PyTorch twin: no torch under $PY"
 fi
+
+# --- scripts/bench_text.lua runs (a tiny GPT; the twin under the same Python) --------------------
+BENCH=(--layers 1 --width 16 --heads 2 --context 8 --batch 2 --gen-tokens 4 --runs 1 --rounds 1 --threads 1 --no-lstm)
+if "$PY" -c 'import torch' 2>/dev/null; then
+    RUN_TIMEOUT=120 run "$DLUA" "$ROOT/scripts/bench_text.lua" "${BENCH[@]}" --torch-python "$PY"
+    check "bench_text with the twin" '[ "$rc" -eq 0 ] && [[ "$out" =~ "GPT training step | "[0-9]+" | "[0-9]+" | "[0-9.]+x ]] && [[ "$out" =~ "KV cache | "[0-9]+" | "[0-9]+ ]]'
+fi
+run "$DLUA" "$ROOT/scripts/bench_text.lua" "${BENCH[@]}" --no-torch
+check "bench_text alone" '[ "$rc" -eq 0 ] && [[ "$out" == *"GPT training step | "* ]] && [[ "$out" != *"PyTorch gave no figures"* ]]'
+run "$DLUA" "$ROOT/scripts/bench_text.lua" --bogus
+check "bench_text: bad option" '[ "$rc" -eq 2 ] && [[ "$err" == *"unknown argument --bogus"* ]]'
 
 # --- bad input: one line, status 2 -----------------------------------------------------------------
 run "$DLUA" "$GPT" --bogus
