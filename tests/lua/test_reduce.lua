@@ -251,6 +251,55 @@ T.case("max over long rows and columns", function()
   T.eq(im:argmax():item(), n)
 end)
 
+T.case("max min with indices along rows: chunked scans against a plain loop", function()
+  -- rows longer than the kernels' scan chunk (1024), with ties across chunks,
+  -- NaNs in later chunks, +-0 and rows of -inf / +inf only
+  local function ref(row, mx)
+    local bv, bi = row[1], 1
+    for k = 2, #row do
+      local v = row[k]
+      if bv ~= bv then break end
+      if v ~= v or (mx and v > bv) or (not mx and v < bv) then bv, bi = v, k end
+    end
+    return bv, bi
+  end
+  local L = 3000
+  local rows = {}
+  for r = 1, 8 do
+    local row = {}
+    for k = 1, L do row[k] = ((k * 7919 + r * 104729) % 2003) / 100 - 10 end
+    rows[r] = row
+  end
+  rows[1][1500], rows[1][2900] = 50, 50 -- tie in two chunks: the first wins
+  rows[2][2500], rows[2][2700] = nan, nan -- the first NaN wins
+  rows[2][100] = 99
+  rows[3][5] = -50
+  rows[3][2050] = -50
+  for k = 1, L do rows[4][k] = -inf end
+  for k = 1, L do rows[5][k] = inf end
+  for k = 1, L do rows[6][k] = (k % 2 == 0) and 0.0 or -0.0 end
+  rows[7][L] = 1000 -- in the row's tail
+  rows[8][1] = nan
+  for _, dt in ipairs{dl.float32, dl.float64} do
+    local x = dl.tensor(rows, {dtype = dt})
+    for _, mx in ipairs{true, false} do
+      local v, i
+      if mx then v, i = x:max(2) else v, i = x:min(2) end
+      local am = mx and x:argmax(2) or x:argmin(2)
+      for r = 1, #rows do
+        local bv, bi = ref(rows[r], mx)
+        T.eq(i[r]:item(), bi, "index of row " .. r)
+        T.eq(am[r]:item(), bi, "arg index of row " .. r)
+        if bv ~= bv then
+          T.truthy(v[r]:item() ~= v[r]:item(), "NaN wins in row " .. r)
+        else
+          T.eq(v[r]:item(), dl.tensor({bv}, {dtype = dt})[1]:item(), "value of row " .. r)
+        end
+      end
+    end
+  end
+end)
+
 T.case("many short rows", function()
   -- argmax over 10 classes of many rows, as after a classifier
   local n = 50000
