@@ -442,6 +442,124 @@ AVX2 static bool run_f64_avx2(dl_unary_op op, char **data, const int64_t *stride
     return true;
 }
 
+/* --- activation backward ------------------------------------------------------------------
+ * gx = gy * op'(s) in blocks of 16 floats: one body for both ISAs, written
+ * with generic 16-lane vectors (AVX2 runs each as two halves) around the
+ * ISA's SLEEF functions, which take and give 16 floats through memory.
+ * The formulas and their order are PyTorch's CPU kernels'. */
+
+typedef float vf16 __attribute__((vector_size(64)));
+typedef void (*blk_fn)(float *y, const float *x); /* y = f(x), 16 lanes */
+
+typedef struct {
+    blk_fn exp, erf, tanh;
+} blk_fns;
+
+#define SPLAT(v) ((vf16){v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v})
+
+static inline __attribute__((always_inline)) void
+act_bwd_block(dl_unary_op op, const blk_fns *F, float *o, const float *gp, const float *sp) {
+    vf16 g, x, t, u, r;
+    memcpy(&g, gp, sizeof g);
+    memcpy(&x, sp, sizeof x);
+    const vf16 one = SPLAT(1.0f), half = SPLAT(0.5f);
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = (float)GELU_KAPPA;
+    switch (op) {
+    case DL_UNARY_GELU: { /* dy * (0.5 * (1 + erf(x / sqrt 2)) + x * beta/2 * exp(-x^2/2)) */
+        t = x * SPLAT((float)GELU_ALPHA);
+        F->erf((float *)&u, (const float *)&t);
+        vf16 cdf = half * (one + u);
+        t = x * x * SPLAT(-0.5f);
+        F->exp((float *)&u, (const float *)&t);
+        vf16 pdf = SPLAT(beta * 0.5f) * u;
+        r = g * (cdf + x * pdf);
+        break;
+    }
+    case DL_UNARY_GELU_TANH: {
+        vf16 x2 = x * x, x3 = x2 * x;
+        t = SPLAT(beta) * (x + SPLAT(kappa) * x3);
+        F->tanh((float *)&u, (const float *)&t);
+        vf16 left = half * x, right = one + u;
+        vf16 left_d = half * right;
+        vf16 tanh_d = one - u * u;
+        vf16 inner_d = SPLAT(beta) * (one + SPLAT(3.0f * kappa) * x2);
+        r = g * (left_d + left * tanh_d * inner_d);
+        break;
+    }
+    case DL_UNARY_SILU: { /* dy * s * (1 + x * (1 - s)), s = 1 / (1 + exp(-x)) */
+        t = -x;
+        F->exp((float *)&u, (const float *)&t);
+        vf16 sg = one / (one + u);
+        r = g * sg * (one + x * (one - sg));
+        break;
+    }
+    case DL_UNARY_SIGMOID: r = g * (one - x) * x; break; /* from the result */
+    default: r = g * (one - x * x); break;               /* tanh, from the result */
+    }
+    memcpy(o, &r, sizeof r);
+}
+
+/* the dense rows: whole blocks, then the tail through zero-padded blocks */
+static inline __attribute__((always_inline)) void
+act_bwd_row(dl_unary_op op, const blk_fns *F, float *o, const float *g, const float *s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) act_bwd_block(op, F, o + i, g + i, s + i);
+    if (i < n) {
+        float gb[16] = {0}, sb[16] = {0}, ob[16];
+        memcpy(gb, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(sb, s + i, (size_t)(n - i) * sizeof(float));
+        act_bwd_block(op, F, ob, gb, sb);
+        memcpy(o + i, ob, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+AVX512 static void exp_b512(float *y, const float *x) {
+    _mm512_storeu_ps(y, Sleef_expf16_u10avx512f(_mm512_loadu_ps(x)));
+}
+AVX512 static void erf_b512(float *y, const float *x) {
+    _mm512_storeu_ps(y, Sleef_erff16_u10avx512f(_mm512_loadu_ps(x)));
+}
+AVX512 static void tanh_b512(float *y, const float *x) {
+    _mm512_storeu_ps(y, Sleef_tanhf16_u10avx512f(_mm512_loadu_ps(x)));
+}
+AVX512 static void act_bwd_avx512(dl_unary_op op, float *o, const float *g, const float *s,
+                                  int64_t n) {
+    const blk_fns F = {exp_b512, erf_b512, tanh_b512};
+    act_bwd_row(op, &F, o, g, s, n);
+}
+
+AVX2 static void exp_b256(float *y, const float *x) {
+    _mm256_storeu_ps(y, Sleef_expf8_u10avx2(_mm256_loadu_ps(x)));
+    _mm256_storeu_ps(y + 8, Sleef_expf8_u10avx2(_mm256_loadu_ps(x + 8)));
+}
+AVX2 static void erf_b256(float *y, const float *x) {
+    _mm256_storeu_ps(y, Sleef_erff8_u10avx2(_mm256_loadu_ps(x)));
+    _mm256_storeu_ps(y + 8, Sleef_erff8_u10avx2(_mm256_loadu_ps(x + 8)));
+}
+AVX2 static void tanh_b256(float *y, const float *x) {
+    _mm256_storeu_ps(y, Sleef_tanhf8_u10avx2(_mm256_loadu_ps(x)));
+    _mm256_storeu_ps(y + 8, Sleef_tanhf8_u10avx2(_mm256_loadu_ps(x + 8)));
+}
+AVX2 static void act_bwd_avx2(dl_unary_op op, float *o, const float *g, const float *s, int64_t n) {
+    const blk_fns F = {exp_b256, erf_b256, tanh_b256};
+    act_bwd_row(op, &F, o, g, s, n);
+}
+
+static bool is_act_bwd(dl_unary_op op) {
+    return op == DL_UNARY_GELU || op == DL_UNARY_GELU_TANH || op == DL_UNARY_SILU ||
+           op == DL_UNARY_SIGMOID || op == DL_UNARY_TANH;
+}
+
+bool dl_cpu_vec_act_backward_f32(dl_unary_op op, float *gx, const float *gy, const float *s,
+                                 int64_t n) {
+    if (!is_act_bwd(op)) return false;
+    switch (cpu_isa()) {
+    case ISA_AVX512: act_bwd_avx512(op, gx, gy, s, n); return true;
+    case ISA_AVX2: act_bwd_avx2(op, gx, gy, s, n); return true;
+    default: return false;
+    }
+}
+
 /* --- entry points ------------------------------------------------------------------------ */
 
 bool dl_cpu_vec_unary_f32(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
@@ -473,6 +591,12 @@ bool dl_cpu_vec_unary_f32(dl_unary_op op, char **data, const int64_t *strides, i
 
 bool dl_cpu_vec_unary_f64(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
     (void)op, (void)data, (void)strides, (void)n;
+    return false;
+}
+
+bool dl_cpu_vec_act_backward_f32(dl_unary_op op, float *gx, const float *gy, const float *s,
+                                 int64_t n) {
+    (void)op, (void)gx, (void)gy, (void)s, (void)n;
     return false;
 }
 

@@ -21,6 +21,13 @@
 bool dl_cpu_vec_unary_f32(dl_unary_op op, char **data, const int64_t *strides, int64_t n);
 bool dl_cpu_vec_unary_f64(dl_unary_op op, char **data, const int64_t *strides, int64_t n);
 
+/* gx = gy * op'(s) for n contiguous floats, PyTorch's backward formulas:
+ * GELU (both forms) and SiLU from their input s, sigmoid and tanh from
+ * their result s.  Returns false, touching nothing, for other ops or
+ * without the vector kernels (the caller's loop runs then). */
+bool dl_cpu_vec_act_backward_f32(dl_unary_op op, float *gx, const float *gy, const float *s,
+                                 int64_t n);
+
 /* Whether the vector kernels run on this CPU (and are not turned off). */
 bool dl_cpu_vec_available(void);
 
