@@ -28,6 +28,7 @@
 #include "cpu/reduce.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "cpu/vecmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@
 #define LANES 8         /* accumulators along a contiguous row (general kinds) */
 #define FLANES 64       /* float32 sums, max/min scans: lanes along a contiguous row */
 #define MM_CHUNK 1024   /* max/min with indices: elements scanned per chunk of a row */
+#define LSE_CHUNK 1024  /* logsumexp along rows: elements per max-then-exp step */
 #define COL_BLOCK 256   /* columns (or short rows) folded together */
 #define SHORT_ROW 32    /* rows this short are folded side by side */
 #define MIN_CHUNK 16384 /* elements in a row chunk, at least */
@@ -210,6 +212,18 @@ ALWAYS_INLINE void acc_block(dl_acc_kind k, const void *x, bool f64, int64_t off
                 acc[c] = nan_min(acc[c], fabs(ldx(x, b + c * xcs, f64)));
         break;
     case DL_ACC_SUMEXP:
+        if (!f64 && xcs == 1 && nc <= COL_BLOCK) { /* a row of columns through the vector exp */
+            float t[COL_BLOCK];
+            char *d[2] = {(char *)t, (char *)t};
+            int64_t st[2] = {sizeof(float), sizeof(float)};
+            for (int64_t r = 0, b = off; r < nr; r++, b += ld) {
+                for (int64_t c = 0; c < nc; c++) t[c] = (float)(ldx(x, b + c, false) - sh[c]);
+                if (!dl_cpu_vec_unary_f32(DL_UNARY_EXP, d, st, nc))
+                    for (int64_t c = 0; c < nc; c++) t[c] = expf(t[c]);
+                for (int64_t c = 0; c < nc; c++) acc[c] += t[c];
+            }
+            break;
+        }
         for (int64_t r = 0, b = off; r < nr; r++, b += ld)
             for (int64_t c = 0; c < nc; c++) {
                 double d = ldx(x, b + c * xcs, f64) - sh[c];
@@ -1022,6 +1036,107 @@ int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, v
 }
 
 /* --- finishing ------------------------------------------------------------------------ */
+
+/* --- logsumexp along rows ----------------------------------------------------------------
+ * One pass over memory: a row goes LSE_CHUNK elements at a time, each
+ * chunk's max found first (in L1 after that), then exp(x - m) through the
+ * vector exp into a buffer and summed in double lanes; when a chunk raises
+ * the running max m, the sum so far is rescaled by exp(m_old - m_new).
+ * Items are (row, chunk of the row) as in the other reductions; their
+ * (m, s) pairs are merged in chunk order. */
+
+typedef struct {
+    const void *x;
+    bool f64;
+    int64_t R;
+    double *pm, *ps; /* (O, nch) running max and sum of each item */
+} lse_ctx;
+
+/* sum of exp(x[i] - m) over the n values at x (float32: in float) */
+static double sumexp_chunk(const void *x, bool f64, int64_t n, double m) {
+    double a[FLANES] = {0};
+    if (f64) {
+        double t[LSE_CHUNK];
+        const double *xd = x;
+        for (int64_t i = 0; i < n; i++) t[i] = xd[i] - m;
+        char *d[2] = {(char *)t, (char *)t};
+        int64_t st[2] = {sizeof(double), sizeof(double)};
+        if (!dl_cpu_vec_unary_f64(DL_UNARY_EXP, d, st, n))
+            for (int64_t i = 0; i < n; i++) t[i] = exp(t[i]);
+        for (int64_t i = 0; i < n; i++) a[i % FLANES] += t[i];
+    } else {
+        float t[LSE_CHUNK], mf = (float)m;
+        const float *xf = x;
+        for (int64_t i = 0; i < n; i++) t[i] = xf[i] - mf;
+        char *d[2] = {(char *)t, (char *)t};
+        int64_t st[2] = {sizeof(float), sizeof(float)};
+        if (!dl_cpu_vec_unary_f32(DL_UNARY_EXP, d, st, n))
+            for (int64_t i = 0; i < n; i++) t[i] = expf(t[i]);
+        sum_row_f32(t, n, a);
+    }
+    for (int w = FLANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) a[j] += a[j + w];
+    return a[0];
+}
+
+static void lse_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                     int64_t slot) {
+    const lse_ctx *c = vc;
+    (void)c0, (void)nc;
+    double m = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < nr; i += LSE_CHUNK) {
+        int64_t k = nr - i < LSE_CHUNK ? nr - i : LSE_CHUNK, at = o * c->R + r0 + i;
+        const void *p = c->f64 ? (const void *)((const double *)c->x + at)
+                               : (const void *)((const float *)c->x + at);
+        bool nan;
+        double mc = c->f64 ? mm_ext_f64(true, p, k, &nan) : mm_ext_f32(true, p, k, &nan);
+        if (nan) {
+            m = NAN;
+            break;
+        }
+        if (mc > m) {
+            sum = m == -INFINITY ? 0 : sum * exp(m - mc);
+            m = mc;
+        }
+        if (isinf(m)) continue; /* -inf: nothing yet; +inf: the result is +inf */
+        sum += sumexp_chunk(p, c->f64, k, m);
+    }
+    c->pm[slot] = m;
+    c->ps[slot] = sum;
+}
+
+int dl_cpu_reduce_logsumexp_rows(const void *x, dl_dtype dt, int64_t O, int64_t R, double *out) {
+    if (O == 0) return 0;
+    if (R == 0) {
+        for (int64_t o = 0; o < O; o++) out[o] = -INFINITY;
+        return 0;
+    }
+    dl_rshape sh = {1, O, R, 1};
+    split s;
+    split_init(&s, &sh, true, false);
+    int64_t np = O * s.nch;
+    double *pm = malloc(sizeof(double) * (size_t)(2 * np));
+    if (!pm) return no_memory("logsumexp");
+    lse_ctx c = {x, dt == DL_DTYPE_F64, R, pm, pm + np};
+    split_run(&s, lse_item, &c);
+    for (int64_t o = 0; o < O; o++) {
+        const double *m = c.pm + o * s.nch, *sm = c.ps + o * s.nch;
+        double M = -INFINITY, S = 0;
+        bool nan = false;
+        for (int64_t ch = 0; ch < s.nch; ch++) {
+            nan |= m[ch] != m[ch];
+            if (m[ch] > M) M = m[ch];
+        }
+        if (nan || isinf(M)) {
+            out[o] = nan ? NAN : M;
+            continue;
+        }
+        for (int64_t ch = 0; ch < s.nch; ch++) S += sm[ch] * exp(m[ch] - M);
+        out[o] = M + log(S);
+    }
+    free(pm);
+    return 0;
+}
 
 void dl_cpu_reduce_finish(dl_fin_kind kind, double *a, int64_t n, double c, const double *shift) {
     switch (kind) {

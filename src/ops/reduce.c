@@ -510,6 +510,9 @@ static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, doubl
         scratch_free(shift, hold);
         return rc;
     case F_LSE:
+        /* contiguous rows on the CPU: one fused pass */
+        if (!p->cuda && p->s.RO == 1 && p->s.I == 1)
+            return dl_cpu_reduce_logsumexp_rows(plan_data(p), dt, p->s.O, p->s.R, a);
         /* max + log(sum(exp(x - max))); an infinite max is not subtracted */
         if (!(shift = scratch(p, n, &hold, "logsumexp"))) return -1;
         rc = k_acc(p, DL_ACC_MAX, dt, 0, NULL, shift);

@@ -479,6 +479,53 @@ T.case("logsumexp", function()
   T.tensor_eq(x:narrow(1, 1, 1):logsumexp(), 3.4076059644443806)
 end)
 
+T.case("logsumexp along long rows: chunks, rescaling, NaN and inf", function()
+  local function ref(row)
+    local m = -inf
+    for _, v in ipairs(row) do if v > m then m = v end end
+    local s = 0
+    for _, v in ipairs(row) do s = s + math.exp(v - m) end
+    return m + math.log(s)
+  end
+  local L = 5000
+  local rows = {}
+  for r = 1, 4 do
+    local row = {}
+    -- rising values: the running max grows chunk after chunk
+    for k = 1, L do row[k] = k / 50 + ((k * 7919 + r) % 101) / 10 end
+    rows[r] = row
+  end
+  for k = 1, L do rows[3][k] = -k / 10 end -- falling: the first chunk holds the max
+  for _, dt in ipairs{dl.float32, dl.float64} do
+    local x = dl.tensor(rows, {dtype = dt})
+    local got = x:logsumexp(2)
+    for r = 1, #rows do
+      local want = ref(rows[r])
+      T.near(got[r]:item(), want, dt == dl.float32 and 2e-6 or 1e-12, "row " .. r)
+    end
+    -- a NaN or +inf in a later chunk, a row of -inf
+    local y = x:clone()
+    y[1][4000] = nan
+    y[2][3000] = inf
+    y[3] = -inf
+    local g = y:logsumexp(2)
+    T.truthy(g[1]:item() ~= g[1]:item(), "NaN row")
+    T.eq(g[2]:item(), inf)
+    T.eq(g[3]:item(), -inf)
+    T.near(g[4]:item(), ref(rows[4]), dt == dl.float32 and 2e-6 or 1e-12)
+  end
+  -- one long row cut into chunks across threads: the same on 1 and 2 threads
+  local v = dl.randn(300000):mul(5)
+  local prev = dl.get_num_threads()
+  dl.set_num_threads(1)
+  local a = v:logsumexp(1):item()
+  dl.set_num_threads(2)
+  local b = v:logsumexp(1):item()
+  dl.set_num_threads(prev)
+  T.eq(a, b)
+  T.near(a, v:double():logsumexp(1):item(), 2e-6)
+end)
+
 T.case("median", function()
   local x = dl.tensor({{5, 1, 4, 2}, {7, 3, 9, 8}}, {dtype = dl.float32})
   T.eq(x:median():item(), 4)
