@@ -23,6 +23,7 @@ local n = 10000000
 local x, y = dl.randn(n), dl.randn(n)
 local m = dl.randn(4096, 4096)
 local xg, gy = dl.randn(n):requires_grad_(), dl.randn(n)
+local xa = x:abs()
 local s3 = dl.randn(64, 256, 384)
 local mask = s3:gt(0.5)
 local parts = {dl.randn(1000000), dl.randn(1000000), dl.randn(1000000), dl.randn(1000000)}
@@ -46,6 +47,7 @@ local OPS = {
   {"tanh", "tanh (1e7)", function() return x:tanh() end},
   {"erf", "erf (1e7)", function() return x:erf() end},
   {"sigmoid", "sigmoid (1e7)", function() return x:sigmoid() end},
+  {"pow", "pow(|x|, y) (1e7)", function() return xa:pow(y) end},
   {"gelu", "gelu (1e7)", function() return F.gelu(x) end},
   {"silu", "silu (1e7)", function() return F.silu(x) end},
   {"gelu_bwd", "gelu forward+backward (1e7)", function()

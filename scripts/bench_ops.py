@@ -22,6 +22,7 @@ n = 10_000_000
 x, y = torch.randn(n), torch.randn(n)
 m = torch.randn(4096, 4096)
 xg, gy = torch.randn(n).requires_grad_(), torch.randn(n)
+xa = x.abs()
 s3 = torch.randn(64, 256, 384)
 mask = s3 > 0.5
 parts = [torch.randn(1_000_000) for _ in range(4)]
@@ -80,6 +81,7 @@ OPS = [
     ("tanh", lambda: x.tanh()),
     ("erf", lambda: x.erf()),
     ("sigmoid", lambda: x.sigmoid()),
+    ("pow", lambda: xa.pow(y)),
     ("gelu", lambda: torch.nn.functional.gelu(x)),
     ("silu", lambda: torch.nn.functional.silu(x)),
     ("gelu_bwd", lambda: act_bwd(torch.nn.functional.gelu)),

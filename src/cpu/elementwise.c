@@ -231,7 +231,8 @@ static void binary_f32(char **data, const int64_t *strides, int64_t n, void *vct
     case DL_BINARY_DIV_FLOOR: LOOP_BINARY(float, float, floordiv_f32(x, y)); break;
     case DL_BINARY_DIV_TRUNC: LOOP_BINARY(float, float, truncf(x / y)); break;
     case DL_BINARY_POW:
-        if (!pow_special_f32(data, strides, n)) LOOP_BINARY(float, float, powf(x, y));
+        if (!pow_special_f32(data, strides, n) && !dl_cpu_vec_pow(false, data, strides, n))
+            LOOP_BINARY(float, float, powf(x, y));
         break;
     case DL_BINARY_MAXIMUM:
         LOOP_BINARY(float, float, x != x ? x : y != y ? y : x < y ? y : x);
@@ -273,7 +274,8 @@ static void binary_f64(char **data, const int64_t *strides, int64_t n, void *vct
     case DL_BINARY_DIV_FLOOR: LOOP_BINARY(double, double, floordiv_f64(x, y)); break;
     case DL_BINARY_DIV_TRUNC: LOOP_BINARY(double, double, trunc(x / y)); break;
     case DL_BINARY_POW:
-        if (!pow_special_f64(data, strides, n)) LOOP_BINARY(double, double, pow(x, y));
+        if (!pow_special_f64(data, strides, n) && !dl_cpu_vec_pow(true, data, strides, n))
+            LOOP_BINARY(double, double, pow(x, y));
         break;
     case DL_BINARY_MAXIMUM:
         LOOP_BINARY(double, double, x != x ? x : y != y ? y : x < y ? y : x);

@@ -560,6 +560,49 @@ bool dl_cpu_vec_act_backward_f32(dl_unary_op op, float *gx, const float *gy, con
     }
 }
 
+/* --- pow ------------------------------------------------------------------------------------
+ * out = pow(x, y) through SLEEF's u10 pow, W lanes at a time: dense blocks
+ * straight from memory, anything else (strided, broadcast, the tail)
+ * gathered into a padded block, so a value's result does not depend on its
+ * layout.  One row function per ISA and dtype, stamped from POW_ROW. */
+#define POW_ROW(NAME, ATTR, T, W, VT, LOADU, STOREU, FN)                                           \
+    ATTR static void NAME(char **d, const int64_t *st, int64_t n) {                                \
+        const int64_t z = (int64_t)sizeof(T);                                                      \
+        bool dense = st[0] == z && st[1] == z && st[2] == z;                                       \
+        T xb[W], yb[W];                                                                            \
+        for (int64_t i = 0; i < n; i += W) {                                                       \
+            int64_t k = n - i < W ? n - i : W;                                                     \
+            if (dense && k == W) {                                                                 \
+                VT r = FN(LOADU((const T *)d[1] + i), LOADU((const T *)d[2] + i));                 \
+                STOREU((T *)d[0] + i, r);                                                          \
+                continue;                                                                          \
+            }                                                                                      \
+            for (int64_t j = 0; j < W; j++) {                                                      \
+                xb[j] = j < k ? *(const T *)(d[1] + (i + j) * st[1]) : (T)1;                       \
+                yb[j] = j < k ? *(const T *)(d[2] + (i + j) * st[2]) : (T)1;                       \
+            }                                                                                      \
+            STOREU(xb, FN(LOADU(xb), LOADU(yb)));                                                  \
+            for (int64_t j = 0; j < k; j++) *(T *)(d[0] + (i + j) * st[0]) = xb[j];                \
+        }                                                                                          \
+    }
+
+POW_ROW(pow_f32_avx512, AVX512, float, 16, __m512, _mm512_loadu_ps, _mm512_storeu_ps,
+        Sleef_powf16_u10avx512f)
+POW_ROW(pow_f64_avx512, AVX512, double, 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd,
+        Sleef_powd8_u10avx512f)
+POW_ROW(pow_f32_avx2, AVX2, float, 8, __m256, _mm256_loadu_ps, _mm256_storeu_ps,
+        Sleef_powf8_u10avx2)
+POW_ROW(pow_f64_avx2, AVX2, double, 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd,
+        Sleef_powd4_u10avx2)
+
+bool dl_cpu_vec_pow(bool f64, char **data, const int64_t *strides, int64_t n) {
+    switch (cpu_isa()) {
+    case ISA_AVX512: (f64 ? pow_f64_avx512 : pow_f32_avx512)(data, strides, n); return true;
+    case ISA_AVX2: (f64 ? pow_f64_avx2 : pow_f32_avx2)(data, strides, n); return true;
+    default: return false;
+    }
+}
+
 /* --- entry points ------------------------------------------------------------------------ */
 
 bool dl_cpu_vec_unary_f32(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
@@ -597,6 +640,11 @@ bool dl_cpu_vec_unary_f64(dl_unary_op op, char **data, const int64_t *strides, i
 bool dl_cpu_vec_act_backward_f32(dl_unary_op op, float *gx, const float *gy, const float *s,
                                  int64_t n) {
     (void)op, (void)gx, (void)gy, (void)s, (void)n;
+    return false;
+}
+
+bool dl_cpu_vec_pow(bool f64, char **data, const int64_t *strides, int64_t n) {
+    (void)f64, (void)data, (void)strides, (void)n;
     return false;
 }
 
