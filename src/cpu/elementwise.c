@@ -406,6 +406,7 @@ static void unary_f32(char **data, const int64_t *strides, int64_t n, void *vctx
     case DL_UNARY_TANH: LOOP_UNARY(float, float, tanhf(x)); break;
     case DL_UNARY_SIGMOID: LOOP_UNARY(float, float, 1.0f / (1.0f + expf(-x))); break;
     case DL_UNARY_ERF: LOOP_UNARY(float, float, erff(x)); break;
+    case DL_UNARY_ERFC: LOOP_UNARY(float, float, erfcf(x)); break;
     case DL_UNARY_GELU: LOOP_UNARY(float, float, gelu_f32(x)); break;
     case DL_UNARY_GELU_TANH: LOOP_UNARY(float, float, gelu_tanh_f32(x)); break;
     case DL_UNARY_SILU: LOOP_UNARY(float, float, x / (1.0f + expf(-x))); break;
@@ -451,6 +452,7 @@ static void unary_f64(char **data, const int64_t *strides, int64_t n, void *vctx
     case DL_UNARY_TANH: LOOP_UNARY(double, double, tanh(x)); break;
     case DL_UNARY_SIGMOID: LOOP_UNARY(double, double, 1.0 / (1.0 + exp(-x))); break;
     case DL_UNARY_ERF: LOOP_UNARY(double, double, erf(x)); break;
+    case DL_UNARY_ERFC: LOOP_UNARY(double, double, erfc(x)); break;
     case DL_UNARY_GELU: LOOP_UNARY(double, double, gelu_f64(x)); break;
     case DL_UNARY_GELU_TANH: LOOP_UNARY(double, double, gelu_tanh_f64(x)); break;
     case DL_UNARY_SILU: LOOP_UNARY(double, double, x / (1.0 + exp(-x))); break;

@@ -107,6 +107,7 @@ AVX512 static f16_fn pick_f16(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_COSH: return Sleef_coshf16_u10avx512f;
     case DL_UNARY_TANH: return Sleef_tanhf16_u10avx512f;
     case DL_UNARY_ERF: return Sleef_erff16_u10avx512f;
+    case DL_UNARY_ERFC: return Sleef_erfcf16_u15avx512f; /* SLEEF has erfc at 1.5 ulp only */
     case DL_UNARY_SQRT: return Sleef_sqrtf16_u05avx512f;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expf16_u10avx512f;
     case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erff16_u10avx512f;
@@ -211,6 +212,7 @@ AVX512 static d8_fn pick_d8(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_COSH: return Sleef_coshd8_u10avx512f;
     case DL_UNARY_TANH: return Sleef_tanhd8_u10avx512f;
     case DL_UNARY_ERF: return Sleef_erfd8_u10avx512f;
+    case DL_UNARY_ERFC: return Sleef_erfcd8_u15avx512f;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expd8_u10avx512f;
     case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erfd8_u10avx512f;
     case DL_UNARY_GELU_TANH: *fin = FIN_GELU_TANH; return Sleef_tanhd8_u10avx512f;
@@ -293,6 +295,7 @@ AVX2 static f8_fn pick_f8(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_COSH: return Sleef_coshf8_u10avx2;
     case DL_UNARY_TANH: return Sleef_tanhf8_u10avx2;
     case DL_UNARY_ERF: return Sleef_erff8_u10avx2;
+    case DL_UNARY_ERFC: return Sleef_erfcf8_u15avx2;
     case DL_UNARY_SQRT: return Sleef_sqrtf8_u05avx2;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expf8_u10avx2;
     case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erff8_u10avx2;
@@ -390,6 +393,7 @@ AVX2 static d4_fn pick_d4(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_COSH: return Sleef_coshd4_u10avx2;
     case DL_UNARY_TANH: return Sleef_tanhd4_u10avx2;
     case DL_UNARY_ERF: return Sleef_erfd4_u10avx2;
+    case DL_UNARY_ERFC: return Sleef_erfcd4_u15avx2;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expd4_u10avx2;
     case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erfd4_u10avx2;
     case DL_UNARY_GELU_TANH: *fin = FIN_GELU_TANH; return Sleef_tanhd4_u10avx2;

@@ -96,6 +96,7 @@ static const char *const unary_names[DL_UNARY_COUNT] = {
     [DL_UNARY_TANH] = "tanh",
     [DL_UNARY_SIGMOID] = "sigmoid",
     [DL_UNARY_ERF] = "erf",
+    [DL_UNARY_ERFC] = "erfc",
     [DL_UNARY_GELU] = "gelu",
     [DL_UNARY_GELU_TANH] = "gelu",
     [DL_UNARY_SILU] = "silu",
@@ -774,6 +775,7 @@ static const char *const unary_grad_names[DL_UNARY_COUNT] = {
     [DL_UNARY_TANH] = "TanhBackward",
     [DL_UNARY_SIGMOID] = "SigmoidBackward",
     [DL_UNARY_ERF] = "ErfBackward",
+    [DL_UNARY_ERFC] = "ErfcBackward",
     [DL_UNARY_GELU] = "GeluBackward",
     [DL_UNARY_GELU_TANH] = "GeluBackward", /* one node for both forms, as PyTorch */
     [DL_UNARY_SILU] = "SiluBackward",
@@ -805,6 +807,7 @@ static int unary_saves(dl_unary_op op) {
     case DL_UNARY_SINH:
     case DL_UNARY_COSH:
     case DL_UNARY_ERF:
+    case DL_UNARY_ERFC:
     case DL_UNARY_GELU:
     case DL_UNARY_GELU_TANH:
     case DL_UNARY_SILU: return SAVES_INPUT;
@@ -933,10 +936,12 @@ static int unary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
         else
             gx = act_backward_chain(S, op, g, x);
         break;
-    case DL_UNARY_ERF: { /* 2/sqrt(pi) * exp(-x^2) * g */
+    case DL_UNARY_ERF:
+    case DL_UNARY_ERFC: { /* +-2/sqrt(pi) * exp(-x^2) * g */
         dl_tensor *e =
             sc_un(S, DL_UNARY_EXP, sc_un(S, DL_UNARY_NEG, sc_bin(S, DL_BINARY_MUL, x, x)));
-        gx = sc_bin(S, DL_BINARY_MUL, sc_mulc(S, e, M_2_SQRTPI), g);
+        gx = sc_bin(S, DL_BINARY_MUL, sc_mulc(S, e, op == DL_UNARY_ERF ? M_2_SQRTPI : -M_2_SQRTPI),
+                    g);
         break;
     }
     case DL_UNARY_FRAC: gx = g; break;
