@@ -13,10 +13,10 @@
  *
  * Devices: an op runs where its tensors are (dl_common_device); outputs are
  * allocated there.  A 0-dim CPU tensor (how Lua numbers arrive) may meet CUDA
- * tensors: it stays on the CPU and the CUDA kernels take its value.  The CUDA
- * kernels also read and write float16/bfloat16 where the CPU computes in
- * float32 (kernel_takes), which skips two conversions and gives the same
- * values: both load exactly and round the float32 result once.
+ * tensors: it stays on the CPU and the CUDA kernels take its value.  The
+ * kernels of both devices read and write float16/bfloat16 where they compute
+ * in float32 (kernel_takes), which skips two whole-tensor conversions and
+ * gives the same values: both load exactly and round the float32 result once.
  *
  * Autograd: the public functions compute through the static *_fwd forwards
  * and then, only when dl_autograd_needed, record a node whose backward (next
@@ -152,12 +152,13 @@ static int check_self_device(const char *op, const dl_tensor *self, dl_device de
 }
 
 /* Whether the kernels of dev read and write dtype when they compute in
- * `compute`: the CPU's only the compute dtype itself; the CUDA ones also
- * float16 and bfloat16 for float32 (loaded as float, rounded once on store). */
+ * `compute`: the compute dtype itself, and float16 and bfloat16 for float32
+ * (loaded as float, rounded once on store: the CUDA kernels per element,
+ * the CPU's in float blocks, cpu/elementwise.c). */
 static bool kernel_takes(dl_device dev, dl_dtype dtype, dl_dtype compute) {
+    (void)dev;
     if (dtype == compute) return true;
-    return dev.type == DL_DEVICE_CUDA && compute == DL_DTYPE_F32 &&
-           (dtype == DL_DTYPE_F16 || dtype == DL_DTYPE_BF16);
+    return compute == DL_DTYPE_F32 && (dtype == DL_DTYPE_F16 || dtype == DL_DTYPE_BF16);
 }
 
 static int check_cast(const char *op, dl_dtype result, const dl_tensor *self) {
