@@ -4,10 +4,13 @@
 // memory from the caching allocator, strided index arithmetic and element
 // conversions.  C++; included by cuda/*.cu only.
 //
-// Invariants: all kernels of a device run on its one compute stream, so a
-// block the caching allocator hands out is free for any work queued after the
-// allocation; a function returning int returns 0, or -1 with dl_last_error()
-// set; nothing here synchronises unless it says so.
+// Invariants: all kernels of a device run on its one compute stream (the
+// legacy default stream; while a CUDA graph is captured, the capture's side
+// stream, which dl_cuda_stream() returns then), so a block the caching
+// allocator hands out is free for any work queued after the allocation; a
+// function returning int returns 0, or -1 with dl_last_error() set; nothing
+// here synchronises unless it says so, and whatever does goes through the
+// dl_cuda_sync_* calls below.
 #pragma once
 
 #include <cublasLt.h>
@@ -91,16 +94,51 @@ static inline int dl_cuda_launch_status(const char *file, int line) {
 
 // --- device, stream, handles ----------------------------------------------------
 int dl_cuda_device(void);          // current device (0-based)
-cudaStream_t dl_cuda_stream(void); // compute stream of the current device
+cudaStream_t dl_cuda_stream(void); // compute stream of the current device (see above)
 cudaStream_t dl_cuda_copy_stream(void);
-cublasHandle_t dl_cuda_cublas(void);     // bound to the compute stream; NULL + error
-cublasLtHandle_t dl_cuda_cublaslt(void); // NULL + error
-cudnnHandle_t dl_cuda_cudnn(void);       // bound to the compute stream; NULL + error
+cublasHandle_t dl_cuda_cublas(void);         // bound to the compute stream; NULL + error
+cublasLtHandle_t dl_cuda_cublaslt(void);     // NULL + error
+cudnnHandle_t dl_cuda_cudnn(void);           // bound to the compute stream; NULL + error
+cudnnHandle_t dl_cuda_cudnn_on_stream(void); // dl_cuda_cudnn, set to dl_cuda_stream() now
 int dl_cuda_sm_count(void);
 int dl_cuda_cc_major(void); // compute capability of the current device
 
 // Makes the tensor's device current (tensors may live on cuda:1).
 int dl_cuda_use(const dl_tensor *t);
+
+// --- host synchronisation (runtime.cu) ------------------------------------------------
+// Every call that makes the host wait for the GPU goes through these, so that
+// dl.cuda.sync_count() sees each one and none runs while a CUDA graph is being
+// captured (a capture cannot wait; each refuses then, naming `why`).  After the
+// wait, a check recorded on the device (dl_cuda_rt->check_first_bad) is
+// reported as the call's error.  0, or -1 with dl_last_error() set.
+int dl_cuda_sync_stream(cudaStream_t s, const char *why);
+int dl_cuda_sync_device(const char *why);
+int dl_cuda_sync_event(cudaEvent_t e, const char *why);
+// dl_cuda_sync_event for internal timing: a check recorded on the device is
+// left for the next synchronisation to report.
+int dl_cuda_wait_event(cudaEvent_t e, const char *why);
+// n bytes of device memory at src into host memory at dst, on the compute
+// stream, waiting for it.
+int dl_cuda_read_device(void *dst, const void *src, size_t n, const char *why);
+// A cudaMemcpy with a host side: device-to-host waits for the copy, and
+// host-to-device from pageable memory waits for the stream before it starts.
+int dl_cuda_memcpy_sync(void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *why);
+// Whether the current device is capturing a CUDA graph now; an error naming
+// `op` (and -1) when it is, for work that cannot be captured.
+bool dl_cuda_capturing(void);
+int dl_cuda_refuse_in_capture(const char *op);
+
+// --- CUDA graph capture (runtime.cu, for graph.cu) -----------------------------------
+// dl_cuda_capture_enter makes `s` the compute stream of device d and opens a
+// private pool for what is allocated until dl_cuda_capture_leave; it returns
+// the pool's id (> 0), or -1 with an error.  Blocks of a live private pool
+// serve only that pool; dl_cuda_pool_release hands its free blocks to the
+// device's general pool (blocks still in use follow when they are freed).
+int dl_cuda_capture_enter(int d, cudaStream_t s);
+void dl_cuda_capture_leave(int d);
+void dl_cuda_pool_release(int d, int pool);
+cudaStream_t dl_cuda_capture_stream(int d); // the device's side stream; NULL + error
 
 // --- memory -----------------------------------------------------------------------
 // Temporary device memory from the caching allocator (stream-ordered on the

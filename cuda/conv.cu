@@ -1,6 +1,9 @@
-// conv.cu - 2-D convolutions on CUDA through cuDNN's legacy API (see
-// src/kernels/conv.h): forward, backward data and backward filter by
-// cuDNN, the bias add and the bias gradient by two plain kernels of our own.
+// conv.cu - 2-D convolutions on CUDA through cuDNN (see src/kernels/conv.h):
+// forward, backward data and backward filter by cuDNN's graph API
+// (conv_plan.cu: cached execution plans; with dl_flags.cudnn_graph)
+// or its legacy API (this file: the fallback wherever no plan runs, and the
+// whole path with the switch off), the bias add and the bias gradient by two
+// plain kernels of our own.
 //
 // Layouts: fmt 0 is contiguous NCHW tensors and OIHW filters; DL_CONV_FMT_NHWC
 // with DL_CONV_FMT_W_OHWI is channels-last memory (NHWC tensors, OHWI
@@ -24,6 +27,7 @@
 // CUDA call is checked; sizes cuDNN takes as int are checked first; host code
 // never reads device memory.
 #include "common.cuh"
+#include "conv_plan.cuh"
 
 #include <limits.h>
 #include <mutex>
@@ -455,7 +459,7 @@ template <Dir D> int run_dir(const char *op, const Call &c, dl_dtype dt, const K
     typename A::Perf perf[A::count];
     int n = 0;
     cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
-    if (dl_flags.cudnn_benchmark) {
+    if (dl_flags.cudnn_benchmark && !dl_cuda_capturing()) { // timing waits: not in a capture
         size_t fsize = 0;
         void *fws = find_workspace(&fsize);
         DL_CUDNN_CHECK(A::find(c, &n, perf, fws, fsize));
@@ -486,17 +490,6 @@ template <Dir D> int run_dir(const char *op, const Call &c, dl_dtype dt, const K
                     last ? cudnnGetErrorString(last) : "");
 }
 
-cudnnHandle_t handle_on_stream(void) {
-    cudnnHandle_t h = dl_cuda_cudnn();
-    if (!h) return nullptr;
-    cudnnStatus_t st = cudnnSetStream(h, dl_cuda_stream());
-    if (st != CUDNN_STATUS_SUCCESS) {
-        dl_cuda_fail("cudnnSetStream", cudnnGetErrorString(st), __FILE__, __LINE__);
-        return nullptr;
-    }
-    return h;
-}
-
 // --- one layout, and channels-last on planar copies -------------------------------------
 
 // Device scratch memory for one call, freed on every path (the allocator is
@@ -515,26 +508,47 @@ struct Scratch {
     }
 };
 
-// y = conv(x, w), every operand in one layout (nhwc or planar).
+// y = conv(x, w), every operand in one layout (nhwc or planar): through the
+// graph API's plans when dl_flags.cudnn_graph, else (or when no plan runs)
+// through the legacy API.
 int forward_in(int device, dl_dtype dt, const dl_conv2d_shape *s, bool nhwc, void *y, const void *x,
                const void *w) {
     const char *op = "conv2d";
+    if (dl_flags.cudnn_graph) {
+        int r = dl_cuda_conv_plan_run(DL_CONV_PLAN_FWD, dt, s, nhwc, (void *)x, (void *)w, y);
+        if (r <= 0) return r;
+    }
     Descs d;
     if (make_descs(d, op, dt, s, nhwc)) return -1;
-    cudnnHandle_t h = handle_on_stream();
+    cudnnHandle_t h = dl_cuda_cudnn_on_stream();
     if (!h) return -1;
     Scale k(dt);
     Call c = {h, &d, &k, x, w, y, y};
     return run_dir<FWD>(op, c, dt, make_key(device, FWD, dt, s, nhwc));
 }
 
-// gx and gw (either may be NULL) of conv(x, w) given gy, in one layout.
+// gx and gw (either may be NULL) of conv(x, w) given gy, in one layout:
+// each direction as forward_in decides.
 int backward_in(int device, dl_dtype dt, const dl_conv2d_shape *s, bool nhwc, void *gx, void *gw,
                 const void *gy, const void *x, const void *w) {
     const char *op = "conv2d_backward";
+    if (dl_flags.cudnn_graph) {
+        void *vx = (void *)x, *vw = (void *)w, *vy = (void *)gy;
+        if (gx) {
+            int r = dl_cuda_conv_plan_run(DL_CONV_PLAN_BWD_DATA, dt, s, nhwc, gx, vw, vy);
+            if (r < 0) return -1;
+            if (r == 0) gx = nullptr; // done
+        }
+        if (gw) {
+            int r = dl_cuda_conv_plan_run(DL_CONV_PLAN_BWD_FILTER, dt, s, nhwc, vx, gw, vy);
+            if (r < 0) return -1;
+            if (r == 0) gw = nullptr;
+        }
+        if (!gx && !gw) return 0;
+    }
     Descs d;
     if (make_descs(d, op, dt, s, nhwc)) return -1;
-    cudnnHandle_t h = handle_on_stream();
+    cudnnHandle_t h = dl_cuda_cudnn_on_stream();
     if (!h) return -1;
     Scale k(dt);
     Call cx = {h, &d, &k, x, w, gy, gx}, cw = {h, &d, &k, x, w, gy, gw};
@@ -644,4 +658,5 @@ const dl_cuda_conv_kernels dl_cuda_conv_table = {
     .conv2d_formats = dl_cuda_conv2d_formats,
     .conv2d_forward = dl_cuda_conv2d_forward,
     .conv2d_backward = dl_cuda_conv2d_backward,
+    .plan_stats = dl_cuda_conv_plan_stats,
 };

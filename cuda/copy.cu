@@ -345,21 +345,18 @@ int dl_cuda_copy(dl_tensor *dst, dl_tensor *src) {
         if (!h) return -1;
         int rc = 0;
         size_t nbytes = (size_t)n * dl_tensor_itemsize(h);
+        const char *why = "a copy from host memory to the GPU";
         if (dst->dtype == src->dtype && dl_tensor_is_contiguous(dst)) {
-            cudaError_t e = cudaMemcpy(dl_tensor_data_ptr(dst), dl_tensor_data_ptr(h), nbytes,
-                                       cudaMemcpyHostToDevice);
-            if (e != cudaSuccess)
-                rc = dl_cuda_fail("cudaMemcpy", cudaGetErrorString(e), __FILE__, __LINE__);
+            rc = dl_cuda_memcpy_sync(dl_tensor_data_ptr(dst), dl_tensor_data_ptr(h), nbytes,
+                                     cudaMemcpyHostToDevice, why);
         } else {
             dl_tensor *t = dl_tensor_empty(h->ndim, h->shape, h->dtype, dst->storage->device);
             if (!t) {
                 rc = -1;
             } else {
-                cudaError_t e = cudaMemcpy(dl_tensor_data_ptr(t), dl_tensor_data_ptr(h), nbytes,
-                                           cudaMemcpyHostToDevice);
-                rc = e == cudaSuccess
-                         ? device_copy(dst, t)
-                         : dl_cuda_fail("cudaMemcpy", cudaGetErrorString(e), __FILE__, __LINE__);
+                rc = dl_cuda_memcpy_sync(dl_tensor_data_ptr(t), dl_tensor_data_ptr(h), nbytes,
+                                         cudaMemcpyHostToDevice, why);
+                if (!rc) rc = device_copy(dst, t);
                 dl_tensor_release(t);
             }
         }
@@ -372,21 +369,18 @@ int dl_cuda_copy(dl_tensor *dst, dl_tensor *src) {
     if (!dsrc) return -1;
     size_t nbytes = (size_t)n * dl_tensor_itemsize(dsrc);
     int rc = 0;
+    const char *why = "a copy from the GPU to host memory";
     if (dst->dtype == src->dtype && dl_tensor_is_contiguous(dst)) {
-        cudaError_t e = cudaMemcpy(dl_tensor_data_ptr(dst), dl_tensor_data_ptr(dsrc), nbytes,
-                                   cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess)
-            rc = dl_cuda_fail("cudaMemcpy", cudaGetErrorString(e), __FILE__, __LINE__);
+        rc = dl_cuda_memcpy_sync(dl_tensor_data_ptr(dst), dl_tensor_data_ptr(dsrc), nbytes,
+                                 cudaMemcpyDeviceToHost, why);
     } else {
         dl_tensor *h = dl_tensor_empty(dsrc->ndim, dsrc->shape, dsrc->dtype, DL_CPU);
         if (!h) {
             rc = -1;
         } else {
-            cudaError_t e = cudaMemcpy(dl_tensor_data_ptr(h), dl_tensor_data_ptr(dsrc), nbytes,
-                                       cudaMemcpyDeviceToHost);
-            rc = e == cudaSuccess
-                     ? dl_tensor_copy_(dst, h)
-                     : dl_cuda_fail("cudaMemcpy", cudaGetErrorString(e), __FILE__, __LINE__);
+            rc = dl_cuda_memcpy_sync(dl_tensor_data_ptr(h), dl_tensor_data_ptr(dsrc), nbytes,
+                                     cudaMemcpyDeviceToHost, why);
+            if (!rc) rc = dl_tensor_copy_(dst, h);
             dl_tensor_release(h);
         }
     }

@@ -536,12 +536,9 @@ int unary_packs(const UnaryFn<float> &f, int64_t n) {
 // Reads the device flag back (waits for the device), then frees it.
 int read_flag_and_free(int *flag, bool *set) {
     int h = 0;
-    cudaError_t e = cudaMemcpyAsync(&h, flag, sizeof h, cudaMemcpyDeviceToHost, dl_cuda_stream());
-    if (e == cudaSuccess) e = cudaStreamSynchronize(dl_cuda_stream());
+    int rc = dl_cuda_read_device(&h, flag, sizeof h, "reading the zero-division flag");
     dl_cuda_free(flag);
-    if (e != cudaSuccess)
-        return dl_cuda_fail("reading the zero-division flag", cudaGetErrorString(e), __FILE__,
-                            __LINE__);
+    if (rc) return -1;
     *set = h != 0;
     return 0;
 }

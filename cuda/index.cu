@@ -395,6 +395,7 @@ int count_nonzero(const dl_tensor *x, int64_t *count) {
     if (dl_cuda_use(x)) return -1;
     int64_t n = dl_tensor_numel(x);
     if (n == 0) return 0;
+    if (dl_cuda_refuse_in_capture("count_nonzero (a data-dependent size)")) return -1;
     cudaStream_t st = dl_cuda_stream();
     unsigned long long *d = (unsigned long long *)dl_cuda_malloc(sizeof *d);
     if (!d) return -1;
@@ -406,11 +407,11 @@ int count_nonzero(const dl_tensor *x, int64_t *count) {
             (int64_t)dl_dtype_size(x->dtype), (int)x->dtype, n);
         e = cudaGetLastError();
     }
-    if (e == cudaSuccess) e = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, st);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    int rc = e != cudaSuccess
+                 ? dl_cuda_fail("count_nonzero", cudaGetErrorString(e), __FILE__, __LINE__)
+                 : dl_cuda_read_device(&h, d, sizeof h, "count_nonzero");
     dl_cuda_free(d);
-    if (e != cudaSuccess)
-        return dl_cuda_fail("count_nonzero", cudaGetErrorString(e), __FILE__, __LINE__);
+    if (rc) return -1;
     *count = (int64_t)h;
     return 0;
 }
@@ -525,6 +526,7 @@ int index_range(const dl_tensor *idx, int64_t *lo, int64_t *hi) {
     *lo = 0;
     *hi = -1;
     if (n == 0) return 0;
+    if (dl_cuda_refuse_in_capture("an index range check")) return -1;
     cudaStream_t st = dl_cuda_stream();
     long long *d = (long long *)dl_cuda_malloc(2 * sizeof *d);
     if (!d) return -1;
@@ -536,11 +538,11 @@ int index_range(const dl_tensor *idx, int64_t *lo, int64_t *hi) {
             d, (const int64_t *)dl_tensor_data_ptr(idx), n);
         e = cudaGetLastError();
     }
-    if (e == cudaSuccess) e = cudaMemcpyAsync(h, d, sizeof h, cudaMemcpyDeviceToHost, st);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    int rc = e != cudaSuccess
+                 ? dl_cuda_fail("index_range", cudaGetErrorString(e), __FILE__, __LINE__)
+                 : dl_cuda_read_device(h, d, sizeof h, "an index range check");
     dl_cuda_free(d);
-    if (e != cudaSuccess)
-        return dl_cuda_fail("index_range", cudaGetErrorString(e), __FILE__, __LINE__);
+    if (rc) return -1;
     *lo = h[0];
     *hi = h[1];
     return 0;

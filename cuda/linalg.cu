@@ -166,13 +166,17 @@ int gemm_int(int64_t batch, int64_t M, int64_t N, int64_t K, double alpha, const
     if (na + nb) {
         doff = (int64_t *)dl_cuda_malloc(sizeof(int64_t) * (na + nb));
         if (!doff) return -1;
-        cudaError_t e = cudaSuccess;
-        if (na) e = cudaMemcpy(doff, A->boff, sizeof(int64_t) * na, cudaMemcpyHostToDevice);
-        if (e == cudaSuccess && nb)
-            e = cudaMemcpy(doff + na, B->boff, sizeof(int64_t) * nb, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) {
+        const char *why = "integer matmul's batch offsets";
+        int rc = 0;
+        if (na)
+            rc = dl_cuda_memcpy_sync(doff, A->boff, sizeof(int64_t) * na, cudaMemcpyHostToDevice,
+                                     why);
+        if (!rc && nb)
+            rc = dl_cuda_memcpy_sync(doff + na, B->boff, sizeof(int64_t) * nb,
+                                     cudaMemcpyHostToDevice, why);
+        if (rc) {
             dl_cuda_free(doff);
-            return dl_cuda_fail("cudaMemcpy", cudaGetErrorString(e), __FILE__, __LINE__);
+            return -1;
         }
     }
     int64_t total = batch * M * N;

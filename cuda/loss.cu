@@ -5,9 +5,10 @@
 // (src/kernels/loss.h) ends this file.
 //
 // Class losses: a thread per sample r = n*S + s, whose class c lies at
-// (n*C + c)*S + s, looping over the C classes.  Targets were checked by the op
-// layer (dl_cuda_target_check), so every index read is in [0, C) or the
-// sample is skipped.  Pointwise losses: a thread per element.  Sums over
+// (n*C + c)*S + s, looping over the C classes.  Targets are checked on the
+// device (dl_cuda_target_check, reported at the next synchronisation), and
+// the kernels never read at a bad one: its loss is NaN, its gradient zero,
+// its weight left out of the mean.  Pointwise losses: a thread per element.  Sums over
 // samples (the op layer's mean and sum) go through dl_cuda_reduce_acc.
 #include "reduce_family.cuh"
 
@@ -53,6 +54,11 @@ template <typename T> __device__ inline T wt(const T *weight, int64_t c) {
     return weight ? weight[c] : (T)1;
 }
 
+// A target that is not a class (reported by the check; skipped here).
+__device__ inline bool bad_class(int64_t t, int64_t C) {
+    return t < 0 || t >= C;
+}
+
 #define GRID_STRIDE(i, n)                                                                          \
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)gridDim.x * blockDim.x)
@@ -62,10 +68,11 @@ template <typename T> __device__ inline T wt(const T *weight, int64_t c) {
 // *out = sum of weight[target[i]] over the non-ignored targets; one block.
 template <typename T>
 __global__ void class_weight_sum_kernel(const int64_t *target, const T *weight, int64_t n,
-                                        int64_t ignore_index, double *out) {
+                                        int64_t C, int64_t ignore_index, double *out) {
     double s = 0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-        if (target[i] != ignore_index) s += (double)wt(weight, target[i]);
+        if (target[i] != ignore_index && !bad_class(target[i], C))
+            s += (double)wt(weight, target[i]);
     s = dl_block_allreduce(s, [](double a, double b) { return a + b; });
     if (threadIdx.x == 0) *out = s;
 }
@@ -95,6 +102,10 @@ __global__ void nll_kernel(T *out, const T *logp, const int64_t *target, const T
             out[r] = 0;
             continue;
         }
+        if (bad_class(t, C)) {
+            out[r] = (T)NAN;
+            continue;
+        }
         out[r] = -wt(weight, t) * logp[sample_base(r, C, S) + t * S];
     }
 }
@@ -105,7 +116,7 @@ __global__ void nll_backward_kernel(T *gx, const T *g, T g0, const int64_t *targ
                                     int64_t N, int64_t C, int64_t S, int64_t ignore_index) {
     GRID_STRIDE(r, N * S) {
         int64_t t = target[r];
-        if (t == ignore_index) continue;
+        if (t == ignore_index || bad_class(t, C)) continue;
         gx[sample_base(r, C, S) + t * S] = -wt(weight, t) * (g ? g[r] : g0);
     }
 }
@@ -122,6 +133,10 @@ __global__ void ce_kernel(T *out, const T *x, const int64_t *target, const T *we
         int64_t t = target[r];
         if (t == ignore_index) {
             out[r] = 0;
+            continue;
+        }
+        if (bad_class(t, C)) {
+            out[r] = (T)NAN;
             continue;
         }
         const T *xs = x + sample_base(r, C, S); // xs is (C), stride S
@@ -146,7 +161,7 @@ __global__ void ce_backward_kernel(T *gx, const T *g, T g0, const T *x, const in
         int64_t t = target[r], b = sample_base(r, C, S);
         const T *xs = x + b; // xs, gs are (C), stride S
         T *gs = gx + b;
-        if (t == ignore_index) {
+        if (t == ignore_index || bad_class(t, C)) {
             for (int64_t c = 0; c < C; c++) gs[c * S] = 0;
             continue;
         }
@@ -341,8 +356,8 @@ int dl_cuda_class_weight_sum(dl_dtype dt, const dl_class_loss_shape *s, double *
     cudaStream_t st = dl_cuda_stream();
     return by_dtype(dt, [&](auto tag) {
         typedef decltype(tag) T;
-        class_weight_sum_kernel<T>
-            <<<1, DL_RED_THREADS, 0, st>>>(target, (const T *)weight, n, s->ignore_index, out);
+        class_weight_sum_kernel<T><<<1, DL_RED_THREADS, 0, st>>>(target, (const T *)weight, n, s->C,
+                                                                 s->ignore_index, out);
     });
 }
 

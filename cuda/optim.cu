@@ -2,18 +2,26 @@
 // formulas are in src/cpu/optim.h).  The optim family's table
 // (src/kernels/optim.h) ends this file.
 //
-// One launch per step over all parameters (multi-tensor): the host lists
-// every parameter (its device pointers, length and per-parameter scalars)
-// and cuts them into chunks of kChunk elements; the list and the chunks go
-// to the device in one copy, and each CUDA block walks chunks (grid-stride),
-// its threads striding through the chunk's elements.
+// Multi-tensor launches: up to kMaxParams parameters per launch, their device
+// pointers, lengths and per-parameter scalars passed by value in the kernel's
+// arguments (a ParamList of about 2.5 KB), so a step allocates nothing, copies
+// nothing from the host and can be captured in a CUDA graph.  Each parameter
+// is cut into chunks of kChunk elements; each CUDA block walks chunks
+// (grid-stride), finds its parameter among the list's chunk offsets and its
+// threads stride through the chunk's elements.
+//
+// Device scalars: with c->lr the learning rate is read from device memory (a
+// captured step then follows the value set before each replay), and with
+// c->skip a true flag on the device leaves every tensor unchanged (GradScaler
+// skipping a step whose gradients are not finite, without the host reading
+// the flag).
 //
 // Invariants: float32 only, contiguous tensors of one device (checked by the
 // op and again here); every operation is an explicitly rounded intrinsic
 // (__fmul_rn, __fadd_rn, __fdiv_rn, __fsqrt_rn) in the order of
 // src/cpu/optim.c, so no fused multiply-add changes a bit and the result
 // equals the CPU's (and the Lua optimizer's).  The host never reads device
-// memory; the scratch list is freed (stream-ordered) right after the launch.
+// memory.
 #include "common.cuh"
 
 extern "C" {
@@ -21,12 +29,13 @@ extern "C" {
 #include "kernels/optim.h"
 }
 
-#include <stdlib.h>
+#include <string.h>
 
 namespace {
 
 const int kThreads = 256;
 const int64_t kChunk = 65536;
+const int kMaxParams = 32; // parameters per launch (the list is passed by value)
 
 // One parameter: device pointers (NULL where unused) and its scalars.
 struct ParamArgs {
@@ -41,14 +50,18 @@ struct ParamArgs {
     float neg_step_size, bc2_sqrt;
 };
 
-// Elements [start, end) of parameter t.
-struct Chunk {
-    int64_t t, start, end;
+// The parameters of one launch: parameter t owns chunks [first[t], first[t+1]).
+struct ParamList {
+    ParamArgs a[kMaxParams];
+    int64_t first[kMaxParams + 1];
+    int count;
 };
 
 struct SgdScalars {
     float neg_lr, mom, omd, wd;
     int use_wd, use_mom, nesterov, maximize;
+    const float *lr;  // device learning rate, or NULL (neg_lr holds it)
+    const bool *skip; // device flag: true leaves everything unchanged; or NULL
 };
 
 struct AdamScalars {
@@ -56,14 +69,29 @@ struct AdamScalars {
     int decoupled, use_wd, amsgrad, maximize;
 };
 
+// Chunk k of a list: its parameter *t and elements [*start, *end).
+__device__ inline void chunk_of(const ParamList &L, int64_t k, int *t, int64_t *start,
+                                int64_t *end) {
+    int i = 0;
+    while (i + 1 < L.count && L.first[i + 1] <= k) i++;
+    *t = i;
+    *start = (k - L.first[i]) * kChunk;
+    int64_t e = *start + kChunk;
+    *end = e < L.a[i].n ? e : L.a[i].n;
+}
+
 // --- kernels --------------------------------------------------------------------------------
 
-__global__ void sgd_kernel(const ParamArgs *args, const Chunk *chunks, int64_t nchunks,
-                           SgdScalars c) {
+__global__ void sgd_kernel(const ParamList L, SgdScalars c) {
+    if (c.skip && *c.skip) return;
+    const float neg_lr = c.lr ? -*c.lr : c.neg_lr;
+    const int64_t nchunks = L.first[L.count];
     for (int64_t k = blockIdx.x; k < nchunks; k += gridDim.x) {
-        const Chunk ch = chunks[k];
-        const ParamArgs a = args[ch.t];
-        for (int64_t i = ch.start + threadIdx.x; i < ch.end; i += blockDim.x) {
+        int t;
+        int64_t start, end;
+        chunk_of(L, k, &t, &start, &end);
+        const ParamArgs a = L.a[t];
+        for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
             float d = c.maximize ? -a.g[i] : a.g[i];
             if (c.use_wd) d = __fadd_rn(d, __fmul_rn(c.wd, a.p[i]));
             if (c.use_mom) {
@@ -71,7 +99,7 @@ __global__ void sgd_kernel(const ParamArgs *args, const Chunk *chunks, int64_t n
                 a.buf[i] = b;
                 d = c.nesterov ? __fadd_rn(d, __fmul_rn(c.mom, b)) : b;
             }
-            a.p[i] = __fadd_rn(a.p[i], __fmul_rn(c.neg_lr, d));
+            a.p[i] = __fadd_rn(a.p[i], __fmul_rn(neg_lr, d));
         }
     }
 }
@@ -81,12 +109,14 @@ __device__ inline float max_nan(float x, float y) {
     return x != x ? x : y != y ? y : x < y ? y : x;
 }
 
-__global__ void adam_kernel(const ParamArgs *args, const Chunk *chunks, int64_t nchunks,
-                            AdamScalars c) {
+__global__ void adam_kernel(const ParamList L, AdamScalars c) {
+    const int64_t nchunks = L.first[L.count];
     for (int64_t k = blockIdx.x; k < nchunks; k += gridDim.x) {
-        const Chunk ch = chunks[k];
-        const ParamArgs a = args[ch.t];
-        for (int64_t i = ch.start + threadIdx.x; i < ch.end; i += blockDim.x) {
+        int t;
+        int64_t start, end;
+        chunk_of(L, k, &t, &start, &end);
+        const ParamArgs a = L.a[t];
+        for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
             float g = c.maximize ? -a.g[i] : a.g[i], p = a.p[i];
             if (c.decoupled)
                 p = __fmul_rn(p, c.decay);
@@ -139,81 +169,51 @@ int check_one(const char *op, int k, const dl_optim_tensors *ts, bool adam, bool
     return 0;
 }
 
-// Builds the parameter list and chunks of n parameters, copies them to the
-// device and sets *dargs, *dchunks (one allocation: free *dargs) and *nchunks.
-int upload(const char *op, int n, const dl_optim_tensors *ts, bool adam, bool amsgrad,
-           bool momentum, ParamArgs **dargs, Chunk **dchunks, int64_t *nchunks) {
-    *dargs = NULL;
-    *dchunks = NULL;
-    *nchunks = 0;
-    int64_t nc = 0;
-    for (int k = 0; k < n; k++) {
-        if (check_one(op, k, &ts[k], adam, amsgrad, momentum)) return -1;
-        nc += (dl_tensor_numel(ts[k].param) + kChunk - 1) / kChunk;
-    }
-    if (nc == 0) return 0;
-    size_t args_bytes = (size_t)n * sizeof(ParamArgs),
-           bytes = args_bytes + (size_t)nc * sizeof(Chunk);
-    char *host = (char *)malloc(bytes);
-    if (!host) return dl_error("%s (cuda): out of host memory for %d parameters", op, n);
-    ParamArgs *ha = (ParamArgs *)host;
-    Chunk *hc = (Chunk *)(host + args_bytes);
-    int64_t c = 0;
-    for (int k = 0; k < n; k++) {
-        const dl_optim_tensors *t = &ts[k];
-        int64_t len = dl_tensor_numel(t->param);
-        ha[k] = ParamArgs{f32(t->param),
-                          f32(t->grad),
-                          momentum ? f32(t->buf) : NULL,
-                          adam ? f32(t->exp_avg) : NULL,
-                          adam ? f32(t->exp_avg_sq) : NULL,
-                          amsgrad ? f32(t->max_exp_avg_sq) : NULL,
-                          len,
-                          t->fresh,
-                          (float)t->neg_step_size,
-                          (float)t->bc2_sqrt};
-        for (int64_t s = 0; s < len; s += kChunk)
-            hc[c++] = Chunk{k, s, s + kChunk < len ? s + kChunk : len};
-    }
-    char *dev = (char *)dl_cuda_malloc(bytes);
-    if (!dev) {
-        free(host);
-        return -1;
-    }
-    // pageable source: the call returns once the bytes are staged, so host may go
-    cudaError_t e = cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, dl_cuda_stream());
-    free(host);
-    if (e != cudaSuccess) {
-        dl_cuda_free(dev);
-        return dl_cuda_fail("cudaMemcpyAsync(optimizer parameter list)", cudaGetErrorString(e),
-                            __FILE__, __LINE__);
-    }
-    *dargs = (ParamArgs *)dev;
-    *dchunks = (Chunk *)(dev + args_bytes);
-    *nchunks = nc;
-    return 0;
+// Parameter k's entry of a list.
+ParamArgs param_args(const dl_optim_tensors *t, bool adam, bool amsgrad, bool momentum) {
+    return ParamArgs{f32(t->param),
+                     f32(t->grad),
+                     momentum ? f32(t->buf) : NULL,
+                     adam ? f32(t->exp_avg) : NULL,
+                     adam ? f32(t->exp_avg_sq) : NULL,
+                     amsgrad ? f32(t->max_exp_avg_sq) : NULL,
+                     dl_tensor_numel(t->param),
+                     t->fresh,
+                     (float)t->neg_step_size,
+                     (float)t->bc2_sqrt};
 }
 
 unsigned chunk_blocks(int64_t nchunks) {
     return (unsigned)(nchunks < 65535LL * 32 ? nchunks : 65535LL * 32);
 }
 
-// Checks and uploads the n parameters, launches kernel over their chunks and
-// frees the list (stream-ordered).
+// Checks the n parameters, then launches kernel over them, kMaxParams at a
+// time (parameters without elements are left out).
 template <typename S>
-int run_step(const char *op, void (*kernel)(const ParamArgs *, const Chunk *, int64_t, S), int n,
-             const dl_optim_tensors *ts, bool adam, bool amsgrad, bool momentum, S s) {
+int run_step(const char *op, void (*kernel)(const ParamList, S), int n, const dl_optim_tensors *ts,
+             bool adam, bool amsgrad, bool momentum, S s) {
     if (n <= 0) return 0;
-    if (check_one(op, 0, &ts[0], adam, amsgrad, momentum) || dl_cuda_use(ts[0].param)) return -1;
-    ParamArgs *args;
-    Chunk *chunks;
-    int64_t nchunks;
-    if (upload(op, n, ts, adam, amsgrad, momentum, &args, &chunks, &nchunks)) return -1;
-    if (nchunks == 0) return 0;
-    kernel<<<chunk_blocks(nchunks), kThreads, 0, dl_cuda_stream()>>>(args, chunks, nchunks, s);
-    cudaError_t e = cudaGetLastError();
-    dl_cuda_free(args);
-    if (e != cudaSuccess) return dl_cuda_fail(op, cudaGetErrorString(e), __FILE__, __LINE__);
+    for (int k = 0; k < n; k++)
+        if (check_one(op, k, &ts[k], adam, amsgrad, momentum)) return -1;
+    if (dl_cuda_use(ts[0].param)) return -1;
+    ParamList L;
+    memset(&L, 0, sizeof L);
+    int k = 0;
+    while (k < n) {
+        L.count = 0;
+        L.first[0] = 0;
+        for (; k < n && L.count < kMaxParams; k++) {
+            int64_t len = dl_tensor_numel(ts[k].param);
+            if (len == 0) continue;
+            L.a[L.count] = param_args(&ts[k], adam, amsgrad, momentum);
+            L.first[L.count + 1] = L.first[L.count] + (len + kChunk - 1) / kChunk;
+            L.count++;
+        }
+        if (L.count == 0) continue;
+        kernel<<<chunk_blocks(L.first[L.count]), kThreads, 0, dl_cuda_stream()>>>(L, s);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return dl_cuda_fail(op, cudaGetErrorString(e), __FILE__, __LINE__);
+    }
     return 0;
 }
 
@@ -228,7 +228,9 @@ int dl_cuda_sgd_step(int n, const dl_optim_tensors *ts, const dl_sgd_coeffs *c) 
                     c->weight_decay != 0,
                     momentum,
                     c->nesterov,
-                    c->maximize};
+                    c->maximize,
+                    c->lr,
+                    c->skip};
     return run_step("sgd_step", sgd_kernel, n, ts, false, false, momentum, s);
 }
 

@@ -56,6 +56,8 @@ __global__ void pad_scatter_kernel(T *gin, const T *gout, const int64_t *m, PadS
 
 // The three maps in one device buffer (m0, then m1, then m2); NULL + error.
 int64_t *maps_to_device(const dl_pad_shape *s) {
+    // a CUDA graph would replay the copy from host memory freed by then
+    if (dl_cuda_refuse_in_capture("pad (its index maps come from host memory)")) return nullptr;
     size_t total = (size_t)(s->osz[0] + s->osz[1] + s->osz[2]);
     int64_t *d = (int64_t *)dl_cuda_malloc(total * sizeof(int64_t));
     if (!d) return nullptr;

@@ -14,7 +14,9 @@
 // per input element, visiting its windows in the CPU's (oh, ow) order: no
 // atomics, deterministic); the max backward scatters with atomicAdd (a
 // position may be the maximum of several windows; only the order of those
-// few additions may differ from the CPU's).
+// few additions may differ from the CPU's); an index that is not in the
+// plane is skipped and reported at the next synchronisation
+// (dl_cuda_rt->check_first_bad), so the backward never waits for the GPU.
 //
 // Element types: float and double (the op layer computes half inputs in
 // float32, as on the CPU).  Buffers are contiguous: x, gx (P,H,W); y, gy,
@@ -134,20 +136,24 @@ __global__ void adaptive_max_fwd(T *y, int64_t *ind, const T *x, dl_pool2d_shape
 }
 
 // gx (P,HW) += gy (P,OHW) at ind (P,OHW) (gx zeroed before); an index outside
-// [0, HW) is counted in *bad and skipped.
+// [0, HW) is skipped, the first one's position kept in *first_bad (n before).
 template <typename T>
 __global__ void scatter_add(T *gx, const T *gy, const int64_t *ind, int64_t P, int64_t HW,
-                            int64_t OHW, unsigned long long *bad) {
+                            int64_t OHW, long long *first_bad) {
     int64_t n = P * OHW;
     for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < n;
          j += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = ind[j];
         if (i < 0 || i >= HW) {
-            atomicAdd(bad, 1ULL);
+            atomicMin(first_bad, (long long)j);
             continue;
         }
         atomicAdd(&gx[(j / OHW) * HW + i], gy[j]);
     }
+}
+
+__global__ void set_ll_kernel(long long *p, long long v) {
+    *p = v;
 }
 
 // y (P,OH,OW) = window averages of x (P,H,W); one thread per output.
@@ -382,34 +388,26 @@ int dl_cuda_pool2d_scatter_backward(dl_dtype dt, int64_t P, int64_t HW, int64_t 
     if (P * HW > 0) DL_CUDA_CHECK(cudaMemsetAsync(gx, 0, (size_t)(P * HW) * esz, st));
     int64_t n = P * OHW;
     if (n == 0 || HW == 0) return 0;
-    unsigned long long *bad = (unsigned long long *)dl_cuda_malloc(sizeof *bad);
-    if (!bad) return -1;
-    unsigned long long nbad = 0;
-    int rc = -1;
-    if (cudaMemsetAsync(bad, 0, sizeof *bad, st) != cudaSuccess) {
-        dl_cuda_fail("cudaMemsetAsync", "clearing the bad-index counter", __FILE__, __LINE__);
-    } else {
+    // a bad index is skipped and reported at the next synchronisation
+    long long *first_bad = (long long *)dl_cuda_malloc(sizeof *first_bad);
+    if (!first_bad) return -1;
+    set_ll_kernel<<<1, 1, 0, st>>>(first_bad, (long long)n);
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) {
         unsigned nb = dl_cuda_blocks(n, kThreads);
         if (dt == DL_DTYPE_F32)
-            scatter_add<float>
-                <<<nb, kThreads, 0, st>>>((float *)gx, (const float *)gy, ind, P, HW, OHW, bad);
+            scatter_add<float><<<nb, kThreads, 0, st>>>((float *)gx, (const float *)gy, ind, P, HW,
+                                                        OHW, first_bad);
         else
-            scatter_add<double>
-                <<<nb, kThreads, 0, st>>>((double *)gx, (const double *)gy, ind, P, HW, OHW, bad);
-        cudaError_t e = cudaGetLastError();
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(&nbad, bad, sizeof nbad, cudaMemcpyDeviceToHost, st);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-        if (e != cudaSuccess)
-            dl_cuda_fail("scatter_add", cudaGetErrorString(e), __FILE__, __LINE__);
-        else
-            rc = 0;
+            scatter_add<double><<<nb, kThreads, 0, st>>>((double *)gx, (const double *)gy, ind, P,
+                                                         HW, OHW, first_bad);
+        e = cudaGetLastError();
     }
-    dl_cuda_free(bad);
-    if (rc == 0 && nbad)
-        return dl_error("%s: %llu indices are outside the input plane of %lld elements (indices "
-                        "must come from the forward)",
-                        op, nbad, (long long)HW);
+    int rc = e != cudaSuccess
+                 ? dl_cuda_fail("scatter_add", cudaGetErrorString(e), __FILE__, __LINE__)
+                 : dl_cuda_rt->check_first_bad(op, DL_CHECK_POOL_INDEX, (const int64_t *)first_bad,
+                                               ind, n, HW, 0);
+    dl_cuda_free(first_bad); // stream-ordered: after the kernels that use it
     return rc;
 }
 

@@ -27,6 +27,15 @@
 -- and the loss live on that device; checkpoints hold CPU copies, so one
 -- written on a GPU resumes on the CPU and the other way round.
 --
+-- On a GPU (one process) a training step never waits for the GPU: the loss
+-- is summed on the device and read every --log-every batches (and at the end
+-- of an epoch), so the per-step loss history holds each window's mean; a
+-- step whose loss is not finite is skipped on the device and
+-- --stop-on-nonfinite stops at the next read.  --cuda-graph captures the
+-- whole step (forward, backward, optimizer, the loss sum) in a CUDA graph
+-- after 3 eager steps and replays it for every full batch (a last, smaller
+-- batch runs eagerly); the learning rate still follows the schedule.
+--
 -- Exit status: 0 when training finished (or stopped at --max-steps), 130
 -- after Ctrl-C (a checkpoint is written first), 2 for bad options or input
 -- (one line on stderr), 1 for anything unexpected (message and traceback).
@@ -67,6 +76,8 @@ local SPEC = {
   {name = "device", default = "auto", metavar = "DEV", help = "where to train: auto, cpu, cuda or cuda:N (auto: a GPU when there is one)"},
   {name = "amp", type = "choice", choices = {"off", "bf16", "fp16"}, default = "off", help = "mixed precision on CUDA (fp16 adds loss scaling)"},
   {name = "channels-last", type = "flag", default = false, help = "keep images and conv weights in NHWC memory order"},
+  {name = "cuda-graph", type = "flag", default = false,
+   help = "capture the training step in a CUDA graph and replay it (CUDA, one process)"},
   {name = "stop-on-nonfinite", type = "flag", default = true,
    help = "stop with one line at the first NaN or infinite loss, before the step"},
   {name = "augment", type = "flag", default = false, help = "RandomResizedCrop + RandomHorizontalFlip instead of Resize + CenterCrop"},
@@ -362,6 +373,49 @@ local function main(argv)
   local tblog = o.tensorboard and checked("--tensorboard " .. o.tensorboard, train.tensorboard.open,
     o.tensorboard, {log_every = o.log_every})
 
+  -- the step itself: forward, backward, optimizer; on a GPU (one process)
+  -- without a host read: the loss is summed into loss_sum on the device and a
+  -- step whose loss is not finite is skipped there (the scaler does that for
+  -- fp16), so it can also be captured in a CUDA graph
+  local lazy = on_gpu and not ctx
+  if o.cuda_graph and not lazy then
+    die("--cuda-graph: needs --device cuda in one process")
+  end
+  local loss_sum = lazy and dl.zeros({}, {dtype = dl.float64, device = device}) or nil
+  local window_n, window_first = 0, nil -- steps summed into loss_sum, the first one's batch
+  local function train_step(x, y)
+    local loss
+    if amp_dtype then
+      -- x, y go in as arguments: a closure over the loop's variables
+      -- upsets the loader's to-be-closed iterator (goto continue above)
+      loss = dl.autocast({dtype = amp_dtype}, function(a, b) return criterion(net(a), b) end, x, y)
+    else
+      loss = criterion(net(x), y)
+    end
+    optimizer:zero_grad()
+    if scaler then scaler:scale(loss):backward() else loss:backward() end
+    return loss
+  end
+  local function update_step(loss)
+    if scaler then
+      scaler:step(optimizer)
+      scaler:update()
+    else
+      if lazy and o.stop_on_nonfinite then optimizer._skip_if = loss:detach():isfinite():logical_not() end
+      optimizer:step()
+      optimizer._skip_if = nil
+    end
+  end
+  local function lazy_step(x, y)
+    local loss = train_step(x, y)
+    update_step(loss)
+    dl.no_grad(function() loss_sum:add_(loss:detach()) end)
+    return loss
+  end
+  local graphed, graph_batch -- the captured step and its batch size
+  local GRAPH_WARMUP = 3
+  local steps_this_run = 0
+
   local tty = progress.stdout_is_tty()
   dl._train.sigint_watch(true)
   local t_start = dl.clock()
@@ -385,35 +439,50 @@ local function main(argv)
           y = y:to({device = device, non_blocking = true})
         end
         if o.channels_last and x:dim() == 4 then x = x:contiguous({memory_format = "channels_last"}) end
-        local loss
-        if amp_dtype then
-          -- x, y go in as arguments: a closure over the loop's variables
-          -- upsets the loader's to-be-closed iterator (goto continue above)
-          loss = dl.autocast({dtype = amp_dtype}, function(a, b) return criterion(net(a), b) end, x, y)
+        local l, stop_all
+        if lazy then
+          if o.cuda_graph and not graphed and steps_this_run >= GRAPH_WARMUP then
+            graph_batch = x.shape[1]
+            graphed = dl.cuda.graphed(lazy_step, {x, y}, {warmup = 0})
+          end
+          if graphed and x.shape[1] == graph_batch then graphed(x, y) else lazy_step(x, y) end
+          steps_this_run = steps_this_run + 1
+          window_n, window_first = window_n + 1, window_first or b
+          stop_all = dl._train.sigint_pending() > 0
+          if o.max_steps > 0 and step >= o.max_steps then stopped = "max-steps" end
+          if b % o.log_every == 0 or b == nb or stop_all or stopped then
+            -- the one read of the window: its mean loss
+            local mean = loss_sum:item() / window_n
+            for s2 = step - window_n + 1, step do losses[s2] = mean end
+            p:add_losses(mean * window_n, window_n)
+            if o.stop_on_nonfinite and train.guard.nonfinite(mean) then
+              -- the non-finite steps were skipped on the device: the weights stay finite
+              p:finish()
+              local where = string.format("epoch %d, batches %d-%d", epoch, window_first, b)
+              local ok, msg = pcall(train.guard.check_loss, mean, where)
+              die("%s", ok and "the loss is not finite" or msg)
+            end
+            loss_sum:zero_()
+            window_n, window_first = 0, nil
+            l = mean
+          end
         else
-          loss = criterion(net(x), y)
+          local loss = train_step(x, y)
+          l, stop_all = tdist.step_sync(ctx, loss:item(), dl._train.sigint_pending() > 0)
+          if o.stop_on_nonfinite and train.guard.nonfinite(l) then
+            -- before the step: the weights and the next checkpoint stay finite
+            p:finish()
+            local ok, msg = pcall(train.guard.check_loss, l, string.format("epoch %d, batch %d", epoch, b))
+            die("%s", ok and "the loss is not finite" or msg)
+          end
+          update_step(loss)
+          losses[step] = l
         end
-        optimizer:zero_grad()
-        if scaler then scaler:scale(loss):backward() else loss:backward() end
-        local l, stop_all = tdist.step_sync(ctx, loss:item(), dl._train.sigint_pending() > 0)
-        if o.stop_on_nonfinite and train.guard.nonfinite(l) then
-          -- before the step: the weights and the next checkpoint stay finite
-          p:finish()
-          local ok, msg = pcall(train.guard.check_loss, l, string.format("epoch %d, batch %d", epoch, b))
-          die("%s", ok and "the loss is not finite" or msg)
-        end
-        if scaler then
-          scaler:step(optimizer)
-          scaler:update()
-        else
-          optimizer:step()
-        end
-        losses[step] = l
         if tblog then
           tblog:inputs(x, step)
           tblog:step(step, l, lr, y.shape[1])
         end
-        p:step(b, y.shape[1], l, wait)
+        p:step(b, y.shape[1], not lazy and l or nil, wait)
         if stop_all then stopped = "interrupt" end
         if o.max_steps > 0 and step >= o.max_steps then stopped = stopped or "max-steps" end
         if stopped then
@@ -491,14 +560,14 @@ end
 local ok, res = xpcall(main, handler, arg or {})
 if not ok then
   pcall(dl._train.sigint_watch, false)
-  if getmetatable(res) == UserError then
-    io.stderr:write(tdist.prefix(ctx), PROG, ": ", res.msg, "\n")
-    os.exit(2, true)
-  elseif args.is_error(res) then
-    io.stderr:write(tdist.prefix(ctx), PROG, ": ", res.message, "\n")
-    os.exit(2, true)
+  -- the message, and the other ranks told at once (not at their timeout)
+  local function give_up(msg, status)
+    io.stderr:write(tdist.prefix(ctx), PROG, ": ", msg, "\n")
+    pcall(tdist.report_failure, ctx, PROG .. ": " .. msg)
+    os.exit(status, true)
   end
-  io.stderr:write(tdist.prefix(ctx), PROG, ": error: ", tostring(res), "\n")
-  os.exit(1, true)
+  if getmetatable(res) == UserError then give_up(res.msg, 2) end
+  if args.is_error(res) then give_up(res.message, 2) end
+  give_up("error: " .. tostring(res), 1)
 end
 os.exit(res, true)

@@ -17,7 +17,9 @@
  * Invariants: everything runs under lua_pcall with a traceback handler
  * (pmain); a Lua error never exits the REPL; while Lua code runs, SIGINT sets
  * a hook that raises "interrupted!" at the next Lua instruction (a third
- * Ctrl-C that Lua has not seen yet kills the process, for code stuck in C). */
+ * Ctrl-C that Lua has not seen yet kills the process, for code stuck in C).
+ * An error that ends a rank of a distributed job is reported to the other
+ * ranks (dl_dist_report_failure) so they fail at once. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -35,6 +37,7 @@
 #include <readline/readline.h>
 
 #include "core/parallel.h"
+#include "dist/dist.h"
 #include "ops/device.h"
 
 int luaopen_dl(lua_State *L);
@@ -49,8 +52,12 @@ static const char *progname = "dlua"; /* NULL inside the REPL: messages unprefix
 
 /* --- messages and protected calls ------------------------------------------ */
 
+/* Outside the REPL, a rank of a distributed job says which it is:
+ * "[rank 1/2] dlua: ..." (as train_resnet's messages). */
 static void print_message(const char *pname, const char *msg) {
     fflush(stdout);
+    if (pname && dl_dist_is_initialized() && dl_dist_world_size() > 1)
+        fprintf(stderr, "[rank %d/%d] ", dl_dist_rank(), dl_dist_world_size());
     if (pname) fprintf(stderr, "%s: ", pname);
     fprintf(stderr, "%s\n", msg);
     fflush(stderr);
@@ -67,6 +74,10 @@ static int msghandler(lua_State *L) {
     return 1;
 }
 
+/* The first line of the last error reported outside the REPL: what a
+ * distributed job's other ranks are told when this one fails. */
+static char last_error[400];
+
 /* Set when "interrupted!" was raised: the message then starts on a new line. */
 static volatile sig_atomic_t was_interrupted = 0;
 
@@ -76,7 +87,9 @@ static int report(lua_State *L, int status) {
         if (was_interrupted && isatty(STDERR_FILENO)) fputs("\n", stderr); /* after the echoed ^C */
         was_interrupted = 0;
         const char *msg = lua_tostring(L, -1);
-        print_message(progname, msg ? msg : "(error object is not a string)");
+        if (!msg) msg = "(error object is not a string)";
+        print_message(progname, msg);
+        if (progname) snprintf(last_error, sizeof last_error, "%.*s", (int)strcspn(msg, "\n"), msg);
         lua_pop(L, 1);
     }
     return status;
@@ -936,6 +949,10 @@ int main(int argc, char **argv) {
     lua_pushlightuserdata(L, &m);
     int status = lua_pcall(L, 1, 0, 0);
     report(L, status);
+    /* a rank of a distributed job that fails alone: the others learn it now
+     * instead of at their collectives' deadline (src/dist/dist.h) */
+    if (!(status == LUA_OK && m.ok) && dl_dist_is_initialized())
+        dl_dist_report_failure(last_error[0] ? last_error : "dlua: the script failed");
     lua_close(L);
     return (status == LUA_OK && m.ok) ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -21,6 +21,15 @@
 -- outer one); dl.autocast restores the state it found even when fn raises.
 -- The wrappers in dl.nn.functional read amp._state on every call and do
 -- nothing else while autocast is off.
+--
+-- GradScaler keeps the scale, the growth tracker and the found-inf flag in
+-- 0-dim float32/bool tensors on the gradients' device (as PyTorch does), so on
+-- CUDA scale/unscale_/step/update never wait for the GPU and can be captured
+-- in a CUDA graph: the optimizer skips its step on the device (SGD's fused
+-- step reads the flag; an optimizer that cannot reads it on the host, one
+-- synchronisation).  get_scale() and state_dict() read the scale back (they
+-- wait).  Gradients spread over several devices take the host path: the
+-- flags are read and the scale is a Lua number.
 local dl = require "dl"
 local util = require "dl.util"
 
@@ -177,16 +186,37 @@ end
 
 function GradScaler:is_enabled() return self._enabled end
 
--- The current scale (1.0 when disabled).
-function GradScaler:get_scale() return self._enabled and self._scale or 1.0 end
+-- The current scale (1.0 when disabled); reads it back from the device.
+function GradScaler:get_scale()
+  if not self._enabled then return 1.0 end
+  if self._scale_t then return self._scale_t:item() end
+  return self._scale
+end
 function GradScaler:get_growth_factor() return self._growth_factor end
 function GradScaler:get_backoff_factor() return self._backoff_factor end
 function GradScaler:get_growth_interval() return self._growth_interval end
 
+-- The device scale and growth tracker, made on first use (from the host
+-- values) on the device of the tensors scaled.
+local function device_state(self, dev)
+  if self._scale_t then
+    if self._scale_t.device ~= dev then
+      fail("GradScaler: the scale lives on %s, these tensors are on %s", self._scale_t.device, dev)
+    end
+    return self._scale_t
+  end
+  self._scale_t = dl.full({}, self._scale, {dtype = dl.float32, device = dev})
+  self._tracker_t = dl.full({}, self._growth_tracker, {dtype = dl.float32, device = dev})
+  return self._scale_t
+end
+
 -- outputs * scale (a tensor, or an array of tensors).
 function GradScaler:scale(outputs)
   if not self._enabled then return outputs end
-  if dl.is_tensor(outputs) then return outputs * self._scale end
+  if dl.is_tensor(outputs) then
+    local st = device_state(self, outputs.device)
+    return st and outputs * st or outputs * self._scale
+  end
   if type(outputs) ~= "table" then fail("GradScaler:scale: a tensor or an array of tensors expected, got %s", type(outputs)) end
   local out = {}
   for i, t in ipairs(outputs) do out[i] = self:scale(t) end
@@ -202,8 +232,26 @@ local function opt_state(self, opt)
   return st
 end
 
+-- The one device all of opt's gradients are on (and the scale, once made),
+-- else nil.
+local function grads_device(self, opt)
+  local dev
+  for _, group in ipairs(opt.param_groups) do
+    for _, p in ipairs(group.params) do
+      local g = p.grad
+      if g ~= nil then
+        if dev and g.device ~= dev then return nil end
+        dev = g.device
+      end
+    end
+  end
+  if dev and self._scale_t and self._scale_t.device ~= dev then return nil end
+  return dev
+end
+
 -- Divides the gradients of opt's parameters by the scale in place and notes
--- whether any is inf or NaN (one device read per device for all of them).
+-- whether any is inf or NaN: in a device flag when they share one device,
+-- else read on the host (one device read per device for all of them).
 function GradScaler:unscale_(opt)
   if not self._enabled then return end
   if type(opt) ~= "table" or type(opt.param_groups) ~= "table" then
@@ -212,39 +260,66 @@ function GradScaler:unscale_(opt)
   local st = opt_state(self, opt)
   if st.unscaled then fail("unscale_() has already been called on this optimizer since the last update().") end
   if st.stepped then fail("unscale_() is being called after step().") end
-  local inv = 1.0 / self._scale
-  local found = false
+  local dev = grads_device(self, opt)
+  local scale_t = dev and device_state(self, dev)
   dl.no_grad(function()
+    if scale_t then
+      local inv = scale_t:reciprocal()
+      local flags = {} -- 0-dim bools, true: all finite
+      for _, group in ipairs(opt.param_groups) do
+        for _, p in ipairs(group.params) do
+          local g = p.grad
+          if g ~= nil then
+            g:mul_(inv)
+            flags[#flags + 1] = g:isfinite():all()
+          end
+        end
+      end
+      st.found_t = #flags > 0 and dl.stack(flags):all():logical_not() or dl.zeros({}, {dtype = dl.bool, device = dev})
+      return
+    end
+    local inv = 1.0 / self:get_scale()
     local flags = {} -- device -> array of 0-dim bool tensors (true: all finite)
     for _, group in ipairs(opt.param_groups) do
       for _, p in ipairs(group.params) do
         local g = p.grad
         if g ~= nil then
           g:mul_(inv)
-          local dev = g.device
-          flags[dev] = flags[dev] or {}
-          local f = flags[dev]
+          local d = g.device
+          flags[d] = flags[d] or {}
+          local f = flags[d]
           f[#f + 1] = g:isfinite():all()
         end
       end
     end
+    local found = false
     for _, f in pairs(flags) do
       if not dl.stack(f):all():item() then found = true end
     end
+    st.found_inf = found
   end)
-  st.found_inf = found
   st.unscaled = true
 end
 
 -- Unscales (unless unscale_ ran) and runs opt:step(...) unless a gradient
--- was inf or NaN.  Returns what opt:step returned (nil when skipped).
+-- was inf or NaN.  Returns what opt:step returned (nil when skipped on the
+-- host).
 function GradScaler:step(opt, ...)
   if not self._enabled then return opt:step(...) end
   local st = opt_state(self, opt)
   if st.stepped then fail("step() has already been called since the last update().") end
   if not st.unscaled then self:unscale_(opt) end
   local ret
-  if not st.found_inf then ret = opt:step(...) end
+  if st.found_t then
+    -- the optimizer skips on the device (or reads the flag itself)
+    opt._skip_if = st.found_t
+    local ok, r = pcall(opt.step, opt, ...)
+    opt._skip_if = nil
+    if not ok then error(r, 0) end
+    ret = r
+  elseif not st.found_inf then
+    ret = opt:step(...)
+  end
   st.stepped = true
   return ret
 end
@@ -257,22 +332,37 @@ function GradScaler:update(new_scale)
     if dl.is_tensor(new_scale) then new_scale = new_scale:item() end
     util.check_number(new_scale, "GradScaler:update", "new_scale")
     self._scale = new_scale + 0.0
+    if self._scale_t then self._scale_t:fill_(self._scale) end
+    self._per_opt = {}
+    return
+  end
+  local any, found, found_t = false, false, nil
+  for _, st in pairs(self._per_opt) do
+    any = true
+    found = found or st.found_inf
+    if st.found_t then found_t = found_t and found_t:logical_or(st.found_t) or st.found_t end
+  end
+  if not any then fail("GradScaler:update: no inf checks were recorded prior to update (call step or unscale_ first)") end
+  if found_t then
+    -- on the device: scale and tracker follow the same rule as below
+    dl.no_grad(function()
+      if found then found_t = dl.ones({}, {dtype = dl.bool, device = found_t.device}) end
+      local s, tr = self._scale_t, self._tracker_t
+      local grown = tr + 1
+      local full = grown:eq(self._growth_interval)
+      local clean_scale = dl.where(full, s * self._growth_factor, s)
+      local clean_tracker = dl.where(full, dl.zeros_like(grown), grown)
+      s:copy_(dl.where(found_t, s * self._backoff_factor, clean_scale))
+      tr:copy_(dl.where(found_t, dl.zeros_like(grown), clean_tracker))
+    end)
+  elseif found then
+    self._scale = self._scale * self._backoff_factor
+    self._growth_tracker = 0
   else
-    local any, found = false, false
-    for _, st in pairs(self._per_opt) do
-      any = true
-      found = found or st.found_inf
-    end
-    if not any then fail("GradScaler:update: no inf checks were recorded prior to update (call step or unscale_ first)") end
-    if found then
-      self._scale = self._scale * self._backoff_factor
+    self._growth_tracker = self._growth_tracker + 1
+    if self._growth_tracker == self._growth_interval then
+      self._scale = self._scale * self._growth_factor
       self._growth_tracker = 0
-    else
-      self._growth_tracker = self._growth_tracker + 1
-      if self._growth_tracker == self._growth_interval then
-        self._scale = self._scale * self._growth_factor
-        self._growth_tracker = 0
-      end
     end
   end
   self._per_opt = {}
@@ -280,8 +370,9 @@ end
 
 function GradScaler:state_dict()
   if not self._enabled then return {} end
-  return {scale = self._scale, growth_factor = self._growth_factor, backoff_factor = self._backoff_factor,
-    growth_interval = self._growth_interval, _growth_tracker = self._growth_tracker}
+  local tracker = self._tracker_t and math.tointeger(self._tracker_t:item()) or self._growth_tracker
+  return {scale = self:get_scale(), growth_factor = self._growth_factor, backoff_factor = self._backoff_factor,
+    growth_interval = self._growth_interval, _growth_tracker = tracker}
 end
 
 function GradScaler:load_state_dict(sd)
@@ -295,10 +386,14 @@ function GradScaler:load_state_dict(sd)
   self._backoff_factor = sd.backoff_factor or self._backoff_factor
   self._growth_interval = sd.growth_interval or self._growth_interval
   self._growth_tracker = sd._growth_tracker or 0
+  if self._scale_t then
+    self._scale_t:fill_(self._scale)
+    self._tracker_t:fill_(self._growth_tracker)
+  end
 end
 
 function GradScaler:__tostring()
-  return string.format("GradScaler(scale=%s, enabled=%s)", util.pyrepr(self._scale), tostring(self._enabled))
+  return string.format("GradScaler(scale=%s, enabled=%s)", util.pyrepr(self:get_scale()), tostring(self._enabled))
 end
 
 return amp

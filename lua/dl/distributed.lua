@@ -14,7 +14,9 @@
 -- started several processes, else "local".  Every collective has a sequence
 -- number and runs under the group's timeout: a rank that died or skipped a
 -- collective makes the others fail with a message naming the rank, the
--- collective and its number.  DLUA_DIST_DEBUG=1 checks that every rank
+-- collective and its number.  A rank that fails on an error (dlua reports
+-- an error that ends the script; see report_failure) or exits without
+-- destroy_process_group tells the others, which fail at once.  DLUA_DIST_DEBUG=1 checks that every rank
 -- issues the same collective (op, dtype, count) and names the first that
 -- does not.  After init, RANK, WORLD_SIZE and LOCAL_RANK are exported.
 local dl = require "dl"
@@ -46,6 +48,20 @@ M.barrier = C.barrier
 M.destroy_process_group = C.destroy
 -- seconds this process spent blocked waiting for collectives since init
 M.wait_seconds = C.wait_seconds
+
+-- dist.report_failure(message): this rank cannot go on.  Every other rank
+-- fails its pending or next collective at once with an error naming this
+-- rank and message's first line, instead of waiting for the timeout; this
+-- process's exit then waits (under the timeout) until every peer has heard,
+-- and ends the job.  dlua calls it for an error that ends the script; a
+-- script that catches its errors and exits itself calls it before exiting.
+-- Does nothing without a process group or at world size 1.
+function M.report_failure(message)
+  if message ~= nil and type(message) ~= "string" then
+    util.fail("report_failure: message must be a string, got %s", type(message))
+  end
+  C.report_failure(message or "(no message)")
+end
 
 -- The launcher's view before init: {rank =, world_size =, local_rank =}
 -- from Open MPI, MPICH/PMI, Slurm or torchrun-style variables, or nil when

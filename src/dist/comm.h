@@ -18,7 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DL_COMM_ABI 1
+#define DL_COMM_ABI 2
+
+/* The most bytes one notice (notice_send) carries. */
+#define DL_COMM_NOTICE_BYTES 512
 
 typedef enum {
     DL_COMM_F32 = 0,
@@ -71,6 +74,17 @@ typedef struct dl_comm_backend {
      * boot backend. */
     void *(*init_boot)(dl_comm_info *info, double timeout_s, const struct dl_comm_backend *boot,
                        void *boot_st, char *err, size_t errlen);
+    /* Notices: small messages (at most DL_COMM_NOTICE_BYTES) on a channel
+     * of their own, never matched against a collective, for a rank to tell
+     * the others that it failed or left.  notice_send copies buf and starts
+     * sending it to rank `to` (0 or -1 with err); notice_poll drives the
+     * sends in flight and returns 1 with a received notice in buf (its
+     * sender in *from), 0 when none has arrived; notice_pending is the
+     * number of sends not yet complete.  NULL in a backend without peers
+     * (local) or one that leaves them to its boot backend (NCCL). */
+    int (*notice_send)(void *st, int to, const void *buf, size_t nbytes, char *err, size_t errlen);
+    int (*notice_poll)(void *st, void *buf, size_t nbytes, int *from);
+    int (*notice_pending)(void *st);
 } dl_comm_backend;
 
 typedef const dl_comm_backend *(*dl_dist_plugin_fn)(void);

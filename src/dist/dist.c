@@ -2,18 +2,31 @@
  * loading, sequence numbers, deadlines, staging of tensors for the
  * transport, and the DLUA_DIST_DEBUG cross-rank check of every collective.
  *
+ * Failing fast: a rank that cannot go on (an uncaught error: dlua's handler
+ * and train_resnet's guard call dl_dist_report_failure) sends every other
+ * rank a notice (comm.h) with its message and `safe`, the last collective
+ * number it issued and completed; a rank that ends without
+ * destroy_process_group sends one too.  Every wait polls for notices, so a
+ * peer waiting on a collective numbered above `safe` fails at once, naming
+ * the rank and its message, instead of waiting for the deadline.  The
+ * failing rank waits at exit (under the timeout) until every peer has
+ * acknowledged its notice, then aborts the job.  A rank that dies
+ * (SIGKILL) or skips a collective sends nothing: the deadline catches it.
+ *
  * Invariants: at most one group per process; `broken` is set once a
  * collective failed or timed out, and from then on every collective fails
  * at once and exit aborts the job instead of finalizing (a timed-out MPI
- * request cannot be finished). */
+ * request cannot be finished); the same holds once this rank reported a
+ * failure or a peer's failure notice arrived.  Only the process that
+ * initialised the group acts on it at exit (not a forked child). */
 #include "dist.h"
 
 #include "comm.h"
 #include "ops/elementwise.h"
 
 #include <dlfcn.h>
-#include <sched.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,13 +85,45 @@ static void local_req_free(void *st, void *req) {
 }
 
 static const dl_comm_backend local_backend = {
-    DL_COMM_ABI,    "local",          local_init,       local_finalize,
-    local_abort,    local_iallreduce, local_ibroadcast, local_iallgather,
-    local_ibarrier, local_test,       local_req_free,   1,
-    NULL,
+    .abi = DL_COMM_ABI,
+    .name = "local",
+    .init = local_init,
+    .finalize = local_finalize,
+    .abort_job = local_abort,
+    .iallreduce = local_iallreduce,
+    .ibroadcast = local_ibroadcast,
+    .iallgather = local_iallgather,
+    .ibarrier = local_ibarrier,
+    .test = local_test,
+    .req_free = local_req_free,
+    .device_buffers = 1,
 };
 
 /* --- the group --------------------------------------------------------------- */
+
+struct dl_dist_work {
+    const dl_comm_backend *be; /* the transport that runs it */
+    void *st;
+    void *req;
+    uint64_t seq;
+    const char *what; /* "all_reduce", ... */
+    double deadline;
+    dl_tensor *t;     /* the caller's tensor (retained) */
+    dl_tensor *stage; /* what the transport reads and writes (t itself or a copy) */
+    bool avg;
+    bool done;
+    struct dl_dist_work *next, *prev; /* G.works */
+};
+
+/* A notice between ranks (comm.h): what the sender tells the others. */
+enum { NOTICE_FAILED = 1, NOTICE_LEFT, NOTICE_ACK };
+#define NOTICE_MAGIC 0x646c6e31u /* "dln1" */
+typedef struct {
+    uint32_t magic;
+    int32_t kind;
+    uint64_t safe; /* the sender issued and completed every collective up to this number */
+    char msg[DL_COMM_NOTICE_BYTES - 16];
+} notice;
 
 static struct {
     const dl_comm_backend *be; /* the group's backend */
@@ -96,12 +141,31 @@ static struct {
     bool atexit_set;
     double wait_s;
     char backend_name[16];
+    pid_t pid;                  /* the process that initialised the group */
+    struct dl_dist_work *works; /* live requests (for `safe`) */
+    /* the peer notice that limits which collectives can still complete
+     * (the lowest `safe`); rank -1: none */
+    struct {
+        int rank, kind;
+        uint64_t safe;
+        char msg[sizeof(((notice *)0)->msg)];
+    } peer;
+    bool peer_failed;    /* a peer's failure notice arrived */
+    bool reported;       /* this rank reported its own failure */
+    bool await_acks;     /* ... on a healthy group: exit waits for the peers to hear it */
+    unsigned char *told; /* per rank: a notice from it arrived (it knows, or left) */
+    double last_poll;
 } G;
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void nap(long ns) {
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
 }
 
 static int not_initialized(const char *fn) {
@@ -184,10 +248,11 @@ static int launcher_world_size(void) {
     return 0;
 }
 
-/* A process that ends without destroy_process_group: abort the job when the
- * group is broken, else finalize without a barrier (a barrier here could be
- * matched against a peer's pending all-reduce; a peer still computing makes
- * MPI's finalize wait, and that peer's next collective times out). */
+/* Ends this rank's part: abort the job (a broken group), else finalize.
+ * A process that ends without destroy_process_group finalizes without a
+ * barrier (a barrier here could be matched against a peer's pending
+ * all-reduce): at_exit first tells the peers it left, so one still issuing
+ * collectives fails at once instead of at its deadline. */
 static void leave(bool abort) {
     if (abort) {
         G.be->abort_job(G.st, 1);
@@ -199,10 +264,126 @@ static void leave(bool abort) {
     G.finalized = G.boot_be != &local_backend;
     G.be = G.boot_be = NULL;
     G.st = G.boot_st = NULL;
+    free(G.told);
+    G.told = NULL;
 }
 
+static bool notices_on(void) {
+    return G.be && G.info.size > 1 && G.boot_be->notice_poll && G.boot_be->notice_send;
+}
+
+static void send_notice(int to, int kind, const char *msg) {
+    notice n = {.magic = NOTICE_MAGIC, .kind = kind, .safe = G.seq};
+    for (struct dl_dist_work *w = G.works; w; w = w->next)
+        if (!w->done && w->seq <= n.safe) n.safe = w->seq - 1;
+    snprintf(n.msg, sizeof n.msg, "%s", msg ? msg : "");
+    char err[256];
+    G.boot_be->notice_send(G.boot_st, to, &n, sizeof n, err, sizeof err); /* best effort */
+}
+
+static void send_notice_all(int kind, const char *msg) {
+    for (int r = 0; r < G.info.size; r++)
+        if (r != G.info.rank) send_notice(r, kind, msg);
+}
+
+/* Takes the notices that arrived: acknowledges failures and keeps the one
+ * with the lowest `safe`.  At most every millisecond unless forced. */
+static void poll_notices(bool force) {
+    if (!notices_on()) return;
+    double t = now_s();
+    if (!force && t - G.last_poll < 1e-3) return;
+    G.last_poll = t;
+    notice n;
+    int from = -1;
+    while (G.boot_be->notice_poll(G.boot_st, &n, sizeof n, &from) == 1) {
+        if (n.magic != NOTICE_MAGIC || from < 0 || from >= G.info.size || from == G.info.rank)
+            continue;
+        n.msg[sizeof n.msg - 1] = '\0';
+        G.told[from] = 1;
+        if (n.kind == NOTICE_ACK) continue;
+        if (n.kind == NOTICE_FAILED) {
+            G.peer_failed = true;
+            send_notice(from, NOTICE_ACK, NULL);
+        }
+        if (G.peer.rank < 0 || n.safe < G.peer.safe) {
+            G.peer.rank = from;
+            G.peer.kind = n.kind;
+            G.peer.safe = n.safe;
+            memcpy(G.peer.msg, n.msg, sizeof n.msg);
+        }
+    }
+}
+
+/* Collective #seq cannot complete when a peer failed or left before it:
+ * -1 with a message naming that rank (and its error), else 0. */
+static int peer_gone(uint64_t seq, const char *what) {
+    if (G.peer.rank < 0 || seq <= G.peer.safe) return 0;
+    if (!G.broken) G.broken = seq;
+    if (G.peer.kind == NOTICE_FAILED)
+        return dl_error("dist.%s: rank %d: collective #%llu cannot complete: rank %d failed: %s",
+                        what, G.info.rank, (unsigned long long)seq, G.peer.rank, G.peer.msg);
+    return dl_error("dist.%s: rank %d: collective #%llu cannot complete: rank %d left the group "
+                    "after collective #%llu (its process ended without destroy_process_group)",
+                    what, G.info.rank, (unsigned long long)seq, G.peer.rank,
+                    (unsigned long long)G.peer.safe);
+}
+
+/* Polls notices until `until` returns true or t seconds pass. */
+static void linger(double t, bool (*until)(void)) {
+    double end = now_s() + t;
+    while (now_s() < end) {
+        poll_notices(true);
+        if (until && until()) return;
+        nap(2000000);
+    }
+}
+
+static bool all_told(void) {
+    for (int r = 0; r < G.info.size; r++)
+        if (r != G.info.rank && !G.told[r]) return false;
+    return true;
+}
+
+static bool sends_done(void) {
+    return G.boot_be->notice_pending(G.boot_st) == 0;
+}
+
+/* The grace a rank gives its peers to print what they learnt from its
+ * failure notice, and the wait of a peer for the failing rank to end the
+ * job, before each ends it itself. */
+#define GRACE_S 1.0
+#define PEER_WAIT_S 5.0
+
 static void at_exit(void) {
-    if (G.be) leave(G.broken != 0);
+    if (!G.be || getpid() != G.pid) return;
+    bool failed = G.broken || G.reported || G.peer_failed;
+    if (notices_on()) {
+        poll_notices(true);
+        failed = failed || G.peer_failed;
+        if (G.await_acks) { /* every peer hears of this rank's failure, then the job ends */
+            linger(G.timeout_s, all_told);
+            linger(GRACE_S, NULL);
+        } else if (!failed) { /* a rank still issuing collectives fails at once */
+            send_notice_all(NOTICE_LEFT, NULL);
+            linger(2.0, sends_done);
+        } else if (G.peer_failed) { /* the failing rank ends the job */
+            linger(G.timeout_s < PEER_WAIT_S ? G.timeout_s : PEER_WAIT_S, NULL);
+        }
+    }
+    leave(failed);
+}
+
+int dl_dist_report_failure(const char *message) {
+    if (!G.be || getpid() != G.pid || G.reported || G.info.size < 2) return 0;
+    G.reported = true;
+    if (!notices_on()) return 0;
+    poll_notices(true);
+    char line[sizeof(((notice *)0)->msg)];
+    snprintf(line, sizeof line, "%s", message && *message ? message : "(no message)");
+    line[strcspn(line, "\n")] = '\0'; /* the first line: no traceback */
+    G.await_acks = !G.broken && !G.peer_failed;
+    send_notice_all(NOTICE_FAILED, line);
+    return 0;
 }
 
 static void export_env(void) {
@@ -251,6 +432,13 @@ int dl_dist_init(const char *backend, double timeout_s) {
         st = be->init(&info, timeout_s, err, sizeof err);
         if (!st) return dl_error("init_process_group: backend \"%s\": %s", backend, err);
     }
+    unsigned char *told = calloc((size_t)info.size, 1);
+    if (!told) {
+        be->finalize(st);
+        if (boot) boot->finalize(boot_st);
+        G.finalized = be != &local_backend;
+        return dl_error("init_process_group: out of memory");
+    }
     G.be = be;
     G.st = st;
     G.boot_be = boot ? boot : be;
@@ -260,6 +448,11 @@ int dl_dist_init(const char *backend, double timeout_s) {
     G.seq = 0;
     G.broken = 0;
     G.wait_s = 0;
+    G.pid = getpid();
+    G.works = NULL;
+    G.peer.rank = -1;
+    G.peer_failed = G.reported = G.await_acks = false;
+    G.told = told;
     snprintf(G.backend_name, sizeof G.backend_name, "%s", backend);
     const char *dbg = getenv("DLUA_DIST_DEBUG");
     G.debug = dbg && strcmp(dbg, "1") == 0;
@@ -293,19 +486,6 @@ double dl_dist_wait_seconds(void) {
 
 /* --- requests and deadlines -------------------------------------------------- */
 
-struct dl_dist_work {
-    const dl_comm_backend *be; /* the transport that runs it */
-    void *st;
-    void *req;
-    uint64_t seq;
-    const char *what; /* "all_reduce", ... */
-    double deadline;
-    dl_tensor *t;     /* the caller's tensor (retained) */
-    dl_tensor *stage; /* what the transport reads and writes (t itself or a copy) */
-    bool avg;
-    bool done;
-};
-
 static dl_comm_dtype comm_dtype(dl_dtype t) {
     switch (t) {
     case DL_DTYPE_F32: return DL_COMM_F32;
@@ -319,9 +499,21 @@ static dl_comm_dtype comm_dtype(dl_dtype t) {
 }
 
 static int fail_broken(const char *what) {
+    if (!G.broken)
+        return dl_error("dist.%s: rank %d: this rank reported a failure "
+                        "(dist.report_failure); restart the job",
+                        what, G.info.rank);
     return dl_error("dist.%s: rank %d: the process group is broken (collective #%llu failed "
                     "or timed out); restart the job",
                     what, G.info.rank, (unsigned long long)G.broken);
+}
+
+/* 0 when a new collective may start, else -1 with the reason. */
+static int check_usable(const char *what) {
+    if (!G.be) return not_initialized(what);
+    if (G.broken || G.reported) return fail_broken(what);
+    poll_notices(false);
+    return peer_gone(G.seq + 1, what);
 }
 
 /* The timeout message names this rank, the collective and its number, and
@@ -365,12 +557,15 @@ static dl_dist_work *work_new(const char *what, dl_tensor *t) {
     w->what = what;
     w->seq = ++G.seq;
     w->deadline = now_s() + G.timeout_s;
+    w->next = G.works;
+    if (G.works) G.works->prev = w;
+    G.works = w;
     if (t) {
         w->t = dl_tensor_retain(t);
         w->stage = stage_for(t, w->be);
         if (!w->stage) {
-            dl_tensor_release(w->t);
-            free(w);
+            w->done = true;
+            dl_dist_work_free(w);
             return NULL;
         }
     }
@@ -396,6 +591,11 @@ void dl_dist_work_free(dl_dist_work *w) {
         w->be->req_free(w->st, w->req);
         if (!G.broken) G.broken = w->seq;
     }
+    if (w->prev)
+        w->prev->next = w->next;
+    else if (G.works == w)
+        G.works = w->next;
+    if (w->next) w->next->prev = w->prev;
     dl_tensor_release(w->stage);
     dl_tensor_release(w->t);
     free(w);
@@ -411,7 +611,11 @@ int dl_dist_work_test(dl_dist_work *w) {
         return dl_error("dist.%s: rank %d: collective #%llu failed: %s", w->what, G.info.rank,
                         (unsigned long long)w->seq, err);
     }
-    if (r == 0) return now_s() > w->deadline ? timeout_error(w) : 0;
+    if (r == 0) {
+        poll_notices(false);
+        if (peer_gone(w->seq, w->what)) return -1;
+        return now_s() > w->deadline ? timeout_error(w) : 0;
+    }
     w->done = true;
     return work_finish(w) ? -1 : 1;
 }
@@ -484,8 +688,7 @@ static int debug_check(int kind, dl_tensor *t, int extra) {
 /* --- collectives --------------------------------------------------------- */
 
 dl_dist_work *dl_dist_all_reduce_start(dl_tensor *t, dl_reduce_op op) {
-    if (!G.be) return not_initialized("all_reduce"), NULL;
-    if (G.broken) return fail_broken("all_reduce"), NULL;
+    if (check_usable("all_reduce")) return NULL;
     if (op == DL_REDUCE_AVG && !dl_dtype_is_floating(t->dtype)) {
         dl_error("dist.all_reduce: op AVG needs a floating-point tensor (got %s)",
                  dl_dtype_name(t->dtype));
@@ -520,8 +723,7 @@ int dl_dist_all_reduce(dl_tensor *t, dl_reduce_op op) {
 }
 
 int dl_dist_broadcast(dl_tensor *t, int root) {
-    if (!G.be) return not_initialized("broadcast");
-    if (G.broken) return fail_broken("broadcast");
+    if (check_usable("broadcast")) return -1;
     if (root < 0 || root >= G.info.size)
         return dl_error("dist.broadcast: src rank %d is out of range (ranks are 0-based, world "
                         "size %d)",
@@ -541,8 +743,7 @@ int dl_dist_broadcast(dl_tensor *t, int root) {
 }
 
 int dl_dist_all_gather(dl_tensor *const *out, dl_tensor *t) {
-    if (!G.be) return not_initialized("all_gather");
-    if (G.broken) return fail_broken("all_gather");
+    if (check_usable("all_gather")) return -1;
     for (int r = 0; r < G.info.size; r++)
         if (!dl_shape_equal(out[r], t) || out[r]->dtype != t->dtype)
             return dl_error("dist.all_gather: output %d must have the input's shape and dtype",
@@ -579,8 +780,7 @@ int dl_dist_all_gather(dl_tensor *const *out, dl_tensor *t) {
 }
 
 int dl_dist_barrier(void) {
-    if (!G.be) return not_initialized("barrier");
-    if (G.broken) return fail_broken("barrier");
+    if (check_usable("barrier")) return -1;
     if (G.debug && debug_check(3, NULL, 0)) return -1;
     dl_dist_work *w = work_new("barrier", NULL);
     if (!w) return -1;
@@ -596,7 +796,7 @@ int dl_dist_barrier(void) {
 int dl_dist_destroy(void) {
     if (!G.be) return not_initialized("destroy_process_group");
     int rc = 0;
-    if (!G.broken && G.info.size > 1) rc = dl_dist_barrier();
-    leave(G.broken != 0);
+    if (!G.broken && !G.reported && G.info.size > 1) rc = dl_dist_barrier();
+    leave(G.broken || G.reported || G.peer_failed);
     return rc;
 }

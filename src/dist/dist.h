@@ -40,6 +40,15 @@ int dl_dist_broadcast(dl_tensor *t, int root);
 int dl_dist_all_gather(dl_tensor *const *out, dl_tensor *t);
 int dl_dist_barrier(void);
 
+/* This rank cannot go on (an uncaught error; message: what went wrong, its
+ * first line is sent): tells every other rank, which then fails its
+ * pending or next collective at once with a message naming this rank and
+ * message, instead of waiting for the timeout.  This process's exit then
+ * waits (under the timeout) until every peer has heard, and ends the job.
+ * Later collectives here fail.  No-op without a group, at world size 1, or
+ * when already reported.  Returns 0. */
+int dl_dist_report_failure(const char *message);
+
 /* Non-blocking all-reduce (DistributedDataParallel's buckets). */
 typedef struct dl_dist_work dl_dist_work;
 dl_dist_work *dl_dist_all_reduce_start(dl_tensor *t, dl_reduce_op op);

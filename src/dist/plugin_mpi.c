@@ -4,18 +4,36 @@
  * non-blocking collectives on host buffers over a duplicate of
  * MPI_COMM_WORLD whose error handler returns errors instead of aborting.
  *
+ * Notices (comm.h) travel on a second duplicate of MPI_COMM_WORLD, where
+ * one receive from any source is always posted (and posted again after each
+ * notice), so a notice is matched as soon as MPI makes progress.
+ *
  * Invariants: MPI is initialised once per process (a second init after
  * finalize is refused by dist.c); every request handed out is an
- * MPI_Request on the heap, freed by test on completion or by req_free. */
+ * MPI_Request on the heap, freed by test on completion or by req_free; a
+ * notice's bytes live in its send record until the send completes. */
 #include "comm.h"
 
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#define NOTICE_TAG 1
+
+typedef struct {
+    MPI_Request req;
+    char data[DL_COMM_NOTICE_BYTES];
+} notice_out;
 
 typedef struct {
     MPI_Comm comm;
-    int owns_mpi; /* we called MPI_Init (not a host program) */
+    int owns_mpi;   /* we called MPI_Init (not a host program) */
+    MPI_Comm ctl;   /* notices */
+    MPI_Request rx; /* the posted notice receive, MPI_REQUEST_NULL when none */
+    char rxbuf[DL_COMM_NOTICE_BYTES];
+    notice_out **out; /* sends in flight */
+    int n_out, cap_out;
 } mpi_state;
 
 static void mpi_msg(int code, const char *what, char *err, size_t errlen) {
@@ -52,6 +70,17 @@ static void *mpi_init(dl_comm_info *info, double timeout_s, char *err, size_t er
         return NULL;
     }
     MPI_Comm_set_errhandler(st->comm, MPI_ERRORS_RETURN);
+    rc = MPI_Comm_dup(MPI_COMM_WORLD, &st->ctl);
+    if (rc != MPI_SUCCESS) {
+        mpi_msg(rc, "MPI_Comm_dup", err, errlen);
+        MPI_Comm_free(&st->comm);
+        free(st);
+        return NULL;
+    }
+    MPI_Comm_set_errhandler(st->ctl, MPI_ERRORS_RETURN);
+    if (MPI_Irecv(st->rxbuf, DL_COMM_NOTICE_BYTES, MPI_BYTE, MPI_ANY_SOURCE, NOTICE_TAG, st->ctl,
+                  &st->rx) != MPI_SUCCESS)
+        st->rx = MPI_REQUEST_NULL;
     MPI_Comm_rank(st->comm, &info->rank);
     MPI_Comm_size(st->comm, &info->size);
     MPI_Comm node;
@@ -67,8 +96,31 @@ static void *mpi_init(dl_comm_info *info, double timeout_s, char *err, size_t er
     return st;
 }
 
+/* Completed sends are dropped; the others stay in flight. */
+static void drive_sends(mpi_state *st) {
+    for (int i = 0; i < st->n_out;) {
+        int flag = 0;
+        if (MPI_Test(&st->out[i]->req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) flag = 1;
+        if (!flag) {
+            i++;
+            continue;
+        }
+        free(st->out[i]);
+        st->out[i] = st->out[--st->n_out];
+    }
+}
+
 static void mpi_finalize(void *p) {
     mpi_state *st = p;
+    if (st->rx != MPI_REQUEST_NULL) {
+        MPI_Cancel(&st->rx);
+        MPI_Wait(&st->rx, MPI_STATUS_IGNORE);
+    }
+    drive_sends(st);
+    for (int i = 0; i < st->n_out; i++) /* unfinished: MPI may still read the bytes */
+        MPI_Request_free(&st->out[i]->req);
+    free(st->out);
+    MPI_Comm_free(&st->ctl);
     MPI_Comm_free(&st->comm);
     if (st->owns_mpi) MPI_Finalize();
     free(st);
@@ -182,10 +234,85 @@ static void mpi_req_free(void *p, void *req) {
     free(req);
 }
 
+/* --- notices --------------------------------------------------------------- */
+
+static int mpi_notice_send(void *p, int to, const void *buf, size_t nbytes, char *err,
+                           size_t errlen) {
+    mpi_state *st = p;
+    if (nbytes > DL_COMM_NOTICE_BYTES) {
+        snprintf(err, errlen, "a notice holds at most %d bytes", DL_COMM_NOTICE_BYTES);
+        return -1;
+    }
+    if (st->n_out == st->cap_out) {
+        int cap = st->cap_out ? 2 * st->cap_out : 8;
+        notice_out **o = realloc(st->out, (size_t)cap * sizeof *o);
+        if (!o) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        st->out = o;
+        st->cap_out = cap;
+    }
+    notice_out *n = malloc(sizeof *n);
+    if (!n) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(n->data, buf, nbytes);
+    int rc = MPI_Isend(n->data, (int)nbytes, MPI_BYTE, to, NOTICE_TAG, st->ctl, &n->req);
+    if (rc != MPI_SUCCESS) {
+        mpi_msg(rc, "MPI_Isend", err, errlen);
+        free(n);
+        return -1;
+    }
+    st->out[st->n_out++] = n;
+    return 0;
+}
+
+static int mpi_notice_poll(void *p, void *buf, size_t nbytes, int *from) {
+    mpi_state *st = p;
+    drive_sends(st);
+    if (st->rx == MPI_REQUEST_NULL) return 0;
+    int flag = 0, count = 0;
+    MPI_Status s;
+    if (MPI_Test(&st->rx, &flag, &s) != MPI_SUCCESS) {
+        st->rx = MPI_REQUEST_NULL; /* the channel failed: no more notices */
+        return 0;
+    }
+    if (!flag) return 0;
+    MPI_Get_count(&s, MPI_BYTE, &count);
+    size_t n = count > 0 && (size_t)count < nbytes ? (size_t)count : nbytes;
+    memset(buf, 0, nbytes);
+    memcpy(buf, st->rxbuf, n);
+    *from = s.MPI_SOURCE;
+    if (MPI_Irecv(st->rxbuf, DL_COMM_NOTICE_BYTES, MPI_BYTE, MPI_ANY_SOURCE, NOTICE_TAG, st->ctl,
+                  &st->rx) != MPI_SUCCESS)
+        st->rx = MPI_REQUEST_NULL;
+    return 1;
+}
+
+static int mpi_notice_pending(void *p) {
+    mpi_state *st = p;
+    drive_sends(st);
+    return st->n_out;
+}
+
 static const dl_comm_backend mpi_backend = {
-    DL_COMM_ABI,    "mpi",          mpi_init,     mpi_finalize, mpi_abort_job, mpi_iallreduce,
-    mpi_ibroadcast, mpi_iallgather, mpi_ibarrier, mpi_test,     mpi_req_free,  0,
-    NULL,
+    .abi = DL_COMM_ABI,
+    .name = "mpi",
+    .init = mpi_init,
+    .finalize = mpi_finalize,
+    .abort_job = mpi_abort_job,
+    .iallreduce = mpi_iallreduce,
+    .ibroadcast = mpi_ibroadcast,
+    .iallgather = mpi_iallgather,
+    .ibarrier = mpi_ibarrier,
+    .test = mpi_test,
+    .req_free = mpi_req_free,
+    .device_buffers = 0,
+    .notice_send = mpi_notice_send,
+    .notice_poll = mpi_notice_poll,
+    .notice_pending = mpi_notice_pending,
 };
 
 const dl_comm_backend *dl_dist_plugin(void);

@@ -231,10 +231,21 @@ static void nccl_req_free(void *p, void *req) {
     req_destroy(req);
 }
 
+/* notices go through the boot backend (MPI) */
 static const dl_comm_backend nccl_backend = {
-    DL_COMM_ABI,     "nccl",          nccl_init,     nccl_finalize, nccl_abort_job, nccl_iallreduce,
-    nccl_ibroadcast, nccl_iallgather, nccl_ibarrier, nccl_test,     nccl_req_free,  1,
-    nccl_init_boot,
+    .abi = DL_COMM_ABI,
+    .name = "nccl",
+    .init = nccl_init,
+    .finalize = nccl_finalize,
+    .abort_job = nccl_abort_job,
+    .iallreduce = nccl_iallreduce,
+    .ibroadcast = nccl_ibroadcast,
+    .iallgather = nccl_iallgather,
+    .ibarrier = nccl_ibarrier,
+    .test = nccl_test,
+    .req_free = nccl_req_free,
+    .device_buffers = 1,
+    .init_boot = nccl_init_boot,
 };
 
 const dl_comm_backend *dl_dist_plugin(void);

@@ -54,26 +54,72 @@ typedef struct dl_cuda_runtime {
     void (*host_free)(void *p);
     /* Copy src into dst where one side is a pinned CPU tensor and the other is
      * on CUDA, both contiguous, same dtype and shape, on the device's copy
-     * stream; the compute stream waits for it (an event), the host does not. */
-    int (*copy_async)(dl_tensor *dst, dl_tensor *src);
+     * stream; the compute stream waits for it (an event), the host does not.
+     * With done set, *done is a new event recorded when the copy completes
+     * (the caller frees it with event_free). */
+    int (*copy_async)(dl_tensor *dst, dl_tensor *src, void **done);
     /* Events for timing: record on the compute stream of the current device. */
     void *(*event_new)(void);
     void (*event_free)(void *ev);
     int (*event_record)(void *ev);
     int (*event_synchronize)(void *ev);
+    int (*event_query)(void *ev); /* 1 when its work is done, 0 when not yet, -1 error */
     int (*event_elapsed_ms)(void *start, void *end, double *ms);
     int (*dtype_supported)(dl_dtype dt); /* 1 when kernels handle dt on CUDA */
+
+    /* Host synchronisation.  Every call that makes the host wait for the GPU
+     * (synchronize, event_synchronize, reading device memory, a copy from
+     * pageable host memory) goes through one place in cuda/runtime.cu, which
+     * counts it here, refuses it while a CUDA graph is being captured, and
+     * after the wait reports a check recorded on the device (below). */
+    int64_t (*sync_count)(void);
+    /* Why the i-th most recent synchronisation happened (0: the last), for
+     * the last 16; NULL past them. */
+    const char *(*sync_reason)(int i);
+
+    /* Checks found on the device: a kernel that finds bad input cannot raise,
+     * so the first bad finding is recorded on the device and reported as the
+     * error of the next synchronisation on that device (loss:item(), :cpu(),
+     * dl.cuda.synchronize()); with dl_flags.cuda_sync_checks it is waited for
+     * and reported at once.  check_first_bad records `kind` when *first_bad
+     * (a device int64) is below n, with values[*first_bad] as the value found.
+     * op must be a string literal (it is kept until the report). */
+    int (*check_first_bad)(const char *op, int kind, const int64_t *first_bad,
+                           const int64_t *values, int64_t n, int64_t limit, int64_t aux);
+
+    /* CUDA graphs (cuda/graph.cu): capture on a side stream of the current
+     * device into a private memory pool (blocks allocated while capturing
+     * serve only that graph until it is freed), replay on the compute stream.
+     * graph_new returns NULL with an error. */
+    void *(*graph_new)(void);
+    void (*graph_free)(void *g); /* ends a capture in progress; releases the pool */
+    int (*graph_capture_begin)(void *g);
+    int (*graph_capture_end)(void *g); /* -1 when the capture was invalidated */
+    int (*graph_replay)(void *g);
+    int (*capturing)(void); /* 1 while the current device captures a graph */
 } dl_cuda_runtime;
+
+/* What a check found on the device (check_first_bad's kind). */
+enum {
+    DL_CHECK_CLASS_TARGET = 1, /* value: the target; limit: classes; aux: ignore_index */
+    DL_CHECK_POOL_INDEX = 2,   /* value: the index; limit: input plane size */
+    DL_CHECK_CLASS_LABEL = 3,  /* DL_CHECK_CLASS_TARGET on labels minus one (reported 1-based) */
+};
 
 /* Set by dl_cuda_init when a GPU is present; NULL otherwise. */
 extern const dl_cuda_runtime *dl_cuda_rt;
 
 /* Switches the user sets from Lua (dl.backends): read by the kernels that
  * honour them.  Defaults keep float32 results within float32 rounding of the
- * CPU's: TF32 off, no benchmarking of convolution algorithms. */
+ * CPU's: TF32 off, no benchmarking of convolution algorithms.  cudnn_graph
+ * starts from $DLUA_CUDNN_GRAPH (1 turns it on; off when unset, until a GPU run
+ * has measured it), cuda_sync_checks from
+ * $DLUA_CUDA_SYNC_CHECKS (off when unset). */
 typedef struct dl_backend_flags {
-    bool allow_tf32;      /* float32 matmul and convolutions may use TF32 tensor cores */
-    bool cudnn_benchmark; /* time cuDNN's algorithms per shape and keep the fastest */
+    bool allow_tf32;       /* float32 matmul and convolutions may use TF32 tensor cores */
+    bool cudnn_benchmark;  /* time cuDNN's algorithms per shape and keep the fastest */
+    bool cudnn_graph;      /* convolutions through cuDNN's graph API (else the legacy API) */
+    bool cuda_sync_checks; /* wait for device-side checks at once (debugging) */
 } dl_backend_flags;
 extern dl_backend_flags dl_flags;
 

@@ -42,11 +42,13 @@ typedef struct dl_class_loss_shape {
 /* *out = the sum of v (n elements). */
 typedef int (*dl_loss_sum_fn)(dl_dtype dt, int64_t n, double *out, const void *v);
 /* *out = the sum of weight[target[i]] (1 without weight) over the N*S targets
- * that are not ignore_index. */
+ * that are neither ignore_index nor outside [0, C). */
 typedef int (*dl_class_weight_sum_fn)(dl_dtype dt, const dl_class_loss_shape *s, double *out,
                                       const int64_t *target, const void *weight);
 /* *first_bad = the smallest i whose target is neither ignore_index nor in
- * [0, C), or N*S when every target is valid. */
+ * [0, C), or N*S when every target is valid.  On CUDA the op layer has it
+ * reported at the next synchronisation (dl_cuda_rt->check_first_bad) and the
+ * class kernels skip such a target meanwhile: NaN loss, zero gradient. */
 typedef int (*dl_loss_target_check_fn)(const dl_class_loss_shape *s, int64_t *first_bad,
                                        const int64_t *target);
 /* out[n,s] = -w[t] * logp[n,t,s] with t = target[n,s]; out is (N,S). */

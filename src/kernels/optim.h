@@ -30,6 +30,11 @@ typedef struct {
 typedef struct {
     double neg_lr, momentum, one_minus_damp, weight_decay;
     int nesterov, maximize;
+    /* CUDA only (the CPU step reads them in the op): lr, when set, is the
+     * device float32 learning rate to use instead of -neg_lr; skip, when set,
+     * is a device flag whose true value leaves every tensor unchanged. */
+    const float *lr;
+    const bool *skip;
 } dl_sgd_coeffs;
 
 /* Adam / AdamW:  g = grad (negated when maximize); decoupled: p *= decay

@@ -29,8 +29,8 @@ typedef struct dl_cuda_pool_kernels {
     const char *family;
     int (*max_pool2d_forward)(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,
                               const void *x);
-    /* An index outside [0, HW) is an error, as on the CPU (this one waits for
-     * the device to learn whether there was one). */
+    /* An index outside [0, HW) is an error, as on the CPU; on CUDA it is
+     * skipped and reported at the next synchronisation (no wait here). */
     int (*pool2d_scatter_backward)(dl_dtype dt, int64_t P, int64_t HW, int64_t OHW, void *gx,
                                    const void *gy, const int64_t *ind);
     int (*avg_pool2d_forward)(dl_dtype dt, const dl_pool2d_shape *s, void *y, const void *x);

@@ -10,6 +10,7 @@
  *   dl._nn.conv2d_layout([name]) -> the previous float32 conv layout (benchmarks)
  *   dl._nn.conv2d_winograd([on]) -> whether Winograd was on (benchmarks, tests)
  *   dl._nn.primitive_cache() -> oneDNN primitives cached, the cache's bound
+ *   dl._nn.conv2d_plans() -> the cuDNN plan cache's statistics (a table)
  *   dl._F.conv2d(x, w, b_or_nil, opts)
  *
  * Sizes (stride, padding, dilation) are a number or an {h, w} pair.
@@ -102,14 +103,29 @@ static int l_primitive_cache(lua_State *L) {
     return 2;
 }
 
+/* dl._nn.conv2d_plans() -> {size=, capacity=, hits=, misses=, evictions=,
+ * executed=, built=, no_plan=, timed=}: the cuDNN plan cache (cuda/conv_plan.cu) */
+static int l_conv2d_plans(lua_State *L) {
+    dl_conv_plan_stats st;
+    dl_conv2d_plan_stats(&st);
+    const char *names[] = {"size",     "capacity", "hits",    "misses", "evictions",
+                           "executed", "built",    "no_plan", "timed"};
+    const int64_t values[] = {st.size,     st.capacity, st.hits,    st.misses, st.evictions,
+                              st.executed, st.built,    st.no_plan, st.timed};
+    lua_createtable(L, 0, 9);
+    for (int i = 0; i < 9; i++) {
+        lua_pushinteger(L, (lua_Integer)values[i]);
+        lua_setfield(L, -2, names[i]);
+    }
+    return 1;
+}
+
 void dlL_open_conv(lua_State *L) {
-    static const luaL_Reg nn[] = {{"conv2d_forward", l_conv2d_forward},
-                                  {"conv2d_backward", l_conv2d_backward},
-                                  {"conv2d_fused", l_conv2d_fused},
-                                  {"conv2d_layout", l_conv2d_layout},
-                                  {"conv2d_winograd", l_conv2d_winograd},
-                                  {"primitive_cache", l_primitive_cache},
-                                  {NULL, NULL}};
+    static const luaL_Reg nn[] = {
+        {"conv2d_forward", l_conv2d_forward},   {"conv2d_backward", l_conv2d_backward},
+        {"conv2d_fused", l_conv2d_fused},       {"conv2d_layout", l_conv2d_layout},
+        {"conv2d_winograd", l_conv2d_winograd}, {"primitive_cache", l_primitive_cache},
+        {"conv2d_plans", l_conv2d_plans},       {NULL, NULL}};
     static const luaL_Reg F[] = {{"conv2d", l_conv2d_forward}, {NULL, NULL}};
     dlL_register_nn(L, nn, F);
 }

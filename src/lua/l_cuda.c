@@ -3,6 +3,10 @@
  * and the tensor methods that move data between devices: to, cuda, cpu,
  * is_cuda, pin_memory, is_pinned.
  *
+ * Also dl.cuda.sync_count() (host synchronisations so far) and
+ * dl.cuda.CUDAGraph (capture, replay; graph() and graphed() are Lua, in
+ * lua/dl/cuda_graphs.lua).
+ *
  * Invariants:
  *  - Devices use PyTorch's numbering: cuda:0 is the first GPU, and every
  *    function taking a device takes 0-based integers or "cuda:N" strings.
@@ -10,9 +14,11 @@
  *    dl.cuda function but is_available, device_count and compiled raises one
  *    error naming the reason, and nothing here touches a CUDA pointer.
  *  - Pinned (page-locked) CPU tensors own a block from a small process-wide
- *    cache; a block that served a non_blocking copy is reused or freed only
- *    after its device has synchronised, so a copy still in flight never sees
- *    its source overwritten. */
+ *    cache; a block that served a non_blocking copy keeps the event its copy
+ *    records and is reused only once that event is done (a block whose copy
+ *    is still in flight is passed over; one freed for good waits for it), so
+ *    a copy in flight never sees its source overwritten and a data loader's
+ *    steady state never waits for the GPU. */
 #include "l_bind.h"
 #include "autograd/autograd.h"
 #include "core/rng.h"
@@ -239,14 +245,180 @@ static int event_tostring(lua_State *L) {
     return 1;
 }
 
+/* --- synchronisation ---------------------------------------------------------- */
+
+/* dl.cuda.sync_count(): host synchronisations so far (every device). */
+static int l_sync_count(lua_State *L) {
+    lua_pushinteger(L, (lua_Integer)need_rt(L, "cuda.sync_count")->sync_count());
+    return 1;
+}
+
+/* dl.cuda._sync_reasons(): why the last synchronisations happened, latest
+ * first (up to 16 strings). */
+static int l_sync_reasons(lua_State *L) {
+    const dl_cuda_runtime *rt = need_rt(L, "cuda._sync_reasons");
+    lua_newtable(L);
+    for (int i = 0; i < 16; i++) {
+        const char *why = rt->sync_reason(i);
+        if (!why) break;
+        lua_pushstring(L, why);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
+static int l_is_capturing(lua_State *L) {
+    lua_pushboolean(L, need_rt(L, "cuda.is_current_stream_capturing")->capturing());
+    return 1;
+}
+
+/* --- CUDA graphs ----------------------------------------------------------------
+ * A CUDAGraph userdata owns one runtime graph; its user value is the array of
+ * replay hooks (functions run before each replay, e.g. an optimizer copying
+ * its learning rate into the device scalar the captured step reads).  While
+ * it captures, the registry's CAPTURING key holds it, so Lua code can find the
+ * graph being captured (dl.cuda._capturing_graph()). */
+
+#define GRAPH_MT "dl.cuda.CUDAGraph"
+#define CAPTURING "dl.cuda.capturing"
+
+typedef struct {
+    void *g;
+    bool capturing;
+} graph_box;
+
+static graph_box *check_graph(lua_State *L, int idx) {
+    graph_box *b = luaL_checkudata(L, idx, GRAPH_MT);
+    if (!b->g) luaL_error(L, "CUDAGraph: this graph was freed");
+    return b;
+}
+
+static void set_capturing(lua_State *L, int idx) {
+    if (idx)
+        lua_pushvalue(L, idx);
+    else
+        lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, CAPTURING);
+}
+
+static void new_hooks(lua_State *L, int idx) {
+    lua_newtable(L);
+    lua_setiuservalue(L, idx, 1);
+}
+
+/* dl.cuda.CUDAGraph() */
+static int l_graph_new(lua_State *L) {
+    const dl_cuda_runtime *rt = need_rt(L, "cuda.CUDAGraph");
+    graph_box *b = lua_newuserdatauv(L, sizeof *b, 1);
+    b->g = NULL;
+    b->capturing = false;
+    luaL_setmetatable(L, GRAPH_MT);
+    new_hooks(L, lua_gettop(L));
+    b->g = rt->graph_new();
+    if (!b->g) return dlL_fail(L);
+    return 1;
+}
+
+static int graph_gc(lua_State *L) {
+    graph_box *b = luaL_checkudata(L, 1, GRAPH_MT);
+    if (b->capturing) set_capturing(L, 0);
+    if (b->g && dl_cuda_rt) dl_cuda_rt->graph_free(b->g);
+    b->g = NULL;
+    b->capturing = false;
+    return 0;
+}
+
+static int graph_capture_begin(lua_State *L) {
+    graph_box *b = check_graph(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, CAPTURING);
+    bool busy = !lua_isnil(L, -1);
+    lua_pop(L, 1);
+    if (busy) return luaL_error(L, "CUDAGraph:capture_begin: another graph is capturing");
+    new_hooks(L, 1);
+    if (dl_cuda_rt->graph_capture_begin(b->g)) return dlL_fail(L);
+    b->capturing = true;
+    set_capturing(L, 1);
+    return 0;
+}
+
+static int graph_capture_end(lua_State *L) {
+    graph_box *b = check_graph(L, 1);
+    if (!b->capturing) return luaL_error(L, "CUDAGraph:capture_end: the graph is not capturing");
+    b->capturing = false;
+    set_capturing(L, 0);
+    if (dl_cuda_rt->graph_capture_end(b->g)) return dlL_fail(L);
+    return 0;
+}
+
+/* g:replay(): the hooks, then one launch of the captured work. */
+static int graph_replay(lua_State *L) {
+    graph_box *b = check_graph(L, 1);
+    if (b->capturing) return luaL_error(L, "CUDAGraph:replay: the graph is still capturing");
+    lua_getiuservalue(L, 1, 1);
+    lua_Integer n = luaL_len(L, -1);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_geti(L, -1, i);
+        lua_call(L, 0, 0);
+    }
+    lua_pop(L, 1);
+    if (dl_cuda_rt->graph_replay(b->g)) return dlL_fail(L);
+    return 0;
+}
+
+/* g:reset(): drops the capture (and its memory pool); the graph can capture again. */
+static int graph_reset(lua_State *L) {
+    graph_box *b = check_graph(L, 1);
+    if (b->capturing) set_capturing(L, 0);
+    b->capturing = false;
+    dl_cuda_rt->graph_free(b->g);
+    b->g = dl_cuda_rt->graph_new();
+    new_hooks(L, 1);
+    if (!b->g) return dlL_fail(L);
+    return 0;
+}
+
+static int graph_add_hook(lua_State *L) {
+    check_graph(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lua_getiuservalue(L, 1, 1);
+    lua_pushvalue(L, 2);
+    lua_seti(L, -2, luaL_len(L, -2) + 1);
+    return 0;
+}
+
+static int graph_tostring(lua_State *L) {
+    graph_box *b = luaL_checkudata(L, 1, GRAPH_MT);
+    lua_pushfstring(L, "dl.cuda.CUDAGraph(%s)",
+                    !b->g          ? "freed"
+                    : b->capturing ? "capturing"
+                                   : "ready");
+    return 1;
+}
+
+/* dl.cuda._capturing_graph(): the CUDAGraph capturing now, or nil. */
+static int l_capturing_graph(lua_State *L) {
+    lua_getfield(L, LUA_REGISTRYINDEX, CAPTURING);
+    return 1;
+}
+
 /* --- dl.backends ------------------------------------------------------------ */
 
 /* The flag a dl.backends key names, or NULL; `sub` is "cudnn" inside
- * dl.backends.cudnn, else NULL. */
+ * dl.backends.cudnn, "cuda" inside dl.backends.cuda, else NULL. */
 static bool *flag_of(const char *sub, const char *key) {
-    if (strcmp(key, "allow_tf32") == 0) return &dl_flags.allow_tf32;
-    if (sub && strcmp(key, "benchmark") == 0) return &dl_flags.cudnn_benchmark;
+    bool cudnn = sub && strcmp(sub, "cudnn") == 0, cuda = sub && strcmp(sub, "cuda") == 0;
+    if (!cuda && strcmp(key, "allow_tf32") == 0) return &dl_flags.allow_tf32;
+    if (cudnn && strcmp(key, "benchmark") == 0) return &dl_flags.cudnn_benchmark;
+    if (cudnn && strcmp(key, "graph") == 0) return &dl_flags.cudnn_graph;
+    if (cuda && strcmp(key, "sync_checks") == 0) return &dl_flags.cuda_sync_checks;
     return NULL;
+}
+
+/* The keys settable in `sub`, for error messages. */
+static const char *flag_names(const char *sub) {
+    if (!sub) return "allow_tf32, cudnn.benchmark, cudnn.graph, cuda.sync_checks";
+    if (strcmp(sub, "cudnn") == 0) return "allow_tf32, benchmark, graph";
+    return "sync_checks";
 }
 
 static const char *backends_sub(lua_State *L) {
@@ -271,8 +443,7 @@ static int backends_newindex(lua_State *L) {
     bool *f = flag_of(sub, k);
     if (!f)
         return luaL_error(L, "dl.backends%s%s: no switch '%s' (settable: %s)", sub ? "." : "",
-                          sub ? sub : "", k,
-                          sub ? "allow_tf32, benchmark" : "allow_tf32, cudnn.benchmark");
+                          sub ? sub : "", k, flag_names(sub));
     if (!lua_isboolean(L, 3))
         return luaL_error(L, "dl.backends: %s must be true or false, got %s", k,
                           luaL_typename(L, 3));
@@ -300,8 +471,7 @@ static void push_backends_table(lua_State *L, const char *sub) {
 typedef struct {
     void *p;
     size_t size;
-    int device;     /* of the last non_blocking copy that read it */
-    bool async_use; /* a non_blocking copy read it: synchronise before reuse */
+    void *done; /* the event of the last non_blocking copy that read it, or NULL */
 } host_block;
 
 #define HOST_CACHE_BLOCKS 16
@@ -312,10 +482,18 @@ static host_block *host_cache[HOST_CACHE_BLOCKS];
 static int host_cached;
 static size_t host_cached_bytes;
 
-/* Waits until no copy can still read b. */
+/* Whether no copy can still read b (its copy's event is done). */
+static bool host_ready(host_block *b) {
+    return !b->done || !dl_cuda_rt || dl_cuda_rt->event_query(b->done) != 0;
+}
+
+/* Waits until no copy can still read b (a wait only while its copy runs). */
 static void host_settle(host_block *b) {
-    if (b->async_use && dl_cuda_rt) dl_cuda_rt->synchronize(b->device);
-    b->async_use = false;
+    if (b->done && dl_cuda_rt) {
+        if (dl_cuda_rt->event_query(b->done) == 0) dl_cuda_rt->event_synchronize(b->done);
+        dl_cuda_rt->event_free(b->done);
+    }
+    b->done = NULL;
 }
 
 static void host_block_free(host_block *b) {
@@ -325,14 +503,16 @@ static void host_block_free(host_block *b) {
 }
 
 /* A block of at least n bytes: the smallest cached one that wastes under a
- * quarter, else a new one.  NULL with an error. */
+ * quarter and that no copy still reads, else a new one.  NULL with an error. */
 static host_block *host_get(size_t n) {
     host_block *b = NULL;
     pthread_mutex_lock(&host_lock);
     int best = -1;
     for (int i = 0; i < host_cached; i++) {
         size_t s = host_cache[i]->size;
-        if (s >= n && s - n <= n / 4 + 4096 && (best < 0 || s < host_cache[best]->size)) best = i;
+        if (s >= n && s - n <= n / 4 + 4096 && (best < 0 || s < host_cache[best]->size) &&
+            host_ready(host_cache[i]))
+            best = i;
     }
     if (best >= 0) {
         b = host_cache[best];
@@ -516,13 +696,15 @@ static to_spec parse_to(lua_State *L, dl_tensor *t) {
 static dl_tensor *copy_async(dl_tensor *t, dl_device dev) {
     dl_tensor *out = dl_tensor_empty(t->ndim, t->shape, t->dtype, dev);
     if (!out) return NULL;
-    if (dl_tensor_numel(t) > 0 && dl_cuda_rt->copy_async(out, t)) {
+    void *done = NULL;
+    if (dl_tensor_numel(t) > 0 && dl_cuda_rt->copy_async(out, t, &done)) {
         dl_tensor_release(out);
         return NULL;
     }
     host_block *b = t->storage->deleter_ctx;
-    b->device = dev.index;
-    b->async_use = true;
+    /* an earlier copy from the same block ends before this one (one copy stream) */
+    if (b->done) dl_cuda_rt->event_free(b->done);
+    b->done = done;
     return out;
 }
 
@@ -592,6 +774,17 @@ static int t_is_cuda(lua_State *L) {
     return 1;
 }
 
+/* dl.cuda's __index: graph and graphed from "dl.cuda_graphs". */
+static int cuda_index(lua_State *L) {
+    const char *k = lua_tostring(L, 2);
+    if (!k || (strcmp(k, "graph") != 0 && strcmp(k, "graphed") != 0)) return 0;
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "dl.cuda_graphs");
+    lua_call(L, 1, 1);
+    lua_getfield(L, -1, k);
+    return 1;
+}
+
 /* --- registration ---------------------------------------------------------------- */
 
 void dlL_open_cuda(lua_State *L);
@@ -638,18 +831,48 @@ void dlL_open_cuda(lua_State *L) {
         {"reset_peak_memory_stats", l_reset_peak_memory_stats},
         {"empty_cache", l_empty_cache},
         {"Event", l_event_new},
+        {"sync_count", l_sync_count},
+        {"_sync_reasons", l_sync_reasons},
+        {"is_current_stream_capturing", l_is_capturing},
+        {"CUDAGraph", l_graph_new},
+        {"_capturing_graph", l_capturing_graph},
         {NULL, NULL},
     };
+    static const luaL_Reg graph_methods[] = {
+        {"capture_begin", graph_capture_begin},
+        {"capture_end", graph_capture_end},
+        {"replay", graph_replay},
+        {"reset", graph_reset},
+        {"_add_replay_hook", graph_add_hook},
+        {NULL, NULL},
+    };
+    luaL_newmetatable(L, GRAPH_MT);
+    lua_pushcfunction(L, graph_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, graph_tostring);
+    lua_setfield(L, -2, "__tostring");
+    luaL_newlib(L, graph_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pop(L, 1);
+
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     luaL_newlib(L, cuda);
     lua_pushboolean(L, dl_cuda_compiled());
     lua_setfield(L, -2, "compiled");
+    /* graph() and graphed() are Lua (lua/dl/cuda_graphs.lua), loaded on first use */
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, cuda_index);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, -2);
     lua_setfield(L, -2, "cuda");
 
     push_backends_table(L, NULL);
     lua_pushliteral(L, "cudnn");
     push_backends_table(L, "cudnn");
     lua_rawset(L, -3); /* raw: past __newindex */
+    lua_pushliteral(L, "cuda");
+    push_backends_table(L, "cuda");
+    lua_rawset(L, -3);
     lua_setfield(L, -2, "backends");
     lua_pop(L, 1);
 }

@@ -5,7 +5,7 @@
  *   dl._dist.is_initialized() rank() world_size() local_rank() backend()
  *   dl._dist.all_reduce(t, op)  op: "sum" | "avg" | "max" | "min"
  *   dl._dist.broadcast(t, src)  dl._dist.all_gather(list, t)  dl._dist.barrier()
- *   dl._dist.wait_seconds()
+ *   dl._dist.wait_seconds()  dl._dist.report_failure(message)
  *   dl._dist.reducer(params, names, cap_bytes, first_cap_bytes, find_unused)
  *     -> userdata with :prepare(), :stats(), :bucket(b) (1-based indices), :close()
  * Ranks are 0-based here as in the public API.  The reducer userdata is
@@ -66,6 +66,11 @@ static int l_backend(lua_State *L) {
 static int l_wait_seconds(lua_State *L) {
     lua_pushnumber(L, dl_dist_wait_seconds());
     return 1;
+}
+
+static int l_report_failure(lua_State *L) {
+    dl_dist_report_failure(luaL_checkstring(L, 1));
+    return 0;
 }
 
 static int l_all_reduce(lua_State *L) {
@@ -211,6 +216,7 @@ void dlL_open_dist(lua_State *L) {
         {"local_rank", l_local_rank},
         {"backend", l_backend},
         {"wait_seconds", l_wait_seconds},
+        {"report_failure", l_report_failure},
         {"all_reduce", l_all_reduce},
         {"broadcast", l_broadcast},
         {"all_gather", l_all_gather},

@@ -75,37 +75,14 @@ static int64_t num_classes(const dl_tensor *x) {
 }
 
 /* A class-index target of 1-based labels -> a new int64 tensor of 0-based
- * labels (every entry minus one, ignore_index included, so equality with the
- * converted ignore_index is kept).  Raises on a wrong dtype or a label
- * outside 1..C that is not ignore_index. */
+ * labels (dl_class_labels_to_targets: every entry minus one, ignore_index
+ * included).  Raises on a wrong dtype or, on the CPU, a label outside 1..C
+ * that is not ignore_index (on CUDA it is reported at the next
+ * synchronisation).  op: a string literal. */
 static dl_tensor *convert_target(lua_State *L, const char *op, dl_tensor *target, int64_t C,
                                  lua_Integer ignore) {
-    if (target->dtype != DL_DTYPE_I64)
-        luaL_error(L, "%s: class-index target must be int64 (labels 1..C), got %s", op,
-                   dl_dtype_name(target->dtype));
-    /* a device target is converted on a host copy and moved back */
-    dl_device dev = dl_tensor_device(target);
-    dl_tensor *t =
-        dev.type == DL_DEVICE_CPU ? dl_tensor_clone(target) : dl_tensor_to_device(target, DL_CPU);
+    dl_tensor *t = dl_class_labels_to_targets(op, target, C, (int64_t)ignore);
     if (!t) dlL_fail(L);
-    int64_t *d = dl_tensor_data_ptr(t), n = dl_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v = d[i];
-        if (C >= 0 && v != (int64_t)ignore && (v < 1 || v > C)) {
-            dl_error("%s: target label %lld is out of range for %lld classes (labels are 1..%lld; "
-                     "ignore_index is %lld)",
-                     op, (long long)v, (long long)C, (long long)C, (long long)ignore);
-            dl_tensor_release(t);
-            dlL_fail(L);
-        }
-        d[i] = (int64_t)((uint64_t)v - 1u);
-    }
-    if (dev.type != DL_DEVICE_CPU) {
-        dl_tensor *m = dl_tensor_to_device(t, dev);
-        dl_tensor_release(t);
-        if (!m) dlL_fail(L);
-        t = m;
-    }
     return t;
 }
 

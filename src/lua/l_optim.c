@@ -1,7 +1,8 @@
 /* l_optim.c - bindings of the fused optimizer steps (src/ops/optim.h), for
  * lua/dl/optim/init.lua (not a public API):
  *   dl._optim.sgd_step(params, grads, bufs|nil, fresh|nil,
- *                      {lr=, momentum=, dampening=, weight_decay=, nesterov=, maximize=})
+ *                      {lr=, momentum=, dampening=, weight_decay=, nesterov=, maximize=,
+ *                       lr_tensor=, skip_if=})
  *   dl._optim.adam_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs|nil, steps,
  *                       {lr=, beta1=, beta2=, eps=, weight_decay=, decoupled=, amsgrad=,
  *                        maximize=})
@@ -13,8 +14,9 @@
 #include "l_bind.h"
 #include "ops/optim.h"
 
-static const char *const sgd_keys[] = {"lr",       "momentum", "dampening", "weight_decay",
-                                       "nesterov", "maximize", NULL};
+static const char *const sgd_keys[] = {"lr",           "momentum", "dampening",
+                                       "weight_decay", "nesterov", "maximize",
+                                       "lr_tensor",    "skip_if",  NULL};
 static const char *const adam_keys[] = {"lr",        "beta1",   "beta2",    "eps", "weight_decay",
                                         "decoupled", "amsgrad", "maximize", NULL};
 
@@ -48,6 +50,17 @@ static dl_tensor **read_tensors(lua_State *L, int idx, int n, const char *op, co
     return ts;
 }
 
+/* Option key of the table at idx: a tensor or nil (the table keeps it alive). */
+static dl_tensor *sgd_tensor_opt(lua_State *L, int idx, const char *key) {
+    dl_tensor *t = NULL;
+    if (dlL_optfield(L, idx, key) != LUA_TNIL) {
+        t = dlL_totensor(L, -1);
+        if (!t) luaL_error(L, "sgd_step: option '%s' must be a tensor", key);
+    }
+    lua_pop(L, 1);
+    return t;
+}
+
 static int l_sgd_step(lua_State *L) {
     const char *op = "sgd_step";
     int n = array_len(L, 1, op, "params");
@@ -60,6 +73,8 @@ static int l_sgd_step(lua_State *L) {
         .nesterov = dlL_optboolean(L, 5, "nesterov", 0),
         .maximize = dlL_optboolean(L, 5, "maximize", 0),
     };
+    o.lr_tensor = sgd_tensor_opt(L, 5, "lr_tensor");
+    o.skip_if = sgd_tensor_opt(L, 5, "skip_if");
     dl_tensor **params = read_tensors(L, 1, n, op, "params");
     dl_tensor **grads = read_tensors(L, 2, n, op, "grads");
     dl_tensor **bufs = NULL;

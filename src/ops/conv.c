@@ -149,6 +149,11 @@ int dl_conv2d_cache_size(void) {
     return dl_dnnl_cache_size();
 }
 
+void dl_conv2d_plan_stats(dl_conv_plan_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (dl_cuda_conv && dl_cuda_conv->plan_stats) dl_cuda_conv->plan_stats(out);
+}
+
 int dl_conv2d_cache_capacity(void) {
     return DL_DNNL_CACHE_CAPACITY;
 }

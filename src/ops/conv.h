@@ -12,6 +12,7 @@
 #define DL_OPS_CONV_H
 
 #include "core/tensor.h"
+#include "kernels/conv.h"
 
 #include <stdbool.h>
 
@@ -57,6 +58,8 @@ bool dl_conv2d_winograd(int on);
  * the bound LRU eviction keeps it to. */
 int dl_conv2d_cache_size(void);
 int dl_conv2d_cache_capacity(void);
+/* The CUDA plan cache's statistics (kernels/conv.h); all zero without a GPU. */
+void dl_conv2d_plan_stats(dl_conv_plan_stats *out);
 
 /* Records a node when an input requires grad (dl.nn.functional.conv2d); its
  * backward is dl_conv2d_backward. */

@@ -26,6 +26,8 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #ifdef DL_WITH_CUDA
 int dl_cuda_device_count(void);
@@ -55,11 +57,20 @@ const dl_cuda_pool_kernels *dl_cuda_pool;
 const dl_cuda_random_kernels *dl_cuda_random;
 const dl_cuda_optim_kernels *dl_cuda_optim;
 const dl_cuda_rnn_kernels *dl_cuda_rnn;
-dl_backend_flags dl_flags = {false, false};
+dl_backend_flags dl_flags = {false, false, false, false};
+
+/* A switch from the environment: 0 or 1, else the default. */
+static bool env_switch(const char *name, bool def) {
+    const char *v = getenv(name);
+    if (!v || !*v) return def;
+    return strcmp(v, "0") != 0;
+}
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 static void init_backends(void) {
+    dl_flags.cudnn_graph = env_switch("DLUA_CUDNN_GRAPH", false);
+    dl_flags.cuda_sync_checks = env_switch("DLUA_CUDA_SYNC_CHECKS", false);
 #ifdef DL_WITH_CUDA
     dl_cuda_init();
     if (!dl_cuda_rt) dl_device_unavailable_reason = "no GPU found on this machine (CUDA build)";

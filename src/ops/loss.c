@@ -8,15 +8,19 @@
  * results are converted back, so half types round once per element.  Class
  * losses view input as (N, C, S) and targets as (N, S) (see cpu/loss.h);
  * targets are checked here, before any kernel runs.  Sums over samples
- * accumulate in double and are rounded once.  On CUDA, results and scratch
- * live on the device and the host reads device values only through
- * dl_tensor_item (the gradient's factor, the mean's denominator). */
+ * accumulate in double and are rounded once.  On CUDA, results, scratch and
+ * every scalar in between (the mean's denominator, the gradient's factor)
+ * stay on the device and the host reads nothing: class targets are checked
+ * on the device and a bad one is reported at the next synchronisation
+ * (dl_cuda_rt->check_first_bad; the kernels skip it meanwhile). */
 #include "ops/loss.h"
 #include "autograd/autograd.h"
 #include "core/iter.h"
 #include "cpu/loss.h"
+#include "kernels/cuda.h"
 #include "kernels/loss.h"
 #include "kernels/reduce.h"
+#include "ops/elementwise.h"
 #include "ops/op_util.h"
 #include "ops/reduce.h"
 #include "ops/views.h"
@@ -39,13 +43,14 @@ static int check_reduction(const char *op, dl_reduction r) {
     return 0;
 }
 
+/* *out = the one element of g (out NULL: only the check). */
 static int scalar_grad(const char *op, dl_tensor *g, double *out) {
     if (dl_tensor_numel(g) != 1) {
         char s[128];
         return dl_error("%s: the gradient of a reduced loss must have one element, got shape %s",
                         op, dl_shape_str(g->ndim, g->shape, s, sizeof s));
     }
-    return dl_tensor_item(g, out);
+    return out ? dl_tensor_item(g, out) : 0;
 }
 
 int dl_reduction_parse(const char *op, const char *name, dl_reduction *out) {
@@ -62,10 +67,11 @@ int dl_reduction_parse(const char *op, const char *name, dl_reduction *out) {
 }
 
 /* Per-sample losses `per` (compute dtype, contiguous; consumed) as the op's
- * result: none -> reshaped to shape; sum and mean (divided by denom) -> a
- * 0-dim tensor.  The result has dtype dt and per's device. */
-static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, int ndim,
-                              const int64_t *shape, dl_dtype dt) {
+ * result: none -> reshaped to shape; sum and mean (divided by denom, or on
+ * CUDA by the 0-dim float64 device tensor denom_t when set) -> a 0-dim
+ * tensor.  The result has dtype dt and per's device. */
+static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, dl_tensor *denom_t,
+                              int ndim, const int64_t *shape, dl_dtype dt) {
     if (!per) return NULL;
     if (r == DL_REDUCTION_NONE) {
         dl_tensor *v = dl_tensor_view(per, ndim, shape);
@@ -80,7 +86,9 @@ static dl_tensor *reduce_loss(dl_tensor *per, dl_reduction r, double denom, int 
         int rc = acc ? LOSS_RUN(op, dev, sum, dl_cpu_loss_sum, per->dtype, n, dl_op_data(acc),
                                 dl_op_data(per))
                      : -1;
-        if (!rc && r == DL_REDUCTION_MEAN)
+        if (!rc && r == DL_REDUCTION_MEAN && denom_t)
+            rc = dl_binary_(DL_BINARY_DIV, acc, denom_t, 1);
+        else if (!rc && r == DL_REDUCTION_MEAN)
             rc = dl_cuda_reduce->reduce_finish
                      ? dl_cuda_reduce->reduce_finish(DL_FIN_DIV, dl_op_data(acc), 1, denom, NULL)
                      : dl_cuda_missing(op);
@@ -107,18 +115,22 @@ typedef struct {
 } class_layout;
 
 /* The end of a class loss's forward: h holds its 4 operands with the
- * per-sample losses in h[3]; rc is the kernels' status.  Releases h and
- * returns the reduced loss in dtype dt (NULL on failure). */
+ * per-sample losses in h[3]; rc is the kernels' status; the mean divides by
+ * denom (or the device tensor denom_t; consumed).  Releases h and returns the
+ * reduced loss in dtype dt (NULL on failure). */
 static dl_tensor *class_loss_result(dl_tensor **h, int rc, dl_reduction reduction, double denom,
-                                    const class_layout *L, dl_dtype dt) {
+                                    dl_tensor *denom_t, const class_layout *L, dl_dtype dt) {
     if (rc) {
         dl_op_release_all(h, 4);
+        dl_tensor_release(denom_t);
         return NULL;
     }
     dl_tensor *per = h[3];
     h[3] = NULL;
     dl_op_release_all(h, 3);
-    return reduce_loss(per, reduction, denom, L->ndim, L->shape, dt);
+    dl_tensor *res = reduce_loss(per, reduction, denom, denom_t, L->ndim, L->shape, dt);
+    dl_tensor_release(denom_t);
+    return res;
 }
 
 /* Checks input x (C), (N, C) or (N, C, d...), the target's shape (probs: x's
@@ -166,16 +178,78 @@ static int class_check(const char *op, dl_tensor *x, dl_tensor *target, dl_tenso
     return 0;
 }
 
+/* Queues the device check of the N*S targets t (dense int64 on CUDA, s's
+ * layout): the first that is neither s->ignore_index nor in [0, C) is
+ * reported at the next synchronisation as `kind` (the kernels skip it
+ * meanwhile), so the host reads nothing.  op: a string literal. */
+static int cuda_check_targets(const char *op, const dl_class_loss_shape *s, dl_tensor *t,
+                              int kind) {
+    if (!dl_cuda_rt || !dl_cuda_rt->check_first_bad || !dl_cuda_loss || !dl_cuda_loss->target_check)
+        return dl_cuda_missing(op);
+    dl_tensor *fb = dl_tensor_empty(0, NULL, DL_DTYPE_I64, dl_tensor_device(t));
+    int rc = fb ? dl_cuda_loss->target_check(s, dl_op_data(fb), dl_op_data(t)) : -1;
+    if (!rc)
+        rc = dl_cuda_rt->check_first_bad(op, kind, dl_op_data(fb), dl_op_data(t), s->N * s->S, s->C,
+                                         s->ignore_index);
+    dl_tensor_release(fb); /* stream-ordered: the check kernels were queued first */
+    return rc;
+}
+
+dl_tensor *dl_class_labels_to_targets(const char *op, dl_tensor *target, int64_t C,
+                                      int64_t ignore) {
+    if (target->dtype != DL_DTYPE_I64) {
+        dl_error("%s: class-index target must be int64 (labels 1..C), got %s", op,
+                 dl_dtype_name(target->dtype));
+        return NULL;
+    }
+    dl_device dev = dl_tensor_device(target);
+    if (dl_op_is_cuda(dev)) { /* on the device: no host read */
+        dl_tensor *one = dl_tensor_scalar(1, DL_DTYPE_I64);
+        dl_tensor *t = one ? dl_binary(DL_BINARY_SUB, target, one, 1) : NULL;
+        dl_tensor_release(one);
+        if (!t || C < 0) return t;
+        dl_class_loss_shape s = {1, C, dl_tensor_numel(t), ignore - 1, 0};
+        if (cuda_check_targets(op, &s, t, DL_CHECK_CLASS_LABEL)) {
+            dl_tensor_release(t);
+            return NULL;
+        }
+        return t;
+    }
+    dl_tensor *t = dl_tensor_contiguous(target);
+    dl_tensor *c = t ? dl_tensor_clone(t) : NULL;
+    dl_tensor_release(t);
+    if (!c) return NULL;
+    int64_t *d = dl_tensor_data_ptr(c), n = dl_tensor_numel(c);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t v = d[i];
+        if (C >= 0 && v != ignore && (v < 1 || v > C)) {
+            dl_error("%s: target label %lld is out of range for %lld classes (labels are 1..%lld; "
+                     "ignore_index is %lld)",
+                     op, (long long)v, (long long)C, (long long)C, (long long)ignore);
+            dl_tensor_release(c);
+            return NULL;
+        }
+        d[i] = (int64_t)((uint64_t)v - 1u);
+    }
+    return c;
+}
+
 /* The target as a dense int64 tensor on L's device whose entries were all
- * checked (the target_check kernel) to be ignore_index or in [0, C). */
+ * checked (the target_check kernel) to be ignore_index or in [0, C); on
+ * CUDA the check is queued and reported at the next synchronisation. */
 static dl_tensor *checked_target(const char *op, dl_tensor *target, const class_layout *L) {
     dl_tensor *t = dl_op_onto(dl_tensor_contiguous(target), L->dev);
     if (!t) return NULL;
+    if (dl_op_is_cuda(L->dev)) {
+        if (cuda_check_targets(op, &L->s, t, DL_CHECK_CLASS_TARGET)) {
+            dl_tensor_release(t);
+            return NULL;
+        }
+        return t;
+    }
     int64_t n = dl_tensor_numel(t), first = n, value = 0;
     dl_tensor *fb = dl_tensor_empty(0, NULL, DL_DTYPE_I64, L->dev);
-    int rc = fb ? LOSS_RUN(op, L->dev, target_check, dl_cpu_loss_target_check, &L->s,
-                           dl_op_data(fb), dl_op_data(t))
-                : -1;
+    int rc = fb ? dl_cpu_loss_target_check(&L->s, dl_op_data(fb), dl_op_data(t)) : -1;
     if (!rc) rc = dl_tensor_item_i64(fb, &first);
     dl_tensor_release(fb);
     if (!rc && first < n) {
@@ -194,24 +268,64 @@ static dl_tensor *checked_target(const char *op, dl_tensor *target, const class_
     return t;
 }
 
-/* *out = the sum of the weights of the non-ignored targets (t and w dense, on
- * L's device). */
+/* The sum of the weights of the non-ignored targets (t and w dense, on L's
+ * device): in *out on the CPU; on CUDA in *out_t, a new 0-dim float64 device
+ * tensor (the host reads nothing). */
 static int class_weight_sum(const char *op, const class_layout *L, dl_dtype cdt, const dl_tensor *t,
-                            const dl_tensor *w, double *out) {
+                            const dl_tensor *w, double *out, dl_tensor **out_t) {
+    *out_t = NULL;
     dl_tensor *acc = dl_tensor_empty(0, NULL, DL_DTYPE_F64, L->dev);
     int rc = acc ? LOSS_RUN(op, L->dev, class_weight_sum, dl_cpu_class_weight_sum, cdt, &L->s,
                             dl_op_data(acc), dl_op_data(t), dl_op_data(w))
                  : -1;
+    if (!rc && dl_op_is_cuda(L->dev)) {
+        *out_t = acc;
+        return 0;
+    }
     if (!rc) rc = dl_tensor_item(acc, out);
     dl_tensor_release(acc);
     return rc;
 }
 
+/* CUDA: the gradient of a reduced loss as a dense per-sample tensor of
+ * (ndim, shape) in cdt on dev, every element gloss (one element) divided by
+ * the mean's denominator (denom_t, a 0-dim float64 device tensor, when set,
+ * else denom; 1 for a sum) -- computed on the device, so the host reads no
+ * value (the kernels take it as their per-sample gradient). */
+static dl_tensor *cuda_grad_per_sample(dl_tensor *gloss, double denom, dl_tensor *denom_t, int ndim,
+                                       const int64_t *shape, dl_dtype cdt, dl_device dev) {
+    /* g0: a new 0-dim float64 device tensor (divided in place below) */
+    dl_tensor *gv = dl_tensor_view(gloss, 0, NULL);
+    dl_tensor *g0 = gv ? dl_tensor_empty(0, NULL, DL_DTYPE_F64, dev) : NULL;
+    int rc = g0 ? dl_tensor_copy_(g0, gv) : -1;
+    dl_tensor_release(gv);
+    if (rc) {
+        dl_tensor_release(g0);
+        return NULL;
+    }
+    if (denom_t) {
+        rc = dl_binary_(DL_BINARY_DIV, g0, denom_t, 1);
+    } else if (denom != 1) {
+        dl_tensor *d = dl_tensor_scalar(denom, DL_DTYPE_F64);
+        rc = d ? dl_binary_(DL_BINARY_DIV, g0, d, 1) : -1;
+        dl_tensor_release(d);
+    }
+    dl_tensor *c = rc ? NULL : dl_tensor_to_dtype(g0, cdt);
+    dl_tensor_release(g0);
+    dl_tensor *e = c ? dl_tensor_expand(c, ndim, shape) : NULL;
+    dl_tensor_release(c);
+    dl_tensor *r = e ? dl_tensor_contiguous(e) : NULL;
+    dl_tensor_release(e);
+    return r;
+}
+
 /* Reads the loss gradient: per-sample (none: a dense compute-dtype tensor of
- * the per-sample shape on dev in *g) or one factor g0 = gloss / denom. */
+ * the per-sample shape on dev in *g) or one factor g0 = gloss / denom (on
+ * CUDA, where the host reads nothing, as a per-sample *g too; denom_t, when
+ * set, is the device denominator). */
 static int loss_grad(const char *op, dl_tensor *gloss, dl_reduction r, int ndim,
-                     const int64_t *shape, dl_dtype cdt, double denom, dl_device dev, dl_tensor **g,
-                     double *g0) {
+                     const int64_t *shape, dl_dtype cdt, double denom, dl_tensor *denom_t,
+                     dl_device dev, dl_tensor **g, double *g0) {
     *g = NULL;
     *g0 = 0;
     if (dl_op_need_floating(op, "grad", gloss)) return -1;
@@ -225,6 +339,13 @@ static int loss_grad(const char *op, dl_tensor *gloss, dl_reduction r, int ndim,
                             dl_shape_str(gloss->ndim, gloss->shape, s2, sizeof s2));
         }
         *g = dl_op_dense_on(gloss, cdt, dev);
+        return *g ? 0 : -1;
+    }
+    if (dl_op_is_cuda(dev)) {
+        if (dl_tensor_numel(gloss) != 1) return scalar_grad(op, gloss, NULL);
+        bool mean = r == DL_REDUCTION_MEAN;
+        *g = cuda_grad_per_sample(gloss, mean ? denom : 1, mean ? denom_t : NULL, ndim, shape, cdt,
+                                  dev);
         return *g ? 0 : -1;
     }
     double v;
@@ -259,8 +380,10 @@ dl_tensor *dl_nll_loss_forward(dl_tensor *logp, dl_tensor *target, dl_tensor *we
     int rc = LOSS_RUN(op, L.dev, nll_loss, dl_cpu_nll_loss, cdt, &L.s, dl_op_data(h[3]),
                       dl_op_data(h[1]), dl_op_data(h[0]), dl_op_data(h[2]));
     double W = 1;
-    if (!rc && reduction == DL_REDUCTION_MEAN) rc = class_weight_sum(op, &L, cdt, h[0], h[2], &W);
-    return class_loss_result(h, rc, reduction, W, &L, logp->dtype);
+    dl_tensor *W_t = NULL;
+    if (!rc && reduction == DL_REDUCTION_MEAN)
+        rc = class_weight_sum(op, &L, cdt, h[0], h[2], &W, &W_t);
+    return class_loss_result(h, rc, reduction, W, W_t, &L, logp->dtype);
 }
 
 dl_tensor *dl_nll_loss_backward(dl_tensor *gloss, dl_tensor *logp, dl_tensor *target,
@@ -276,14 +399,17 @@ dl_tensor *dl_nll_loss_backward(dl_tensor *gloss, dl_tensor *logp, dl_tensor *ta
         return NULL;
     }
     double W = 1, g0;
-    if ((reduction == DL_REDUCTION_MEAN && class_weight_sum(op, &L, cdt, h[0], h[1], &W)) ||
-        loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, W, L.dev, &h[2], &g0) ||
+    dl_tensor *W_t = NULL;
+    if ((reduction == DL_REDUCTION_MEAN && class_weight_sum(op, &L, cdt, h[0], h[1], &W, &W_t)) ||
+        loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, W, W_t, L.dev, &h[2], &g0) ||
         !(h[3] = dl_tensor_empty(logp->ndim, logp->shape, cdt, L.dev)) ||
         LOSS_RUN(op, L.dev, nll_loss_backward, dl_cpu_nll_loss_backward, cdt, &L.s,
                  dl_op_data(h[3]), dl_op_data(h[2]), g0, dl_op_data(h[0]), dl_op_data(h[1]))) {
+        dl_tensor_release(W_t);
         dl_op_release_all(h, 4);
         return NULL;
     }
+    dl_tensor_release(W_t); /* stream-ordered: the kernels reading it were queued */
     dl_tensor *gx = h[3];
     h[3] = NULL;
     dl_op_release_all(h, 3);
@@ -342,10 +468,11 @@ dl_tensor *dl_cross_entropy_forward(dl_tensor *x, dl_tensor *target, dl_tensor *
         return NULL;
     }
     double denom = (double)R;
+    dl_tensor *denom_t = NULL;
     int rc = ce_forward_kernels(op, h, h[3], probs, cdt, &L);
     if (!rc && !probs && reduction == DL_REDUCTION_MEAN)
-        rc = class_weight_sum(op, &L, cdt, h[0], h[2], &denom);
-    return class_loss_result(h, rc, reduction, denom, &L, x->dtype);
+        rc = class_weight_sum(op, &L, cdt, h[0], h[2], &denom, &denom_t);
+    return class_loss_result(h, rc, reduction, denom, denom_t, &L, x->dtype);
 }
 
 /* Runs the backward kernel of a cross entropy (h: target, x, weight, g, gx, gtarget). */
@@ -379,15 +506,18 @@ int dl_cross_entropy_backward(dl_tensor *gloss, dl_tensor *x, dl_tensor *target,
         return -1;
     }
     double denom = probs ? (double)(L.s.N * L.s.S) : 1, g0;
+    dl_tensor *denom_t = NULL;
     if ((!probs && reduction == DL_REDUCTION_MEAN &&
-         class_weight_sum(op, &L, cdt, h[0], h[2], &denom)) ||
-        loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, denom, L.dev, &h[3], &g0) ||
+         class_weight_sum(op, &L, cdt, h[0], h[2], &denom, &denom_t)) ||
+        loss_grad(op, gloss, reduction, L.ndim, L.shape, cdt, denom, denom_t, L.dev, &h[3], &g0) ||
         !(h[4] = dl_tensor_empty(x->ndim, x->shape, cdt, L.dev)) ||
         (want_gt && !(h[5] = dl_tensor_empty(x->ndim, x->shape, cdt, L.dev))) ||
         ce_backward_kernels(op, h, g0, probs, cdt, &L)) {
+        dl_tensor_release(denom_t);
         dl_op_release_all(h, 6);
         return -1;
     }
+    dl_tensor_release(denom_t);
     dl_tensor *rx = h[4], *rt = h[5];
     h[4] = h[5] = NULL;
     dl_op_release_all(h, 4);
@@ -484,7 +614,7 @@ static dl_tensor *pw_forward(const char *op, dl_tensor *x, dl_tensor *y, dl_tens
         per = NULL;
     }
     pw_release(&a);
-    return reduce_loss(per, r, (double)a.n, a.ndim, a.shape, a.dt);
+    return reduce_loss(per, r, (double)a.n, NULL, a.ndim, a.shape, a.dt);
 }
 
 /* t (the common shape; consumed) summed over broadcast dims back to (ndim, shape). */
@@ -512,7 +642,7 @@ static int pw_backward(const char *op, dl_tensor *gloss, dl_tensor *x, dl_tensor
     if (pw_prepare(op, x, y, w, pw, r, kind == DL_POINTWISE_BCE_LOGITS, &a)) return -1;
     dl_tensor *g = NULL, *rx = NULL, *ry = NULL;
     double g0;
-    int rc = loss_grad(op, gloss, r, a.ndim, a.shape, a.cdt, (double)a.n, a.dev, &g, &g0);
+    int rc = loss_grad(op, gloss, r, a.ndim, a.shape, a.cdt, (double)a.n, NULL, a.dev, &g, &g0);
     if (!rc && gx && !(rx = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev))) rc = -1;
     if (!rc && gy && !(ry = dl_tensor_empty(a.ndim, a.shape, a.cdt, a.dev))) rc = -1;
     if (!rc)

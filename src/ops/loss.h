@@ -85,6 +85,15 @@ int dl_binary_cross_entropy_with_logits_backward(dl_tensor *gloss, dl_tensor *x,
                                                  dl_reduction reduction, dl_tensor **gx,
                                                  dl_tensor **gy);
 
+/* Class labels numbered from 1 (the Lua face's) as the 0-based targets the
+ * class losses take: a new int64 tensor on target's device, every entry minus
+ * one (ignore's too, so equality with ignore - 1 is kept).  A label outside
+ * 1..C that is not `ignore` is an error naming it; on CUDA the labels are
+ * checked on the device and a bad one is reported at the next
+ * synchronisation.  C < 0 skips the range check (the op refuses the input).
+ * op must be a string literal. */
+dl_tensor *dl_class_labels_to_targets(const char *op, dl_tensor *target, int64_t C, int64_t ignore);
+
 /* --- with autograd ---------------------------------------------------------------
  * Recording a node when an input requires grad; targets are 0-based as
  * above; the backward is the matching *_backward. */

@@ -124,14 +124,40 @@ static int dispatch(int rc, const char *op, dl_device dev, int n, dl_optim_tenso
     return rc;
 }
 
+/* Checks an optional 0-dim scalar option t (dtype dt, on dev). */
+static int check_scalar_opt(const char *op, const char *what, const dl_tensor *t, dl_dtype dt,
+                            dl_device dev) {
+    char d1[16], d2[16];
+    if (!t) return 0;
+    if (t->ndim != 0 || t->dtype != dt)
+        return dl_error("%s: %s must be a 0-dim %s tensor, got a %d-dim %s one", op, what,
+                        dl_dtype_name(dt), t->ndim, dl_dtype_name(t->dtype));
+    dl_device d = dl_tensor_device(t);
+    if (d.type != dev.type || d.index != dev.index)
+        return dl_error("%s: %s is on %s but the parameters are on %s", op, what,
+                        dl_device_name(d, d1, sizeof d1), dl_device_name(dev, d2, sizeof d2));
+    return 0;
+}
+
 int dl_sgd_step(int n, dl_tensor *const *params, dl_tensor *const *grads, dl_tensor *const *bufs,
                 const bool *fresh, const dl_sgd_options *o) {
     const char *op = "sgd_step";
     dl_device dev = DL_CPU;
     if (check_params(op, n, params, &dev)) return -1;
-    if (!(o->lr >= 0) || !(o->momentum >= 0) || !(o->weight_decay >= 0))
-        return dl_error("%s: lr, momentum and weight_decay must be >= 0 (got %g, %g, %g)", op,
-                        o->lr, o->momentum, o->weight_decay);
+    if (n > 0 && (check_scalar_opt(op, "lr_tensor", o->lr_tensor, DL_DTYPE_F32, dev) ||
+                  check_scalar_opt(op, "skip_if", o->skip_if, DL_DTYPE_BOOL, dev)))
+        return -1;
+    bool on_cuda = dev.type == DL_DEVICE_CUDA;
+    double lr = o->lr;
+    if (!on_cuda && o->lr_tensor && dl_tensor_item(o->lr_tensor, &lr)) return -1;
+    if (!on_cuda && o->skip_if) {
+        double skip = 0;
+        if (dl_tensor_item(o->skip_if, &skip)) return -1;
+        if (skip != 0) return 0;
+    }
+    if (!(lr >= 0) || !(o->momentum >= 0) || !(o->weight_decay >= 0))
+        return dl_error("%s: lr, momentum and weight_decay must be >= 0 (got %g, %g, %g)", op, lr,
+                        o->momentum, o->weight_decay);
     if (o->momentum != 0 && (!bufs || !fresh))
         return dl_error("%s: momentum %g needs momentum buffers", op, o->momentum);
     if (n <= 0) return 0;
@@ -147,12 +173,14 @@ int dl_sgd_step(int n, dl_tensor *const *params, dl_tensor *const *grads, dl_ten
         }
     }
     /* the scalars of SGD:_update_group */
-    dl_sgd_coeffs c = {.neg_lr = -o->lr,
+    dl_sgd_coeffs c = {.neg_lr = -lr,
                        .momentum = o->momentum,
                        .one_minus_damp = 1 - o->dampening,
                        .weight_decay = o->weight_decay,
                        .nesterov = o->nesterov,
-                       .maximize = o->maximize};
+                       .maximize = o->maximize,
+                       .lr = on_cuda && o->lr_tensor ? dl_tensor_data_ptr(o->lr_tensor) : NULL,
+                       .skip = on_cuda && o->skip_if ? dl_tensor_data_ptr(o->skip_if) : NULL};
     return dispatch(rc, op, dev, n, ts, &c, NULL);
 }
 

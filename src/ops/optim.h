@@ -19,6 +19,11 @@
 typedef struct {
     double lr, momentum, dampening, weight_decay;
     bool nesterov, maximize;
+    /* Optional 0-dim tensors on the parameters' device, read where the step
+     * runs (on CUDA the host never reads them, so a step stays free of
+     * synchronisation and can be captured in a CUDA graph):
+     * lr_tensor (float32) replaces lr; skip_if (bool) true skips the step. */
+    dl_tensor *lr_tensor, *skip_if;
 } dl_sgd_options;
 
 /* bufs: the momentum buffers (NULL when momentum == 0); fresh[i]: buffer i

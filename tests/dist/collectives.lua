@@ -84,10 +84,21 @@ T.case("errors name the argument", function()
   T.raises(function() dist.init_process_group{backend = "mpi"} end, "already initialized")
 end)
 
+T.case("report_failure", function()
+  T.raises(function() dist.report_failure(42) end, "report_failure: message must be a string")
+  if world == 1 then -- nobody to tell: the group goes on
+    dist.report_failure("nothing wrong")
+    local t = dl.ones(2)
+    dist.all_reduce(t)
+    T.tensor_eq(t, dl.ones(2), 0)
+  end
+end)
+
 dist.barrier()
 T.case("destroy", function()
   dist.destroy_process_group()
   T.eq(dist.is_initialized(), false)
   T.raises(function() dist.get_rank() end, "not initialized")
+  dist.report_failure("after destroy: nothing to tell")
 end)
 T.done()

@@ -1,9 +1,11 @@
 -- test_amp.lua - what runs on every machine of the CUDA face: GradScaler's
 -- logic on float32 CPU tensors (scaling, unscale_, skipping a step with an
--- inf gradient, growth and backoff, state_dict); autocast's state handling
+-- inf gradient, growth and backoff, state_dict; its state in device tensors
+-- and the optimizer skipping on the device); autocast's state handling
 -- and that it changes nothing on CPU tensors; channels-last layouts on the
 -- CPU; Module:to keeping parameter identity; t.data; dl.backends; and the
--- clear errors dl.cuda gives on a machine without a GPU.
+-- clear errors dl.cuda gives on a machine without a GPU (graphs and the
+-- synchronisation counter included).
 local T = require "testlib"
 
 -- A one-parameter "model": loss = sum(w * x).
@@ -57,6 +59,53 @@ T.case("GradScaler grows after growth_interval clean steps", function()
   other:load_state_dict(sd)
   T.eq(other:get_scale(), 18.0)
   T.eq(other:get_growth_factor(), 3.0)
+end)
+
+T.case("GradScaler keeps its state in tensors on the gradients' device", function()
+  -- the path a CUDA device takes (no host reads between steps), run on the CPU
+  local w = dl.tensor({1.0, 2.0}):requires_grad_()
+  local opt = dl.optim.SGD({w}, {lr = 0.5, momentum = 0.9})
+  local scaler = dl.amp.GradScaler({init_scale = 16.0, backoff_factor = 0.5, growth_interval = 2})
+  local function step(x)
+    opt:zero_grad()
+    scaler:scale((w * dl.tensor(x)):sum()):backward()
+    scaler:step(opt)
+    scaler:update()
+  end
+  step({1.0, 1.0})
+  T.truthy(dl.is_tensor(scaler._scale_t) and scaler._scale_t:dim() == 0, "a 0-dim scale tensor")
+  T.eq(scaler._scale_t.dtype, dl.float32)
+  T.eq(scaler._scale_t.device, w.device)
+  T.tensor_eq(w, {0.5, 1.5})
+  local buf = opt.state[w].momentum_buffer:clone()
+  -- an inf gradient: the fused step skips on the device (parameter and
+  -- momentum buffer untouched), the scale backs off, the tracker restarts
+  step({math.huge, 1.0})
+  T.tensor_eq(w, {0.5, 1.5})
+  T.truthy(dl.equal(opt.state[w].momentum_buffer, buf), "momentum buffer untouched")
+  T.eq(scaler:get_scale(), 8.0)
+  step({1.0, 1.0})
+  T.eq(scaler:get_scale(), 8.0)
+  T.tensor_eq(w, {0.5 - 0.5 * (0.9 * 1 + 1), 1.5 - 0.5 * (0.9 * 1 + 1)}, 1e-6)
+  step({1.0, 1.0}) -- the second clean step in a row: growth
+  T.eq(scaler:get_scale(), 16.0)
+  local sd = scaler:state_dict()
+  T.eq(sd.scale, 16.0)
+  T.eq(sd._growth_tracker, 0)
+  scaler:load_state_dict({scale = 4.0, _growth_tracker = 1})
+  T.eq(scaler:get_scale(), 4.0)
+  T.eq(scaler._tracker_t:item(), 1.0)
+  T.truthy(tostring(scaler):match("scale=4.0"))
+  -- an optimizer without a device skip reads the flag: Adam skips on the host
+  local v = dl.tensor({1.0}):requires_grad_()
+  local adam = dl.optim.Adam({v}, {lr = 0.1})
+  local sc = dl.amp.GradScaler({init_scale = 2.0})
+  sc:scale((v * dl.tensor({0 / 0})):sum()):backward()
+  sc:step(adam)
+  sc:update()
+  T.tensor_eq(v, {1.0})
+  T.eq(adam.state[v], nil, "no Adam state made by a skipped step")
+  T.eq(sc:get_scale(), 1.0)
 end)
 
 T.case("GradScaler misuse and the disabled scaler", function()
@@ -204,6 +253,19 @@ T.case("dl.backends flags", function()
   T.eq(dl.backends.allow_tf32, false)
   T.raises(function() dl.backends.fast = true end, "no switch 'fast'")
   T.raises(function() dl.backends.allow_tf32 = 1 end, "true or false")
+  -- the graph API switch (on with DLUA_CUDNN_GRAPH set and not 0) and device checks
+  local env = os.getenv("DLUA_CUDNN_GRAPH")
+  local graph_default = env ~= nil and env ~= "" and env ~= "0"
+  T.eq(dl.backends.cudnn.graph, graph_default)
+  dl.backends.cudnn.graph = not graph_default
+  T.eq(dl.backends.cudnn.graph, not graph_default)
+  dl.backends.cudnn.graph = graph_default
+  T.eq(dl.backends.cuda.sync_checks, os.getenv("DLUA_CUDA_SYNC_CHECKS") == "1")
+  dl.backends.cuda.sync_checks = true
+  T.eq(dl.backends.cuda.sync_checks, true)
+  dl.backends.cuda.sync_checks = false
+  T.raises(function() dl.backends.cuda.benchmark = true end, "dl.backends.cuda: no switch 'benchmark' (settable: sync_checks)")
+  T.raises(function() dl.backends.cudnn.sync_checks = true end, "settable: allow_tf32, benchmark, graph")
 end)
 
 T.case("devices on the CPU", function()
@@ -218,9 +280,17 @@ T.case("devices on the CPU", function()
   if T.cuda then return end
   local why = dl.cuda.compiled and "no GPU on this machine" or "CUDA is not in this build"
   for _, f in ipairs {"synchronize", "current_device", "memory_allocated", "memory_reserved",
-    "max_memory_allocated", "reset_peak_memory_stats", "empty_cache", "Event", "get_device_name"} do
+    "max_memory_allocated", "reset_peak_memory_stats", "empty_cache", "Event", "get_device_name",
+    "sync_count", "is_current_stream_capturing", "CUDAGraph"} do
     T.raises(function() dl.cuda[f]() end, "cuda." .. f .. ": " .. why)
   end
+  -- CUDA graphs: one line naming the reason, before any argument is looked at
+  for _, f in ipairs {"graph", "graphed"} do
+    local ok, err = pcall(dl.cuda[f], function() end, {})
+    T.eq(ok, false)
+    T.eq(err, "cuda." .. f .. ": " .. why)
+  end
+  T.eq(dl.cuda._capturing_graph(), nil)
   T.raises(function() dl.cuda.set_device(0) end, why)
   T.raises(function() dl.cuda.manual_seed(1) end, why)
   T.raises(function() x:cuda() end, why)

@@ -1,8 +1,9 @@
 -- test_conv.lua - the conv2d kernels (dl._nn.conv2d_forward/backward) on
 -- known small values, edge cases (unbatched, empty batch, zero channels,
 -- expanded and strided inputs, float16/bfloat16), finite-difference gradient
--- checks in float64, the oneDNN primitive cache's bound, and bad input: each
--- a clear error naming the op.  (test_conv_torch.lua compares with PyTorch;
+-- checks in float64, the oneDNN primitive cache's bound, the cuDNN plan
+-- cache's statistics (zero without a GPU), and bad input: each a clear error
+-- naming the op.  (test_conv_torch.lua compares with PyTorch;
 -- test_conv_layout.lua covers channels-last and Winograd on the CPU.)
 local T = require "testlib"
 local dl = require "dl"
@@ -186,6 +187,16 @@ T.case("conv2d bad input: clear errors naming the op", function()
   T.eq(nn.conv2d_layout(), "auto")
   -- the process is healthy after all that
   T.tensor_eq(nn.conv2d_forward(dl.ones(1, 1, 2, 2), dl.ones(1, 1, 2, 2)), {{{{4}}}})
+end)
+
+T.case("the cuDNN plan cache's statistics: all zero without a GPU", function()
+  local p = nn.conv2d_plans()
+  local keys = {"size", "capacity", "hits", "misses", "evictions", "executed", "built", "no_plan", "timed"}
+  for _, k in ipairs(keys) do T.eq(math.type(p[k]), "integer", k) end
+  if dl.cuda.is_available() then return end
+  nn.conv2d_forward(dl.ones(1, 1, 3, 3), dl.ones(1, 1, 2, 2)) -- the CPU does not touch it
+  p = nn.conv2d_plans()
+  for _, k in ipairs(keys) do T.eq(p[k], 0, k) end
 end)
 
 T.done()

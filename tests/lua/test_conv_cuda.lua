@@ -6,7 +6,11 @@
 -- as NCHW, results channels-last), float64 and bfloat16/float16 (loose), and
 -- cuDNN's benchmark mode on and off giving the same results.  Results are
 -- compared normwise: max |cuda - cpu| <= tol * max |cpu|, the natural error
--- measure of long sums.  Skipped (exit 77) without a GPU.
+-- measure of long sums.  The graph API's plans (the default) give the legacy
+-- API's results for ResNet-50's shapes in float32, bfloat16 and float16
+-- channels-last and float64; plans are built once per key (direction, shape,
+-- layout, dtype, pointer alignment, flags) and reused, timed once in
+-- benchmark mode.  Skipped (exit 77) without a GPU.
 local T = require "testlib"
 local dl = require "dl"
 local nn = dl._nn
@@ -181,6 +185,113 @@ T.case("cudnn benchmark on and off give the same results", function()
       T.compare_devices(cpu, on2, tol, 1e-30, "benchmark on, again " .. i, "max")
       T.compare_devices(cpu, off, tol, 1e-30, "benchmark off " .. i, "max")
     end
+  end)
+  cudnn_flags(false)
+  if not ok then error(err, 0) end
+end)
+
+-- --- the graph API's plans (cuda/conv_plan.cu) against the legacy API --------------------------
+
+-- run(spec, "cuda") with dl.backends.cudnn.graph set to on, the switch restored.
+local function run_graph(spec, on)
+  local saved = dl.backends.cudnn.graph
+  dl.backends.cudnn.graph = on
+  local ok, r = pcall(run, spec, "cuda")
+  dl.backends.cudnn.graph = saved
+  if not ok then error(r, 0) end
+  return r
+end
+
+-- The plan cache's counters after minus before.
+local function plans_delta(before)
+  local now, d = nn.conv2d_plans(), {}
+  for k, v in pairs(now) do d[k] = v - (before[k] or 0) end
+  return d, now
+end
+
+local GRAPH_SPECS = {
+  {"3x3 64->64 @56 float32", {2, 64, 56, 56, 64, 3, pad = 1, bias = false}},
+  {"1x1/2 1024->2048 @14 float32", {2, 1024, 14, 14, 2048, 1, stride = 2, bias = false}},
+  {"stem 7x7/2 bfloat16 channels-last", {2, 3, 112, 112, 64, 7, stride = 2, pad = 3, bias = false,
+    xcl = true, wcl = true, dtype = dl.bfloat16}},
+  {"3x3/2 128->128 bfloat16 channels-last", {2, 128, 28, 28, 128, 3, stride = 2, pad = 1, xcl = true,
+    dtype = dl.bfloat16}},
+  {"1x1 256->64 float16 channels-last", {2, 256, 14, 14, 64, 1, xcl = true, dtype = dl.float16}},
+  {"grouped dilated float32", {2, 16, 13, 13, 24, 3, pad = 2, dilation = 2, groups = 4}},
+  {"float64 3x3", {2, 8, 12, 12, 16, 3, pad = 1, dtype = F64}},
+}
+
+for _, c in ipairs(GRAPH_SPECS) do
+  T.case("graph API and legacy API agree: " .. c[1], function()
+    local spec = c[2]
+    local legacy = run_graph(spec, false)
+    local graph = run_graph(spec, true)
+    local tol = TOL[spec.dtype or F32]
+    T.compare_devices(legacy, graph, tol, 1e-30, "graph vs legacy", "max")
+  end)
+end
+
+T.case("plans are built once per key and reused", function()
+  local spec = {2, 32, 20, 20, 48, 3, pad = 1, bias = false, seed = 31}
+  local before = nn.conv2d_plans()
+  local first = run_graph(spec, true)
+  local d = plans_delta(before)
+  -- forward, backward data, backward filter: three keys, each built or found planless
+  T.eq(d.misses, 3, "three new keys")
+  T.eq(d.built + d.no_plan, 3, "each built, or left to the legacy API")
+  T.truthy(d.built >= 1, "at least one plan finalized on this GPU")
+  local built = d.built
+  local mid = nn.conv2d_plans()
+  local again = run_graph(spec, true)
+  d = plans_delta(mid)
+  T.eq(d.misses, 0, "no new keys the second time")
+  T.eq(d.hits, 3)
+  T.eq(d.built, 0)
+  T.eq(d.executed, built, "each cached plan executed")
+  T.compare_devices(first, again, 1e-5, 1e-30, "the cached plans, the same results", "max")
+  -- the switch off: no plan runs
+  mid = nn.conv2d_plans()
+  run_graph(spec, false)
+  d = plans_delta(mid)
+  T.eq(d.hits + d.misses + d.executed, 0, "legacy API only")
+  T.truthy(mid.capacity >= 256, "a bounded cache of " .. mid.capacity)
+end)
+
+T.case("the pointer alignment is part of the key", function()
+  -- a float16 input 2 bytes off a 16-byte boundary (contiguous, so used as is)
+  local shape = {2, 16, 12, 12}
+  local n = 2 * 16 * 12 * 12
+  dl.manual_seed(41)
+  local base = dl.randn(n + 1):half():cuda()
+  local x_odd = base:narrow(1, 2, n):view(shape)
+  local x = x_odd:clone()
+  local w = (dl.randn(8, 16, 3, 3) * 0.1):half():cuda()
+  local saved = dl.backends.cudnn.graph
+  dl.backends.cudnn.graph = true
+  local before = nn.conv2d_plans()
+  local y = nn.conv2d_forward(x, w, nil, {padding = 1})
+  local mid = nn.conv2d_plans()
+  local y_odd = nn.conv2d_forward(x_odd, w, nil, {padding = 1})
+  dl.backends.cudnn.graph = saved
+  local d = plans_delta(mid)
+  T.eq(mid.misses - before.misses, 1, "the aligned input's key")
+  T.eq(d.misses, 1, "the misaligned input is a new key")
+  T.compare_devices(y:cpu(), y_odd, 1e-3, 1e-30, "same values", "max")
+end)
+
+T.case("benchmark mode times the candidate plans once per key", function()
+  local spec = {2, 64, 28, 28, 64, 3, pad = 1, bias = false, seed = 51}
+  local legacy = run_graph(spec, false)
+  cudnn_flags(true)
+  local ok, err = pcall(function()
+    local before = nn.conv2d_plans()
+    local timed = run_graph(spec, true)
+    local d = plans_delta(before)
+    T.truthy(d.timed >= d.built, string.format("%d plans timed for %d built", d.timed, d.built))
+    T.compare_devices(legacy, timed, TOL[F32], 1e-30, "the fastest plan's results", "max")
+    local mid = nn.conv2d_plans()
+    run_graph(spec, true)
+    T.eq(plans_delta(mid).timed, 0, "timed once per key")
   end)
   cudnn_flags(false)
   if not ok then error(err, 0) end

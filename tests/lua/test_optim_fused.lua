@@ -159,6 +159,34 @@ T.case("non-contiguous parameters fall back and still step", function()
   same_tensor(p:detach(), before - 0.5, "stepped")
 end)
 
+T.case("sgd_step: the learning rate and a skip flag as tensors", function()
+  -- lr_tensor replaces lr; skip_if true leaves everything as it was (the
+  -- CUDA kernel reads both on the device; the CPU step reads them here)
+  local function fresh_run(opts)
+    local p = dl.tensor({1.0, -2.0, 3.0})
+    local g = dl.tensor({0.5, 0.25, -1.0})
+    local buf = dl.tensor({0.1, 0.2, 0.3})
+    opts.momentum, opts.dampening = 0.9, 0
+    dl._optim.sgd_step({p}, {g}, {buf}, {false}, opts)
+    return p, buf
+  end
+  local p1, b1 = fresh_run({lr = 0.25})
+  local p2, b2 = fresh_run({lr = 7.0, lr_tensor = dl.tensor(0.25)})
+  T.truthy(dl.equal(p1, p2) and dl.equal(b1, b2), "lr_tensor gives the step lr gives")
+  local p3, b3 = fresh_run({lr = 0.25, skip_if = dl.tensor(true)})
+  T.truthy(dl.equal(p3, dl.tensor({1.0, -2.0, 3.0})), "skipped: parameter untouched")
+  T.truthy(dl.equal(b3, dl.tensor({0.1, 0.2, 0.3})), "skipped: buffer untouched")
+  local p4 = fresh_run({lr = 0.25, skip_if = dl.tensor(false)})
+  T.truthy(dl.equal(p4, p1), "skip_if false steps")
+  local p = dl.zeros(3)
+  T.raises(function() dl._optim.sgd_step({p}, {p:clone()}, nil, nil, {lr = 0.1, lr_tensor = dl.tensor({0.1})}) end,
+    "sgd_step: lr_tensor must be a 0-dim float32 tensor, got a 1-dim float32 one")
+  T.raises(function() dl._optim.sgd_step({p}, {p:clone()}, nil, nil, {lr = 0.1, skip_if = dl.tensor(1.0)}) end,
+    "skip_if must be a 0-dim bool tensor")
+  T.raises(function() dl._optim.sgd_step({p}, {p:clone()}, nil, nil, {lr = 0.1, lr_tensor = 0.1}) end,
+    "option 'lr_tensor' must be a tensor")
+end)
+
 T.case("bad input is refused with the facts", function()
   local p, q = dl.zeros(3), dl.zeros(4)
   T.raises(function() dl._optim.sgd_step({p}, {q}, {}, {}, {lr = 0.1}) end, "grad of parameter 1 has shape [4]")

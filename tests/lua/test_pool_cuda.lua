@@ -153,8 +153,14 @@ T.case("pooling: mixed devices and bad indices are refused", function()
   T.raises(function() nn.max_pool2d_backward(dl.ones(1, 2, 3, 3), x, ind, 2) end,
     "expected all tensors on one device")
   local bad = (ind:cpu() + 100):to("cuda")
+  -- found on the device: reported at the next synchronisation, not before
+  local gx = nn.max_pool2d_backward(dl.ones(1, 2, 3, 3):to("cuda"), x, bad, 2)
+  T.raises(function() gx:cpu() end, "is outside the input plane of 36 elements")
+  T.eq(gx:cpu().shape[4], 6, "reported once: the next read works")
+  dl.backends.cuda.sync_checks = true -- debugging: the op waits and reports at once
   T.raises(function() nn.max_pool2d_backward(dl.ones(1, 2, 3, 3):to("cuda"), x, bad, 2) end,
     "outside the input plane")
+  dl.backends.cuda.sync_checks = false
   -- the device is still healthy after the refused call
   local y2 = nn.max_pool2d_forward(x, 2)
   T.tensor_eq(y2:cpu(), y:cpu(), 0)

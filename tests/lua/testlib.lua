@@ -536,6 +536,31 @@ function T.cuda_case(name, fn, rtol, atol, ord)
   T.case(name, function() T.same_on_devices(fn, rtol, atol, ord) end)
 end
 
+-- A training step of model: step(x, y) runs the forward (under autocast
+-- when amp names a half dtype), crit, the backward (scaled when a GradScaler
+-- is given) and the optimizer step, and returns the detached loss.  What a
+-- CUDA graph captures in the graph and synchronisation tests.
+function T.train_step(model, opt, crit, amp, scaler)
+  return function(x, y)
+    local loss
+    if amp then
+      loss = dl.autocast({dtype = amp}, function() return crit(model(x), y) end)
+    else
+      loss = crit(model(x), y)
+    end
+    opt:zero_grad()
+    if scaler then
+      scaler:scale(loss):backward()
+      scaler:step(opt)
+      scaler:update()
+    else
+      loss:backward()
+      opt:step()
+    end
+    return loss:detach()
+  end
+end
+
 function T.done()
   print(string.format("%d passed, %d failed", T.passed, T.failed))
   os.exit(T.failed == 0 and 0 or 1)

@@ -3,7 +3,9 @@
 # tiny generated ImageFolder (tinycnn, 8x8): trains to the end with output
 # from rank 0 only, the checkpoint is written by rank 0, and a run stopped by
 # --max-steps then resumed on both ranks reaches the uninterrupted run's
-# losses and weights exactly.  Skipped (77) only when mpirun is absent.
+# losses and weights exactly; a rank failing alone (a corrupt image) ends
+# the job at once, the other naming it.  Skipped (77) only when mpirun is
+# absent.
 # Usage: bash test_distributed_train.sh <path-to-dlua> [build-dir]
 DLUA=$(realpath "${1:?usage: test_distributed_train.sh <path-to-dlua> [build-dir]}")
 # shellcheck source-path=SCRIPTDIR source=lib.sh
@@ -48,5 +50,12 @@ check "resumed losses and weights equal the uninterrupted run's ($out)" '[ $rc -
 # a bad option: one line, prefixed with the rank
 mpi 2 "$DLUA" "$TRAIN" "${COMMON[@]}" --save-dir C --data "$TMP/none"
 check "a bad --data: status 2, each rank's line prefixed [rank r/2]" '[ $rc -ne 0 ] && [[ "$err" == *"[rank 0/2] train_resnet: "* ]] && [[ "$err" == *"[rank 1/2] train_resnet: "* ]]'
+
+# one rank fails on a corrupt image: the other fails at once (the timeout is 60 s), naming it
+cp -r tiny corrupt && head -c 50 tiny/red/01.png >corrupt/red/03.png
+t0=$(date +%s)
+mpi 2 "$DLUA" "$TRAIN" "${COMMON[@]}" --epochs 1 --save-dir D --data corrupt
+check "a corrupt image on one rank ends the job at once ($(($(date +%s) - t0)) s)" '[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $(($(date +%s) - t0)) -le 30 ]'
+check "  the other rank names the failing rank and the file" '[[ "$err" == *"cannot complete: rank "*" failed: train_resnet: error: "*"corrupt/red/03.png"* ]]'
 
 finish

@@ -479,14 +479,26 @@ EM.conv2d_fused = function(r, res, x, w, b, opts)
   if opts.relu then y = r:node("Relu", {y}) end
   r:bind(res[1], y)
 end
-EM.batch_norm = function(r, res, x, rm, rv, w, b, training, _, eps)
-  if training then fail("batch_norm in training mode has no export (the model is put in eval mode: a " ..
-    "BatchNorm without running statistics cannot be exported)") end
+-- A BatchNormalization node of x in eval mode (its output's name).
+local function batch_norm_node(r, op, x, rm, rv, w, b, training, eps)
+  if training then fail("%s in training mode has no export (the model is put in eval mode: a " ..
+    "BatchNorm without running statistics cannot be exported)", op) end
   local C = x.shape[2]
   local ww = w or dl.ones({C}, {dtype = x.dtype})
   local bb = b or dl.zeros({C}, {dtype = x.dtype})
-  r:bind(res[1], r:node("BatchNormalization", {r:input(x), r:input(ww), r:input(bb), r:input(rm), r:input(rv)},
-    {epsilon = (eps or 1e-5) + 0.0}))
+  return r:node("BatchNormalization", {r:input(x), r:input(ww), r:input(bb), r:input(rm), r:input(rv)},
+    {epsilon = (eps or 1e-5) + 0.0})
+end
+EM.batch_norm = function(r, res, x, rm, rv, w, b, training, _, eps)
+  r:bind(res[1], batch_norm_node(r, "batch_norm", x, rm, rv, w, b, training, eps))
+end
+-- the fused forms (what the ResNet blocks call) as BatchNormalization -> (Add ->) Relu
+EM.batch_norm_relu = function(r, res, x, rm, rv, w, b, training, _, eps)
+  r:bind(res[1], r:node("Relu", {batch_norm_node(r, "batch_norm_relu", x, rm, rv, w, b, training, eps)}))
+end
+EM.batch_norm_add_relu = function(r, res, x, residual, rm, rv, w, b, training, _, eps)
+  local y = batch_norm_node(r, "batch_norm_add_relu", x, rm, rv, w, b, training, eps)
+  r:bind(res[1], r:node("Relu", {r:node("Add", {y, r:input(residual)})}))
 end
 local function pool_attrs(k, opts, avg)
   opts = opts or {}

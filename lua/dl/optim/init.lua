@@ -142,6 +142,10 @@ function Optimizer:step(closure)
     if type(closure) ~= "function" then fail("%s.step: closure must be a function", self.__name) end
     loss = dl.enable_grad(closure)
   end
+  -- GradScaler's device flag (true: skip this step): read here by
+  -- optimizers that cannot skip on the device
+  local skip = self._skip_if
+  if skip ~= nil and not self._device_skip and skip:item() then return loss end
   dl.no_grad(function()
     for _, g in ipairs(self.param_groups) do self:_update_group(g) end
   end)
@@ -332,6 +336,7 @@ end
 
 local SGD = util.class("SGD", Optimizer)
 optim.SGD = SGD
+SGD._device_skip = true -- its fused step reads self._skip_if on the device
 
 -- SGD(params, {lr=(required), momentum=0, dampening=0, weight_decay=0,
 -- nesterov=false, maximize=false})
@@ -353,13 +358,38 @@ function SGD:_check_group(g)
   end
 end
 
+local NOT_FIRST = "take one step before capturing (dl.cuda.graphed's warm-up does)"
+
 -- The fused SGD step over ps (see src/cpu/optim.h): a new momentum buffer
 -- is created empty and flagged fresh, and the C step sets it to the
--- direction, as the tensor-op path's clone does.
+-- direction, as the tensor-op path's clone does.  On CUDA the step reads
+-- self._skip_if (GradScaler's device flag) on the device.  While a CUDA graph
+-- captures it, the learning rate is read from a device scalar per group and
+-- device (created by an eager step), which the graph refreshes from g.lr
+-- before each replay.
 function SGD:_fused_update(g, ps)
-  local opts = {lr = g.lr, momentum = g.momentum, dampening = g.dampening,
-    weight_decay = g.weight_decay, nesterov = g.nesterov, maximize = g.maximize}
+  local graph = dl.cuda._capturing_graph()
   for _, b in ipairs(by_device(ps)) do
+    local dev = b[1].device
+    local on_cuda = b[1]:is_cuda()
+    local opts = {lr = g.lr, momentum = g.momentum, dampening = g.dampening,
+      weight_decay = g.weight_decay, nesterov = g.nesterov, maximize = g.maximize}
+    local skip = self._skip_if
+    if skip ~= nil and skip.device == dev then opts.skip_if = skip end
+    if on_cuda then
+      -- self._lr_t[g][dev]: kept out of the group, which state_dict() copies
+      self._lr_t = self._lr_t or setmetatable({}, {__mode = "k"})
+      local per = self._lr_t[g] or {}
+      self._lr_t[g] = per
+      if graph ~= nil then
+        local lr_t = per[dev]
+        if lr_t == nil then fail("SGD: a step captured in a CUDA graph needs an earlier eager step; %s", NOT_FIRST) end
+        graph:_add_replay_hook(function() lr_t:fill_(g.lr) end)
+        opts.lr_tensor = lr_t
+      elseif per[dev] == nil then
+        per[dev] = dl.full({}, g.lr, {dtype = F32, device = dev})
+      end
+    end
     local grads, bufs, fresh = {}, {}, {}
     for i, p in ipairs(b) do
       grads[i] = p.grad
@@ -370,6 +400,10 @@ function SGD:_fused_update(g, ps)
           self.state[p] = st
         end
         fresh[i] = st.momentum_buffer == nil
+        if fresh[i] and graph ~= nil then
+          fail("SGD: the first step creates the momentum buffers and cannot be captured in a CUDA graph; %s",
+            NOT_FIRST)
+        end
         if fresh[i] then st.momentum_buffer = dl.empty_like(p) end
         bufs[i] = st.momentum_buffer
       end
@@ -378,9 +412,17 @@ function SGD:_fused_update(g, ps)
   end
 end
 
+-- Refuses a step that would be captured in a CUDA graph with the host's
+-- numbers frozen in it.
+local function refuse_capture(name, why)
+  if dl.cuda._capturing_graph() ~= nil then fail("%s: this step cannot be captured in a CUDA graph (%s)", name, why) end
+end
+
 function SGD:_update_group(g)
   local ps = fused_params(self, g, {"momentum_buffer"})
   if ps ~= nil then return self:_fused_update(g, ps) end
+  refuse_capture("SGD", "only the fused step of contiguous float32 parameters can be")
+  if self._skip_if ~= nil and self._skip_if:item() then return end
   local lr, momentum, dampening, wd = g.lr, g.momentum, g.dampening, g.weight_decay
   for _, p in ipairs(g.params) do
     local d_p = p.grad
@@ -450,6 +492,7 @@ local ADAM_STATE = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}
 
 -- The shared Adam/AdamW update; decoupled = AdamW's weight decay.
 local function adam_update(self, g, decoupled)
+  refuse_capture(self.__name, "its bias corrections change with every step")
   local ps = fused_params(self, g, ADAM_STATE)
   if ps ~= nil then return adam_fused(self, g, ps, decoupled) end
   local lr, eps, wd = g.lr, g.eps, g.weight_decay

@@ -7,6 +7,7 @@
 --   local per = tdist.per_rank(ctx, o.batch_size)
 --   local mean, stop = tdist.step_sync(ctx, loss, stop_here)
 --   tdist.print(ctx, ...)  tdist.out(ctx)  tdist.prefix(ctx)
+--   tdist.report_failure(ctx, message) -- before exiting on an error
 --
 -- Invariants: every rank makes the same decisions (stop, die on a
 -- non-finite loss) because they are taken on values all-reduced in one
@@ -64,6 +65,11 @@ function M.print(ctx, ...) if M.is_main(ctx) then print(...) end end
 -- "[rank r/N] " before a message, when distributed
 function M.prefix(ctx) return ctx and string.format("[rank %d/%d] ", ctx.rank, ctx.world) or "" end
 function M.barrier(ctx) if ctx then dl.distributed.barrier() end end
+-- This rank gives up with message (the guard of a program that catches its
+-- errors): the other ranks fail at once naming it, instead of at the timeout.
+function M.report_failure(ctx, message)
+  if ctx and dl.distributed.is_initialized() then dl.distributed.report_failure(message) end
+end
 function M.finish(ctx) if ctx and dl.distributed.is_initialized() then dl.distributed.destroy_process_group() end end
 
 return M

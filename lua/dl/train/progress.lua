@@ -3,6 +3,7 @@
 --   local p = progress.new{epoch = 1, epochs = 10, total = #loader, log_every = 100,
 --                          tty = progress.stdout_is_tty(), start = 0}
 --   p:step(batch, images, loss, wait_seconds)   -- after every optimizer step
+--   p:add_losses(sum, n)                        -- n steps' losses at once (loss nil above)
 --   p:print("a line")                          -- prints above the bar
 --   p:finish()                                  -- ends the bar, returns the epoch's stats
 --
@@ -100,18 +101,26 @@ function P:print(line)
   self.out:flush()
 end
 
+-- The losses of n steps, summing to sum, at once (a GPU loop reads its loss
+-- sum only every log_every steps; its p:step calls pass loss nil).
+function P:add_losses(sum, n)
+  if n <= 0 then return end
+  self.window_loss = self.window_loss + sum
+  self.window_n = self.window_n + n
+  self.loss_sum = self.loss_sum + sum
+  self.loss_n = self.loss_n + n
+  local mean = sum / n
+  self.smooth = self.smooth and (0.9 * self.smooth + 0.1 * mean) or mean
+end
+
 -- One optimizer step: batch number (1-based, of the epoch), images in it,
--- its loss and the seconds spent waiting for it.
+-- its loss (nil: given by add_losses) and the seconds spent waiting for it.
 function P:step(batch, images, loss, wait)
   self.done = batch
   self.images = self.images + images
   self.wait = self.wait + (wait or 0)
-  self.window_loss = self.window_loss + loss
-  self.window_n = self.window_n + 1
-  self.loss_sum = self.loss_sum + loss
-  self.loss_n = self.loss_n + 1
-  self.smooth = self.smooth and (0.9 * self.smooth + 0.1 * loss) or loss
-  if batch % self.log_every == 0 then
+  if loss ~= nil then self:add_losses(loss, 1) end
+  if batch % self.log_every == 0 and self.window_n > 0 then
     local line = string.format("[%d, %5d] loss: %.3f", self.epoch, batch, self.window_loss / self.window_n)
     self.window_loss, self.window_n = 0, 0
     if not self.tty then

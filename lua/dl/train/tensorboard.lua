@@ -30,7 +30,7 @@ end
 -- After each optimizer step: loss (a number), lr, images in the batch.
 function L:step(step, loss, lr, batch)
   local w = self.writer
-  w:add_scalar("train/loss", loss, step)
+  if loss ~= nil then w:add_scalar("train/loss", loss, step) end -- nil: not read this step (GPU)
   w:add_scalar("train/lr", lr, step)
   self.n_mark = self.n_mark + batch
   if step % self.log_every == 0 then
