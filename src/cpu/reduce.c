@@ -28,6 +28,7 @@
 #include "cpu/reduce.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "cpu/half.h"
 #include "cpu/vecmath.h"
 
 #include <math.h>
@@ -279,6 +280,7 @@ typedef struct {
     double p;
     const double *shift; /* (O,I) or NULL */
     double *part;        /* (O,nch,I) */
+    dl_dtype dt;         /* float16/bfloat16: SUM only, see sum_item_half */
 } acc_ctx;
 
 /* --- float32 sums ------------------------------------------------------------------ */
@@ -334,9 +336,54 @@ static void sum_item_f32(const acc_ctx *c, int64_t o, int64_t r0, int64_t nr, in
     c->part[slot] = a[0];
 }
 
+/* n half values at x (xcs apart) as floats into t */
+static void half_block(dl_dtype dt, const uint16_t *restrict x, int64_t xcs, int64_t n,
+                       float *restrict t) {
+    if (dt == DL_DTYPE_F16)
+        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_half_to_float(x[j * xcs]);
+    else
+        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_bf16_to_float(x[j * xcs]);
+}
+
+/* acc_item for a SUM of float16/bfloat16: the float32 folds on blocks
+ * converted on the way (exact), in the float32 path's order, so the result
+ * is the one a float32 copy of the input would give, without the copy. */
+static void sum_item_half(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, int64_t r0,
+                          int64_t nr, int64_t slot) {
+    const uint16_t *x = c->x;
+    float t[LSE_CHUNK > COL_BLOCK ? LSE_CHUNK : COL_BLOCK];
+    int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
+    if (c->I == 1 && !c->group) { /* chunks of whole FLANES rows keep sum_row_f32's lanes */
+        double a[FLANES] = {0};
+        for (int64_t ro = 0; ro < c->RO; ro++, off += step)
+            for (int64_t i = 0; i < nr; i += LSE_CHUNK) {
+                int64_t k = nr - i < LSE_CHUNK ? nr - i : LSE_CHUNK;
+                half_block(c->dt, x + off + i, 1, k, t);
+                sum_row_f32(t, k, a);
+            }
+        for (int w = FLANES / 2; w > 0; w /= 2)
+            for (int j = 0; j < w; j++) a[j] += a[j + w];
+        c->part[slot] = a[0];
+        return;
+    }
+    /* columns (or short rows side by side): row after row, as acc_block */
+    double acc[COL_BLOCK] = {0};
+    int64_t ld = c->group ? 1 : c->I, xcs = c->group ? nr : 1;
+    for (int64_t ro = 0; ro < c->RO; ro++, off += step)
+        for (int64_t r = 0; r < nr; r++) {
+            half_block(c->dt, x + off + r * ld, xcs, nc, t);
+            for (int64_t j = 0; j < nc; j++) acc[j] += t[j];
+        }
+    memcpy(c->part + slot * c->I + c0, acc, (size_t)nc * sizeof(double));
+}
+
 static void acc_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
                      int64_t slot) {
     const acc_ctx *c = vc;
+    if (c->dt == DL_DTYPE_F16 || c->dt == DL_DTYPE_BF16) {
+        sum_item_half(c, o, c0, nc, r0, nr, slot);
+        return;
+    }
     if (c->k == DL_ACC_SUM && !c->f64 && !c->group && c->I == 1) {
         sum_item_f32(c, o, r0, nr, slot);
         return;
@@ -397,7 +444,9 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
         part = few;
     else if (s.nch > 1 && !(part = malloc(sizeof(double) * (size_t)(n * s.nch))))
         return no_memory("reduce");
-    acc_ctx c = {kind, x, dt == DL_DTYPE_F64, s.group, sh->RO, O, sh->R, I, p, shift, part};
+    if ((dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16) && kind != DL_ACC_SUM)
+        return dl_error("reduce: float16/bfloat16 input only for sums");
+    acc_ctx c = {kind, x, dt == DL_DTYPE_F64, s.group, sh->RO, O, sh->R, I, p, shift, part, dt};
     split_run(&s, acc_item, &c);
     if (part != out) {
         for (int64_t o = 0; o < O; o++)

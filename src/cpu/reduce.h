@@ -19,7 +19,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* x is float32 or float64 (dt); out is (O,I).  shift is (O,I) for SUMEXP
+/* x is float32 or float64 (dt), or float16/bfloat16 for SUM (converted in
+ * blocks; the float32 path's result); out is (O,I).  shift is (O,I) for SUMEXP
  * and SQDEV (else unused); p is the power of SUMPOW. */
 int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rshape *s, double p,
                       const double *shift, double *out);

@@ -526,6 +526,30 @@ T.case("logsumexp along long rows: chunks, rescaling, NaN and inf", function()
   T.near(a, v:double():logsumexp(1):item(), 2e-6)
 end)
 
+T.case("float16/bfloat16 sums and means: the float32 copy's result, bit for bit", function()
+  dl.manual_seed(5)
+  for _, dt in ipairs({dl.float16, dl.bfloat16}) do
+    local function same(a, b, msg) T.same_bits(a, b:to(dt), msg) end
+    local v = dl.randn(123457):mul(3):to(dt) -- one long row: chunks and a tail
+    same(v:sum(), v:float():sum(), "sum()")
+    same(v:mean(), v:float():mean(), "mean()")
+    local m = dl.randn(300, 517):to(dt)
+    for _, d in ipairs({1, 2}) do
+      same(m:sum(d), m:float():sum(d), "sum(" .. d .. ")")
+      same(m:mean(d, true), m:float():mean(d, true), "mean(" .. d .. ", true)")
+    end
+    local s = dl.randn(4000, 5):to(dt) -- short rows side by side
+    same(s:sum(2), s:float():sum(2), "short rows")
+    local t = dl.randn(6, 50, 7):to(dt) -- reduced dims on both sides of a kept one
+    same(t:sum({1, 3}), t:float():sum({1, 3}), "sum({1, 3})")
+    same(m:t():sum(2), m:float():t():sum(2), "transposed")
+    local e = dl.tensor({1, 0 / 0, 3}, {dtype = dt})
+    T.truthy(e:sum():item() ~= e:sum():item(), "NaN")
+    T.eq(tostring(m:sum({dtype = dl.float32}).dtype), tostring(dl.float32))
+    T.eq(m:sum({dtype = dl.float32}):item(), m:float():sum():item())
+  end
+end)
+
 T.case("median", function()
   local x = dl.tensor({{5, 1, 4, 2}, {7, 3, 9, 8}}, {dtype = dl.float32})
   T.eq(x:median():item(), 4)
