@@ -547,9 +547,11 @@ static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, doubl
     return dl_error("reduce: unknown reduction");
 }
 
-/* f over mask of xc (float32 or float64), result of dtype odt. */
-static dl_tensor *float_reduce(fop f, dl_tensor *xc, const bool *mask, bool keepdim, dl_dtype odt,
-                               double param) {
+/* f over mask of xc, result of dtype odt.  A float reduction (xc float32 or
+ * float64) accumulates in float64; an integer one (int_acc: F_SUM or F_PROD
+ * of integers) in int64. */
+static dl_tensor *reduce_to(fop f, bool int_acc, dl_tensor *xc, const bool *mask, bool keepdim,
+                            dl_dtype odt, double param) {
     int64_t oshape[DL_MAX_DIMS];
     int ond = reduced_shape(xc, mask, keepdim, oshape);
     rplan p;
@@ -557,29 +559,11 @@ static dl_tensor *float_reduce(fop f, dl_tensor *xc, const bool *mask, bool keep
     dl_tensor *out = dl_tensor_empty(ond, oshape, odt, p.dev);
     sink s = {NULL, NULL};
     void *a = NULL;
-    int rc = out ? sink_open(&s, out, DL_DTYPE_F64, xc, mask, keepdim, &p, &a) : -1;
-    if (!rc) rc = sink_close(&s, float_kernels(f, &p, xc->dtype, param, a));
-    dl_tensor_release(p.src);
-    if (rc) {
-        dl_tensor_release(out);
-        return NULL;
-    }
-    return out;
-}
-
-/* --- integer sums and products --------------------------------------------------------- */
-
-static dl_tensor *int_reduce(bool prod, dl_tensor *xc, const bool *mask, bool keepdim,
-                             dl_dtype odt) {
-    int64_t oshape[DL_MAX_DIMS];
-    int ond = reduced_shape(xc, mask, keepdim, oshape);
-    rplan p;
-    if (plan_make(xc, mask, false, &p)) return NULL;
-    dl_tensor *out = dl_tensor_empty(ond, oshape, odt, p.dev);
-    sink s = {NULL, NULL};
-    void *a = NULL;
-    int rc = out ? sink_open(&s, out, DL_DTYPE_I64, xc, mask, keepdim, &p, &a) : -1;
-    if (!rc) rc = sink_close(&s, k_acc_i64(&p, prod, a));
+    dl_dtype acc = int_acc ? DL_DTYPE_I64 : DL_DTYPE_F64;
+    int rc = out ? sink_open(&s, out, acc, xc, mask, keepdim, &p, &a) : -1;
+    if (!rc)
+        rc = sink_close(&s, int_acc ? k_acc_i64(&p, f == F_PROD, a)
+                                    : float_kernels(f, &p, xc->dtype, param, a));
     dl_tensor_release(p.src);
     if (rc) {
         dl_tensor_release(out);
@@ -602,9 +586,7 @@ static dl_tensor *sum_prod(const char *op, bool prod, dl_tensor *x, int ndims, c
     dl_tensor *xc = half_sum_ok(xd, prod ? F_PROD : F_SUM)
                         ? dl_tensor_retain(xd)
                         : dl_tensor_to_dtype(xd, is_float(odt) ? float_compute(odt) : DL_DTYPE_I64);
-    if (xc)
-        r = is_float(odt) ? float_reduce(prod ? F_PROD : F_SUM, xc, mask, keepdim, odt, 0)
-                          : int_reduce(prod, xc, mask, keepdim, odt);
+    if (xc) r = reduce_to(prod ? F_PROD : F_SUM, !is_float(odt), xc, mask, keepdim, odt, 0);
     dl_tensor_release(xc);
     dl_tensor_release(xd);
     return r;
@@ -709,7 +691,7 @@ static dl_tensor *float_op(const char *op, fop f, dl_tensor *x, int ndims, const
     dl_tensor *xc =
         half_sum_ok(x, f) ? dl_tensor_retain(x) : dl_tensor_to_dtype(x, float_compute(odt));
     if (!xc) return NULL;
-    dl_tensor *r = float_reduce(f, xc, mask, keepdim, odt, param);
+    dl_tensor *r = reduce_to(f, false, xc, mask, keepdim, odt, param);
     dl_tensor_release(xc);
     return r;
 }
