@@ -27,23 +27,8 @@ local cls = opts.mode == "lstm" and dl.nn.LSTM or dl.nn.GRU
 local m = cls(opts.input, opts.hidden, {num_layers = opts.layers, bidirectional = opts.bidirectional})
 local x = dl.randn(opts.seq, opts.batch, opts.input):requires_grad_()
 
-local function median(xs)
-  local s = {table.unpack(xs)}
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
-end
-
-local function timed(f)
-  f() -- warm-up
-  local ts = {}
-  for r = 1, opts.runs do
-    local t0 = dl.clock()
-    f()
-    ts[r] = (dl.clock() - t0) * 1e3
-  end
-  return math.min(table.unpack(ts)), median(ts)
-end
+local timed_runs = dofile(dir .. "/benchtimed.lua")
+local function timed(f) return timed_runs(f, opts.runs) end
 
 local function train_step()
   m:zero_grad()

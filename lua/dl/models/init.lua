@@ -4,6 +4,7 @@
 --   local model = dl.models.get_model("resnet18", {weights="resnet18.safetensors"})
 --   dl.models.list_models()  -> sorted array of names
 --   dl.models.optimize_for_inference(model)  -> the ResNet with batch norms folded (fuse.lua)
+--   dl.models.GPT{vocab_size=, block_size=, n_layer=, ...}  -> a nanoGPT-shaped language model (gpt.lua)
 --
 -- Asking for a model that does not exist (dl.models.resnet51 or
 -- get_model("resnet51")) raises an error that lists the known ones.
@@ -20,6 +21,9 @@ models.Bottleneck = resnet.Bottleneck
 local fuse = require "dl.models.fuse"
 models.fuse_conv_bn_eval = fuse.fuse_conv_bn_eval
 models.optimize_for_inference = fuse.optimize_for_inference
+local gpt = require "dl.models.gpt"
+models.GPT = gpt.GPT
+models.gpt = gpt
 
 function models.list_models()
   local names = {}
