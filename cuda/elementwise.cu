@@ -269,6 +269,7 @@ template <typename T> __device__ inline T unary_value(int op, T x) {
     case DL_UNARY_TANH: return tanh(x);
     case DL_UNARY_SIGMOID: return T(1) / (T(1) + exp(-x));
     case DL_UNARY_ERF: return erf(x);
+    case DL_UNARY_ERFC: return erfc(x);
     case DL_UNARY_GELU: return x * T(0.5) * (T(1) + erf(x * T(0.70710678118654752440)));
     case DL_UNARY_GELU_TANH: {
         const T beta = T(0.79788456080286535588), kappa = T(0.044715);

@@ -82,26 +82,32 @@ __device__ inline void chunk_of(const ParamList &L, int64_t k, int *t, int64_t *
 
 // --- kernels --------------------------------------------------------------------------------
 
-__global__ void sgd_kernel(const ParamList L, SgdScalars c) {
-    if (c.skip && *c.skip) return;
-    const float neg_lr = c.lr ? -*c.lr : c.neg_lr;
+// f(a, i) for each element i of each chunk this block owns (grid-stride over
+// the chunks, block-stride within one), a the chunk's tensor.
+template <class F> __device__ void for_each_element(const ParamList &L, F f) {
     const int64_t nchunks = L.first[L.count];
     for (int64_t k = blockIdx.x; k < nchunks; k += gridDim.x) {
         int t;
         int64_t start, end;
         chunk_of(L, k, &t, &start, &end);
         const ParamArgs a = L.a[t];
-        for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
-            float d = c.maximize ? -a.g[i] : a.g[i];
-            if (c.use_wd) d = __fadd_rn(d, __fmul_rn(c.wd, a.p[i]));
-            if (c.use_mom) {
-                float b = a.fresh ? d : __fadd_rn(__fmul_rn(a.buf[i], c.mom), __fmul_rn(c.omd, d));
-                a.buf[i] = b;
-                d = c.nesterov ? __fadd_rn(d, __fmul_rn(c.mom, b)) : b;
-            }
-            a.p[i] = __fadd_rn(a.p[i], __fmul_rn(neg_lr, d));
-        }
+        for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) f(a, i);
     }
+}
+
+__global__ void sgd_kernel(const ParamList L, SgdScalars c) {
+    if (c.skip && *c.skip) return;
+    const float neg_lr = c.lr ? -*c.lr : c.neg_lr;
+    for_each_element(L, [&](const ParamArgs &a, int64_t i) {
+        float d = c.maximize ? -a.g[i] : a.g[i];
+        if (c.use_wd) d = __fadd_rn(d, __fmul_rn(c.wd, a.p[i]));
+        if (c.use_mom) {
+            float b = a.fresh ? d : __fadd_rn(__fmul_rn(a.buf[i], c.mom), __fmul_rn(c.omd, d));
+            a.buf[i] = b;
+            d = c.nesterov ? __fadd_rn(d, __fmul_rn(c.mom, b)) : b;
+        }
+        a.p[i] = __fadd_rn(a.p[i], __fmul_rn(neg_lr, d));
+    });
 }
 
 // PyTorch's maximum: NaN wins.
@@ -110,31 +116,24 @@ __device__ inline float max_nan(float x, float y) {
 }
 
 __global__ void adam_kernel(const ParamList L, AdamScalars c) {
-    const int64_t nchunks = L.first[L.count];
-    for (int64_t k = blockIdx.x; k < nchunks; k += gridDim.x) {
-        int t;
-        int64_t start, end;
-        chunk_of(L, k, &t, &start, &end);
-        const ParamArgs a = L.a[t];
-        for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
-            float g = c.maximize ? -a.g[i] : a.g[i], p = a.p[i];
-            if (c.decoupled)
-                p = __fmul_rn(p, c.decay);
-            else if (c.use_wd)
-                g = __fadd_rn(g, __fmul_rn(c.wd, p));
-            float m = __fadd_rn(__fmul_rn(a.m[i], c.b1), __fmul_rn(c.omb1, g));
-            float v = __fadd_rn(__fmul_rn(a.v[i], c.b2), __fmul_rn(__fmul_rn(g, c.omb2), g));
-            a.m[i] = m;
-            a.v[i] = v;
-            float s = v;
-            if (c.amsgrad) {
-                s = max_nan(a.mx[i], v);
-                a.mx[i] = s;
-            }
-            float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(s), a.bc2_sqrt), c.eps);
-            a.p[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(m, a.neg_step_size), denom));
+    for_each_element(L, [&](const ParamArgs &a, int64_t i) {
+        float g = c.maximize ? -a.g[i] : a.g[i], p = a.p[i];
+        if (c.decoupled)
+            p = __fmul_rn(p, c.decay);
+        else if (c.use_wd)
+            g = __fadd_rn(g, __fmul_rn(c.wd, p));
+        float m = __fadd_rn(__fmul_rn(a.m[i], c.b1), __fmul_rn(c.omb1, g));
+        float v = __fadd_rn(__fmul_rn(a.v[i], c.b2), __fmul_rn(__fmul_rn(g, c.omb2), g));
+        a.m[i] = m;
+        a.v[i] = v;
+        float s = v;
+        if (c.amsgrad) {
+            s = max_nan(a.mx[i], v);
+            a.mx[i] = s;
         }
-    }
+        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(s), a.bc2_sqrt), c.eps);
+        a.p[i] = __fadd_rn(p, __fdiv_rn(__fmul_rn(m, a.neg_step_size), denom));
+    });
 }
 
 // --- launchers ------------------------------------------------------------------------------

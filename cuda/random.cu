@@ -101,68 +101,68 @@ __device__ inline void store_int(void *out, int64_t i, int dt, int64_t v) {
 // nb is the number of counter blocks; block b covers elements 4b..4b+3 (32-bit
 // draws) or 2b, 2b+1 (64-bit draws), cut at n.
 
-// out is (n,) float32: lo + span * u, kept below high (clamp) as top.
-__global__ void uniform_f32_kernel(float *out, int64_t n, int64_t nb, float lo, float span,
-                                   float top, double high, int clamp, uint64_t seed,
-                                   uint64_t base) {
+// g(b, r) for each counter block b this thread owns (grid-stride), r its
+// four Philox words.
+template <class G> __device__ void for_each_block(int64_t nb, uint64_t seed, uint64_t base, G g) {
     for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
          b += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4];
         dl_philox(seed, base + (uint64_t)b, r);
-        int64_t i0 = 4 * b, m = n - i0 < 4 ? n - i0 : 4;
-        for (int64_t l = 0; l < m; l++) {
-            float v = __fadd_rn(lo, __fmul_rn(span, dl_unit_float(r[l])));
-            out[i0 + l] = clamp && (double)v >= high ? top : v;
-        }
+        g(b, r);
     }
+}
+
+// f(i, l, r) for each element i = PER*b + l (l < PER, i < n) of this thread's
+// blocks: PER = 4 for one 32-bit draw an element, 2 for one 64-bit draw.
+template <int PER, class F>
+__device__ void for_each_draw(int64_t n, int64_t nb, uint64_t seed, uint64_t base, F f) {
+    for_each_block(nb, seed, base, [&](int64_t b, const uint32_t *r) {
+        int64_t i0 = PER * b, m = n - i0 < PER ? n - i0 : PER;
+        for (int64_t l = 0; l < m; l++) f(i0 + l, (int)l, r);
+    });
+}
+
+// out is (n,) float32: lo + span * u, kept below high (clamp) as top.
+__global__ void uniform_f32_kernel(float *out, int64_t n, int64_t nb, float lo, float span,
+                                   float top, double high, int clamp, uint64_t seed,
+                                   uint64_t base) {
+    for_each_draw<4>(n, nb, seed, base, [&](int64_t i, int l, const uint32_t *r) {
+        float v = __fadd_rn(lo, __fmul_rn(span, dl_unit_float(r[l])));
+        out[i] = clamp && (double)v >= high ? top : v;
+    });
 }
 
 // out is (n,) float64.
 __global__ void uniform_f64_kernel(double *out, int64_t n, int64_t nb, double low, double span,
                                    double top, double high, int clamp, uint64_t seed,
                                    uint64_t base) {
-    for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
-         b += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t r[4];
-        dl_philox(seed, base + (uint64_t)b, r);
-        int64_t i0 = 2 * b, m = n - i0 < 2 ? n - i0 : 2;
-        for (int64_t l = 0; l < m; l++) {
-            double v = __dadd_rn(low, __dmul_rn(span, unit_double(r[2 * l], r[2 * l + 1])));
-            out[i0 + l] = clamp && v >= high ? top : v;
-        }
-    }
+    for_each_draw<2>(n, nb, seed, base, [&](int64_t i, int l, const uint32_t *r) {
+        double v = __dadd_rn(low, __dmul_rn(span, unit_double(r[2 * l], r[2 * l + 1])));
+        out[i] = clamp && v >= high ? top : v;
+    });
 }
 
 // out is (n,) float16 (half) or bfloat16 bits.
 __global__ void uniform_f16ish_kernel(uint16_t *out, int64_t n, int64_t nb, bool half, float lo,
                                       float span, double low, double high, uint16_t low_bits,
                                       int clamp, uint64_t seed, uint64_t base) {
-    for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
-         b += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t r[4];
-        dl_philox(seed, base + (uint64_t)b, r);
-        int64_t i0 = 4 * b, m = n - i0 < 4 ? n - i0 : 4;
-        for (int64_t l = 0; l < m; l++) {
-            uint16_t h = to_f16ish(__fadd_rn(lo, __fmul_rn(span, dl_unit_float(r[l]))), half);
-            if (clamp && (double)from_f16ish(h, half) >= high) {
-                h = below_f16ish(h);
-                if ((double)from_f16ish(h, half) >= high) h = below_f16ish(h);
-                if ((double)from_f16ish(h, half) < low) h = low_bits;
-            }
-            out[i0 + l] = h;
+    for_each_draw<4>(n, nb, seed, base, [&](int64_t i, int l, const uint32_t *r) {
+        uint16_t h = to_f16ish(__fadd_rn(lo, __fmul_rn(span, dl_unit_float(r[l]))), half);
+        if (clamp && (double)from_f16ish(h, half) >= high) {
+            h = below_f16ish(h);
+            if ((double)from_f16ish(h, half) >= high) h = below_f16ish(h);
+            if ((double)from_f16ish(h, half) < low) h = low_bits;
         }
-    }
+        out[i] = h;
+    });
 }
 
 // out is (n,) float32, float16 or bfloat16 (dt): Box-Muller on lane pairs.
 __global__ void normal_f32ish_kernel(void *out, int dt, int64_t n, int64_t nb, float mu,
                                      float sigma, uint64_t seed, uint64_t base) {
     const float two_pi = 6.2831853071795864769f;
-    for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
-         b += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t r[4];
+    for_each_block(nb, seed, base, [&](int64_t b, const uint32_t *r) {
         float z[4];
-        dl_philox(seed, base + (uint64_t)b, r);
         for (int p = 0; p < 2; p++) {
             float u1 = __fsub_rn(1.0f, dl_unit_float(r[2 * p])); // (0, 1]
             float theta = __fmul_rn(two_pi, dl_unit_float(r[2 * p + 1]));
@@ -179,54 +179,39 @@ __global__ void normal_f32ish_kernel(void *out, int dt, int64_t n, int64_t nb, f
             else
                 ((uint16_t *)out)[i0 + l] = to_f16ish(v, dt == DL_DTYPE_F16);
         }
-    }
+    });
 }
 
 // out is (n,) float64: block b gives the pair (2b, 2b+1).
 __global__ void normal_f64_kernel(double *out, int64_t n, int64_t nb, double mean, double sd,
                                   uint64_t seed, uint64_t base) {
     const double two_pi = 6.2831853071795864769;
-    for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
-         b += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t r[4];
-        dl_philox(seed, base + (uint64_t)b, r);
+    for_each_block(nb, seed, base, [&](int64_t b, const uint32_t *r) {
         double u1 = __dsub_rn(1.0, unit_double(r[0], r[1])); // (0, 1]
         double theta = __dmul_rn(two_pi, unit_double(r[2], r[3]));
         double rad = __dsqrt_rn(__dmul_rn(-2.0, log(u1)));
         double sr = __dmul_rn(sd, rad);
         out[2 * b] = __dadd_rn(mean, __dmul_rn(sr, cos(theta)));
         if (2 * b + 1 < n) out[2 * b + 1] = __dadd_rn(mean, __dmul_rn(sr, sin(theta)));
-    }
+    });
 }
 
 // out is (n,) of dtype dt: low + the 64-bit draw scaled to [0, range).
 __global__ void random_int_kernel(void *out, int dt, int64_t n, int64_t nb, int64_t low,
                                   uint64_t range, uint64_t seed, uint64_t base) {
-    for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
-         b += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t r[4];
-        dl_philox(seed, base + (uint64_t)b, r);
-        int64_t i0 = 2 * b, m = n - i0 < 2 ? n - i0 : 2;
-        for (int64_t l = 0; l < m; l++) {
-            uint64_t v = (uint64_t)low + __umul64hi(word64(r, (int)l), range);
-            store_int(out, i0 + l, dt, (int64_t)v);
-        }
-    }
+    for_each_draw<2>(n, nb, seed, base, [&](int64_t i, int l, const uint32_t *r) {
+        uint64_t v = (uint64_t)low + __umul64hi(word64(r, l), range);
+        store_int(out, i, dt, (int64_t)v);
+    });
 }
 
 // out is (n,) of dtype dt; probs is (n,) or NULL (then prob for all).
 __global__ void bernoulli_kernel(void *out, int dt, int64_t n, int64_t nb, const double *probs,
                                  double prob, uint64_t seed, uint64_t base) {
-    for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
-         b += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t r[4];
-        dl_philox(seed, base + (uint64_t)b, r);
-        int64_t i0 = 4 * b, m = n - i0 < 4 ? n - i0 : 4;
-        for (int64_t l = 0; l < m; l++) {
-            double p = probs ? probs[i0 + l] : prob;
-            store_int(out, i0 + l, dt, (double)dl_unit_float(r[l]) < p ? 1 : 0);
-        }
-    }
+    for_each_draw<4>(n, nb, seed, base, [&](int64_t i, int l, const uint32_t *r) {
+        double p = probs ? probs[i] : prob;
+        store_int(out, i, dt, (double)dl_unit_float(r[l]) < p ? 1 : 0);
+    });
 }
 
 // --- launchers ------------------------------------------------------------------------------

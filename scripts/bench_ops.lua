@@ -8,11 +8,13 @@
 -- /usr/bin/python3), the frameworks taking turns --rounds times.  The ratio
 -- is the fastest PyTorch's best time over dlua's best (above 1: dlua
 -- faster); the last line is their geometric mean.
+-- --only a,b,c times just the named rows (the names of OPS below, as the
+-- twin prints them).
 -- Usage: dlua scripts/bench_ops.lua [--threads 2] [--runs 5] [--rounds 3] [--no-torch]
---          [--torch-python /usr/bin/python3,/path/to/venv/bin/python]
+--          [--torch-python /usr/bin/python3,/path/to/venv/bin/python] [--only sum,sum_dim]
 local dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
 local opts = dofile(dir .. "/benchopts.lua")("bench_ops", arg,
-  {threads = 2, runs = 5, rounds = 3, ["torch-python"] = "/usr/bin/python3"}, {"no-torch"})
+  {threads = 2, runs = 5, rounds = 3, ["torch-python"] = "/usr/bin/python3", only = ""}, {"no-torch"})
 dl.set_num_threads(opts.threads)
 dl.manual_seed(0)
 local F = dl.nn.functional
@@ -20,6 +22,8 @@ local F = dl.nn.functional
 local n = 10000000
 local x, y = dl.randn(n), dl.randn(n)
 local m = dl.randn(4096, 4096)
+local xg, gy = dl.randn(n):requires_grad_(), dl.randn(n)
+local xa = x:abs()
 local s3 = dl.randn(64, 256, 384)
 local mask = s3:gt(0.5)
 local parts = {dl.randn(1000000), dl.randn(1000000), dl.randn(1000000), dl.randn(1000000)}
@@ -43,10 +47,29 @@ local OPS = {
   {"tanh", "tanh (1e7)", function() return x:tanh() end},
   {"erf", "erf (1e7)", function() return x:erf() end},
   {"sigmoid", "sigmoid (1e7)", function() return x:sigmoid() end},
+  {"pow", "pow(|x|, y) (1e7)", function() return xa:pow(y) end},
   {"gelu", "gelu (1e7)", function() return F.gelu(x) end},
   {"silu", "silu (1e7)", function() return F.silu(x) end},
+  {"gelu_bwd", "gelu forward+backward (1e7)", function()
+    return dl.autograd.grad(F.gelu(xg), {xg}, {grad_outputs = gy})[1]
+  end},
+  {"gelu_tanh_bwd", "gelu tanh forward+backward (1e7)", function()
+    return dl.autograd.grad(F.gelu(xg, {approximate = "tanh"}), {xg}, {grad_outputs = gy})[1]
+  end},
+  {"silu_bwd", "silu forward+backward (1e7)", function()
+    return dl.autograd.grad(F.silu(xg), {xg}, {grad_outputs = gy})[1]
+  end},
   {"sum", "sum() (1e7)", function() return x:sum() end},
+  {"mean", "mean() (1e7)", function() return x:mean() end},
   {"sum_dim", "sum(2) (4096x4096)", function() return m:sum(2) end},
+  {"sum_dim1", "sum(1) (4096x4096)", function() return m:sum(1) end},
+  {"mean_dim", "mean(2) (4096x4096)", function() return m:mean(2) end},
+  {"max_dim", "max(2) values+indices (4096x4096)", function() return m:max(2) end},
+  {"argmax", "argmax(2) (4096x4096)", function() return m:argmax(2) end},
+  {"amax", "amax() (1e7)", function() return x:amax() end},
+  {"prod_dim", "prod(2) (4096x4096)", function() return m:prod(2) end},
+  {"norm_dim", "norm(2, 2) (4096x4096)", function() return m:norm(2, 2) end},
+  {"logsumexp", "logsumexp(2) (4096x4096)", function() return m:logsumexp(2) end},
   {"softmax", "softmax(-1) (64x256x384)", function() return F.softmax(s3, -1) end},
   {"log_softmax", "log_softmax(-1) (same)", function() return F.log_softmax(s3, -1) end},
   {"transpose_copy", "m:t():contiguous() (4096x4096)", function() return m:t():contiguous() end},
@@ -73,6 +96,13 @@ local OPS = {
   end},
 }
 
+if opts.only ~= "" then
+  local keep, sel = {}, {}
+  for name in opts.only:gmatch("[^,]+") do keep[name] = true end
+  for _, op in ipairs(OPS) do if keep[op[1]] then sel[#sel + 1] = op end end
+  OPS = sel
+end
+
 local ours, theirs, who = {}, {}, {}
 local function time_ours()
   for _, op in ipairs(OPS) do
@@ -90,8 +120,8 @@ end
 local function time_theirs()
   if opts["no-torch"] then return end
   for py in opts["torch-python"]:gmatch("[^,]+") do
-    local cmd = string.format("%s %s/bench_ops.py --threads %d --runs %d 2>&1", py, dir,
-      opts.threads, opts.runs)
+    local cmd = string.format("%s %s/bench_ops.py --threads %d --runs %d --only '%s' 2>&1", py,
+      dir, opts.threads, opts.runs, opts.only)
     local p = assert(io.popen(cmd))
     local text = p:read("a")
     p:close()

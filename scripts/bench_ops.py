@@ -3,7 +3,8 @@ same shapes, best of --runs after a warm-up, one line per op: "name ms".
 PyTorch 1.13 has no public scaled_dot_product_attention: its rows time the
 math path two ways (baddbmm with a causal -inf bias, softmax, bmm; and the
 private F._scaled_dot_product_attention) and report the faster.
-Usage: python3 scripts/bench_ops.py [--threads 2] [--runs 5]"""
+--only a,b,c times just the named rows.
+Usage: python3 scripts/bench_ops.py [--threads 2] [--runs 5] [--only sum,sum_dim]"""
 import argparse
 import time
 
@@ -12,6 +13,7 @@ import torch
 p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--runs", type=int, default=5)
+p.add_argument("--only", default="")
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
@@ -19,6 +21,8 @@ torch.manual_seed(0)
 n = 10_000_000
 x, y = torch.randn(n), torch.randn(n)
 m = torch.randn(4096, 4096)
+xg, gy = torch.randn(n).requires_grad_(), torch.randn(n)
+xa = x.abs()
 s3 = torch.randn(64, 256, 384)
 mask = s3 > 0.5
 parts = [torch.randn(1_000_000) for _ in range(4)]
@@ -59,6 +63,11 @@ def sdpa_private(q, k, v):
     return torch.nn.functional._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
 
 
+def act_bwd(f):
+    with torch.enable_grad():
+        return torch.autograd.grad(f(xg), xg, gy)[0]
+
+
 def fwd_bwd(f):
     with torch.enable_grad():
         out = f(gq, gk, gv)
@@ -72,10 +81,23 @@ OPS = [
     ("tanh", lambda: x.tanh()),
     ("erf", lambda: x.erf()),
     ("sigmoid", lambda: x.sigmoid()),
+    ("pow", lambda: xa.pow(y)),
     ("gelu", lambda: torch.nn.functional.gelu(x)),
     ("silu", lambda: torch.nn.functional.silu(x)),
+    ("gelu_bwd", lambda: act_bwd(torch.nn.functional.gelu)),
+    ("gelu_tanh_bwd", lambda: act_bwd(lambda t: torch.nn.functional.gelu(t, approximate="tanh"))),
+    ("silu_bwd", lambda: act_bwd(torch.nn.functional.silu)),
     ("sum", lambda: x.sum()),
+    ("mean", lambda: x.mean()),
     ("sum_dim", lambda: m.sum(1)),
+    ("sum_dim1", lambda: m.sum(0)),
+    ("mean_dim", lambda: m.mean(1)),
+    ("max_dim", lambda: m.max(1)),
+    ("argmax", lambda: m.argmax(1)),
+    ("amax", lambda: x.amax()),
+    ("prod_dim", lambda: m.prod(1)),
+    ("norm_dim", lambda: m.norm(2, 1)),
+    ("logsumexp", lambda: m.logsumexp(1)),
     ("softmax", lambda: torch.softmax(s3, -1)),
     ("log_softmax", lambda: torch.log_softmax(s3, -1)),
     ("transpose_copy", lambda: m.t().contiguous()),
@@ -92,7 +114,10 @@ OPS = [
 ]
 
 with torch.no_grad():
+    only = set(a.only.split(",")) if a.only else None
     for name, fs in OPS:
+        if only is not None and name not in only:
+            continue
         best = float("inf")
         for f in fs if isinstance(fs, list) else [fs]:  # the fastest of the variants
             f()

@@ -24,22 +24,12 @@ local SPEC = {
   {name = "device", default = "auto", metavar = "DEV", help = "auto, cpu, cuda or cuda:N (auto: a GPU when there is one)"},
 }
 
-local function main(argv)
-  if args.wants_help(argv) then
-    print(args.help(SPEC, {usage = "dlua scripts/eval.lua --weights FILE --data DIR [options]",
-      description = "Prints top-1 / top-5 accuracy of a classifier on an ImageFolder."}))
-    return 0
-  end
-  local o, _, rest = args.parse(argv, SPEC)
+local function main(o, rest)
   if #rest > 0 then error("unexpected argument '" .. rest[1] .. "' (see --help)", 0) end
   if not o.weights then error("--weights FILE is required (see --help)", 0) end
   if not o.data then error("--data DIR is required (see --help)", 0) end
-  local device, note = train.device.resolve(o.device)
-  if not device then error(note, 0) end
-  if o.threads then dl.set_num_threads(o.threads) end
-  if o.arch and not train.models.exists(o.arch) then train.models.build(o.arch, 1) end
-  local model, info = train.models.from_weights(o.weights, o.arch)
-  if device ~= "cpu" then model:to(device) end
+  local device = train.device.setup(o.device, o.threads)
+  local model, info = train.models.from_weights(o.weights, o.arch, device)
   local size = o.image_size or info.image_size or 224
   local tf = train.data.transform{image_size = size, resize = o.resize or info.resize}
   local ds = train.data.folder("--data", o.data, tf)
@@ -67,14 +57,5 @@ local function main(argv)
   return 0
 end
 
-local function handler(e)
-  if args.is_error(e) then return e.message end
-  if type(e) == "string" and not e:find("\n") then return e end
-  return debug.traceback(tostring(e), 2)
-end
-local ok, res = xpcall(main, handler, arg or {})
-if not ok then
-  io.stderr:write(PROG, ": ", tostring(res), "\n")
-  os.exit(tostring(res):find("stack traceback", 1, true) and 1 or 2, true)
-end
-os.exit(res, true)
+args.run(PROG, SPEC, {usage = "dlua scripts/eval.lua --weights FILE --data DIR [options]",
+  description = "Prints top-1 / top-5 accuracy of a classifier on an ImageFolder."}, main)

@@ -22,16 +22,9 @@ local SPEC = {
   {name = "static-batch", type = "flag", help = "fix the batch dimension to --batch"},
 }
 
-local function main(argv)
-  if args.wants_help(argv) then
-    print(args.help(SPEC, {usage = "dlua scripts/export_onnx.lua CHECKPOINT OUT.onnx [options]",
-      description = "Writes a classifier as ONNX (for ONNX Runtime, TensorRT's trtexec --onnx=OUT.onnx)."}))
-    return 0
-  end
-  local o, _, rest = args.parse(argv, SPEC)
+local function main(o, rest)
   if #rest ~= 2 then error("CHECKPOINT and OUT.onnx are required (see --help)", 0) end
   local weights, out = rest[1], rest[2]
-  if o.arch and not train.models.exists(o.arch) then train.models.build(o.arch, 1) end
   local model, info = train.models.from_weights(weights, o.arch)
   local size = o.image_size or info.image_size or 224
   dl.manual_seed(0)
@@ -58,14 +51,5 @@ local function main(argv)
   return 0
 end
 
-local function handler(e)
-  if args.is_error(e) then return e.message end
-  if type(e) == "string" and not e:find("\n") then return e end
-  return debug.traceback(tostring(e), 2)
-end
-local ok, res = xpcall(main, handler, arg or {})
-if not ok then
-  io.stderr:write(PROG, ": ", tostring(res), "\n")
-  os.exit(tostring(res):find("stack traceback", 1, true) and 1 or 2, true)
-end
-os.exit(res, true)
+args.run(PROG, SPEC, {usage = "dlua scripts/export_onnx.lua CHECKPOINT OUT.onnx [options]",
+  description = "Writes a classifier as ONNX (for ONNX Runtime, TensorRT's trtexec --onnx=OUT.onnx)."}, main)

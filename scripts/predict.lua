@@ -26,21 +26,11 @@ local SPEC = {
   {name = "device", default = "auto", metavar = "DEV", help = "auto, cpu, cuda or cuda:N (auto: a GPU when there is one)"},
 }
 
-local function main(argv)
-  if args.wants_help(argv) then
-    print(args.help(SPEC, {usage = "dlua scripts/predict.lua --weights FILE [options] IMAGE...",
-      description = "Prints the most likely classes of each image."}))
-    return 0
-  end
-  local o, _, images = args.parse(argv, SPEC)
+local function main(o, images)
   if not o.weights then error("--weights FILE is required (see --help)", 0) end
   if #images == 0 then error("no images given (see --help)", 0) end
-  local device, note = train.device.resolve(o.device)
-  if not device then error(note, 0) end
-  if o.threads then dl.set_num_threads(o.threads) end
-  if o.arch and not train.models.exists(o.arch) then train.models.build(o.arch, 1) end
-  local model, info = train.models.from_weights(o.weights, o.arch)
-  if device ~= "cpu" then model:to(device) end
+  local device = train.device.setup(o.device, o.threads)
+  local model, info = train.models.from_weights(o.weights, o.arch, device)
   local classes = info.classes
   if o.classes then
     local f, err = io.open(o.classes, "r")
@@ -77,14 +67,5 @@ local function main(argv)
   return 0
 end
 
-local function handler(e)
-  if args.is_error(e) then return e.message end
-  if type(e) == "string" and not e:find("\n") then return e end
-  return debug.traceback(tostring(e), 2)
-end
-local ok, res = xpcall(main, handler, arg or {})
-if not ok then
-  io.stderr:write(PROG, ": ", tostring(res), "\n")
-  os.exit(tostring(res):find("stack traceback", 1, true) and 1 or 2, true)
-end
-os.exit(res, true)
+args.run(PROG, SPEC, {usage = "dlua scripts/predict.lua --weights FILE [options] IMAGE...",
+  description = "Prints the most likely classes of each image."}, main)

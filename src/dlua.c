@@ -39,6 +39,7 @@
 #include "core/parallel.h"
 #include "dist/dist.h"
 #include "ops/device.h"
+#include "lua/l_bind.h"
 
 int luaopen_dl(lua_State *L);
 
@@ -61,17 +62,6 @@ static void print_message(const char *pname, const char *msg) {
     if (pname) fprintf(stderr, "%s: ", pname);
     fprintf(stderr, "%s\n", msg);
     fflush(stderr);
-}
-
-/* Error handler: turns the error object into a message with a traceback. */
-static int msghandler(lua_State *L) {
-    const char *msg = lua_tostring(L, 1);
-    if (msg == NULL) {
-        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
-        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
-    }
-    luaL_traceback(L, L, msg, 1);
-    return 1;
 }
 
 /* The first line of the last error reported outside the REPL: what a
@@ -112,14 +102,7 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar) {
 static void on_sigint_running(int sig) {
     if (++unseen_interrupts >= 3) { /* Lua never got control back: give up */
         static const char msg[] = "\ndlua: interrupted 3 times, exiting\n";
-        if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing to do */
-        }
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        sigemptyset(&dfl.sa_mask);
-        sigaction(sig, &dfl, NULL);
-        raise(sig);
+        dlL_die_of_signal(sig, msg, sizeof msg - 1);
         return;
     }
     /* lua_sethook is safe to call from a signal handler */
@@ -131,7 +114,7 @@ static void on_sigint_running(int sig) {
  * Ctrl-C turned into a Lua error while it runs. */
 static int docall(lua_State *L, int narg, int nres) {
     int base = lua_gettop(L) - narg;
-    lua_pushcfunction(L, msghandler);
+    lua_pushcfunction(L, dlL_msghandler);
     lua_insert(L, base);
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
@@ -790,16 +773,7 @@ static int load_chunk(lua_State *L, repl_state *r, int *quiet) {
 
 /* Prints the values on the stack above base, tab-separated, via tostring. */
 static int l_print_values(lua_State *L) {
-    int n = lua_gettop(L);
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
-    for (int i = 1; i <= n; i++) {
-        if (i > 1) luaL_addchar(&b, '\t');
-        luaL_tolstring(L, i, NULL);
-        luaL_addvalue(&b);
-    }
-    luaL_addchar(&b, '\n');
-    luaL_pushresult(&b);
+    dlL_pushprintline(L);
     size_t len;
     const char *s = lua_tolstring(L, -1, &len);
     fwrite(s, 1, len, stdout);

@@ -11,9 +11,14 @@
 #define DL_PRINTF(a, b)
 #endif
 
+#include <stdarg.h>
+
 /* Sets the message (printf-style) and returns -1 so callers can
  * `return dl_error("...")`. */
 int dl_error(const char *fmt, ...) DL_PRINTF(1, 2);
+/* dl_error's va_list form with the message led by "prefix: " (no prefix
+ * when NULL): what a file's own failure helper calls ("load: <path>: ..."). */
+int dl_verror(const char *prefix, const char *fmt, va_list ap) DL_PRINTF(2, 0);
 /* The last message set on this thread ("" when none). */
 const char *dl_last_error(void);
 void dl_clear_error(void);

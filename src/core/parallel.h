@@ -10,6 +10,12 @@ int dl_get_num_threads(void);
 /* Elements below which loops stay single-threaded. */
 #define DL_PARALLEL_GRAIN 32768
 
+/* `#pragma omp parallel for` over dl_get_num_threads() threads, serial
+ * unless cond holds, for loops inside macros (where #pragma cannot stand):
+ * DL_PARALLEL_FOR(n >= DL_PARALLEL_GRAIN) for (int64_t i = 0; ...). */
+#define DL_PRAGMA(text) _Pragma(#text)
+#define DL_PARALLEL_FOR(cond) DL_PRAGMA(omp parallel for num_threads(dl_get_num_threads()) if (cond))
+
 /* A hot CPU loop compiled once per listed target and picked at load time
  * (GCC function multiversioning: the build itself targets plain x86-64), e.g.
  * DL_TARGET_CLONES("avx512f", "arch=haswell", "default").  Each user lists the

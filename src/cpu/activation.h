@@ -10,12 +10,18 @@
 #define DL_CPU_ACTIVATION_H
 
 #include "core/tensor.h"
+#include "kernels/elementwise.h"
 
 #include <stdbool.h>
 
 /* gx = (y <= threshold) ? 0 : gy  (NaN in y passes gy through, as PyTorch's
  * threshold_backward).  gx, gy, y share a floating dtype. */
 void dl_cpu_threshold_backward(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, double threshold);
+
+/* gx = gy * op'(s), PyTorch's formulas: op is DL_UNARY_GELU, _GELU_TANH or
+ * _SILU with s their input, or _SIGMOID or _TANH with s their result.
+ * gx, gy, s share a floating dtype. */
+void dl_cpu_act_backward(dl_unary_op op, dl_tensor *gx, dl_tensor *gy, dl_tensor *s);
 
 /* y = relu?(y + b[o] + a) in place over N*O contiguous float32 planes of S
  * elements (plane n*O + o takes b[o]); b and a may be NULL.  The sums in that

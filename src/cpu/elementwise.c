@@ -9,6 +9,7 @@
  * never undefined behaviour) and never goes through double. */
 #include "cpu/elementwise.h"
 #include "core/iter.h"
+#include "cpu/half.h"
 #include "cpu/vecmath.h"
 
 #include <math.h>
@@ -231,7 +232,8 @@ static void binary_f32(char **data, const int64_t *strides, int64_t n, void *vct
     case DL_BINARY_DIV_FLOOR: LOOP_BINARY(float, float, floordiv_f32(x, y)); break;
     case DL_BINARY_DIV_TRUNC: LOOP_BINARY(float, float, truncf(x / y)); break;
     case DL_BINARY_POW:
-        if (!pow_special_f32(data, strides, n)) LOOP_BINARY(float, float, powf(x, y));
+        if (!pow_special_f32(data, strides, n) && !dl_cpu_vec_pow(false, data, strides, n))
+            LOOP_BINARY(float, float, powf(x, y));
         break;
     case DL_BINARY_MAXIMUM:
         LOOP_BINARY(float, float, x != x ? x : y != y ? y : x < y ? y : x);
@@ -273,7 +275,8 @@ static void binary_f64(char **data, const int64_t *strides, int64_t n, void *vct
     case DL_BINARY_DIV_FLOOR: LOOP_BINARY(double, double, floordiv_f64(x, y)); break;
     case DL_BINARY_DIV_TRUNC: LOOP_BINARY(double, double, trunc(x / y)); break;
     case DL_BINARY_POW:
-        if (!pow_special_f64(data, strides, n)) LOOP_BINARY(double, double, pow(x, y));
+        if (!pow_special_f64(data, strides, n) && !dl_cpu_vec_pow(true, data, strides, n))
+            LOOP_BINARY(double, double, pow(x, y));
         break;
     case DL_BINARY_MAXIMUM:
         LOOP_BINARY(double, double, x != x ? x : y != y ? y : x < y ? y : x);
@@ -404,6 +407,7 @@ static void unary_f32(char **data, const int64_t *strides, int64_t n, void *vctx
     case DL_UNARY_TANH: LOOP_UNARY(float, float, tanhf(x)); break;
     case DL_UNARY_SIGMOID: LOOP_UNARY(float, float, 1.0f / (1.0f + expf(-x))); break;
     case DL_UNARY_ERF: LOOP_UNARY(float, float, erff(x)); break;
+    case DL_UNARY_ERFC: LOOP_UNARY(float, float, erfcf(x)); break;
     case DL_UNARY_GELU: LOOP_UNARY(float, float, gelu_f32(x)); break;
     case DL_UNARY_GELU_TANH: LOOP_UNARY(float, float, gelu_tanh_f32(x)); break;
     case DL_UNARY_SILU: LOOP_UNARY(float, float, x / (1.0f + expf(-x))); break;
@@ -449,6 +453,7 @@ static void unary_f64(char **data, const int64_t *strides, int64_t n, void *vctx
     case DL_UNARY_TANH: LOOP_UNARY(double, double, tanh(x)); break;
     case DL_UNARY_SIGMOID: LOOP_UNARY(double, double, 1.0 / (1.0 + exp(-x))); break;
     case DL_UNARY_ERF: LOOP_UNARY(double, double, erf(x)); break;
+    case DL_UNARY_ERFC: LOOP_UNARY(double, double, erfc(x)); break;
     case DL_UNARY_GELU: LOOP_UNARY(double, double, gelu_f64(x)); break;
     case DL_UNARY_GELU_TANH: LOOP_UNARY(double, double, gelu_tanh_f64(x)); break;
     case DL_UNARY_SILU: LOOP_UNARY(double, double, x / (1.0 + exp(-x))); break;
@@ -624,13 +629,104 @@ static void isclose_f64(char **data, const int64_t *strides, int64_t n, void *vc
                     (fabs(x - y) < INFINITY && fabs(x - y) <= atol + fabs(rtol * y)));
 }
 
+/* --- float16 / bfloat16 storage ------------------------------------------------------------
+ * The float32 row functions also run on half storage: each half operand's row
+ * is converted HBLOCK elements at a time into a float block (cpu/half.h's
+ * branchless conversions, which vectorise), the float32 row function runs
+ * on the dense blocks, and a half result is converted back - one rounding,
+ * the values a float32 copy of the tensors would give, without the copies.
+ * float32 operands and a float32 or bool result are used in place. */
+#define HBLOCK 512
+
+typedef struct {
+    dl_loop_fn f32;
+    void *ctx;
+    int nargs;
+    dl_dtype dt[4];
+} half_ctx;
+
+static bool is_half(dl_dtype dt) {
+    return dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16;
+}
+
+static void half_in(dl_dtype dt, const char *p, int64_t st, int64_t k, float *restrict o) {
+    if (st == 2) { /* dense: loops the compiler vectorises */
+        const uint16_t *h = (const uint16_t *)p;
+        if (dt == DL_DTYPE_F16)
+            for (int64_t j = 0; j < k; j++) o[j] = dl_cpu_half_to_float(h[j]);
+        else
+            for (int64_t j = 0; j < k; j++) o[j] = dl_cpu_bf16_to_float(h[j]);
+        return;
+    }
+    if (dt == DL_DTYPE_F16)
+        for (int64_t j = 0; j < k; j++)
+            o[j] = dl_cpu_half_to_float(*(const uint16_t *)(p + j * st));
+    else
+        for (int64_t j = 0; j < k; j++)
+            o[j] = dl_cpu_bf16_to_float(*(const uint16_t *)(p + j * st));
+}
+
+static void half_out(dl_dtype dt, char *p, int64_t st, int64_t k, const float *restrict v) {
+    if (st == 2) {
+        uint16_t *h = (uint16_t *)p;
+        if (dt == DL_DTYPE_F16)
+            for (int64_t j = 0; j < k; j++) h[j] = dl_cpu_float_to_half(v[j]);
+        else
+            for (int64_t j = 0; j < k; j++) h[j] = dl_cpu_float_to_bf16(v[j]);
+        return;
+    }
+    if (dt == DL_DTYPE_F16)
+        for (int64_t j = 0; j < k; j++) *(uint16_t *)(p + j * st) = dl_cpu_float_to_half(v[j]);
+    else
+        for (int64_t j = 0; j < k; j++) *(uint16_t *)(p + j * st) = dl_cpu_float_to_bf16(v[j]);
+}
+
+static void half_rows(char **d, const int64_t *st, int64_t n, void *vc) {
+    const half_ctx *c = vc;
+    float buf[4][HBLOCK];
+    for (int64_t i0 = 0; i0 < n; i0 += HBLOCK) {
+        int64_t k = n - i0 < HBLOCK ? n - i0 : HBLOCK;
+        char *bd[4];
+        int64_t bs[4];
+        for (int a = 0; a < c->nargs; a++) {
+            if (is_half(c->dt[a])) {
+                if (a > 0) half_in(c->dt[a], d[a] + i0 * st[a], st[a], k, buf[a]);
+                bd[a] = (char *)buf[a];
+                bs[a] = sizeof(float);
+            } else {
+                bd[a] = d[a] + i0 * st[a];
+                bs[a] = st[a];
+            }
+        }
+        c->f32(bd, bs, k, c->ctx);
+        if (is_half(c->dt[0])) half_out(c->dt[0], d[0] + i0 * st[0], st[0], k, buf[0]);
+    }
+}
+
+/* Runs the float32 row function f over args, through half_rows when an
+ * operand is stored as float16 or bfloat16. */
+static void foreach_f32(int nargs, dl_tensor **args, dl_loop_fn f, void *ctx) {
+    half_ctx h = {f, ctx, nargs, {0}};
+    bool any = false;
+    for (int a = 0; a < nargs; a++) {
+        h.dt[a] = args[a]->dtype;
+        any |= is_half(h.dt[a]);
+    }
+    if (any)
+        dl_iter_foreach(nargs, args, half_rows, &h);
+    else
+        dl_iter_foreach(nargs, args, f, ctx);
+}
+
 /* --- entry points ----------------------------------------------------------- */
 
 int dl_cpu_binary(dl_binary_op op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha) {
     binary_ctx c = {op, alpha, 0};
     dl_tensor *args[3] = {out, a, b};
     switch (a->dtype) {
-    case DL_DTYPE_F32: dl_iter_foreach(3, args, binary_f32, &c); break;
+    case DL_DTYPE_F32:
+    case DL_DTYPE_F16:
+    case DL_DTYPE_BF16: foreach_f32(3, args, binary_f32, &c); break;
     case DL_DTYPE_F64: dl_iter_foreach(3, args, binary_f64, &c); break;
     case DL_DTYPE_I64: dl_iter_foreach(3, args, binary_i64, &c); break;
     case DL_DTYPE_BOOL: dl_iter_foreach(3, args, binary_bool, &c); break;
@@ -642,7 +738,9 @@ int dl_cpu_binary(dl_binary_op op, dl_tensor *out, dl_tensor *a, dl_tensor *b, d
 void dl_cpu_unary(dl_unary_op op, dl_tensor *out, dl_tensor *x) {
     dl_tensor *args[2] = {out, x};
     switch (x->dtype) {
-    case DL_DTYPE_F32: dl_iter_foreach(2, args, unary_f32, &op); break;
+    case DL_DTYPE_F32:
+    case DL_DTYPE_F16:
+    case DL_DTYPE_BF16: foreach_f32(2, args, unary_f32, &op); break;
     case DL_DTYPE_F64: dl_iter_foreach(2, args, unary_f64, &op); break;
     case DL_DTYPE_I64: dl_iter_foreach(2, args, unary_i64, &op); break;
     case DL_DTYPE_BOOL: dl_iter_foreach(2, args, unary_bool, &op); break;
@@ -653,7 +751,9 @@ void dl_cpu_unary(dl_unary_op op, dl_tensor *out, dl_tensor *x) {
 void dl_cpu_clamp(dl_tensor *out, dl_tensor *x, dl_tensor *lo, dl_tensor *hi) {
     dl_tensor *args[4] = {out, x, lo, hi};
     switch (x->dtype) {
-    case DL_DTYPE_F32: dl_iter_foreach(4, args, clamp_f32, NULL); break;
+    case DL_DTYPE_F32:
+    case DL_DTYPE_F16:
+    case DL_DTYPE_BF16: foreach_f32(4, args, clamp_f32, NULL); break;
     case DL_DTYPE_F64: dl_iter_foreach(4, args, clamp_f64, NULL); break;
     case DL_DTYPE_I64: dl_iter_foreach(4, args, clamp_i64, NULL); break;
     default: break;
@@ -676,8 +776,8 @@ void dl_cpu_isclose(dl_tensor *out, dl_tensor *a, dl_tensor *b, double rtol, dou
                     bool equal_nan) {
     close_ctx c = {rtol, atol, equal_nan};
     dl_tensor *args[3] = {out, a, b};
-    if (a->dtype == DL_DTYPE_F32)
-        dl_iter_foreach(3, args, isclose_f32, &c);
-    else
+    if (a->dtype == DL_DTYPE_F64)
         dl_iter_foreach(3, args, isclose_f64, &c);
+    else
+        foreach_f32(3, args, isclose_f32, &c);
 }

@@ -3,8 +3,11 @@
  * The op layer (src/ops/elementwise.c) has already validated, promoted,
  * converted and broadcast everything: every tensor passed here is on the CPU
  * and has out's shape (expanded operands have stride 0).  Compute dtypes are
- * float32, float64 and int64 only (bool for the logical ops); half types and
- * narrower integers are converted by the op layer.  Kernels never allocate
+ * float32, float64 and int64 only (bool for the logical ops); narrower
+ * integers are converted by the op layer.  Where the compute dtype is
+ * float32, any operand and a floating out of binary, unary, clamp and
+ * isclose may also be stored as float16 or bfloat16: converted in blocks on
+ * the way, rounded once on store.  Kernels never allocate
  * and never set error messages; they report integer division by zero with a
  * -1 status.  The op enums come from kernels/elementwise.h. */
 #ifndef DL_CPU_ELEMENTWISE_H
@@ -14,7 +17,8 @@
 #include "kernels/elementwise.h"
 
 /* out = op(a, b).  a, b: one dtype in {float32, float64, int64} (bool for the
- * logical ops); out: that dtype, or bool for comparisons and logical ops.
+ * logical ops; float16/bfloat16 for float32); out: that dtype, or bool for
+ * comparisons and logical ops.
  * alpha is used by ADD/SUB.  Returns -1 when an integer op divided by zero. */
 int dl_cpu_binary(dl_binary_op op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha);
 

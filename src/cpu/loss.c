@@ -2,8 +2,8 @@
  * layouts and formulas).
  *
  * Layout: block sums; nll; cross entropy (class indices, then class
- * probabilities), each a float32 and a float64 version; the pointwise losses
- * with one scalar function per loss and dtype.  Per-sample loops run in
+ * probabilities); the pointwise losses with one scalar function per loss.
+ * Each is written once and instantiated for float32 and float64.  Per-sample loops run in
  * parallel over samples (each sample is written by one thread); every sum goes
  * through fixed blocks whose size depends only on n. */
 #include "cpu/loss.h"
@@ -11,8 +11,23 @@
 #include "core/parallel.h"
 #include "cpu/softmax.h" /* dl_cpu_expf */
 
-#include <math.h>
 #include <string.h>
+
+/* Each kernel below is written once, as a DEFINE_<kernel>(name, T) macro,
+ * and instantiated for T = float and double by name (grep finds
+ * nll_loss_f32 at its DEFINE line).  Arithmetic stays in T as two
+ * hand-written copies had it: constants are (T) casts, sums that the
+ * float32 kernels accumulate in double do so in both, and the math that
+ * differs by type goes through the _Generic helpers here: FAST_EXP is
+ * dl_cpu_expf for float and libm's exp for double; LSE picks lse_f32 (SIMD,
+ * a double sum) or lse_f64; tgmath.h makes exp, fabs, fmax and log1p follow
+ * their argument's type. */
+#include <tgmath.h>
+
+static inline double exp_f64(double x) {
+    return exp(x);
+}
+#define FAST_EXP(x) _Generic((x), float : dl_cpu_expf, default : exp_f64)(x)
 
 /* --- sums ------------------------------------------------------------------------------- */
 
@@ -24,116 +39,75 @@ static int64_t sum_block(int64_t n) {
     return b < 4096 ? 4096 : b;
 }
 
-static double sum_f32(const float *v, int64_t n) { // v is (n)
-    int64_t B = sum_block(n), nb = (n + B - 1) / B;
-    double part[SUM_MAX_BLOCKS];
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t lo = b * B, hi = lo + B < n ? lo + B : n;
-        double s = 0;
-        for (int64_t i = lo; i < hi; i++) s += v[i];
-        part[b] = s;
+#define DEFINE_SUM(name, T)                                                                        \
+    static double name(const T *v, int64_t n) { /* v is (n) */                                     \
+        int64_t B = sum_block(n), nb = (n + B - 1) / B;                                            \
+        double part[SUM_MAX_BLOCKS];                                                               \
+        DL_PARALLEL_FOR(n >= DL_PARALLEL_GRAIN)                                                    \
+        for (int64_t b = 0; b < nb; b++) {                                                         \
+            int64_t lo = b * B, hi = lo + B < n ? lo + B : n;                                      \
+            double s = 0;                                                                          \
+            for (int64_t i = lo; i < hi; i++) s += v[i];                                           \
+            part[b] = s;                                                                           \
+        }                                                                                          \
+        double s = 0;                                                                              \
+        for (int64_t b = 0; b < nb; b++) s += part[b];                                             \
+        return s;                                                                                  \
     }
-    double s = 0;
-    for (int64_t b = 0; b < nb; b++) s += part[b];
-    return s;
-}
+DEFINE_SUM(sum_f32, float)
+DEFINE_SUM(sum_f64, double)
 
-static double sum_f64(const double *v, int64_t n) { // v is (n)
-    int64_t B = sum_block(n), nb = (n + B - 1) / B;
-    double part[SUM_MAX_BLOCKS];
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t lo = b * B, hi = lo + B < n ? lo + B : n;
-        double s = 0;
-        for (int64_t i = lo; i < hi; i++) s += v[i];
-        part[b] = s;
+/* target is (n), weight is (C) */
+#define DEFINE_CLASS_WEIGHT_SUM(name, T)                                                           \
+    static double name(const int64_t *target, const T *weight, int64_t n, int64_t ignore_index) {  \
+        double s = 0;                                                                              \
+        for (int64_t i = 0; i < n; i++)                                                            \
+            if (target[i] != ignore_index) s += weight ? weight[target[i]] : (T)1;                 \
+        return s;                                                                                  \
     }
-    double s = 0;
-    for (int64_t b = 0; b < nb; b++) s += part[b];
-    return s;
-}
-
-static double class_weight_sum_f32(const int64_t *target, const float *weight, int64_t n,
-                                   int64_t ignore_index) { // target is (n), weight is (C)
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (target[i] != ignore_index) s += weight ? weight[target[i]] : 1.0f;
-    return s;
-}
-
-static double class_weight_sum_f64(const int64_t *target, const double *weight, int64_t n,
-                                   int64_t ignore_index) { // target is (n), weight is (C)
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (target[i] != ignore_index) s += weight ? weight[target[i]] : 1.0;
-    return s;
-}
+DEFINE_CLASS_WEIGHT_SUM(class_weight_sum_f32, float)
+DEFINE_CLASS_WEIGHT_SUM(class_weight_sum_f64, double)
 
 /* --- nll ---------------------------------------------------------------------------------- */
 
 /* Sample r = n*S + s; its class c lies at (n*C + c)*S + s. */
 #define SAMPLE_BASE(r) (((r) / S) * C * S + (r) % S)
 
-static void nll_loss_f32(float *out, const float *logp, const int64_t *target, const float *weight,
-                         int64_t N, int64_t C, int64_t S,
-                         int64_t ignore_index) { // out is (N,S), logp is (N,C,S)
-    int64_t R = N * S;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        int64_t t = target[r];
-        if (t == ignore_index) {
-            out[r] = 0;
-            continue;
-        }
-        float w = weight ? weight[t] : 1.0f;
-        out[r] = -w * logp[SAMPLE_BASE(r) + t * S];
+/* out is (N,S), logp is (N,C,S) */
+#define DEFINE_NLL_LOSS(name, T)                                                                   \
+    static void name(T *out, const T *logp, const int64_t *target, const T *weight, int64_t N,     \
+                     int64_t C, int64_t S, int64_t ignore_index) {                                 \
+        int64_t R = N * S;                                                                         \
+        DL_PARALLEL_FOR(R >= DL_PARALLEL_GRAIN)                                                    \
+        for (int64_t r = 0; r < R; r++) {                                                          \
+            int64_t t = target[r];                                                                 \
+            if (t == ignore_index) {                                                               \
+                out[r] = 0;                                                                        \
+                continue;                                                                          \
+            }                                                                                      \
+            T w = weight ? weight[t] : (T)1;                                                       \
+            out[r] = -w * logp[SAMPLE_BASE(r) + t * S];                                            \
+        }                                                                                          \
     }
-}
+DEFINE_NLL_LOSS(nll_loss_f32, float)
+DEFINE_NLL_LOSS(nll_loss_f64, double)
 
-static void nll_loss_f64(double *out, const double *logp, const int64_t *target,
-                         const double *weight, int64_t N, int64_t C, int64_t S,
-                         int64_t ignore_index) { // out is (N,S), logp is (N,C,S)
-    int64_t R = N * S;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        int64_t t = target[r];
-        if (t == ignore_index) {
-            out[r] = 0;
-            continue;
-        }
-        double w = weight ? weight[t] : 1.0;
-        out[r] = -w * logp[SAMPLE_BASE(r) + t * S];
+/* gx is (N,C,S), g is (N,S) */
+#define DEFINE_NLL_LOSS_BACKWARD(name, T)                                                          \
+    static void name(T *gx, const T *g, T g0, const int64_t *target, const T *weight, int64_t N,   \
+                     int64_t C, int64_t S, int64_t ignore_index) {                                 \
+        int64_t R = N * S;                                                                         \
+        memset(gx, 0, (size_t)(R * C) * sizeof *gx);                                               \
+        DL_PARALLEL_FOR(R >= DL_PARALLEL_GRAIN)                                                    \
+        for (int64_t r = 0; r < R; r++) {                                                          \
+            int64_t t = target[r];                                                                 \
+            if (t == ignore_index) continue;                                                       \
+            T w = weight ? weight[t] : (T)1;                                                       \
+            gx[SAMPLE_BASE(r) + t * S] = -w * (g ? g[r] : g0);                                     \
+        }                                                                                          \
     }
-}
-
-static void nll_loss_backward_f32(float *gx, const float *g, float g0, const int64_t *target,
-                                  const float *weight, int64_t N, int64_t C, int64_t S,
-                                  int64_t ignore_index) { // gx is (N,C,S), g is (N,S)
-    int64_t R = N * S;
-    memset(gx, 0, (size_t)(R * C) * sizeof *gx);
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        int64_t t = target[r];
-        if (t == ignore_index) continue;
-        float w = weight ? weight[t] : 1.0f;
-        gx[SAMPLE_BASE(r) + t * S] = -w * (g ? g[r] : g0);
-    }
-}
-
-static void nll_loss_backward_f64(double *gx, const double *g, double g0, const int64_t *target,
-                                  const double *weight, int64_t N, int64_t C, int64_t S,
-                                  int64_t ignore_index) { // gx is (N,C,S), g is (N,S)
-    int64_t R = N * S;
-    memset(gx, 0, (size_t)(R * C) * sizeof *gx);
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        int64_t t = target[r];
-        if (t == ignore_index) continue;
-        double w = weight ? weight[t] : 1.0;
-        gx[SAMPLE_BASE(r) + t * S] = -w * (g ? g[r] : g0);
-    }
-}
+DEFINE_NLL_LOSS_BACKWARD(nll_loss_backward_f32, float)
+DEFINE_NLL_LOSS_BACKWARD(nll_loss_backward_f64, double)
 
 /* --- cross entropy: shared pieces ---------------------------------------------------------- */
 
@@ -156,375 +130,229 @@ static inline double lse_f64(const double *x, int64_t C, int64_t S) {
     return m + log(sum);
 }
 
-/* Sum of the class weights (C without weights). */
-static double weight_total_f32(const float *weight, int64_t C) {
-    if (!weight) return (double)C;
-    double s = 0;
-    for (int64_t c = 0; c < C; c++) s += weight[c];
-    return s;
-}
+#define LSE(x, C, S) _Generic((x), const float * : lse_f32, const double * : lse_f64)(x, C, S)
 
-static double weight_total_f64(const double *weight, int64_t C) {
-    if (!weight) return (double)C;
-    double s = 0;
-    for (int64_t c = 0; c < C; c++) s += weight[c];
-    return s;
-}
+/* Sum of the class weights (C without weights). */
+#define DEFINE_WEIGHT_TOTAL(name, T)                                                               \
+    static double name(const T *weight, int64_t C) {                                               \
+        if (!weight) return (double)C;                                                             \
+        double s = 0;                                                                              \
+        for (int64_t c = 0; c < C; c++) s += weight[c];                                            \
+        return s;                                                                                  \
+    }
+DEFINE_WEIGHT_TOTAL(weight_total_f32, float)
+DEFINE_WEIGHT_TOTAL(weight_total_f64, double)
 
 /* --- cross entropy: class indices ----------------------------------------------------------- */
 
-static void cross_entropy_f32(float *out, const float *x, const int64_t *target,
-                              const float *weight, int64_t N, int64_t C, int64_t S,
-                              int64_t ignore_index, double eps) { // out is (N,S), x is (N,C,S)
-    int64_t R = N * S;
-    const float keep = (float)(1.0 - eps), spread = (float)(eps / (double)C);
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R * C >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        int64_t t = target[r];
-        if (t == ignore_index) {
-            out[r] = 0;
-            continue;
-        }
-        const float *xs = x + SAMPLE_BASE(r); // xs is (C), stride S
-        float lse = lse_f32(xs, C, S);
-        float w = weight ? weight[t] : 1.0f;
-        float loss = w * (lse - xs[t * S]);
-        if (eps > 0) {
-            double smooth = 0;
-            for (int64_t c = 0; c < C; c++)
-                smooth += (double)(weight ? weight[c] : 1.0f) * (lse - xs[c * S]);
-            loss = keep * loss + spread * (float)smooth;
-        }
-        out[r] = loss;
+/* out is (N,S), x is (N,C,S) */
+#define DEFINE_CROSS_ENTROPY(name, T)                                                              \
+    static void name(T *out, const T *x, const int64_t *target, const T *weight, int64_t N,        \
+                     int64_t C, int64_t S, int64_t ignore_index, double eps) {                     \
+        int64_t R = N * S;                                                                         \
+        const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);                              \
+        DL_PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                 \
+        for (int64_t r = 0; r < R; r++) {                                                          \
+            int64_t t = target[r];                                                                 \
+            if (t == ignore_index) {                                                               \
+                out[r] = 0;                                                                        \
+                continue;                                                                          \
+            }                                                                                      \
+            const T *xs = x + SAMPLE_BASE(r); /* xs is (C), stride S */                            \
+            T lse = LSE(xs, C, S);                                                                 \
+            T w = weight ? weight[t] : (T)1;                                                       \
+            T loss = w * (lse - xs[t * S]);                                                        \
+            if (eps > 0) {                                                                         \
+                double smooth = 0;                                                                 \
+                for (int64_t c = 0; c < C; c++)                                                    \
+                    smooth += (double)(weight ? weight[c] : (T)1) * (lse - xs[c * S]);             \
+                loss = keep * loss + spread * (T)smooth;                                           \
+            }                                                                                      \
+            out[r] = loss;                                                                         \
+        }                                                                                          \
     }
-}
+DEFINE_CROSS_ENTROPY(cross_entropy_f32, float)
+DEFINE_CROSS_ENTROPY(cross_entropy_f64, double)
 
-static void cross_entropy_f64(double *out, const double *x, const int64_t *target,
-                              const double *weight, int64_t N, int64_t C, int64_t S,
-                              int64_t ignore_index, double eps) { // out is (N,S), x is (N,C,S)
-    int64_t R = N * S;
-    const double keep = 1.0 - eps, spread = eps / (double)C;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R * C >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        int64_t t = target[r];
-        if (t == ignore_index) {
-            out[r] = 0;
-            continue;
-        }
-        const double *xs = x + SAMPLE_BASE(r); // xs is (C), stride S
-        double lse = lse_f64(xs, C, S);
-        double w = weight ? weight[t] : 1.0;
-        double loss = w * (lse - xs[t * S]);
-        if (eps > 0) {
-            double smooth = 0;
-            for (int64_t c = 0; c < C; c++)
-                smooth += (weight ? weight[c] : 1.0) * (lse - xs[c * S]);
-            loss = keep * loss + spread * smooth;
-        }
-        out[r] = loss;
+/* gx, x are (N,C,S), g is (N,S) */
+#define DEFINE_CROSS_ENTROPY_BACKWARD(name, T, weight_total)                                       \
+    static void name(T *gx, const T *g, T g0, const T *x, const int64_t *target, const T *weight,  \
+                     int64_t N, int64_t C, int64_t S, int64_t ignore_index, double eps) {          \
+        int64_t R = N * S;                                                                         \
+        const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);                              \
+        const T wall = (T)weight_total(weight, C);                                                 \
+        DL_PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                 \
+        for (int64_t r = 0; r < R; r++) {                                                          \
+            int64_t t = target[r];                                                                 \
+            const T *xs = x + SAMPLE_BASE(r); /* xs, gs are (C), stride S */                       \
+            T *gs = gx + SAMPLE_BASE(r);                                                           \
+            if (t == ignore_index) {                                                               \
+                for (int64_t c = 0; c < C; c++) gs[c * S] = 0;                                     \
+                continue;                                                                          \
+            }                                                                                      \
+            T G = g ? g[r] : g0;                                                                   \
+            T lse = LSE(xs, C, S);                                                                 \
+            T wt = weight ? weight[t] : (T)1;                                                      \
+            T coef = keep * wt + spread * wall;                                                    \
+            if (eps > 0) {                                                                         \
+                for (int64_t c = 0; c < C; c++) {                                                  \
+                    T v = FAST_EXP(xs[c * S] - lse) * coef;                                        \
+                    gs[c * S] = G * (v - spread * (weight ? weight[c] : (T)1));                    \
+                }                                                                                  \
+            } else {                                                                               \
+                _Pragma("omp simd") for (int64_t c = 0; c < C; c++) gs[c * S] =                    \
+                    G * (FAST_EXP(xs[c * S] - lse) * coef);                                        \
+            }                                                                                      \
+            gs[t * S] -= G * keep * wt;                                                            \
+        }                                                                                          \
     }
-}
-
-static void cross_entropy_backward_f32(float *gx, const float *g, float g0, const float *x,
-                                       const int64_t *target, const float *weight, int64_t N,
-                                       int64_t C, int64_t S, int64_t ignore_index,
-                                       double eps) { // gx, x are (N,C,S), g is (N,S)
-    int64_t R = N * S;
-    const float keep = (float)(1.0 - eps), spread = (float)(eps / (double)C);
-    const float wall = (float)weight_total_f32(weight, C);
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R * C >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        int64_t t = target[r];
-        const float *xs = x + SAMPLE_BASE(r); // xs, gs are (C), stride S
-        float *gs = gx + SAMPLE_BASE(r);
-        if (t == ignore_index) {
-            for (int64_t c = 0; c < C; c++) gs[c * S] = 0;
-            continue;
-        }
-        float G = g ? g[r] : g0;
-        float lse = lse_f32(xs, C, S);
-        float wt = weight ? weight[t] : 1.0f;
-        float coef = keep * wt + spread * wall;
-        if (eps > 0) {
-            for (int64_t c = 0; c < C; c++) {
-                float v = dl_cpu_expf(xs[c * S] - lse) * coef;
-                gs[c * S] = G * (v - spread * (weight ? weight[c] : 1.0f));
-            }
-        } else {
-#pragma omp simd
-            for (int64_t c = 0; c < C; c++) gs[c * S] = G * (dl_cpu_expf(xs[c * S] - lse) * coef);
-        }
-        gs[t * S] -= G * keep * wt;
-    }
-}
-
-static void cross_entropy_backward_f64(double *gx, const double *g, double g0, const double *x,
-                                       const int64_t *target, const double *weight, int64_t N,
-                                       int64_t C, int64_t S, int64_t ignore_index,
-                                       double eps) { // gx, x are (N,C,S), g is (N,S)
-    int64_t R = N * S;
-    const double keep = 1.0 - eps, spread = eps / (double)C;
-    const double wall = weight_total_f64(weight, C);
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R * C >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        int64_t t = target[r];
-        const double *xs = x + SAMPLE_BASE(r); // xs, gs are (C), stride S
-        double *gs = gx + SAMPLE_BASE(r);
-        if (t == ignore_index) {
-            for (int64_t c = 0; c < C; c++) gs[c * S] = 0;
-            continue;
-        }
-        double G = g ? g[r] : g0;
-        double lse = lse_f64(xs, C, S);
-        double wt = weight ? weight[t] : 1.0;
-        double coef = keep * wt + spread * wall;
-        for (int64_t c = 0; c < C; c++) {
-            double v = exp(xs[c * S] - lse) * coef;
-            if (eps > 0) v -= spread * (weight ? weight[c] : 1.0);
-            gs[c * S] = G * v;
-        }
-        gs[t * S] -= G * keep * wt;
-    }
-}
+DEFINE_CROSS_ENTROPY_BACKWARD(cross_entropy_backward_f32, float, weight_total_f32)
+DEFINE_CROSS_ENTROPY_BACKWARD(cross_entropy_backward_f64, double, weight_total_f64)
 
 /* --- cross entropy: class probabilities ------------------------------------------------------ */
 
-static void cross_entropy_prob_f32(float *out, const float *x, const float *target,
-                                   const float *weight, int64_t N, int64_t C, int64_t S,
-                                   double eps) { // out is (N,S), x, target are (N,C,S)
-    int64_t R = N * S;
-    const float keep = (float)(1.0 - eps), spread = (float)(eps / (double)C);
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R * C >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        const float *xs = x + SAMPLE_BASE(r), *ts = target + SAMPLE_BASE(r); // (C), stride S
-        float lse = lse_f32(xs, C, S);
-        double acc = 0;
-        for (int64_t c = 0; c < C; c++) {
-            float q = eps > 0 ? ts[c * S] * keep + spread : ts[c * S];
-            float w = weight ? weight[c] : 1.0f;
-            acc += (double)(w * q) * (xs[c * S] - lse);
-        }
-        out[r] = (float)-acc;
+/* out is (N,S), x, target are (N,C,S) */
+#define DEFINE_CROSS_ENTROPY_PROB(name, T)                                                         \
+    static void name(T *out, const T *x, const T *target, const T *weight, int64_t N, int64_t C,   \
+                     int64_t S, double eps) {                                                      \
+        int64_t R = N * S;                                                                         \
+        const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);                              \
+        DL_PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                 \
+        for (int64_t r = 0; r < R; r++) {                                                          \
+            const T *xs = x + SAMPLE_BASE(r), *ts = target + SAMPLE_BASE(r); /* (C), stride S */   \
+            T lse = LSE(xs, C, S);                                                                 \
+            double acc = 0;                                                                        \
+            for (int64_t c = 0; c < C; c++) {                                                      \
+                T q = eps > 0 ? ts[c * S] * keep + spread : ts[c * S];                             \
+                T w = weight ? weight[c] : (T)1;                                                   \
+                acc += (double)(w * q) * (xs[c * S] - lse);                                        \
+            }                                                                                      \
+            out[r] = (T)-acc;                                                                      \
+        }                                                                                          \
     }
-}
+DEFINE_CROSS_ENTROPY_PROB(cross_entropy_prob_f32, float)
+DEFINE_CROSS_ENTROPY_PROB(cross_entropy_prob_f64, double)
 
-static void cross_entropy_prob_f64(double *out, const double *x, const double *target,
-                                   const double *weight, int64_t N, int64_t C, int64_t S,
-                                   double eps) { // out is (N,S), x, target are (N,C,S)
-    int64_t R = N * S;
-    const double keep = 1.0 - eps, spread = eps / (double)C;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R * C >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        const double *xs = x + SAMPLE_BASE(r), *ts = target + SAMPLE_BASE(r); // (C), stride S
-        double lse = lse_f64(xs, C, S);
-        double acc = 0;
-        for (int64_t c = 0; c < C; c++) {
-            double q = eps > 0 ? ts[c * S] * keep + spread : ts[c * S];
-            acc += (weight ? weight[c] : 1.0) * q * (xs[c * S] - lse);
-        }
-        out[r] = -acc;
+/* gx, gtarget, x, target are (N,C,S), g is (N,S) */
+#define DEFINE_CROSS_ENTROPY_PROB_BACKWARD(name, T)                                                \
+    static void name(T *gx, T *gtarget, const T *g, T g0, const T *x, const T *target,             \
+                     const T *weight, int64_t N, int64_t C, int64_t S, double eps) {               \
+        int64_t R = N * S;                                                                         \
+        const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);                              \
+        DL_PARALLEL_FOR(R *C >= DL_PARALLEL_GRAIN)                                                 \
+        for (int64_t r = 0; r < R; r++) {                                                          \
+            int64_t b = SAMPLE_BASE(r);                                                            \
+            const T *xs = x + b, *ts = target + b; /* (C), stride S */                             \
+            T G = g ? g[r] : g0;                                                                   \
+            T lse = LSE(xs, C, S);                                                                 \
+            if (gx) {                                                                              \
+                double acc = 0;                                                                    \
+                for (int64_t c = 0; c < C; c++) {                                                  \
+                    T q = eps > 0 ? ts[c * S] * keep + spread : ts[c * S];                         \
+                    acc += (double)(weight ? weight[c] : (T)1) * q;                                \
+                }                                                                                  \
+                T swq = (T)acc;                                                                    \
+                for (int64_t c = 0; c < C; c++) {                                                  \
+                    T q = eps > 0 ? ts[c * S] * keep + spread : ts[c * S];                         \
+                    T w = weight ? weight[c] : (T)1;                                               \
+                    gx[b + c * S] = G * (FAST_EXP(xs[c * S] - lse) * swq - w * q);                 \
+                }                                                                                  \
+            }                                                                                      \
+            if (gtarget)                                                                           \
+                for (int64_t c = 0; c < C; c++) {                                                  \
+                    T w = weight ? weight[c] : (T)1;                                               \
+                    gtarget[b + c * S] = -G * keep * w * (xs[c * S] - lse);                        \
+                }                                                                                  \
+        }                                                                                          \
     }
-}
-
-static void cross_entropy_prob_backward_f32(float *gx, float *gtarget, const float *g, float g0,
-                                            const float *x, const float *target,
-                                            const float *weight, int64_t N, int64_t C, int64_t S,
-                                            double eps) { // gx, gtarget, x, target are (N,C,S)
-    int64_t R = N * S;
-    const float keep = (float)(1.0 - eps), spread = (float)(eps / (double)C);
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R * C >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        int64_t b = SAMPLE_BASE(r);
-        const float *xs = x + b, *ts = target + b; // (C), stride S
-        float G = g ? g[r] : g0;
-        float lse = lse_f32(xs, C, S);
-        if (gx) {
-            double acc = 0;
-            for (int64_t c = 0; c < C; c++) {
-                float q = eps > 0 ? ts[c * S] * keep + spread : ts[c * S];
-                acc += (double)(weight ? weight[c] : 1.0f) * q;
-            }
-            float swq = (float)acc;
-            for (int64_t c = 0; c < C; c++) {
-                float q = eps > 0 ? ts[c * S] * keep + spread : ts[c * S];
-                float w = weight ? weight[c] : 1.0f;
-                gx[b + c * S] = G * (dl_cpu_expf(xs[c * S] - lse) * swq - w * q);
-            }
-        }
-        if (gtarget)
-            for (int64_t c = 0; c < C; c++) {
-                float w = weight ? weight[c] : 1.0f;
-                gtarget[b + c * S] = -G * keep * w * (xs[c * S] - lse);
-            }
-    }
-}
-
-static void cross_entropy_prob_backward_f64(double *gx, double *gtarget, const double *g, double g0,
-                                            const double *x, const double *target,
-                                            const double *weight, int64_t N, int64_t C, int64_t S,
-                                            double eps) { // all are (N,C,S)
-    int64_t R = N * S;
-    const double keep = 1.0 - eps, spread = eps / (double)C;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (R * C >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < R; r++) {
-        int64_t b = SAMPLE_BASE(r);
-        const double *xs = x + b, *ts = target + b; // (C), stride S
-        double G = g ? g[r] : g0;
-        double lse = lse_f64(xs, C, S);
-        if (gx) {
-            double swq = 0;
-            for (int64_t c = 0; c < C; c++) {
-                double q = eps > 0 ? ts[c * S] * keep + spread : ts[c * S];
-                swq += (weight ? weight[c] : 1.0) * q;
-            }
-            for (int64_t c = 0; c < C; c++) {
-                double q = eps > 0 ? ts[c * S] * keep + spread : ts[c * S];
-                double w = weight ? weight[c] : 1.0;
-                gx[b + c * S] = G * (exp(xs[c * S] - lse) * swq - w * q);
-            }
-        }
-        if (gtarget)
-            for (int64_t c = 0; c < C; c++) {
-                double w = weight ? weight[c] : 1.0;
-                gtarget[b + c * S] = -G * keep * w * (xs[c * S] - lse);
-            }
-    }
-}
+DEFINE_CROSS_ENTROPY_PROB_BACKWARD(cross_entropy_prob_backward_f32, float)
+DEFINE_CROSS_ENTROPY_PROB_BACKWARD(cross_entropy_prob_backward_f64, double)
 
 /* --- pointwise losses ------------------------------------------------------------------------ */
 
-/* softplus(-x) = log(1 + exp(-x)), stable for any x. */
-static inline float softplus_neg_f32(float x) {
-    return fmaxf(-x, 0.0f) + log1pf(expf(-fabsf(x)));
-}
-static inline double softplus_neg_f64(double x) {
-    return fmax(-x, 0.0) + log1p(exp(-fabs(x)));
-}
+/* softplus(-x) = log(1 + exp(-x)), stable for any x (T by tgmath.h). */
+#define DEFINE_SOFTPLUS_NEG(name, T)                                                               \
+    static inline T name(T x) {                                                                    \
+        return fmax(-x, (T)0) + log1p(exp(-fabs(x)));                                              \
+    }
+DEFINE_SOFTPLUS_NEG(softplus_neg_f32, float)
+DEFINE_SOFTPLUS_NEG(softplus_neg_f64, double)
+#define SOFTPLUS_NEG(x) _Generic((x), float : softplus_neg_f32, double : softplus_neg_f64)(x)
 
-static inline float loss_f32(float x, float y, const float *w, const float *pw, int64_t i,
-                             dl_pointwise_loss op) {
-    switch (op) {
-    case DL_POINTWISE_MSE: return (x - y) * (x - y);
-    case DL_POINTWISE_L1: return fabsf(x - y);
-    case DL_POINTWISE_BCE_LOGITS: {
-        float lw = pw ? 1.0f + (pw[i] - 1.0f) * y : 1.0f;
-        float l = (1.0f - y) * x + lw * softplus_neg_f32(x);
-        return w ? l * w[i] : l;
+/* The loss at one element. */
+#define DEFINE_LOSS_AT(name, T)                                                                    \
+    static inline T name(T x, T y, const T *w, const T *pw, int64_t i, dl_pointwise_loss op) {     \
+        switch (op) {                                                                              \
+        case DL_POINTWISE_MSE: return (x - y) * (x - y);                                           \
+        case DL_POINTWISE_L1: return fabs(x - y);                                                  \
+        case DL_POINTWISE_BCE_LOGITS: {                                                            \
+            T lw = pw ? (T)1 + (pw[i] - (T)1) * y : (T)1;                                          \
+            T l = ((T)1 - y) * x + lw * SOFTPLUS_NEG(x);                                           \
+            return w ? l * w[i] : l;                                                               \
+        }                                                                                          \
+        }                                                                                          \
+        return 0;                                                                                  \
     }
-    }
-    return 0;
-}
-
-static inline double loss_f64(double x, double y, const double *w, const double *pw, int64_t i,
-                              dl_pointwise_loss op) {
-    switch (op) {
-    case DL_POINTWISE_MSE: return (x - y) * (x - y);
-    case DL_POINTWISE_L1: return fabs(x - y);
-    case DL_POINTWISE_BCE_LOGITS: {
-        double lw = pw ? 1.0 + (pw[i] - 1.0) * y : 1.0;
-        double l = (1.0 - y) * x + lw * softplus_neg_f64(x);
-        return w ? l * w[i] : l;
-    }
-    }
-    return 0;
-}
+DEFINE_LOSS_AT(loss_f32, float)
+DEFINE_LOSS_AT(loss_f64, double)
 
 /* d loss / dx and d loss / dy at one element, times G. */
-static inline void grad_f32(float *dx, float *dy, float x, float y, const float *w, const float *pw,
-                            int64_t i, float G, dl_pointwise_loss op) {
-    switch (op) {
-    case DL_POINTWISE_MSE:
-        *dx = 2.0f * (x - y) * G;
-        *dy = -*dx;
-        return;
-    case DL_POINTWISE_L1: {
-        float d = x - y;
-        *dx = (float)((d > 0) - (d < 0)) * G;
-        *dy = -*dx;
-        return;
+#define DEFINE_GRAD_AT(name, T)                                                                    \
+    static inline void name(T *dx, T *dy, T x, T y, const T *w, const T *pw, int64_t i, T G,       \
+                            dl_pointwise_loss op) {                                                \
+        switch (op) {                                                                              \
+        case DL_POINTWISE_MSE:                                                                     \
+            *dx = (T)2 * (x - y) * G;                                                              \
+            *dy = -*dx;                                                                            \
+            return;                                                                                \
+        case DL_POINTWISE_L1: {                                                                    \
+            T d = x - y;                                                                           \
+            *dx = (T)((d > 0) - (d < 0)) * G;                                                      \
+            *dy = -*dx;                                                                            \
+            return;                                                                                \
+        }                                                                                          \
+        case DL_POINTWISE_BCE_LOGITS: {                                                            \
+            T s = (T)1 / ((T)1 + exp(-x));                                                         \
+            T gw = w ? G * w[i] : G;                                                               \
+            if (pw) {                                                                              \
+                T t = pw[i] * y;                                                                   \
+                *dx = ((t + (T)1 - y) * s - t) * gw;                                               \
+                *dy = (-x + (pw[i] - (T)1) * SOFTPLUS_NEG(x)) * gw;                                \
+            } else {                                                                               \
+                *dx = (s - y) * gw;                                                                \
+                *dy = -x * gw;                                                                     \
+            }                                                                                      \
+            return;                                                                                \
+        }                                                                                          \
+        }                                                                                          \
     }
-    case DL_POINTWISE_BCE_LOGITS: {
-        float s = 1.0f / (1.0f + expf(-x));
-        float gw = w ? G * w[i] : G;
-        if (pw) {
-            float t = pw[i] * y;
-            *dx = ((t + 1.0f - y) * s - t) * gw;
-            *dy = (-x + (pw[i] - 1.0f) * softplus_neg_f32(x)) * gw;
-        } else {
-            *dx = (s - y) * gw;
-            *dy = -x * gw;
-        }
-        return;
-    }
-    }
-}
+DEFINE_GRAD_AT(grad_f32, float)
+DEFINE_GRAD_AT(grad_f64, double)
 
-static inline void grad_f64(double *dx, double *dy, double x, double y, const double *w,
-                            const double *pw, int64_t i, double G, dl_pointwise_loss op) {
-    switch (op) {
-    case DL_POINTWISE_MSE:
-        *dx = 2.0 * (x - y) * G;
-        *dy = -*dx;
-        return;
-    case DL_POINTWISE_L1: {
-        double d = x - y;
-        *dx = (double)((d > 0) - (d < 0)) * G;
-        *dy = -*dx;
-        return;
+/* all (n) */
+#define DEFINE_POINTWISE_LOSS(name, T, loss_at)                                                    \
+    static void name(T *out, const T *x, const T *y, const T *w, const T *pw, int64_t n,           \
+                     dl_pointwise_loss op) {                                                       \
+        DL_PARALLEL_FOR(n >= DL_PARALLEL_GRAIN)                                                    \
+        for (int64_t i = 0; i < n; i++) out[i] = loss_at(x[i], y[i], w, pw, i, op);                \
     }
-    case DL_POINTWISE_BCE_LOGITS: {
-        double s = 1.0 / (1.0 + exp(-x));
-        double gw = w ? G * w[i] : G;
-        if (pw) {
-            double t = pw[i] * y;
-            *dx = ((t + 1.0 - y) * s - t) * gw;
-            *dy = (-x + (pw[i] - 1.0) * softplus_neg_f64(x)) * gw;
-        } else {
-            *dx = (s - y) * gw;
-            *dy = -x * gw;
-        }
-        return;
-    }
-    }
-}
+DEFINE_POINTWISE_LOSS(pointwise_loss_f32, float, loss_f32)
+DEFINE_POINTWISE_LOSS(pointwise_loss_f64, double, loss_f64)
 
-static void pointwise_loss_f32(float *out, const float *x, const float *y, const float *w,
-                               const float *pw, int64_t n, dl_pointwise_loss op) { // all (n)
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++) out[i] = loss_f32(x[i], y[i], w, pw, i, op);
-}
-
-static void pointwise_loss_f64(double *out, const double *x, const double *y, const double *w,
-                               const double *pw, int64_t n, dl_pointwise_loss op) { // all (n)
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++) out[i] = loss_f64(x[i], y[i], w, pw, i, op);
-}
-
-static void pointwise_loss_backward_f32(float *gx, float *gy, const float *g, float g0,
-                                        const float *x, const float *y, const float *w,
-                                        const float *pw, int64_t n,
-                                        dl_pointwise_loss op) { // all (n)
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++) {
-        float dx = 0, dy = 0;
-        grad_f32(&dx, &dy, x[i], y[i], w, pw, i, g ? g[i] : g0, op);
-        if (gx) gx[i] = dx;
-        if (gy) gy[i] = dy;
+/* all (n) */
+#define DEFINE_POINTWISE_LOSS_BACKWARD(name, T, grad_at)                                           \
+    static void name(T *gx, T *gy, const T *g, T g0, const T *x, const T *y, const T *w,           \
+                     const T *pw, int64_t n, dl_pointwise_loss op) {                               \
+        DL_PARALLEL_FOR(n >= DL_PARALLEL_GRAIN)                                                    \
+        for (int64_t i = 0; i < n; i++) {                                                          \
+            T dx = 0, dy = 0;                                                                      \
+            grad_at(&dx, &dy, x[i], y[i], w, pw, i, g ? g[i] : g0, op);                            \
+            if (gx) gx[i] = dx;                                                                    \
+            if (gy) gy[i] = dy;                                                                    \
+        }                                                                                          \
     }
-}
-
-static void pointwise_loss_backward_f64(double *gx, double *gy, const double *g, double g0,
-                                        const double *x, const double *y, const double *w,
-                                        const double *pw, int64_t n,
-                                        dl_pointwise_loss op) { // all (n)
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
-    for (int64_t i = 0; i < n; i++) {
-        double dx = 0, dy = 0;
-        grad_f64(&dx, &dy, x[i], y[i], w, pw, i, g ? g[i] : g0, op);
-        if (gx) gx[i] = dx;
-        if (gy) gy[i] = dy;
-    }
-}
+DEFINE_POINTWISE_LOSS_BACKWARD(pointwise_loss_backward_f32, float, grad_f32)
+DEFINE_POINTWISE_LOSS_BACKWARD(pointwise_loss_backward_f64, double, grad_f64)
 
 /* --- entry points (kernels/loss.h has their contract) ------------------------------------- */
 

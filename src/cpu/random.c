@@ -60,23 +60,6 @@ static float float_below(double high) {
 
 /* --- uniform --------------------------------------------------------------- */
 
-static void uniform_f32(float *out, int64_t n, double low, double high, uint64_t seed,
-                        uint64_t base) { // out is (n,)
-    const float lo = (float)low, span = (float)(high - low), top = float_below(high);
-    const int clamp = high > low;
-    int64_t nb = (n + 3) / 4;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
-    for (int64_t b = 0; b < nb; b++) {
-        uint32_t r[4];
-        dl_philox4x32(seed, base + (uint64_t)b, r);
-        int64_t i0 = 4 * b, m = n - i0 < 4 ? n - i0 : 4;
-        for (int64_t l = 0; l < m; l++) {
-            float v = lo + span * dl_u32_to_unit_float(r[l]);
-            out[i0 + l] = clamp && (double)v >= high ? top : v;
-        }
-    }
-}
-
 static void uniform_f64(double *out, int64_t n, double low, double high, uint64_t seed,
                         uint64_t base) { // out is (n,)
     const double span = high - low, top = nextafter(high, -INFINITY);
@@ -94,11 +77,16 @@ static void uniform_f64(double *out, int64_t n, double low, double high, uint64_
     }
 }
 
-static void uniform_f16ish(uint16_t *out, dl_dtype dt, int64_t n, double low, double high,
+/* float32, float16 and bfloat16: one float32 draw per element, the half
+ * types rounded from it; a value that rounds up to high steps down below it
+ * (and never below low). */
+static void uniform_f32ish(void *out, dl_dtype dt, int64_t n, double low, double high,
                            uint64_t seed, uint64_t base) { // out is (n,)
-    const float lo = (float)low, span = (float)(high - low);
-    const uint16_t low_bits = to_f16ish(lo, dt);
+    const float lo = (float)low, span = (float)(high - low), top = float_below(high);
+    const uint16_t low_bits = dt == DL_DTYPE_F32 ? 0 : to_f16ish(lo, dt);
     const int clamp = high > low;
+    float *o32 = out;
+    uint16_t *o16 = out;
     int64_t nb = (n + 3) / 4;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
     for (int64_t b = 0; b < nb; b++) {
@@ -106,13 +94,18 @@ static void uniform_f16ish(uint16_t *out, dl_dtype dt, int64_t n, double low, do
         dl_philox4x32(seed, base + (uint64_t)b, r);
         int64_t i0 = 4 * b, m = n - i0 < 4 ? n - i0 : 4;
         for (int64_t l = 0; l < m; l++) {
-            uint16_t h = to_f16ish(lo + span * dl_u32_to_unit_float(r[l]), dt);
+            float v = lo + span * dl_u32_to_unit_float(r[l]);
+            if (dt == DL_DTYPE_F32) {
+                o32[i0 + l] = clamp && (double)v >= high ? top : v;
+                continue;
+            }
+            uint16_t h = to_f16ish(v, dt);
             if (clamp && (double)from_f16ish(h, dt) >= high) {
                 h = below_f16ish(h);
                 if ((double)from_f16ish(h, dt) >= high) h = below_f16ish(h);
                 if ((double)from_f16ish(h, dt) < low) h = low_bits;
             }
-            out[i0 + l] = h;
+            o16[i0 + l] = h;
         }
     }
 }
@@ -165,25 +158,28 @@ static void normal_f64(double *out, int64_t n, double mean, double std, uint64_t
 
 /* --- integers, bernoulli ------------------------------------------------------- */
 
+/* Stores the integer v as element i of out, of dtype dt (any dtype). */
+static inline void store_int(void *out, dl_dtype dt, int64_t i, int64_t v) {
+    char *p = (char *)out + (size_t)i * dl_dtype_size(dt);
+    if (dt == DL_DTYPE_I64)
+        *(int64_t *)p = v;
+    else if (dl_dtype_is_floating(dt))
+        dl_store_f64(p, dt, (double)v);
+    else
+        dl_store_i64(p, dt, v);
+}
+
 static void random_int(void *out, dl_dtype dt, int64_t n, int64_t low, uint64_t range,
                        uint64_t seed, uint64_t base) { // out is (n,)
-    size_t isz = dl_dtype_size(dt);
     int64_t nb = (n + 1) / 2;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (n >= DL_PARALLEL_GRAIN)
     for (int64_t b = 0; b < nb; b++) {
         uint32_t r[4];
         dl_philox4x32(seed, base + (uint64_t)b, r);
         int64_t i0 = 2 * b, m = n - i0 < 2 ? n - i0 : 2;
-        for (int64_t l = 0; l < m; l++) {
-            int64_t v = (int64_t)((uint64_t)low + scale64(word64(r, (int)l), range));
-            char *p = (char *)out + (size_t)(i0 + l) * isz;
-            if (dt == DL_DTYPE_I64)
-                *(int64_t *)p = v;
-            else if (dl_dtype_is_floating(dt))
-                dl_store_f64(p, dt, (double)v);
-            else
-                dl_store_i64(p, dt, v);
-        }
+        for (int64_t l = 0; l < m; l++)
+            store_int(out, dt, i0 + l,
+                      (int64_t)((uint64_t)low + scale64(word64(r, (int)l), range)));
     }
 }
 
@@ -219,16 +215,7 @@ static int randperm(void *out, dl_dtype dt, int64_t n, int64_t first, uint64_t s
         idx[i] = idx[j];
         idx[j] = s;
     }
-    size_t isz = dl_dtype_size(dt);
-    for (int64_t i = 0; i < n; i++) {
-        char *p = (char *)out + (size_t)i * isz;
-        if (dt == DL_DTYPE_I64)
-            idx[i] += first;
-        else if (dl_dtype_is_floating(dt))
-            dl_store_f64(p, dt, (double)(idx[i] + first));
-        else
-            dl_store_i64(p, dt, idx[i] + first);
-    }
+    for (int64_t i = 0; i < n; i++) store_int(out, dt, i, idx[i] + first);
     if ((void *)idx != out) free(idx);
     return 0;
 }
@@ -237,12 +224,10 @@ int dl_cpu_random_fill(void *out, dl_dtype dtype, int64_t n, const dl_random_par
                        uint64_t seed, uint64_t base) {
     switch (p->kind) {
     case DL_RANDOM_UNIFORM:
-        if (dtype == DL_DTYPE_F32)
-            uniform_f32(out, n, p->a, p->b, seed, base);
-        else if (dtype == DL_DTYPE_F64)
+        if (dtype == DL_DTYPE_F64)
             uniform_f64(out, n, p->a, p->b, seed, base);
         else
-            uniform_f16ish(out, dtype, n, p->a, p->b, seed, base);
+            uniform_f32ish(out, dtype, n, p->a, p->b, seed, base);
         return 0;
     case DL_RANDOM_NORMAL:
         if (dtype == DL_DTYPE_F64)

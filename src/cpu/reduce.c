@@ -17,16 +17,28 @@
  * shape alone, so a result never depends on the thread count.
  * Float kernels take float32 or float64 and accumulate in double; one
  * always-inline body serves both through a constant `f64` flag, and small
- * non-inline wrappers (_f32/_f64, _lanes/_cols) pin the constants. */
+ * non-inline wrappers (_f32/_f64, _lanes/_cols) pin the constants.
+ * float32 sums (sum, mean) along rows have their own fold: FLANES double
+ * lanes in eight vector chains (the single-vector fold is latency bound);
+ * every float goes into double exactly, so the result is the double sum
+ * rounded once - more accurate than PyTorch's float cascade.
+ * max/min with indices along a row scan MM_CHUNK elements for their extreme
+ * (and any NaN) in vector lanes, then look up its first index only when the
+ * chunk beats the best so far. */
 #include "cpu/reduce.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "cpu/half.h"
+#include "cpu/vecmath.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define LANES 8         /* accumulators along a contiguous row */
+#define LANES 8         /* accumulators along a contiguous row (general kinds) */
+#define FLANES 64       /* float32 sums, max/min scans: lanes along a contiguous row */
+#define MM_CHUNK 1024   /* max/min with indices: elements scanned per chunk of a row */
+#define LSE_CHUNK 1024  /* logsumexp along rows: elements per max-then-exp step */
 #define COL_BLOCK 256   /* columns (or short rows) folded together */
 #define SHORT_ROW 32    /* rows this short are folded side by side */
 #define MIN_CHUNK 16384 /* elements in a row chunk, at least */
@@ -201,6 +213,18 @@ ALWAYS_INLINE void acc_block(dl_acc_kind k, const void *x, bool f64, int64_t off
                 acc[c] = nan_min(acc[c], fabs(ldx(x, b + c * xcs, f64)));
         break;
     case DL_ACC_SUMEXP:
+        if (!f64 && xcs == 1 && nc <= COL_BLOCK) { /* a row of columns through the vector exp */
+            float t[COL_BLOCK];
+            char *d[2] = {(char *)t, (char *)t};
+            int64_t st[2] = {sizeof(float), sizeof(float)};
+            for (int64_t r = 0, b = off; r < nr; r++, b += ld) {
+                for (int64_t c = 0; c < nc; c++) t[c] = (float)(ldx(x, b + c, false) - sh[c]);
+                if (!dl_cpu_vec_unary_f32(DL_UNARY_EXP, d, st, nc))
+                    for (int64_t c = 0; c < nc; c++) t[c] = expf(t[c]);
+                for (int64_t c = 0; c < nc; c++) acc[c] += t[c];
+            }
+            break;
+        }
         for (int64_t r = 0, b = off; r < nr; r++, b += ld)
             for (int64_t c = 0; c < nc; c++) {
                 double d = ldx(x, b + c * xcs, f64) - sh[c];
@@ -256,11 +280,114 @@ typedef struct {
     double p;
     const double *shift; /* (O,I) or NULL */
     double *part;        /* (O,nch,I) */
+    dl_dtype dt;         /* float16/bfloat16: SUM only, see sum_item_half */
 } acc_ctx;
+
+/* --- float32 sums ------------------------------------------------------------------ */
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef double v8d __attribute__((vector_size(64)));
+
+/* (no vector passed by value: the default clone would change the ABI) */
+ALWAYS_INLINE void ld16(v16f *v, const float *p) {
+    memcpy(v, p, sizeof *v);
+}
+
+/* d[0..1] += the 16 floats of *f, in double */
+ALWAYS_INLINE void add_wide(v8d *d, const v16f *f) {
+    v8f lo, hi;
+    memcpy(&lo, f, sizeof lo);
+    memcpy(&hi, (const char *)f + sizeof lo, sizeof hi);
+    d[0] += __builtin_convertvector(lo, v8d);
+    d[1] += __builtin_convertvector(hi, v8d);
+}
+
+/* Adds the n floats at x into the FLANES double lanes acc (x[i] into lane
+ * i % FLANES for the whole rows of FLANES, the tail into lanes 0..): eight
+ * independent vector chains, each float converted exactly on the way. */
+REDUCE_CLONES static void sum_row_f32(const float *restrict x, int64_t n, double *restrict acc) {
+    v8d d[FLANES / 8];
+    memcpy(d, acc, sizeof d);
+    int64_t i = 0;
+    for (; i + FLANES <= n; i += FLANES) {
+        v16f f0, f1, f2, f3;
+        ld16(&f0, x + i);
+        ld16(&f1, x + i + 16);
+        ld16(&f2, x + i + 32);
+        ld16(&f3, x + i + 48);
+        add_wide(d, &f0);
+        add_wide(d + 2, &f1);
+        add_wide(d + 4, &f2);
+        add_wide(d + 6, &f3);
+    }
+    memcpy(acc, d, sizeof d);
+    for (int64_t j = 0; i < n; i++, j++) acc[j] += x[i];
+}
+
+/* acc_item for a float32 SUM along rows (I == 1) */
+static void sum_item_f32(const acc_ctx *c, int64_t o, int64_t r0, int64_t nr, int64_t slot) {
+    const float *x = c->x;
+    int64_t off = o * c->R + r0, step = c->O * c->R;
+    double a[FLANES] = {0};
+    for (int64_t ro = 0; ro < c->RO; ro++, off += step) sum_row_f32(x + off, nr, a);
+    for (int w = FLANES / 2; w > 0; w /= 2) /* pairwise, in a fixed order */
+        for (int j = 0; j < w; j++) a[j] += a[j + w];
+    c->part[slot] = a[0];
+}
+
+/* n half values at x (xcs apart) as floats into t */
+static void half_block(dl_dtype dt, const uint16_t *restrict x, int64_t xcs, int64_t n,
+                       float *restrict t) {
+    if (dt == DL_DTYPE_F16)
+        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_half_to_float(x[j * xcs]);
+    else
+        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_bf16_to_float(x[j * xcs]);
+}
+
+/* acc_item for a SUM of float16/bfloat16: the float32 folds on blocks
+ * converted on the way (exact), in the float32 path's order, so the result
+ * is the one a float32 copy of the input would give, without the copy. */
+static void sum_item_half(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, int64_t r0,
+                          int64_t nr, int64_t slot) {
+    const uint16_t *x = c->x;
+    float t[LSE_CHUNK > COL_BLOCK ? LSE_CHUNK : COL_BLOCK];
+    int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
+    if (c->I == 1 && !c->group) { /* chunks of whole FLANES rows keep sum_row_f32's lanes */
+        double a[FLANES] = {0};
+        for (int64_t ro = 0; ro < c->RO; ro++, off += step)
+            for (int64_t i = 0; i < nr; i += LSE_CHUNK) {
+                int64_t k = nr - i < LSE_CHUNK ? nr - i : LSE_CHUNK;
+                half_block(c->dt, x + off + i, 1, k, t);
+                sum_row_f32(t, k, a);
+            }
+        for (int w = FLANES / 2; w > 0; w /= 2)
+            for (int j = 0; j < w; j++) a[j] += a[j + w];
+        c->part[slot] = a[0];
+        return;
+    }
+    /* columns (or short rows side by side): row after row, as acc_block */
+    double acc[COL_BLOCK] = {0};
+    int64_t ld = c->group ? 1 : c->I, xcs = c->group ? nr : 1;
+    for (int64_t ro = 0; ro < c->RO; ro++, off += step)
+        for (int64_t r = 0; r < nr; r++) {
+            half_block(c->dt, x + off + r * ld, xcs, nc, t);
+            for (int64_t j = 0; j < nc; j++) acc[j] += t[j];
+        }
+    memcpy(c->part + slot * c->I + c0, acc, (size_t)nc * sizeof(double));
+}
 
 static void acc_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
                      int64_t slot) {
     const acc_ctx *c = vc;
+    if (c->dt == DL_DTYPE_F16 || c->dt == DL_DTYPE_BF16) {
+        sum_item_half(c, o, c0, nc, r0, nr, slot);
+        return;
+    }
+    if (c->k == DL_ACC_SUM && !c->f64 && !c->group && c->I == 1) {
+        sum_item_f32(c, o, r0, nr, slot);
+        return;
+    }
     int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
     double id = acc_identity(c->k);
     if (c->I == 1 && !c->group) {
@@ -312,10 +439,14 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
     }
     split s;
     split_init(&s, sh, true, true);
-    double *part = out;
-    if (s.nch > 1 && !(part = malloc(sizeof(double) * (size_t)(n * s.nch))))
+    double *part = out, few[FEW_ITEMS];
+    if (s.nch > 1 && n * s.nch <= FEW_ITEMS)
+        part = few;
+    else if (s.nch > 1 && !(part = malloc(sizeof(double) * (size_t)(n * s.nch))))
         return no_memory("reduce");
-    acc_ctx c = {kind, x, dt == DL_DTYPE_F64, s.group, sh->RO, O, sh->R, I, p, shift, part};
+    if ((dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16) && kind != DL_ACC_SUM)
+        return dl_error("reduce: float16/bfloat16 input only for sums");
+    acc_ctx c = {kind, x, dt == DL_DTYPE_F64, s.group, sh->RO, O, sh->R, I, p, shift, part, dt};
     split_run(&s, acc_item, &c);
     if (part != out) {
         for (int64_t o = 0; o < O; o++)
@@ -325,7 +456,7 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
                     a = acc_combine(kind, a, part[(o * s.nch + ch) * I + i]);
                 out[o * I + i] = a;
             }
-        free(part);
+        if (part != few) free(part);
     }
     return 0;
 }
@@ -461,16 +592,19 @@ ALWAYS_INLINE void mm_block_int(bool mx, const int64_t *x, int64_t off, int64_t 
 }
 
 /* general strides */
-static void mm_any_f32(bool mx, const void *x, int64_t off, int64_t nr, int64_t ld, int64_t nc,
-                       int64_t xcs, double *bv, int64_t *bi, int64_t i0, int64_t rs, int64_t cs) {
+REDUCE_CLONES static void mm_any_f32(bool mx, const void *x, int64_t off, int64_t nr, int64_t ld,
+                                     int64_t nc, int64_t xcs, double *bv, int64_t *bi, int64_t i0,
+                                     int64_t rs, int64_t cs) {
     mm_block(mx, x, false, off, nr, ld, nc, xcs, bv, bi, i0, rs, cs);
 }
-static void mm_any_f64(bool mx, const void *x, int64_t off, int64_t nr, int64_t ld, int64_t nc,
-                       int64_t xcs, double *bv, int64_t *bi, int64_t i0, int64_t rs, int64_t cs) {
+REDUCE_CLONES static void mm_any_f64(bool mx, const void *x, int64_t off, int64_t nr, int64_t ld,
+                                     int64_t nc, int64_t xcs, double *bv, int64_t *bi, int64_t i0,
+                                     int64_t rs, int64_t cs) {
     mm_block(mx, x, true, off, nr, ld, nc, xcs, bv, bi, i0, rs, cs);
 }
-static void mm_any_i64(bool mx, const int64_t *x, int64_t off, int64_t nr, int64_t ld, int64_t nc,
-                       int64_t xcs, int64_t *bv, int64_t *bi, int64_t i0, int64_t rs, int64_t cs) {
+REDUCE_CLONES static void mm_any_i64(bool mx, const int64_t *x, int64_t off, int64_t nr, int64_t ld,
+                                     int64_t nc, int64_t xcs, int64_t *bv, int64_t *bi, int64_t i0,
+                                     int64_t rs, int64_t cs) {
     mm_block_int(mx, x, off, nr, ld, nc, xcs, bv, bi, i0, rs, cs);
 }
 /* rows of LANES contiguous elements, element (r, c) at index i0 + r*LANES + c */
@@ -525,11 +659,81 @@ static void mm_fold_lanes(const mm_ctx *c, int64_t off, int64_t rows, double *dv
     }
 }
 
+/* The extreme (max when mx, else min) of the n floats at x, NaNs left out,
+ * in FLANES vector lanes; *nan: whether there was a NaN. */
+ALWAYS_INLINE double mm_ext(bool mx, const void *x, bool f64, int64_t n, bool *nan) {
+    double e[FLANES];
+    int nn[FLANES];
+    for (int j = 0; j < FLANES; j++) {
+        e[j] = mx ? -INFINITY : INFINITY;
+        nn[j] = 0;
+    }
+    int64_t i = 0;
+    for (; i + FLANES <= n; i += FLANES)
+#pragma omp simd
+        for (int j = 0; j < FLANES; j++) {
+            double v = ldx(x, i + j, f64);
+            e[j] = mx ? (v > e[j] ? v : e[j]) : (v < e[j] ? v : e[j]);
+            nn[j] |= v != v;
+        }
+    for (int j = 0; i < n; i++, j++) {
+        double v = ldx(x, i, f64);
+        e[j] = mx ? (v > e[j] ? v : e[j]) : (v < e[j] ? v : e[j]);
+        nn[j] |= v != v;
+    }
+    double r = e[0];
+    int any = nn[0];
+    for (int j = 1; j < FLANES; j++) {
+        r = mx ? (e[j] > r ? e[j] : r) : (e[j] < r ? e[j] : r);
+        any |= nn[j];
+    }
+    *nan = any;
+    return r;
+}
+
+REDUCE_CLONES static double mm_ext_f32(bool mx, const float *x, int64_t n, bool *nan) {
+    return mx ? mm_ext(true, x, false, n, nan) : mm_ext(false, x, false, n, nan);
+}
+REDUCE_CLONES static double mm_ext_f64(bool mx, const double *x, int64_t n, bool *nan) {
+    return mx ? mm_ext(true, x, true, n, nan) : mm_ext(false, x, true, n, nan);
+}
+
+/* Folds the n floats at x (indices i0..) into the best (*bv, *bi) so far,
+ * MM_CHUNK at a time: a chunk is searched for its first extreme only when
+ * it beats *bv (strictly: the first occurrence stays), for its first NaN
+ * when it has one. */
+static void mm_row(bool mx, const void *x, bool f64, int64_t n, int64_t i0, double *bv,
+                   int64_t *bi) {
+    for (int64_t c0 = 0; c0 < n && *bv == *bv; c0 += MM_CHUNK) {
+        int64_t m = n - c0 < MM_CHUNK ? n - c0 : MM_CHUNK;
+        const void *p = f64 ? (const void *)((const double *)x + c0) : (const float *)x + c0;
+        bool nan;
+        double e = f64 ? mm_ext_f64(mx, p, m, &nan) : mm_ext_f32(mx, p, m, &nan);
+        if (!nan && !(mx ? e > *bv : e < *bv)) continue;
+        int64_t j = 0;
+        while (nan ? ldx(p, j, f64) == ldx(p, j, f64) : ldx(p, j, f64) != e) j++;
+        *bv = ldx(p, j, f64);
+        *bi = i0 + c0 + j;
+    }
+}
+
 static void mm_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
                     int64_t slot) {
     const mm_ctx *c = vc;
     bool isint = c->dt == DL_DTYPE_I64;
     int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
+    if (c->I == 1 && !c->group && !isint) {
+        bool f64 = c->dt == DL_DTYPE_F64;
+        double bv = c->mx ? -INFINITY : INFINITY;
+        int64_t bi = r0;
+        for (int64_t ro = 0; ro < c->RO; ro++, off += step)
+            mm_row(c->mx,
+                   f64 ? (const void *)((const double *)c->x + off) : (const float *)c->x + off,
+                   f64, nr, r0, &bv, &bi);
+        ((double *)c->pv)[slot] = bv;
+        c->pi[slot] = bi;
+        return;
+    }
     if (c->I == 1 && !c->group) {
         double dv[LANES];
         int64_t iv[LANES], bi[LANES];
@@ -881,6 +1085,107 @@ int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, v
 }
 
 /* --- finishing ------------------------------------------------------------------------ */
+
+/* --- logsumexp along rows ----------------------------------------------------------------
+ * One pass over memory: a row goes LSE_CHUNK elements at a time, each
+ * chunk's max found first (in L1 after that), then exp(x - m) through the
+ * vector exp into a buffer and summed in double lanes; when a chunk raises
+ * the running max m, the sum so far is rescaled by exp(m_old - m_new).
+ * Items are (row, chunk of the row) as in the other reductions; their
+ * (m, s) pairs are merged in chunk order. */
+
+typedef struct {
+    const void *x;
+    bool f64;
+    int64_t R;
+    double *pm, *ps; /* (O, nch) running max and sum of each item */
+} lse_ctx;
+
+/* sum of exp(x[i] - m) over the n values at x (float32: in float) */
+static double sumexp_chunk(const void *x, bool f64, int64_t n, double m) {
+    double a[FLANES] = {0};
+    if (f64) {
+        double t[LSE_CHUNK];
+        const double *xd = x;
+        for (int64_t i = 0; i < n; i++) t[i] = xd[i] - m;
+        char *d[2] = {(char *)t, (char *)t};
+        int64_t st[2] = {sizeof(double), sizeof(double)};
+        if (!dl_cpu_vec_unary_f64(DL_UNARY_EXP, d, st, n))
+            for (int64_t i = 0; i < n; i++) t[i] = exp(t[i]);
+        for (int64_t i = 0; i < n; i++) a[i % FLANES] += t[i];
+    } else {
+        float t[LSE_CHUNK], mf = (float)m;
+        const float *xf = x;
+        for (int64_t i = 0; i < n; i++) t[i] = xf[i] - mf;
+        char *d[2] = {(char *)t, (char *)t};
+        int64_t st[2] = {sizeof(float), sizeof(float)};
+        if (!dl_cpu_vec_unary_f32(DL_UNARY_EXP, d, st, n))
+            for (int64_t i = 0; i < n; i++) t[i] = expf(t[i]);
+        sum_row_f32(t, n, a);
+    }
+    for (int w = FLANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) a[j] += a[j + w];
+    return a[0];
+}
+
+static void lse_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                     int64_t slot) {
+    const lse_ctx *c = vc;
+    (void)c0, (void)nc;
+    double m = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < nr; i += LSE_CHUNK) {
+        int64_t k = nr - i < LSE_CHUNK ? nr - i : LSE_CHUNK, at = o * c->R + r0 + i;
+        const void *p = c->f64 ? (const void *)((const double *)c->x + at)
+                               : (const void *)((const float *)c->x + at);
+        bool nan;
+        double mc = c->f64 ? mm_ext_f64(true, p, k, &nan) : mm_ext_f32(true, p, k, &nan);
+        if (nan) {
+            m = NAN;
+            break;
+        }
+        if (mc > m) {
+            sum = m == -INFINITY ? 0 : sum * exp(m - mc);
+            m = mc;
+        }
+        if (isinf(m)) continue; /* -inf: nothing yet; +inf: the result is +inf */
+        sum += sumexp_chunk(p, c->f64, k, m);
+    }
+    c->pm[slot] = m;
+    c->ps[slot] = sum;
+}
+
+int dl_cpu_reduce_logsumexp_rows(const void *x, dl_dtype dt, int64_t O, int64_t R, double *out) {
+    if (O == 0) return 0;
+    if (R == 0) {
+        for (int64_t o = 0; o < O; o++) out[o] = -INFINITY;
+        return 0;
+    }
+    dl_rshape sh = {1, O, R, 1};
+    split s;
+    split_init(&s, &sh, true, false);
+    int64_t np = O * s.nch;
+    double *pm = malloc(sizeof(double) * (size_t)(2 * np));
+    if (!pm) return no_memory("logsumexp");
+    lse_ctx c = {x, dt == DL_DTYPE_F64, R, pm, pm + np};
+    split_run(&s, lse_item, &c);
+    for (int64_t o = 0; o < O; o++) {
+        const double *m = c.pm + o * s.nch, *sm = c.ps + o * s.nch;
+        double M = -INFINITY, S = 0;
+        bool nan = false;
+        for (int64_t ch = 0; ch < s.nch; ch++) {
+            nan |= m[ch] != m[ch];
+            if (m[ch] > M) M = m[ch];
+        }
+        if (nan || isinf(M)) {
+            out[o] = nan ? NAN : M;
+            continue;
+        }
+        for (int64_t ch = 0; ch < s.nch; ch++) S += sm[ch] * exp(m[ch] - M);
+        out[o] = M + log(S);
+    }
+    free(pm);
+    return 0;
+}
 
 void dl_cpu_reduce_finish(dl_fin_kind kind, double *a, int64_t n, double c, const double *shift) {
     switch (kind) {

@@ -19,7 +19,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* x is float32 or float64 (dt); out is (O,I).  shift is (O,I) for SUMEXP
+/* x is float32 or float64 (dt), or float16/bfloat16 for SUM (converted in
+ * blocks; the float32 path's result); out is (O,I).  shift is (O,I) for SUMEXP
  * and SQDEV (else unused); p is the power of SUMPOW. */
 int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rshape *s, double p,
                       const double *shift, double *out);
@@ -46,6 +47,11 @@ int dl_cpu_scan(bool prod, const void *x, dl_dtype dt, int64_t O, int64_t R, int
  * float32/float64 (vals double) or int64 (vals int64).  R must be > 0. */
 int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, void *vals,
                   int64_t *idx);
+
+/* logsumexp of each of the O contiguous rows of R float32/float64 values
+ * x into out[O], in one pass over memory: -inf for an empty row or one of
+ * -inf only, +inf where a +inf is, NaN where a NaN is. */
+int dl_cpu_reduce_logsumexp_rows(const void *x, dl_dtype dt, int64_t O, int64_t R, double *out);
 
 void dl_cpu_reduce_finish(dl_fin_kind kind, double *a, int64_t n, double c, const double *shift);
 

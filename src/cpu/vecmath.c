@@ -107,6 +107,7 @@ AVX512 static f16_fn pick_f16(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_COSH: return Sleef_coshf16_u10avx512f;
     case DL_UNARY_TANH: return Sleef_tanhf16_u10avx512f;
     case DL_UNARY_ERF: return Sleef_erff16_u10avx512f;
+    case DL_UNARY_ERFC: return Sleef_erfcf16_u15avx512f; /* SLEEF has erfc at 1.5 ulp only */
     case DL_UNARY_SQRT: return Sleef_sqrtf16_u05avx512f;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expf16_u10avx512f;
     case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erff16_u10avx512f;
@@ -211,6 +212,7 @@ AVX512 static d8_fn pick_d8(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_COSH: return Sleef_coshd8_u10avx512f;
     case DL_UNARY_TANH: return Sleef_tanhd8_u10avx512f;
     case DL_UNARY_ERF: return Sleef_erfd8_u10avx512f;
+    case DL_UNARY_ERFC: return Sleef_erfcd8_u15avx512f;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expd8_u10avx512f;
     case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erfd8_u10avx512f;
     case DL_UNARY_GELU_TANH: *fin = FIN_GELU_TANH; return Sleef_tanhd8_u10avx512f;
@@ -293,6 +295,7 @@ AVX2 static f8_fn pick_f8(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_COSH: return Sleef_coshf8_u10avx2;
     case DL_UNARY_TANH: return Sleef_tanhf8_u10avx2;
     case DL_UNARY_ERF: return Sleef_erff8_u10avx2;
+    case DL_UNARY_ERFC: return Sleef_erfcf8_u15avx2;
     case DL_UNARY_SQRT: return Sleef_sqrtf8_u05avx2;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expf8_u10avx2;
     case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erff8_u10avx2;
@@ -390,6 +393,7 @@ AVX2 static d4_fn pick_d4(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_COSH: return Sleef_coshd4_u10avx2;
     case DL_UNARY_TANH: return Sleef_tanhd4_u10avx2;
     case DL_UNARY_ERF: return Sleef_erfd4_u10avx2;
+    case DL_UNARY_ERFC: return Sleef_erfcd4_u15avx2;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expd4_u10avx2;
     case DL_UNARY_GELU: *fin = FIN_GELU; return Sleef_erfd4_u10avx2;
     case DL_UNARY_GELU_TANH: *fin = FIN_GELU_TANH; return Sleef_tanhd4_u10avx2;
@@ -442,6 +446,167 @@ AVX2 static bool run_f64_avx2(dl_unary_op op, char **data, const int64_t *stride
     return true;
 }
 
+/* --- activation backward ------------------------------------------------------------------
+ * gx = gy * op'(s) in blocks of 16 floats: one body for both ISAs, written
+ * with generic 16-lane vectors (AVX2 runs each as two halves) around the
+ * ISA's SLEEF functions, which take and give 16 floats through memory.
+ * The formulas and their order are PyTorch's CPU kernels'. */
+
+typedef float vf16 __attribute__((vector_size(64)));
+typedef void (*blk_fn)(float *y, const float *x); /* y = f(x), 16 lanes */
+
+typedef struct {
+    blk_fn exp, erf, tanh;
+} blk_fns;
+
+#define SPLAT(v) ((vf16){v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v})
+
+static inline __attribute__((always_inline)) void
+act_bwd_block(dl_unary_op op, const blk_fns *F, float *o, const float *gp, const float *sp) {
+    vf16 g, x, t, u, r;
+    memcpy(&g, gp, sizeof g);
+    memcpy(&x, sp, sizeof x);
+    const vf16 one = SPLAT(1.0f), half = SPLAT(0.5f);
+    const float beta = (float)(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = (float)GELU_KAPPA;
+    switch (op) {
+    case DL_UNARY_GELU: { /* dy * (0.5 * (1 + erf(x / sqrt 2)) + x * beta/2 * exp(-x^2/2)) */
+        t = x * SPLAT((float)GELU_ALPHA);
+        F->erf((float *)&u, (const float *)&t);
+        vf16 cdf = half * (one + u);
+        t = x * x * SPLAT(-0.5f);
+        F->exp((float *)&u, (const float *)&t);
+        vf16 pdf = SPLAT(beta * 0.5f) * u;
+        r = g * (cdf + x * pdf);
+        break;
+    }
+    case DL_UNARY_GELU_TANH: {
+        vf16 x2 = x * x, x3 = x2 * x;
+        t = SPLAT(beta) * (x + SPLAT(kappa) * x3);
+        F->tanh((float *)&u, (const float *)&t);
+        vf16 left = half * x, right = one + u;
+        vf16 left_d = half * right;
+        vf16 tanh_d = one - u * u;
+        vf16 inner_d = SPLAT(beta) * (one + SPLAT(3.0f * kappa) * x2);
+        r = g * (left_d + left * tanh_d * inner_d);
+        break;
+    }
+    case DL_UNARY_SILU: { /* dy * s * (1 + x * (1 - s)), s = 1 / (1 + exp(-x)) */
+        t = -x;
+        F->exp((float *)&u, (const float *)&t);
+        vf16 sg = one / (one + u);
+        r = g * sg * (one + x * (one - sg));
+        break;
+    }
+    case DL_UNARY_SIGMOID: r = g * (one - x) * x; break; /* from the result */
+    default: r = g * (one - x * x); break;               /* tanh, from the result */
+    }
+    memcpy(o, &r, sizeof r);
+}
+
+/* the dense rows: whole blocks, then the tail through zero-padded blocks */
+static inline __attribute__((always_inline)) void
+act_bwd_row(dl_unary_op op, const blk_fns *F, float *o, const float *g, const float *s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) act_bwd_block(op, F, o + i, g + i, s + i);
+    if (i < n) {
+        float gb[16] = {0}, sb[16] = {0}, ob[16];
+        memcpy(gb, g + i, (size_t)(n - i) * sizeof(float));
+        memcpy(sb, s + i, (size_t)(n - i) * sizeof(float));
+        act_bwd_block(op, F, ob, gb, sb);
+        memcpy(o + i, ob, (size_t)(n - i) * sizeof(float));
+    }
+}
+
+AVX512 static void exp_b512(float *y, const float *x) {
+    _mm512_storeu_ps(y, Sleef_expf16_u10avx512f(_mm512_loadu_ps(x)));
+}
+AVX512 static void erf_b512(float *y, const float *x) {
+    _mm512_storeu_ps(y, Sleef_erff16_u10avx512f(_mm512_loadu_ps(x)));
+}
+AVX512 static void tanh_b512(float *y, const float *x) {
+    _mm512_storeu_ps(y, Sleef_tanhf16_u10avx512f(_mm512_loadu_ps(x)));
+}
+AVX512 static void act_bwd_avx512(dl_unary_op op, float *o, const float *g, const float *s,
+                                  int64_t n) {
+    const blk_fns F = {exp_b512, erf_b512, tanh_b512};
+    act_bwd_row(op, &F, o, g, s, n);
+}
+
+AVX2 static void exp_b256(float *y, const float *x) {
+    _mm256_storeu_ps(y, Sleef_expf8_u10avx2(_mm256_loadu_ps(x)));
+    _mm256_storeu_ps(y + 8, Sleef_expf8_u10avx2(_mm256_loadu_ps(x + 8)));
+}
+AVX2 static void erf_b256(float *y, const float *x) {
+    _mm256_storeu_ps(y, Sleef_erff8_u10avx2(_mm256_loadu_ps(x)));
+    _mm256_storeu_ps(y + 8, Sleef_erff8_u10avx2(_mm256_loadu_ps(x + 8)));
+}
+AVX2 static void tanh_b256(float *y, const float *x) {
+    _mm256_storeu_ps(y, Sleef_tanhf8_u10avx2(_mm256_loadu_ps(x)));
+    _mm256_storeu_ps(y + 8, Sleef_tanhf8_u10avx2(_mm256_loadu_ps(x + 8)));
+}
+AVX2 static void act_bwd_avx2(dl_unary_op op, float *o, const float *g, const float *s, int64_t n) {
+    const blk_fns F = {exp_b256, erf_b256, tanh_b256};
+    act_bwd_row(op, &F, o, g, s, n);
+}
+
+static bool is_act_bwd(dl_unary_op op) {
+    return op == DL_UNARY_GELU || op == DL_UNARY_GELU_TANH || op == DL_UNARY_SILU ||
+           op == DL_UNARY_SIGMOID || op == DL_UNARY_TANH;
+}
+
+bool dl_cpu_vec_act_backward_f32(dl_unary_op op, float *gx, const float *gy, const float *s,
+                                 int64_t n) {
+    if (!is_act_bwd(op)) return false;
+    switch (cpu_isa()) {
+    case ISA_AVX512: act_bwd_avx512(op, gx, gy, s, n); return true;
+    case ISA_AVX2: act_bwd_avx2(op, gx, gy, s, n); return true;
+    default: return false;
+    }
+}
+
+/* --- pow ------------------------------------------------------------------------------------
+ * out = pow(x, y) through SLEEF's u10 pow, W lanes at a time: dense blocks
+ * straight from memory, anything else (strided, broadcast, the tail)
+ * gathered into a padded block, so a value's result does not depend on its
+ * layout.  One row function per ISA and dtype, stamped from POW_ROW. */
+#define POW_ROW(NAME, ATTR, T, W, VT, LOADU, STOREU, FN)                                           \
+    ATTR static void NAME(char **d, const int64_t *st, int64_t n) {                                \
+        const int64_t z = (int64_t)sizeof(T);                                                      \
+        bool dense = st[0] == z && st[1] == z && st[2] == z;                                       \
+        T xb[W], yb[W];                                                                            \
+        for (int64_t i = 0; i < n; i += W) {                                                       \
+            int64_t k = n - i < W ? n - i : W;                                                     \
+            if (dense && k == W) {                                                                 \
+                VT r = FN(LOADU((const T *)d[1] + i), LOADU((const T *)d[2] + i));                 \
+                STOREU((T *)d[0] + i, r);                                                          \
+                continue;                                                                          \
+            }                                                                                      \
+            for (int64_t j = 0; j < W; j++) {                                                      \
+                xb[j] = j < k ? *(const T *)(d[1] + (i + j) * st[1]) : (T)1;                       \
+                yb[j] = j < k ? *(const T *)(d[2] + (i + j) * st[2]) : (T)1;                       \
+            }                                                                                      \
+            STOREU(xb, FN(LOADU(xb), LOADU(yb)));                                                  \
+            for (int64_t j = 0; j < k; j++) *(T *)(d[0] + (i + j) * st[0]) = xb[j];                \
+        }                                                                                          \
+    }
+
+POW_ROW(pow_f32_avx512, AVX512, float, 16, __m512, _mm512_loadu_ps, _mm512_storeu_ps,
+        Sleef_powf16_u10avx512f)
+POW_ROW(pow_f64_avx512, AVX512, double, 8, __m512d, _mm512_loadu_pd, _mm512_storeu_pd,
+        Sleef_powd8_u10avx512f)
+POW_ROW(pow_f32_avx2, AVX2, float, 8, __m256, _mm256_loadu_ps, _mm256_storeu_ps,
+        Sleef_powf8_u10avx2)
+POW_ROW(pow_f64_avx2, AVX2, double, 4, __m256d, _mm256_loadu_pd, _mm256_storeu_pd,
+        Sleef_powd4_u10avx2)
+
+bool dl_cpu_vec_pow(bool f64, char **data, const int64_t *strides, int64_t n) {
+    switch (cpu_isa()) {
+    case ISA_AVX512: (f64 ? pow_f64_avx512 : pow_f32_avx512)(data, strides, n); return true;
+    case ISA_AVX2: (f64 ? pow_f64_avx2 : pow_f32_avx2)(data, strides, n); return true;
+    default: return false;
+    }
+}
+
 /* --- entry points ------------------------------------------------------------------------ */
 
 bool dl_cpu_vec_unary_f32(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
@@ -473,6 +638,17 @@ bool dl_cpu_vec_unary_f32(dl_unary_op op, char **data, const int64_t *strides, i
 
 bool dl_cpu_vec_unary_f64(dl_unary_op op, char **data, const int64_t *strides, int64_t n) {
     (void)op, (void)data, (void)strides, (void)n;
+    return false;
+}
+
+bool dl_cpu_vec_act_backward_f32(dl_unary_op op, float *gx, const float *gy, const float *s,
+                                 int64_t n) {
+    (void)op, (void)gx, (void)gy, (void)s, (void)n;
+    return false;
+}
+
+bool dl_cpu_vec_pow(bool f64, char **data, const int64_t *strides, int64_t n) {
+    (void)f64, (void)data, (void)strides, (void)n;
     return false;
 }
 

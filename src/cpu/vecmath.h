@@ -21,6 +21,20 @@
 bool dl_cpu_vec_unary_f32(dl_unary_op op, char **data, const int64_t *strides, int64_t n);
 bool dl_cpu_vec_unary_f64(dl_unary_op op, char **data, const int64_t *strides, int64_t n);
 
+/* gx = gy * op'(s) for n contiguous floats, PyTorch's backward formulas:
+ * GELU (both forms) and SiLU from their input s, sigmoid and tanh from
+ * their result s.  Returns false, touching nothing, for other ops or
+ * without the vector kernels (the caller's loop runs then). */
+bool dl_cpu_vec_act_backward_f32(dl_unary_op op, float *gx, const float *gy, const float *s,
+                                 int64_t n);
+
+/* One row of a binary dl_loop_fn: out = pow(x, y), data[0] out, data[1] x,
+ * data[2] y (strides in bytes, any, 0 for a broadcast operand), float32
+ * (f64 false) or float64; SLEEF's u10 pow, C99 Annex F's special cases (as
+ * powf/pow and PyTorch).  Returns false, touching nothing, without the
+ * vector kernels. */
+bool dl_cpu_vec_pow(bool f64, char **data, const int64_t *strides, int64_t n);
+
 /* Whether the vector kernels run on this CPU (and are not turned off). */
 bool dl_cpu_vec_available(void);
 

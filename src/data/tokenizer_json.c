@@ -231,12 +231,11 @@ char *dl_tokenizer_to_json(const dl_tokenizer *t, size_t *len) {
 
 static int bad(const char *fmt, ...) DL_PRINTF(1, 2);
 static int bad(const char *fmt, ...) {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    dl_verror(WHAT, fmt, ap);
     va_end(ap);
-    return dl_error(WHAT ": %s", msg);
+    return -1;
 }
 
 /* a member that must be absent, null or `ok` (a literal check by the caller) */

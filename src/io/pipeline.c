@@ -16,22 +16,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const tf_names[DL_TF_KIND_COUNT] = {"Resize",
-                                                       "CenterCrop",
-                                                       "RandomCrop",
-                                                       "RandomResizedCrop",
-                                                       "RandomHorizontalFlip",
-                                                       "RandomVerticalFlip",
-                                                       "ColorJitter",
-                                                       "Grayscale",
-                                                       "ToTensor",
-                                                       "Normalize",
-                                                       "Pad",
-                                                       "crop",
-                                                       "resized_crop"};
+static const char *const tf_names[DL_TF_KIND_COUNT + 1] = {"Resize",
+                                                           "CenterCrop",
+                                                           "RandomCrop",
+                                                           "RandomResizedCrop",
+                                                           "RandomHorizontalFlip",
+                                                           "RandomVerticalFlip",
+                                                           "ColorJitter",
+                                                           "Grayscale",
+                                                           "ToTensor",
+                                                           "Normalize",
+                                                           "Pad",
+                                                           "crop",
+                                                           "resized_crop",
+                                                           NULL};
 
 const char *dl_tf_name(dl_tf_kind k) {
     return (unsigned)k < DL_TF_KIND_COUNT ? tf_names[k] : "transform";
+}
+
+const char *const *dl_tf_names(void) {
+    return tf_names;
 }
 
 /* --- descriptions ------------------------------------------------------------ */

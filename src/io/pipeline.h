@@ -76,6 +76,8 @@ dl_pipeline *dl_pipeline_retain(dl_pipeline *p);
 void dl_pipeline_release(dl_pipeline *p);
 /* A short name for a step kind ("Resize", ...). */
 const char *dl_tf_name(dl_tf_kind k);
+/* All of them, in dl_tf_kind order, NULL-terminated (for luaL_checkoption). */
+const char *const *dl_tf_names(void);
 
 /* Where the result goes: called once with the output's (C, H, W) and dtype;
  * returns a (C, H, W) tensor to write (a new reference, e.g. a view of a

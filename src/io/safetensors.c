@@ -76,14 +76,19 @@ typedef struct {
     uint64_t begin, end;
 } st_entry;
 
-/* "load: <path>: <message>" */
+/* "<verb>: <path>: <message>" */
+static int path_fail(const char *verb, const char *path, const char *fmt, va_list ap) {
+    char prefix[320];
+    snprintf(prefix, sizeof prefix, "%s: %s", verb, path);
+    return dl_verror(prefix, fmt, ap);
+}
+
 DL_PRINTF(2, 3) static int load_fail(const char *path, const char *fmt, ...) {
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    path_fail("load", path, fmt, ap);
     va_end(ap);
-    return dl_error("load: %s: %s", path, msg);
+    return -1;
 }
 
 /* A non-negative JSON integer into *out; -1 when v is anything else. */
@@ -173,12 +178,16 @@ static int parse_entry(const char *path, const dl_json *v, st_entry *e) {
     return 0;
 }
 
+/* Byte order of two names (not NUL-terminated), a prefix first. */
+static int cmp_bytes(const char *x, size_t nx, const char *y, size_t ny) {
+    int c = memcmp(x, y, nx < ny ? nx : ny);
+    if (c) return c;
+    return (nx > ny) - (nx < ny);
+}
+
 static int cmp_name(const void *a, const void *b) {
     const st_entry *x = *(st_entry *const *)a, *y = *(st_entry *const *)b;
-    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
-    int c = memcmp(x->name, y->name, n);
-    if (c) return c;
-    return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+    return cmp_bytes(x->name, x->name_len, y->name, y->name_len);
 }
 
 static int cmp_offsets(const void *a, const void *b) {
@@ -512,10 +521,7 @@ typedef struct {
 
 static int cmp_wr_name(const void *a, const void *b) {
     const wr_entry *x = *(wr_entry *const *)a, *y = *(wr_entry *const *)b;
-    size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
-    int c = memcmp(x->name, y->name, n);
-    if (c) return c;
-    return (x->name_len > y->name_len) - (x->name_len < y->name_len);
+    return cmp_bytes(x->name, x->name_len, y->name, y->name_len);
 }
 
 /* data order: larger elements first (keeps every tensor aligned), then name */
@@ -527,12 +533,11 @@ static int cmp_wr_layout(const void *a, const void *b) {
 }
 
 DL_PRINTF(2, 3) static int save_fail(const char *path, const char *fmt, ...) {
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    path_fail("save", path, fmt, ap);
     va_end(ap);
-    return dl_error("save: %s: %s", path, msg);
+    return -1;
 }
 
 /* Builds the padded header for entries (offsets filled in). */

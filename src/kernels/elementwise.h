@@ -83,6 +83,7 @@ typedef enum {
     DL_UNARY_TANH,
     DL_UNARY_SIGMOID,
     DL_UNARY_ERF,
+    DL_UNARY_ERFC,      /* 1 - erf(x), without the cancellation */
     DL_UNARY_GELU,      /* x * 0.5 * (1 + erf(x / sqrt(2))) */
     DL_UNARY_GELU_TANH, /* 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3))) */
     DL_UNARY_SILU,      /* x / (1 + exp(-x)) */

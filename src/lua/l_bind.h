@@ -97,6 +97,20 @@ void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions);
  * points (what dl.nn.functional exposes) into dl._F; either may be NULL. */
 void dlL_register_nn(lua_State *L, const luaL_Reg *nn, const luaL_Reg *F);
 
+/* Pushes the line Lua's print writes for the values at 1..top: each through
+ * tostring, tab-separated, ending in a newline (l_state.c's print and the
+ * REPL's result printer share it). */
+void dlL_pushprintline(lua_State *L);
+
+/* lua_pcall's message handler: the error message (or the error object's
+ * __tostring, or its type) with a traceback (l_state.c; dlua.c uses it too). */
+int dlL_msghandler(lua_State *L);
+
+/* From a signal handler: writes msg (len bytes) to stderr, restores sig's
+ * default action and raises it again, so the process ends as a second
+ * Ctrl-C asks (async-signal-safe; dlua.c and l_train.c share it). */
+void dlL_die_of_signal(int sig, const char *msg, size_t len);
+
 /* Marks L's state as owned by the calling thread: a failed allocation on
  * this thread collects it (l_dl.c).  dl_state_* calls this on entry. */
 void dlL_adopt_state(lua_State *L);

@@ -382,6 +382,7 @@ static const struct {
     {"tanh", DL_UNARY_TANH, FN | METHOD | INPLACE},
     {"sigmoid", DL_UNARY_SIGMOID, FN | METHOD | INPLACE},
     {"erf", DL_UNARY_ERF, FN | METHOD | INPLACE},
+    {"erfc", DL_UNARY_ERFC, FN | METHOD | INPLACE},
     {"frac", DL_UNARY_FRAC, FN | METHOD | INPLACE},
     {"logical_not", DL_UNARY_LOGICAL_NOT, FN | METHOD | INPLACE},
     {"isnan", DL_UNARY_ISNAN, FN | METHOD},

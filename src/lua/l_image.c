@@ -287,28 +287,13 @@ static int64_t to_i64(lua_State *L, double v, const char *op, const char *what) 
     return (int64_t)v;
 }
 
-static const char *const kind_names[] = {"Resize",
-                                         "CenterCrop",
-                                         "RandomCrop",
-                                         "RandomResizedCrop",
-                                         "RandomHorizontalFlip",
-                                         "RandomVerticalFlip",
-                                         "ColorJitter",
-                                         "Grayscale",
-                                         "ToTensor",
-                                         "Normalize",
-                                         "Pad",
-                                         "crop",
-                                         "resized_crop",
-                                         NULL};
-
 static void read_step(lua_State *L, int t, dl_tf_step *s) {
     memset(s, 0, sizeof *s);
     lua_getfield(L, t, "kind");
-    int kind = luaL_checkoption(L, -1, NULL, kind_names);
+    int kind = luaL_checkoption(L, -1, NULL, dl_tf_names());
     lua_pop(L, 1);
     s->kind = (dl_tf_kind)kind;
-    const char *op = kind_names[kind];
+    const char *op = dl_tf_name((dl_tf_kind)kind);
     double v[4];
     int n = read_numbers(L, t, "size", v, 2, 1, op);
     s->nsize = n;

@@ -85,8 +85,7 @@ static int fail_with_top(dl_state *S, int status) {
     return status;
 }
 
-/* Error handler: the message (or the error object's __tostring) with a traceback. */
-static int msghandler(lua_State *L) {
+int dlL_msghandler(lua_State *L) {
     const char *msg = lua_tostring(L, 1);
     if (msg == NULL) {
         if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
@@ -96,12 +95,12 @@ static int msghandler(lua_State *L) {
     return 1;
 }
 
-/* Calls the function below narg arguments with msghandler; leaves nres
+/* Calls the function below narg arguments with dlL_msghandler; leaves nres
  * results (or pops the error into S->error).  Returns the Lua status. */
 static int docall(dl_state *S, int narg, int nres) {
     lua_State *L = S->L;
     int base = lua_gettop(L) - narg;
-    lua_pushcfunction(L, msghandler);
+    lua_pushcfunction(L, dlL_msghandler);
     lua_insert(L, base);
     int status = lua_pcall(L, narg, nres, base);
     lua_remove(L, base);
@@ -131,9 +130,7 @@ static void emit(dl_state *S, int kind, const char *text, size_t len) {
     }
 }
 
-/* print(...): Lua's print, one line delivered to the sink in one piece. */
-static int l_print(lua_State *L) {
-    dl_state *S = lua_touserdata(L, lua_upvalueindex(1));
+void dlL_pushprintline(lua_State *L) {
     int n = lua_gettop(L);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
@@ -144,6 +141,12 @@ static int l_print(lua_State *L) {
     }
     luaL_addchar(&b, '\n');
     luaL_pushresult(&b);
+}
+
+/* print(...): Lua's print, one line delivered to the sink in one piece. */
+static int l_print(lua_State *L) {
+    dl_state *S = lua_touserdata(L, lua_upvalueindex(1));
+    dlL_pushprintline(L);
     size_t len;
     const char *s = lua_tolstring(L, -1, &len);
     emit(S, DL_OUTPUT_PRINT, s, len);
@@ -262,11 +265,10 @@ lua_State *dl_state_lua(dl_state *S) {
 
 /* --- running code ---------------------------------------------------------------- */
 
-int dl_state_dostring(dl_state *S, const char *code) {
-    if (!S) return bad_arg(S, "dl_state_dostring: state is NULL");
-    if (!code) return bad_arg(S, "dl_state_dostring: code is NULL");
+/* Loads a chunk (the code, or the file at path) on S's thread and runs it. */
+static int load_and_run(dl_state *S, const char *text, bool is_path) {
     saved_thread saved = enter(S);
-    int status = luaL_loadstring(S->L, code);
+    int status = is_path ? luaL_loadfile(S->L, text) : luaL_loadstring(S->L, text);
     if (status == LUA_OK)
         status = docall(S, 0, 0);
     else
@@ -275,17 +277,16 @@ int dl_state_dostring(dl_state *S, const char *code) {
     return status;
 }
 
+int dl_state_dostring(dl_state *S, const char *code) {
+    if (!S) return bad_arg(S, "dl_state_dostring: state is NULL");
+    if (!code) return bad_arg(S, "dl_state_dostring: code is NULL");
+    return load_and_run(S, code, false);
+}
+
 int dl_state_dofile(dl_state *S, const char *path) {
     if (!S) return bad_arg(S, "dl_state_dofile: state is NULL");
     if (!path) return bad_arg(S, "dl_state_dofile: path is NULL");
-    saved_thread saved = enter(S);
-    int status = luaL_loadfile(S->L, path);
-    if (status == LUA_OK)
-        status = docall(S, 0, 0);
-    else
-        fail_with_top(S, status);
-    leave(S, saved);
-    return status;
+    return load_and_run(S, path, true);
 }
 
 /* --- tensors in and out ------------------------------------------------------------ */

@@ -64,17 +64,21 @@ static volatile sig_atomic_t sigint_count = 0;
 static struct sigaction sigint_old;
 static int sigint_installed = 0;
 
+void dlL_die_of_signal(int sig, const char *msg, size_t len) {
+    if (write(STDERR_FILENO, msg, len) < 0) { /* nothing to do */
+    }
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig);
+}
+
 static void on_sigint(int sig) {
     if (++sigint_count >= 2) {
         static const char msg[] = "\ninterrupted again: quitting now\n";
-        if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) { /* nothing to do */
-        }
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
-        sigemptyset(&dfl.sa_mask);
-        sigaction(sig, &dfl, NULL);
-        raise(sig);
+        dlL_die_of_signal(sig, msg, sizeof msg - 1);
         return;
     }
     static const char msg[] = "\ninterrupt: finishing this step, then saving a checkpoint "

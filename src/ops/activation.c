@@ -38,3 +38,27 @@ dl_tensor *dl_relu_backward(dl_tensor *gy, dl_tensor *y) {
     }
     return gx;
 }
+
+/* --- GELU / SiLU / sigmoid / tanh backward ------------------------------------------------------
+ */
+
+dl_tensor *dl_act_backward(dl_unary_op op, dl_tensor *gy, dl_tensor *s) {
+    const char *name = "activation_backward";
+    if (op != DL_UNARY_GELU && op != DL_UNARY_GELU_TANH && op != DL_UNARY_SILU &&
+        op != DL_UNARY_SIGMOID && op != DL_UNARY_TANH) {
+        dl_error("%s: op must be gelu, silu, sigmoid or tanh", name);
+        return NULL;
+    }
+    if (dl_op_need_floating(name, "grad", gy) || dl_op_need_floating(name, "saved", s) ||
+        dl_op_check_same_shape(name, "grad", gy, "saved", s))
+        return NULL;
+    if (dl_tensor_device(gy).type != DL_DEVICE_CPU || dl_tensor_device(s).type != DL_DEVICE_CPU) {
+        dl_error("%s: CPU tensors only", name);
+        return NULL;
+    }
+    dl_tensor *g = dl_tensor_to_dtype(gy, s->dtype);
+    dl_tensor *gx = g ? dl_tensor_empty(s->ndim, s->shape, s->dtype, dl_tensor_device(s)) : NULL;
+    if (gx) dl_cpu_act_backward(op, gx, g, s);
+    dl_tensor_release(g);
+    return gx;
+}

@@ -13,10 +13,10 @@
  *
  * Devices: an op runs where its tensors are (dl_common_device); outputs are
  * allocated there.  A 0-dim CPU tensor (how Lua numbers arrive) may meet CUDA
- * tensors: it stays on the CPU and the CUDA kernels take its value.  The CUDA
- * kernels also read and write float16/bfloat16 where the CPU computes in
- * float32 (kernel_takes), which skips two conversions and gives the same
- * values: both load exactly and round the float32 result once.
+ * tensors: it stays on the CPU and the CUDA kernels take its value.  The
+ * kernels of both devices read and write float16/bfloat16 where they compute
+ * in float32 (kernel_takes), which skips two whole-tensor conversions and
+ * gives the same values: both load exactly and round the float32 result once.
  *
  * Autograd: the public functions compute through the static *_fwd forwards
  * and then, only when dl_autograd_needed, record a node whose backward (next
@@ -96,6 +96,7 @@ static const char *const unary_names[DL_UNARY_COUNT] = {
     [DL_UNARY_TANH] = "tanh",
     [DL_UNARY_SIGMOID] = "sigmoid",
     [DL_UNARY_ERF] = "erf",
+    [DL_UNARY_ERFC] = "erfc",
     [DL_UNARY_GELU] = "gelu",
     [DL_UNARY_GELU_TANH] = "gelu",
     [DL_UNARY_SILU] = "silu",
@@ -151,12 +152,13 @@ static int check_self_device(const char *op, const dl_tensor *self, dl_device de
 }
 
 /* Whether the kernels of dev read and write dtype when they compute in
- * `compute`: the CPU's only the compute dtype itself; the CUDA ones also
- * float16 and bfloat16 for float32 (loaded as float, rounded once on store). */
+ * `compute`: the compute dtype itself, and float16 and bfloat16 for float32
+ * (loaded as float, rounded once on store: the CUDA kernels per element,
+ * the CPU's in float blocks, cpu/elementwise.c). */
 static bool kernel_takes(dl_device dev, dl_dtype dtype, dl_dtype compute) {
+    (void)dev;
     if (dtype == compute) return true;
-    return dev.type == DL_DEVICE_CUDA && compute == DL_DTYPE_F32 &&
-           (dtype == DL_DTYPE_F16 || dtype == DL_DTYPE_BF16);
+    return compute == DL_DTYPE_F32 && (dtype == DL_DTYPE_F16 || dtype == DL_DTYPE_BF16);
 }
 
 static int check_cast(const char *op, dl_dtype result, const dl_tensor *self) {
@@ -774,6 +776,7 @@ static const char *const unary_grad_names[DL_UNARY_COUNT] = {
     [DL_UNARY_TANH] = "TanhBackward",
     [DL_UNARY_SIGMOID] = "SigmoidBackward",
     [DL_UNARY_ERF] = "ErfBackward",
+    [DL_UNARY_ERFC] = "ErfcBackward",
     [DL_UNARY_GELU] = "GeluBackward",
     [DL_UNARY_GELU_TANH] = "GeluBackward", /* one node for both forms, as PyTorch */
     [DL_UNARY_SILU] = "SiluBackward",
@@ -805,6 +808,7 @@ static int unary_saves(dl_unary_op op) {
     case DL_UNARY_SINH:
     case DL_UNARY_COSH:
     case DL_UNARY_ERF:
+    case DL_UNARY_ERFC:
     case DL_UNARY_GELU:
     case DL_UNARY_GELU_TANH:
     case DL_UNARY_SILU: return SAVES_INPUT;
@@ -819,6 +823,51 @@ static int unary_saves(dl_unary_op op) {
     case DL_UNARY_TANH:
     case DL_UNARY_SIGMOID: return SAVES_RESULT;
     default: return SAVES_NOTHING;
+    }
+}
+
+/* The backwards of tanh, sigmoid (from the result r = x), GELU and SiLU
+ * (from the input x) composed from elementwise ops: the CUDA path (the CPU
+ * runs dl_act_backward's fused pass). */
+static dl_tensor *act_backward_chain(dl_op_pool *S, dl_unary_op op, dl_tensor *g, dl_tensor *x) {
+    dl_tensor *r = x;
+    switch (op) {
+    case DL_UNARY_TANH: { /* g * (1 - r^2) */
+        dl_tensor *r2 = sc_bin(S, DL_BINARY_MUL, r, r);
+        return sc_bin(S, DL_BINARY_MUL, g, sc_addc(S, sc_un(S, DL_UNARY_NEG, r2), 1));
+    }
+    case DL_UNARY_SIGMOID: { /* g * (1 - r) * r */
+        dl_tensor *one_minus = sc_addc(S, sc_un(S, DL_UNARY_NEG, r), 1);
+        return sc_bin(S, DL_BINARY_MUL, sc_bin(S, DL_BINARY_MUL, g, one_minus), r);
+    }
+    case DL_UNARY_GELU: { /* g * (cdf + x * pdf), PyTorch's GeluBackward */
+        dl_tensor *cdf =
+            sc_mulc(S, sc_addc(S, sc_un(S, DL_UNARY_ERF, sc_mulc(S, x, M_SQRT1_2)), 1), 0.5);
+        dl_tensor *e = sc_un(S, DL_UNARY_EXP, sc_mulc(S, sc_bin(S, DL_BINARY_MUL, x, x), -0.5));
+        dl_tensor *pdf = sc_mulc(S, e, M_2_SQRTPI * M_SQRT1_2 * 0.5);
+        return sc_bin(S, DL_BINARY_MUL, g,
+                      sc_bin(S, DL_BINARY_ADD, cdf, sc_bin(S, DL_BINARY_MUL, x, pdf)));
+    }
+    case DL_UNARY_GELU_TANH: { /* PyTorch's GeluBackward with approximate="tanh" */
+        const double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
+        dl_tensor *x2 = sc_bin(S, DL_BINARY_MUL, x, x);
+        dl_tensor *x3 = sc_bin(S, DL_BINARY_MUL, x2, x);
+        dl_tensor *inner = sc_mulc(S, sc_bin(S, DL_BINARY_ADD, x, sc_mulc(S, x3, kappa)), beta);
+        dl_tensor *t = sc_un(S, DL_UNARY_TANH, inner);
+        dl_tensor *left_d = sc_mulc(S, sc_addc(S, t, 1), 0.5); /* 0.5 * (1 + t) */
+        dl_tensor *tanh_d = sc_addc(S, sc_un(S, DL_UNARY_NEG, sc_bin(S, DL_BINARY_MUL, t, t)), 1);
+        dl_tensor *inner_d = sc_mulc(S, sc_addc(S, sc_mulc(S, x2, 3 * kappa), 1), beta);
+        dl_tensor *right_d =
+            sc_bin(S, DL_BINARY_MUL, sc_bin(S, DL_BINARY_MUL, sc_mulc(S, x, 0.5), tanh_d), inner_d);
+        return sc_bin(S, DL_BINARY_MUL, g, sc_bin(S, DL_BINARY_ADD, left_d, right_d));
+    }
+    case DL_UNARY_SILU: { /* g * s * (1 + x * (1 - s)), s = sigmoid(x) */
+        dl_tensor *sg = sc_un(S, DL_UNARY_SIGMOID, x);
+        dl_tensor *one_minus = sc_addc(S, sc_un(S, DL_UNARY_NEG, sg), 1);
+        dl_tensor *d = sc_addc(S, sc_bin(S, DL_BINARY_MUL, x, one_minus), 1);
+        return sc_bin(S, DL_BINARY_MUL, sc_bin(S, DL_BINARY_MUL, g, sg), d);
+    }
+    default: return NULL;
     }
 }
 
@@ -876,50 +925,24 @@ static int unary_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
         break;
     case DL_UNARY_SINH: gx = sc_bin(S, DL_BINARY_MUL, g, sc_un(S, DL_UNARY_COSH, x)); break;
     case DL_UNARY_COSH: gx = sc_bin(S, DL_BINARY_MUL, g, sc_un(S, DL_UNARY_SINH, x)); break;
-    case DL_UNARY_TANH: { /* g * (1 - r^2) */
-        dl_tensor *r2 = sc_bin(S, DL_BINARY_MUL, r, r);
-        gx = sc_bin(S, DL_BINARY_MUL, g, sc_addc(S, sc_un(S, DL_UNARY_NEG, r2), 1));
+    case DL_UNARY_TANH:
+    case DL_UNARY_SIGMOID:
+    case DL_UNARY_GELU:
+    case DL_UNARY_GELU_TANH:
+    case DL_UNARY_SILU:
+        /* one fused pass; the chain where the gradient itself is recorded */
+        if (dl_tensor_device(x).type == DL_DEVICE_CPU &&
+            dl_tensor_device(g).type == DL_DEVICE_CPU && !dl_needs_grad2(g, x))
+            gx = dl_op_keep(S, dl_act_backward(op, g, x));
+        else
+            gx = act_backward_chain(S, op, g, x);
         break;
-    }
-    case DL_UNARY_SIGMOID: { /* g * (1 - r) * r */
-        dl_tensor *one_minus = sc_addc(S, sc_un(S, DL_UNARY_NEG, r), 1);
-        gx = sc_bin(S, DL_BINARY_MUL, sc_bin(S, DL_BINARY_MUL, g, one_minus), r);
-        break;
-    }
-    case DL_UNARY_ERF: { /* 2/sqrt(pi) * exp(-x^2) * g */
+    case DL_UNARY_ERF:
+    case DL_UNARY_ERFC: { /* +-2/sqrt(pi) * exp(-x^2) * g */
         dl_tensor *e =
             sc_un(S, DL_UNARY_EXP, sc_un(S, DL_UNARY_NEG, sc_bin(S, DL_BINARY_MUL, x, x)));
-        gx = sc_bin(S, DL_BINARY_MUL, sc_mulc(S, e, M_2_SQRTPI), g);
-        break;
-    }
-    case DL_UNARY_GELU: { /* g * (cdf + x * pdf), PyTorch's GeluBackward */
-        dl_tensor *cdf =
-            sc_mulc(S, sc_addc(S, sc_un(S, DL_UNARY_ERF, sc_mulc(S, x, M_SQRT1_2)), 1), 0.5);
-        dl_tensor *e = sc_un(S, DL_UNARY_EXP, sc_mulc(S, sc_bin(S, DL_BINARY_MUL, x, x), -0.5));
-        dl_tensor *pdf = sc_mulc(S, e, M_2_SQRTPI * M_SQRT1_2 * 0.5);
-        gx = sc_bin(S, DL_BINARY_MUL, g,
-                    sc_bin(S, DL_BINARY_ADD, cdf, sc_bin(S, DL_BINARY_MUL, x, pdf)));
-        break;
-    }
-    case DL_UNARY_GELU_TANH: { /* PyTorch's GeluBackward with approximate="tanh" */
-        const double beta = M_SQRT2 * M_2_SQRTPI * 0.5, kappa = 0.044715;
-        dl_tensor *x2 = sc_bin(S, DL_BINARY_MUL, x, x);
-        dl_tensor *x3 = sc_bin(S, DL_BINARY_MUL, x2, x);
-        dl_tensor *inner = sc_mulc(S, sc_bin(S, DL_BINARY_ADD, x, sc_mulc(S, x3, kappa)), beta);
-        dl_tensor *t = sc_un(S, DL_UNARY_TANH, inner);
-        dl_tensor *left_d = sc_mulc(S, sc_addc(S, t, 1), 0.5); /* 0.5 * (1 + t) */
-        dl_tensor *tanh_d = sc_addc(S, sc_un(S, DL_UNARY_NEG, sc_bin(S, DL_BINARY_MUL, t, t)), 1);
-        dl_tensor *inner_d = sc_mulc(S, sc_addc(S, sc_mulc(S, x2, 3 * kappa), 1), beta);
-        dl_tensor *right_d =
-            sc_bin(S, DL_BINARY_MUL, sc_bin(S, DL_BINARY_MUL, sc_mulc(S, x, 0.5), tanh_d), inner_d);
-        gx = sc_bin(S, DL_BINARY_MUL, g, sc_bin(S, DL_BINARY_ADD, left_d, right_d));
-        break;
-    }
-    case DL_UNARY_SILU: { /* g * s * (1 + x * (1 - s)), s = sigmoid(x) */
-        dl_tensor *sg = sc_un(S, DL_UNARY_SIGMOID, x);
-        dl_tensor *one_minus = sc_addc(S, sc_un(S, DL_UNARY_NEG, sg), 1);
-        dl_tensor *d = sc_addc(S, sc_bin(S, DL_BINARY_MUL, x, one_minus), 1);
-        gx = sc_bin(S, DL_BINARY_MUL, sc_bin(S, DL_BINARY_MUL, g, sg), d);
+        gx = sc_bin(S, DL_BINARY_MUL, sc_mulc(S, e, op == DL_UNARY_ERF ? M_2_SQRTPI : -M_2_SQRTPI),
+                    g);
         break;
     }
     case DL_UNARY_FRAC: gx = g; break;

@@ -483,6 +483,13 @@ static void scratch_free(double *d, dl_tensor *hold) {
 
 typedef enum { F_SUM, F_MEAN, F_PROD, F_AMAX, F_AMIN, F_VAR, F_STD, F_NORM, F_LSE } fop;
 
+/* The CPU sums float16/bfloat16 as they are (converted in blocks, the
+ * float32 copy's result); everything else reduces a float32 copy. */
+static bool half_sum_ok(const dl_tensor *x, fop f) {
+    return (f == F_SUM || f == F_MEAN) && dl_tensor_device(x).type == DL_DEVICE_CPU &&
+           (x->dtype == DL_DTYPE_F16 || x->dtype == DL_DTYPE_BF16);
+}
+
 /* Runs the kernels of f over plan p into a[O*I] (on the plan's device). */
 static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, double *a) {
     int64_t n = p->s.O * p->s.I;
@@ -510,6 +517,9 @@ static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, doubl
         scratch_free(shift, hold);
         return rc;
     case F_LSE:
+        /* contiguous rows on the CPU: one fused pass */
+        if (!p->cuda && p->s.RO == 1 && p->s.I == 1)
+            return dl_cpu_reduce_logsumexp_rows(plan_data(p), dt, p->s.O, p->s.R, a);
         /* max + log(sum(exp(x - max))); an infinite max is not subtracted */
         if (!(shift = scratch(p, n, &hold, "logsumexp"))) return -1;
         rc = k_acc(p, DL_ACC_MAX, dt, 0, NULL, shift);
@@ -537,9 +547,11 @@ static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, doubl
     return dl_error("reduce: unknown reduction");
 }
 
-/* f over mask of xc (float32 or float64), result of dtype odt. */
-static dl_tensor *float_reduce(fop f, dl_tensor *xc, const bool *mask, bool keepdim, dl_dtype odt,
-                               double param) {
+/* f over mask of xc, result of dtype odt.  A float reduction (xc float32 or
+ * float64) accumulates in float64; an integer one (int_acc: F_SUM or F_PROD
+ * of integers) in int64. */
+static dl_tensor *reduce_to(fop f, bool int_acc, dl_tensor *xc, const bool *mask, bool keepdim,
+                            dl_dtype odt, double param) {
     int64_t oshape[DL_MAX_DIMS];
     int ond = reduced_shape(xc, mask, keepdim, oshape);
     rplan p;
@@ -547,29 +559,11 @@ static dl_tensor *float_reduce(fop f, dl_tensor *xc, const bool *mask, bool keep
     dl_tensor *out = dl_tensor_empty(ond, oshape, odt, p.dev);
     sink s = {NULL, NULL};
     void *a = NULL;
-    int rc = out ? sink_open(&s, out, DL_DTYPE_F64, xc, mask, keepdim, &p, &a) : -1;
-    if (!rc) rc = sink_close(&s, float_kernels(f, &p, xc->dtype, param, a));
-    dl_tensor_release(p.src);
-    if (rc) {
-        dl_tensor_release(out);
-        return NULL;
-    }
-    return out;
-}
-
-/* --- integer sums and products --------------------------------------------------------- */
-
-static dl_tensor *int_reduce(bool prod, dl_tensor *xc, const bool *mask, bool keepdim,
-                             dl_dtype odt) {
-    int64_t oshape[DL_MAX_DIMS];
-    int ond = reduced_shape(xc, mask, keepdim, oshape);
-    rplan p;
-    if (plan_make(xc, mask, false, &p)) return NULL;
-    dl_tensor *out = dl_tensor_empty(ond, oshape, odt, p.dev);
-    sink s = {NULL, NULL};
-    void *a = NULL;
-    int rc = out ? sink_open(&s, out, DL_DTYPE_I64, xc, mask, keepdim, &p, &a) : -1;
-    if (!rc) rc = sink_close(&s, k_acc_i64(&p, prod, a));
+    dl_dtype acc = int_acc ? DL_DTYPE_I64 : DL_DTYPE_F64;
+    int rc = out ? sink_open(&s, out, acc, xc, mask, keepdim, &p, &a) : -1;
+    if (!rc)
+        rc = sink_close(&s, int_acc ? k_acc_i64(&p, f == F_PROD, a)
+                                    : float_kernels(f, &p, xc->dtype, param, a));
     dl_tensor_release(p.src);
     if (rc) {
         dl_tensor_release(out);
@@ -589,10 +583,10 @@ static dl_tensor *sum_prod(const char *op, bool prod, dl_tensor *x, int ndims, c
     dl_tensor *xd = dl_tensor_to_dtype(x, given ? dtype : x->dtype);
     if (!xd) return NULL;
     dl_tensor *r = NULL;
-    dl_tensor *xc = dl_tensor_to_dtype(xd, is_float(odt) ? float_compute(odt) : DL_DTYPE_I64);
-    if (xc)
-        r = is_float(odt) ? float_reduce(prod ? F_PROD : F_SUM, xc, mask, keepdim, odt, 0)
-                          : int_reduce(prod, xc, mask, keepdim, odt);
+    dl_tensor *xc = half_sum_ok(xd, prod ? F_PROD : F_SUM)
+                        ? dl_tensor_retain(xd)
+                        : dl_tensor_to_dtype(xd, is_float(odt) ? float_compute(odt) : DL_DTYPE_I64);
+    if (xc) r = reduce_to(prod ? F_PROD : F_SUM, !is_float(odt), xc, mask, keepdim, odt, 0);
     dl_tensor_release(xc);
     dl_tensor_release(xd);
     return r;
@@ -694,9 +688,10 @@ static dl_tensor *float_op(const char *op, fop f, dl_tensor *x, int ndims, const
                            bool keepdim, dl_dtype odt, double param) {
     bool mask[DL_MAX_DIMS];
     if (dims_mask(op, x, ndims, dims, mask)) return NULL;
-    dl_tensor *xc = dl_tensor_to_dtype(x, float_compute(odt));
+    dl_tensor *xc =
+        half_sum_ok(x, f) ? dl_tensor_retain(x) : dl_tensor_to_dtype(x, float_compute(odt));
     if (!xc) return NULL;
-    dl_tensor *r = float_reduce(f, xc, mask, keepdim, odt, param);
+    dl_tensor *r = reduce_to(f, false, xc, mask, keepdim, odt, param);
     dl_tensor_release(xc);
     return r;
 }

@@ -3,8 +3,11 @@
 -- bfloat16; gelu (both forms) and silu through dl._F against
 -- torch.nn.functional, values and input gradients to a dtype's rounding,
 -- including the edge values (0, -0, +-large, +-inf, NaN) and rows long
--- enough for the vector kernels and their tails.  Python draws the inputs
--- and computes torch's results.
+-- enough for the vector kernels and their tails; the fused backwards of
+-- gelu, silu, sigmoid and tanh also on strided views and in bfloat16 (the
+-- file reruns itself with DLUA_CPU_VECMATH=avx2 and =0, so both vector
+-- ISAs and the scalar loops meet the oracle).  Python draws the inputs and
+-- computes torch's results.
 local T = require "testlib"
 local nn = dl._nn
 
@@ -30,7 +33,7 @@ for dt in (torch.float32, torch.float64):
     for x in (torch.tensor(edge, dtype=dt), mk((5, 37), dt, 3.0), mk((3, 16), dt, 10.0)):
         for op, f in (("gelu", lambda t: F.gelu(t)),
                       ("gelu_tanh", lambda t: F.gelu(t, approximate="tanh")),
-                      ("silu", F.silu)):
+                      ("silu", F.silu), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh)):
             xr = leaf(x)
             y = f(xr)
             g = mk(y.shape, dt)
@@ -42,6 +45,24 @@ for dt in (torch.float32, torch.float64):
         add(op=op + "_T", x=xb, y=F.gelu(xb.t(), approximate=approx))
     add(op="silu_T", x=xb, y=F.silu(xb.t()))
 
+# --- the fused backwards on strided views and in bfloat16 ----------------------------------------
+ACTS = (("gelu", lambda t: F.gelu(t)), ("gelu_tanh", lambda t: F.gelu(t, approximate="tanh")),
+        ("silu", F.silu), ("sigmoid", torch.sigmoid), ("tanh", torch.tanh))
+for dt in (torch.float32, torch.float64, torch.bfloat16):
+    x = mk((7, 45), dt, 4.0)
+    for op, f in ACTS:
+        xr = leaf(x)
+        y = f(xr.t())  # the op reads a transposed view
+        g = mk(y.shape, dt)
+        gx, = torch.autograd.grad(y, xr, g)
+        add(op=op + "_TG", x=x, y=y.detach(), g=g, gx=gx)
+        if dt == torch.bfloat16:
+            xr = leaf(x)
+            y = f(xr)
+            g = mk(y.shape, dt)
+            gx, = torch.autograd.grad(y, xr, g)
+            add(op=op, x=x, y=y.detach(), g=g, gx=gx)
+
 emit(cases)
 ]==])
 
@@ -50,10 +71,13 @@ local act = {
   gelu = function(x) return F.gelu(x) end,
   gelu_tanh = function(x) return F.gelu(x, {approximate = "tanh"}) end,
   silu = function(x) return F.silu(x) end,
+  sigmoid = function(x) return x:sigmoid() end,
+  tanh = function(x) return x:tanh() end,
 }
 
-T.oracle_cases(data, T.torch_tol, {"relu", "gelu", "gelu_tanh", "silu", "gelu_T", "gelu_tanh_T",
-  "silu_T"}, function(c, rtol, atol, msg)
+T.oracle_cases(data, T.torch_tol, {"relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "gelu_T",
+  "gelu_tanh_T", "silu_T", "gelu_TG", "gelu_tanh_TG", "silu_TG", "sigmoid_TG", "tanh_TG"},
+  function(c, rtol, atol, msg)
   if c.op == "relu" then
     local x = T.from_torch(c.x)
     local y = nn.relu_forward(x)
@@ -65,6 +89,12 @@ T.oracle_cases(data, T.torch_tol, {"relu", "gelu", "gelu_tanh", "silu", "gelu_T"
     T.match_torch(y, c.y, rtol, atol, msg .. " forward")
     local gx = dl.autograd.grad(y, {x}, {grad_outputs = {T.from_torch(c.g)}})[1]
     T.match_torch(gx, c.gx, rtol, atol, msg .. " input gradient")
+  elseif c.op:match("_TG$") then
+    local x = T.from_torch(c.x):requires_grad_()
+    local y = act[c.op:sub(1, -4)](x:t())
+    T.match_torch(y, c.y, rtol, atol, msg .. " strided forward")
+    local gx = dl.autograd.grad(y, {x}, {grad_outputs = {T.from_torch(c.g)}})[1]
+    T.match_torch(gx, c.gx, rtol, atol, msg .. " strided input gradient")
   elseif c.op:match("_T$") then
     local x = T.from_torch(c.x):t()
     T.match_torch(act[c.op:sub(1, -3)](x), c.y, rtol, atol, msg .. " strided forward")
@@ -72,5 +102,15 @@ T.oracle_cases(data, T.torch_tol, {"relu", "gelu", "gelu_tanh", "silu", "gelu_T"
     error("unknown case " .. c.op)
   end
 end)
+
+-- the same cases on AVX2 and on the scalar loops (child processes)
+if os.getenv("DLUA_CPU_VECMATH") == nil then
+  for _, mode in ipairs{"avx2", "0"} do
+    T.case("the cases with DLUA_CPU_VECMATH=" .. mode, function()
+      local ok, text = T.sh("DLUA_CPU_VECMATH=" .. mode .. " '" .. arg[-1] .. "' '" .. arg[0] .. "'")
+      T.truthy(ok and text:match("(%d+) passed, 0 failed"), "with DLUA_CPU_VECMATH=" .. mode .. ":\n" .. text)
+    end)
+  end
+end
 
 T.done()

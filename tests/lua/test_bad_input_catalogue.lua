@@ -18,8 +18,7 @@ local ck = require "dl.train.checkpoint"
 local guard = require "dl.train.guard"
 
 -- --- the files: valid ones, then broken copies ------------------------------
-local dir = T.tmpdir() .. "/bad_input_catalogue"
-os.execute("rm -rf '" .. dir .. "' && mkdir -p '" .. dir .. "'")
+local dir = T.fresh_dir("bad_input_catalogue")
 local function path(name) return dir .. "/" .. name end
 local function write(name, bytes)
   local f = assert(io.open(path(name), "wb"))

@@ -62,12 +62,7 @@ end)
 
 T.case("batch_norm: expanded, transposed and narrowed operands", function()
   for _, dt in ipairs({F32, F64}) do
-    local base = dl.randn(2, 3, 1, 1, {dtype = dt})
-    local xe = base:expand(2, 3, 6, 5)
-    local xt = dl.randn(2, 3, 5, 6, {dtype = dt}):transpose(3, 4)
-    local xn = dl.randn(2, 5, 8, 9, {dtype = dt}):narrow(2, 2, 3):narrow(4, 3, 5):narrow(3, 2, 6)
-    for _, x in ipairs({xe, xt, xn}) do
-      T.truthy(not x:is_contiguous())
+    for _, x in ipairs(T.strided_inputs(dt)) do
       local gy = dl.randn(2, 3, 6, 5, {dtype = dt})
       T.tensor_eq(nn.batch_norm_forward(x, nil, nil, nil, nil, {training = true}),
         nn.batch_norm_forward(x:contiguous(), nil, nil, nil, nil, {training = true}), 1e-5)

@@ -114,18 +114,7 @@ T.case("channels-last results do not depend on the thread count", function()
     local gx, gw, gb = nn.batch_norm_backward(gy, x, w, nil, nil, m, s, {training = true})
     return {y, m, s, gx, gw, gb}
   end
-  local n = dl.get_num_threads()
-  dl.set_num_threads(1)
-  local one = run()
-  dl.set_num_threads(2)
-  local two = run()
-  dl.set_num_threads(3)
-  local three = run()
-  dl.set_num_threads(n)
-  for i = 1, #one do
-    T.truthy(dl.equal(one[i], two[i]), "result " .. i .. ": 1 vs 2 threads")
-    T.truthy(dl.equal(one[i], three[i]), "result " .. i .. ": 1 vs 3 threads")
-  end
+  T.same_across_threads(run, {1, 2, 3}, "batch_norm channels-last")
 end)
 
 T.case("half channels-last input goes through the (N,C,*) path", function()

@@ -99,16 +99,10 @@ T.case("clip_grad_norm_, clip_grad_value_: layouts, dtypes, versions, many tenso
 end)
 
 T.case("get_total_norm: results do not depend on the thread count", function()
-  local n0 = dl.get_num_threads()
   local ts = {T.randn(700, 300, {seed = 1}), T.randn(5, {seed = 2}), T.randn(100000, {seed = 3})}
-  local out = {}
-  for _, threads in ipairs({1, 3}) do
-    dl.set_num_threads(threads)
-    out[threads] = {U.get_total_norm(ts), U.get_total_norm(ts, {norm_type = 3}),
-      U.get_total_norm(ts, {norm_type = "inf"})}
-  end
-  dl.set_num_threads(n0)
-  for i = 1, 3 do T.same_bits(out[3][i], out[1][i], "norm " .. i) end
+  T.same_across_threads(function()
+    return {U.get_total_norm(ts), U.get_total_norm(ts, {norm_type = 3}), U.get_total_norm(ts, {norm_type = "inf"})}
+  end, {1, 3}, "get_total_norm")
 end)
 
 T.case("clip_grad_norm_: error_if_nonfinite and bad input", function()

@@ -10,8 +10,7 @@ local dl = require "dl"
 local TF = dl.transforms
 local D = dl.data
 
-local dir = T.tmpdir() .. "/data"
-os.execute("rm -rf '" .. dir .. "' && mkdir -p '" .. dir .. "'")
+local dir = T.fresh_dir("data")
 
 local ref = T.torch(string.format([==[
 import numpy as np, os, torch, warnings, gzip

@@ -423,14 +423,10 @@ T.case("parallel loops agree with one thread", function()
       a:clone():mul_(b), dl.arange(n) // 7, a:view(1000, 100):t():contiguous():t():tanh(),
     }
   end
-  local prev = dl.get_num_threads()
-  dl.set_num_threads(1)
-  local s = run()
-  dl.set_num_threads(4)
-  local p = run()
-  T.raises(function() return dl.arange(n) % dl.zeros(n, {dtype = dl.int64}) end, "division by zero")
-  dl.set_num_threads(prev)
-  for i = 1, #s do T.truthy(dl.equal(s[i], p[i]), "result " .. i .. " differs across thread counts") end
+  local s = T.same_across_threads(run, {1, 4}, "parallel loops")[1]
+  T.at_threads({4}, function()
+    T.raises(function() return dl.arange(n) % dl.zeros(n, {dtype = dl.int64}) end, "division by zero")
+  end)
   T.near(s[1][12345]:item(), math.sin(12.344) + math.cos(24.688), 1e-5)
 end)
 

@@ -181,7 +181,7 @@ end, 0, 0)
 
 local UNARY_ANY = {"neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc", "square",
                    "exp", "exp2", "expm1", "sin", "cos", "tan", "atan", "sinh", "cosh", "tanh",
-                   "sigmoid", "erf", "frac", "reciprocal", "logical_not", "isnan", "isinf",
+                   "sigmoid", "erf", "erfc", "frac", "reciprocal", "logical_not", "isnan", "isinf",
                    "isfinite"}
 local UNARY_POS = {"log", "log2", "log10", "log1p", "sqrt", "rsqrt"}
 local UNARY_UNIT = {"asin", "acos"}

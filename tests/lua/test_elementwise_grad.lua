@@ -182,7 +182,7 @@ local UNARY = {
   {"log1p", -0.5, 3}, {"sqrt", 0.2, 3}, {"rsqrt", 0.2, 3}, {"reciprocal", "away"},
   {"sin", -3, 3}, {"cos", -3, 3}, {"tan", -1.2, 1.2}, {"asin", -0.9, 0.9},
   {"acos", -0.9, 0.9}, {"atan", -3, 3}, {"sinh", -2, 2}, {"cosh", -2, 2}, {"tanh", -2, 2},
-  {"sigmoid", -3, 3}, {"erf", -2, 2}, {"frac", -3, 3}, {"sign", "away"}, {"floor", -3, 3},
+  {"sigmoid", -3, 3}, {"erf", -2, 2}, {"erfc", -2, 2}, {"frac", -3, 3}, {"sign", "away"}, {"floor", -3, 3},
   {"ceil", -3, 3}, {"round", -3, 3}, {"trunc", -3, 3},
 }
 

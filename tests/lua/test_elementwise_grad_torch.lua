@@ -43,7 +43,7 @@ UNARY = [("neg", -2, 2), ("abs", None, None), ("relu", None, None), ("square", -
          ("log10", 0.2, 3), ("log1p", -0.5, 3), ("sqrt", 0.2, 3), ("rsqrt", 0.2, 3),
          ("reciprocal", None, None), ("sin", -3, 3), ("cos", -3, 3), ("tan", -1.2, 1.2),
          ("asin", -0.9, 0.9), ("acos", -0.9, 0.9), ("atan", -3, 3), ("sinh", -2, 2),
-         ("cosh", -2, 2), ("tanh", -2, 2), ("sigmoid", -4, 4), ("erf", -2, 2), ("frac", -3, 3),
+         ("cosh", -2, 2), ("tanh", -2, 2), ("sigmoid", -4, 4), ("erf", -2, 2), ("erfc", -2, 2), ("frac", -3, 3),
          ("sign", None, None), ("floor", -3, 3), ("ceil", -3, 3), ("round", -3, 3),
          ("trunc", -3, 3)]
 for name, lo, hi in UNARY:

@@ -107,7 +107,7 @@ for name, fn in BINARY:
 UNARY = ["neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc", "square", "exp",
          "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "reciprocal",
          "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf",
-         "frac", "logical_not", "isnan", "isinf", "isfinite"]
+         "erfc", "frac", "logical_not", "isnan", "isinf", "isfinite"]
 UDT = [F32, F64, I64, I32, U8, B, F16, BF16]
 USHAPES = [(7,), (3, 4), (), (2, 0), (2, 3, 4)]
 k = 0

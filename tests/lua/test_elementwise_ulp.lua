@@ -2,7 +2,8 @@
 -- (src/cpu/vecmath.c, SLEEF u10) against float64 references from libm:
 -- float32 results within 1 ulp of the correctly rounded value over wide
 -- random and edge inputs (0, -0, subnormals, +-inf, NaN, large magnitudes;
--- sigmoid and rsqrt, formulas over exp and sqrt, within 2),
+-- sigmoid and rsqrt, formulas over exp and sqrt, within 2; erfc, SLEEF's
+-- u15 kernel, within 1.5),
 -- NaN/inf/signed zero as C99 (and PyTorch) give them, the same bits in every
 -- layout and row split, and float64 results within 1e-15 relative.  The
 -- activations composed around one vector function (gelu over erf, its tanh
@@ -10,12 +11,16 @@
 -- formula run by libm, within a few ulp plus the cancellation in 1 + erf
 -- (1 + tanh) that PyTorch's formula has too, and for their bits in every
 -- layout.
+-- pow (SLEEF's u10 pow) likewise within 1 ulp over the same bases with
+-- edge and random exponents, C99's special cases (pow(1, NaN) = 1,
+-- pow(x, +-0) = 1, pow(-1, +-inf) = 1, ...), and the same bits whether the
+-- exponent is a tensor, a broadcast scalar or a strided view.
 -- The reference runs in a child dlua with DLUA_CPU_VECMATH=0 (libm's scalar
 -- loops), so it shares no code with the kernels under test.
 local T = require "testlib"
 
 local OPS = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin",
-             "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf"}
+             "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc"}
 
 -- inputs: edge values, then spreads over each op's interesting range
 local function inputs()
@@ -32,17 +37,31 @@ local function inputs()
   return dl.tensor(v, {dtype = dl.float32})
 end
 
+-- pow's exponents: C99's special values, integers, halves, then random
+local function exponents(n)
+  local e = {0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 3.0, 0.5, -0.5, 1 / 0, -1 / 0, 0 / 0, 1e-3, 7.25,
+             -2.5, 31.0, -31.0, 1e10, -1e10, 1e-30}
+  dl.manual_seed(4)
+  local u = dl.rand(n):tolist()
+  for i = #e + 1, n do e[i] = (u[i] * 2 - 1) * (i % 3 == 0 and 40 or 4) end
+  return dl.tensor(e, {dtype = dl.float32})
+end
+
 local ok_tmp = T.tmpdir()
 local x32 = inputs()
+local e32 = exponents(x32:numel())
 local inpath, refpath = ok_tmp .. "/ulp_in.safetensors", ok_tmp .. "/ulp_ref.safetensors"
-dl.save(inpath, {x = x32})
+dl.save(inpath, {x = x32, e = e32})
 
 -- the float64 references of every op, by libm in a child process
 local script = ok_tmp .. "/ulp_ref.lua"
 local f = assert(io.open(script, "w"))
 f:write(string.format([[
-local x = dl.load(%q).x:double()
+local inp = dl.load(%q)
+local x = inp.x:double()
 local out = {}
+out.pow = x:abs():pow(inp.e:double())
+out.pow_neg = x:pow(inp.e:double():round())
 for _, op in ipairs({%s}) do out[op] = x[op](x) end
 out.gelu, out.silu = dl._F.gelu(x), dl._F.silu(x)
 out.gelu_tanh = dl._F.gelu(x, {approximate = "tanh"})
@@ -89,8 +108,9 @@ local function check_f32(op, y, r64)
       if d > worst then worst, at = d, i end
     end
   end
-  -- sigmoid and rsqrt are formulas over exp/sqrt (one more rounding): 2 ulp
-  local bar = (op == "sigmoid" or op == "rsqrt") and 2 or 1
+  -- sigmoid and rsqrt are formulas over exp/sqrt (one more rounding): 2 ulp;
+  -- SLEEF's erfc is its u15 kernel (1.5 ulp; it has no u10 one)
+  local bar = (op == "sigmoid" or op == "rsqrt") and 2 or op == "erfc" and 1.5 or 1
   T.truthy(worst <= bar, string.format("%s: %.3f ulp at x = %.9g (got %.9g, exact %.17g)", op,
     worst, at and xs[at] or 0, at and ys[at] or 0, at and rs[at] or 0))
   return worst
@@ -102,11 +122,57 @@ for _, op in ipairs(OPS) do
   end)
 end
 
+T.case("float32 pow within 1 ulp of libm's float64", function()
+  check_f32("pow", x32:abs():pow(e32), ref.pow)
+  check_f32("pow", x32:pow(e32:round()), ref.pow_neg) -- negative bases, integer exponents
+  -- C99's special cases
+  local b = dl.tensor({1, 1, 0 / 0, -1, -1, 0, -0.0, 0, 2, -8}, {dtype = dl.float32})
+  local e = dl.tensor({0 / 0, 1 / 0, 0, 1 / 0, -1 / 0, -1, -3, 3, -1 / 0, 1 / 3}, {dtype = dl.float32})
+  local y = b:pow(e):tolist()
+  T.eq(y[1], 1)
+  T.eq(y[2], 1)
+  T.eq(y[3], 1)
+  T.eq(y[4], 1)
+  T.eq(y[5], 1)
+  T.eq(y[6], 1 / 0)
+  T.eq(y[7], -1 / 0)
+  T.eq(1 / y[8], 1 / 0)
+  T.eq(y[9], 0)
+  T.truthy(y[10] ~= y[10], "pow(-8, 1/3) is NaN")
+end)
+
+T.case("pow: same bits with tensor, broadcast and strided exponents", function()
+  local n = x32:numel() - x32:numel() % 60
+  local base = x32:narrow(1, 1, n):abs()
+  for _, ev in ipairs({0.3, -1.7, 5.5}) do
+    local full = dl.full({n}, ev)
+    T.same_bits(base:pow(ev), base:pow(full), "pow with a broadcast exponent " .. ev)
+  end
+  local ex = e32:narrow(1, 1, n)
+  local want = base:pow(ex)
+  local bm, em = base:view(60, n // 60), ex:view(60, n // 60)
+  local bt, et = bm:t():contiguous():t(), em:t():contiguous():t()
+  T.same_bits(bt:pow(et):contiguous():view(n), want, "pow on a transposed layout")
+  T.same_bits(base:narrow(1, 8, 37):pow(ex:narrow(1, 8, 37)), want:narrow(1, 8, 37), "pow on an offset slice")
+  local d = base:double():pow(ex:double())
+  local ys, rs = d:tolist(), ref.pow:tolist()
+  for i = 1, #ys do
+    local a, r = ys[i], rs[i]
+    if r ~= r then
+      T.truthy(a ~= a, "float64 pow NaN")
+    elseif math.abs(r) == math.huge or r == 0 then
+      T.eq(a, r, "float64 pow edge")
+    elseif math.abs(a - r) > 1e-15 * math.abs(r) then
+      T.fail(string.format("float64 pow: got %.17g, libm %.17g", a, r))
+    end
+  end
+end)
+
 T.case("same bits in every layout and row split", function()
   local n = x32:numel() - x32:numel() % 60
   local flat = x32:narrow(1, 1, n)
   local m = flat:view(60, n // 60)
-  for _, op in ipairs({"exp", "tanh", "erf", "sigmoid", "log1p", "sin"}) do
+  for _, op in ipairs({"exp", "tanh", "erf", "erfc", "sigmoid", "log1p", "sin"}) do
     local want = flat[op](flat)
     -- transposed (strided rows), a narrow slice (odd offset, short rows)
     local tr = m:t():contiguous():t()

@@ -88,15 +88,13 @@ T.case("embedding_bag: every mode, padding, weights, empty bags", function()
 end)
 
 T.case("embedding, embedding_bag: results do not depend on the thread count", function()
-  local n0 = dl.get_num_threads()
   local w = T.randn(50, 64, {seed = 3})
   dl.manual_seed(4)
   local ids = dl.randint(1, 51, {4000})
   local gy = T.randn(4000, 64, {seed = 5})
   local off = dl.arange(1, 4001, 7)
   local gyb = T.randn(off:numel(), 64, {seed = 6})
-  local function run(threads)
-    dl.set_num_threads(threads)
+  local function run()
     local out = {nn.embedding_backward(gy, ids, 50), nn.embedding_backward(gy, ids, 50, {scale_grad_by_freq = true})}
     for _, mode in ipairs({"sum", "mean", "max"}) do
       local wl = w:clone():requires_grad_()
@@ -107,9 +105,7 @@ T.case("embedding, embedding_bag: results do not depend on the thread count", fu
     end
     return out
   end
-  local one, many = run(1), run(3)
-  dl.set_num_threads(n0)
-  for i = 1, #one do T.same_bits(many[i], one[i], "result " .. i) end
+  T.same_across_threads(run, {1, 3}, "embedding")
 end)
 
 -- --- modules ------------------------------------------------------------------------

@@ -6,8 +6,7 @@
 local T = require "testlib"
 local dl = require "dl"
 
-local dir = T.tmpdir() .. "/image"
-os.execute("rm -rf '" .. dir .. "' && mkdir -p '" .. dir .. "'")
+local dir = T.fresh_dir("image")
 
 -- Python writes the files (Pillow, or a small PNG writer for what Pillow
 -- cannot save) and emits Pillow's convert("RGB") / convert("L") of each.

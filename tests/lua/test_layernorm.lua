@@ -135,12 +135,10 @@ T.case("layer_norm, rms_norm: half data with float32 or half parameters", functi
 end)
 
 T.case("layer_norm, rms_norm: results do not depend on the thread count", function()
-  local n0 = dl.get_num_threads()
   local x = T.randn(300, 257, {seed = 7})
   local w, b = T.randn(257, {seed = 8}), T.randn(257, {seed = 9})
   local gy = T.randn(300, 257, {seed = 10})
-  local function run(threads)
-    dl.set_num_threads(threads)
+  local function run()
     local out = {}
     for _, rms in ipairs({false, true}) do
       local y, mean, rstd
@@ -159,11 +157,7 @@ T.case("layer_norm, rms_norm: results do not depend on the thread count", functi
     end
     return out
   end
-  local one, many = run(1), run(3)
-  dl.set_num_threads(n0)
-  for i = 1, #one do
-    for j = 1, #one[i] do T.same_bits(many[i][j], one[i][j], "result " .. i .. "." .. j) end
-  end
+  T.same_across_threads(run, {1, 3}, "layer_norm/rms_norm")
 end)
 
 -- --- modules ------------------------------------------------------------------------

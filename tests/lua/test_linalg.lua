@@ -325,17 +325,13 @@ end)
 
 T.case("threads: results do not depend on the thread count", function()
   local xt, yt = rtable(150, 140, -9, 9), rtable(140, 90, -9, 9)
-  local n0 = dl.get_num_threads()
-  local outs = {}
-  for _, n in ipairs({1, 2}) do
-    dl.set_num_threads(n)
+  local outs = T.at_threads({1, 2}, function(n)
     T.eq(dl.get_num_threads(), n)
-    outs[n] = {
+    return {
       dl.matmul(dl.tensor(xt, {dtype = dl.float64}), dl.tensor(yt, {dtype = dl.float64})),
       dl.matmul(dl.tensor({xt, xt, xt}, {dtype = dl.float32}), dl.tensor(yt, {dtype = dl.float32})),
     }
-  end
-  dl.set_num_threads(n0)
+  end)
   T.tensor_eq(outs[1][1], outs[2][1], 0)
   T.tensor_eq(outs[1][2], outs[2][2], 0)
   T.tensor_eq(outs[1][1], ref_mm(xt, yt), 0)

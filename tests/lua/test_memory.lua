@@ -2,12 +2,7 @@
 -- the bindings drive the collector from bytes allocated, and <close> frees at once.
 local T = require "testlib"
 
-local function status_kb(field)
-  for line in io.lines("/proc/self/status") do
-    local v = line:match("^" .. field .. ":%s+(%d+)")
-    if v then return tonumber(v) end
-  end
-end
+local status_kb = T.proc_status
 
 T.case("10,000 temporary 4 MB tensors stay under 1 GB", function()
   local base = dl.memory_allocated()

@@ -17,7 +17,7 @@ if not io.open("/usr/share/libonnx-testdata/data/node/test_abs/model.onnx") then
   os.exit(77)
 end
 
-local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+local here = T.dir
 local exe = arg[-1] or "dlua"
 local json = T.tmpdir() .. "/onnx_conformance.json"
 local list = T.tmpdir() .. "/onnx_conformance.txt"

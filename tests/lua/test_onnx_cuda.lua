@@ -11,8 +11,7 @@ if dl._onnx.missing() then
   os.exit(77)
 end
 
-local dir = T.tmpdir() .. "/onnx_cuda"
-os.execute("rm -rf '" .. dir .. "' && mkdir -p '" .. dir .. "'")
+local dir = T.fresh_dir("onnx_cuda")
 
 T.case("an exported ResNet-18 imported on CUDA", function()
   dl.manual_seed(5)

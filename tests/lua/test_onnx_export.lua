@@ -18,9 +18,8 @@ if dl._onnx.missing() then
 end
 
 local nn = dl.nn
-local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
-local dir = T.tmpdir() .. "/onnx_export"
-os.execute("rm -rf '" .. dir .. "' && mkdir -p '" .. dir .. "'")
+local here = T.dir
+local dir = T.fresh_dir("onnx_export")
 
 local sh = T.sh
 

@@ -13,9 +13,8 @@ if dl._onnx.missing() then
   os.exit(77)
 end
 
-local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
-local dir = T.tmpdir() .. "/onnx_torch"
-os.execute("rm -rf '" .. dir .. "' && mkdir -p '" .. dir .. "'")
+local here = T.dir
+local dir = T.fresh_dir("onnx_torch")
 
 local function export(kind)
   local out = dir .. "/" .. kind

@@ -56,24 +56,13 @@ T.case("reproducible from the seed", function()
 end)
 
 T.case("independent of the thread count", function()
-  local saved = dl.get_num_threads()
   local function draw()
     dl.manual_seed(1234)
     local n = 100003 -- above the parallel grain, not a multiple of 4
     return {dl.rand(n), dl.randn(n), dl.randn(n, {dtype = dl.float64}), dl.rand(n, {dtype = dl.float16}),
             dl.randint(-7, 1000, {n}), dl.empty(n):bernoulli_(0.25), dl.empty(n, {dtype = dl.bfloat16}):normal_(1, 3)}
   end
-  dl.set_num_threads(1)
-  local one = draw()
-  dl.set_num_threads(2)
-  local two = draw()
-  dl.set_num_threads(3)
-  local three = draw()
-  dl.set_num_threads(saved)
-  for i = 1, #one do
-    T.truthy(same(one[i], two[i]), "1 vs 2 threads, draw " .. i)
-    T.truthy(same(one[i], three[i]), "1 vs 3 threads, draw " .. i)
-  end
+  T.same_across_threads(draw, {1, 2, 3}, "draws")
 end)
 
 T.case("rand and randn statistics (10^6 samples)", function()

@@ -251,6 +251,55 @@ T.case("max over long rows and columns", function()
   T.eq(im:argmax():item(), n)
 end)
 
+T.case("max min with indices along rows: chunked scans against a plain loop", function()
+  -- rows longer than the kernels' scan chunk (1024), with ties across chunks,
+  -- NaNs in later chunks, +-0 and rows of -inf / +inf only
+  local function ref(row, mx)
+    local bv, bi = row[1], 1
+    for k = 2, #row do
+      local v = row[k]
+      if bv ~= bv then break end
+      if v ~= v or (mx and v > bv) or (not mx and v < bv) then bv, bi = v, k end
+    end
+    return bv, bi
+  end
+  local L = 3000
+  local rows = {}
+  for r = 1, 8 do
+    local row = {}
+    for k = 1, L do row[k] = ((k * 7919 + r * 104729) % 2003) / 100 - 10 end
+    rows[r] = row
+  end
+  rows[1][1500], rows[1][2900] = 50, 50 -- tie in two chunks: the first wins
+  rows[2][2500], rows[2][2700] = nan, nan -- the first NaN wins
+  rows[2][100] = 99
+  rows[3][5] = -50
+  rows[3][2050] = -50
+  for k = 1, L do rows[4][k] = -inf end
+  for k = 1, L do rows[5][k] = inf end
+  for k = 1, L do rows[6][k] = (k % 2 == 0) and 0.0 or -0.0 end
+  rows[7][L] = 1000 -- in the row's tail
+  rows[8][1] = nan
+  for _, dt in ipairs{dl.float32, dl.float64} do
+    local x = dl.tensor(rows, {dtype = dt})
+    for _, mx in ipairs{true, false} do
+      local v, i
+      if mx then v, i = x:max(2) else v, i = x:min(2) end
+      local am = mx and x:argmax(2) or x:argmin(2)
+      for r = 1, #rows do
+        local bv, bi = ref(rows[r], mx)
+        T.eq(i[r]:item(), bi, "index of row " .. r)
+        T.eq(am[r]:item(), bi, "arg index of row " .. r)
+        if bv ~= bv then
+          T.truthy(v[r]:item() ~= v[r]:item(), "NaN wins in row " .. r)
+        else
+          T.eq(v[r]:item(), dl.tensor({bv}, {dtype = dt})[1]:item(), "value of row " .. r)
+        end
+      end
+    end
+  end
+end)
+
 T.case("many short rows", function()
   -- argmax over 10 classes of many rows, as after a classifier
   local n = 50000
@@ -428,6 +477,77 @@ T.case("logsumexp", function()
   T.eq(i:logsumexp(1).dtype, dl.float32)
   T.tensor_eq(i:logsumexp(1), 2.3132616875182226)
   T.tensor_eq(x:narrow(1, 1, 1):logsumexp(), 3.4076059644443806)
+end)
+
+T.case("logsumexp along long rows: chunks, rescaling, NaN and inf", function()
+  local function ref(row)
+    local m = -inf
+    for _, v in ipairs(row) do if v > m then m = v end end
+    local s = 0
+    for _, v in ipairs(row) do s = s + math.exp(v - m) end
+    return m + math.log(s)
+  end
+  local L = 5000
+  local rows = {}
+  for r = 1, 4 do
+    local row = {}
+    -- rising values: the running max grows chunk after chunk
+    for k = 1, L do row[k] = k / 50 + ((k * 7919 + r) % 101) / 10 end
+    rows[r] = row
+  end
+  for k = 1, L do rows[3][k] = -k / 10 end -- falling: the first chunk holds the max
+  for _, dt in ipairs{dl.float32, dl.float64} do
+    local x = dl.tensor(rows, {dtype = dt})
+    local got = x:logsumexp(2)
+    for r = 1, #rows do
+      local want = ref(rows[r])
+      T.near(got[r]:item(), want, dt == dl.float32 and 2e-6 or 1e-12, "row " .. r)
+    end
+    -- a NaN or +inf in a later chunk, a row of -inf
+    local y = x:clone()
+    y[1][4000] = nan
+    y[2][3000] = inf
+    y[3] = -inf
+    local g = y:logsumexp(2)
+    T.truthy(g[1]:item() ~= g[1]:item(), "NaN row")
+    T.eq(g[2]:item(), inf)
+    T.eq(g[3]:item(), -inf)
+    T.near(g[4]:item(), ref(rows[4]), dt == dl.float32 and 2e-6 or 1e-12)
+  end
+  -- one long row cut into chunks across threads: the same on 1 and 2 threads
+  local v = dl.randn(300000):mul(5)
+  local prev = dl.get_num_threads()
+  dl.set_num_threads(1)
+  local a = v:logsumexp(1):item()
+  dl.set_num_threads(2)
+  local b = v:logsumexp(1):item()
+  dl.set_num_threads(prev)
+  T.eq(a, b)
+  T.near(a, v:double():logsumexp(1):item(), 2e-6)
+end)
+
+T.case("float16/bfloat16 sums and means: the float32 copy's result, bit for bit", function()
+  dl.manual_seed(5)
+  for _, dt in ipairs({dl.float16, dl.bfloat16}) do
+    local function same(a, b, msg) T.same_bits(a, b:to(dt), msg) end
+    local v = dl.randn(123457):mul(3):to(dt) -- one long row: chunks and a tail
+    same(v:sum(), v:float():sum(), "sum()")
+    same(v:mean(), v:float():mean(), "mean()")
+    local m = dl.randn(300, 517):to(dt)
+    for _, d in ipairs({1, 2}) do
+      same(m:sum(d), m:float():sum(d), "sum(" .. d .. ")")
+      same(m:mean(d, true), m:float():mean(d, true), "mean(" .. d .. ", true)")
+    end
+    local s = dl.randn(4000, 5):to(dt) -- short rows side by side
+    same(s:sum(2), s:float():sum(2), "short rows")
+    local t = dl.randn(6, 50, 7):to(dt) -- reduced dims on both sides of a kept one
+    same(t:sum({1, 3}), t:float():sum({1, 3}), "sum({1, 3})")
+    same(m:t():sum(2), m:float():t():sum(2), "transposed")
+    local e = dl.tensor({1, 0 / 0, 3}, {dtype = dt})
+    T.truthy(e:sum():item() ~= e:sum():item(), "NaN")
+    T.eq(tostring(m:sum({dtype = dl.float32}).dtype), tostring(dl.float32))
+    T.eq(m:sum({dtype = dl.float32}):item(), m:float():sum():item())
+  end
 end)
 
 T.case("median", function()

@@ -13,12 +13,7 @@
 local T = require "testlib"
 local D = dl.data
 
-local function status(field)
-  for line in io.lines("/proc/self/status") do
-    local v = line:match("^" .. field .. ":%s+(%d+)")
-    if v then return tonumber(v) end
-  end
-end
+local status = T.proc_status
 local pid = io.open("/proc/self/stat"):read("l"):match("^(%d+)")
 -- A joined thread can still be counted for a moment: the kernel releases an
 -- exiting thread's task a little after pthread_join returns (and libgomp's

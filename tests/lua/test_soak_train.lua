@@ -15,12 +15,7 @@ local T = require "testlib"
 local R = require "dl.models.resnet"
 local nn = dl.nn
 
-local function rss_kb()
-  for line in io.lines("/proc/self/status") do
-    local v = line:match("^VmRSS:%s+(%d+)")
-    if v then return tonumber(v) end
-  end
-end
+local function rss_kb() return T.proc_status("VmRSS") end
 
 local function small_resnet(classes)
   local function down(i, o) return nn.Sequential(nn.Conv2d(i, o, 1, {stride = 2, bias = false}), nn.BatchNorm2d(o)) end

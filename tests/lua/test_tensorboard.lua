@@ -9,9 +9,8 @@
 local T = require "testlib"
 local tb = dl.utils.tensorboard
 
-local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
-local root = T.tmpdir() .. "/tensorboard"
-os.execute("rm -rf '" .. root .. "' && mkdir -p '" .. root .. "'")
+local here = T.dir
+local root = T.fresh_dir("tensorboard")
 
 local sh = T.sh
 

@@ -188,8 +188,7 @@ T.case("GPT-2 pre-tokenization equals the regex (Python re) on Unicode text", fu
   local f = assert(io.open(tmp, "w"))
   for _, c in ipairs(cases) do f:write((c:gsub(".", function(ch) return string.format("%02x", ch:byte()) end)), "\n") end
   f:close()
-  local dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
-  local p = assert(io.popen(T.python() .. " " .. dir .. "/pretok_oracle.py " .. tmp .. " 2>&1"))
+  local p = assert(io.popen(T.python() .. " " .. T.dir .. "/pretok_oracle.py " .. tmp .. " 2>&1"))
   local out = p:read("a")
   T.truthy(p:close(), "pretok_oracle.py failed: " .. out:sub(1, 500))
   local k = 0

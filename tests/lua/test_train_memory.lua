@@ -6,12 +6,7 @@
 -- steps after step 20 -- a leak of even 0.1 MB per step would fail it.
 local T = require "testlib"
 
-local function rss_kb()
-  for line in io.lines("/proc/self/status") do
-    local v = line:match("^VmRSS:%s+(%d+)")
-    if v then return tonumber(v) end
-  end
-end
+local function rss_kb() return T.proc_status("VmRSS") end
 
 T.case("resnet18 training keeps RSS flat", function()
   dl.manual_seed(0)

@@ -8,8 +8,7 @@ local dl = require "dl"
 local TF = dl.transforms
 local F = TF.functional
 
-local dir = T.tmpdir() .. "/transforms"
-os.execute("rm -rf '" .. dir .. "' && mkdir -p '" .. dir .. "'")
+local dir = T.fresh_dir("transforms")
 
 local ref = T.torch(string.format([==[
 import numpy as np, torch, warnings

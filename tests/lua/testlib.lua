@@ -69,6 +69,17 @@ function T.is_channels_last(t)
   return st[1] == expect
 end
 
+-- Three non-contiguous (2, 3, 6, 5) tensors of dtype dt: an expanded one
+-- (zero strides), a transposed one and one narrowed in every dimension
+-- (an offset and strided rows).  For kernels' layout handling.
+function T.strided_inputs(dt)
+  local xe = dl.randn(2, 3, 1, 1, {dtype = dt}):expand(2, 3, 6, 5)
+  local xt = dl.randn(2, 3, 5, 6, {dtype = dt}):transpose(3, 4)
+  local xn = dl.randn(2, 5, 8, 9, {dtype = dt}):narrow(2, 2, 3):narrow(4, 3, 5):narrow(3, 2, 6)
+  for _, x in ipairs({xe, xt, xn}) do T.truthy(not x:is_contiguous(), "strided_inputs: contiguous") end
+  return {xe, xt, xn}
+end
+
 -- Bit-equal tensors: same shape and dtype, equal numbers with the same sign
 -- of zero, NaN where the other has NaN.
 function T.same_bits(a, b, msg)
@@ -132,6 +143,9 @@ function T.raises(fn, pattern, msg)
   return err
 end
 
+-- This folder (tests/lua): the Python oracles and helpers beside testlib.
+T.dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+
 -- The Python with torch (Debian's), or nil when absent.
 function T.python()
   local p = os.getenv("DL_TEST_PYTHON")
@@ -143,10 +157,9 @@ end
 -- what it emit()s, as a Lua value (see torch_oracle.py).  Errors if Python or
 -- torch is missing: oracle tests never pass without the oracle.
 function T.torch(code)
-  local dir = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
   local tmp = os.tmpname()
   local f = assert(io.open(tmp, "w"))
-  f:write("import sys; sys.path.insert(0, ", string.format("%q", dir), ")\n")
+  f:write("import sys; sys.path.insert(0, ", string.format("%q", T.dir), ")\n")
   f:write("from torch_oracle import *\n", code, "\n")
   f:close()
   local p = assert(io.popen(T.python() .. " " .. tmp .. " 2>&1"))
@@ -448,6 +461,21 @@ function T.tmpdir()
   return d
 end
 
+-- A number field of /proc/self/status ("VmRSS", "VmHWM" in kB, "Threads").
+function T.proc_status(field)
+  for line in io.lines("/proc/self/status") do
+    local v = line:match("^" .. field .. ":%s+(%d+)")
+    if v then return tonumber(v) end
+  end
+end
+
+-- T.tmpdir()/name, emptied (a test file's own scratch folder).
+function T.fresh_dir(name)
+  local d = T.tmpdir() .. "/" .. name
+  os.execute("rm -rf '" .. d .. "' && mkdir -p '" .. d .. "'")
+  return d
+end
+
 -- Devices.  T.cuda is true when a GPU is usable.  A CUDA test file calls
 -- T.require_cuda() first: without a GPU it prints why and exits with 77,
 -- which ctest reports as skipped (never as passed).
@@ -528,6 +556,38 @@ function T.with_setting(set, value, fn)
   set(before)
   if not ok then error(r, 0) end
   return r
+end
+
+-- fn(n) run under dl.set_num_threads(n) for each n of counts, the thread
+-- count restored afterwards (also on error).  Returns {fn(counts[1]), ...}.
+function T.at_threads(counts, fn)
+  local saved = dl.get_num_threads()
+  local ok, r = pcall(function()
+    local out = {}
+    for i, n in ipairs(counts) do
+      dl.set_num_threads(n)
+      out[i] = fn(n)
+    end
+    return out
+  end)
+  dl.set_num_threads(saved)
+  if not ok then error(r, 0) end
+  return r
+end
+
+-- fn() (a tensor or a nested list of tensors) the same to the bit at each
+-- thread count of counts (default {1, 2, 3}) as at the first.
+function T.same_across_threads(fn, counts, what)
+  counts = counts or {1, 2, 3}
+  local runs = T.at_threads(counts, fn)
+  local function same(a, b, path)
+    if dl.is_tensor(b) then return T.same_bits(a, b, path) end
+    for i = 1, #b do same(a[i], b[i], path .. "." .. i) end
+  end
+  for k = 2, #counts do
+    same(runs[k], runs[1], string.format("%s: %d vs %d threads, result", what or "threads", counts[k], counts[1]))
+  end
+  return runs
 end
 
 -- A case comparing fn("cuda") with fn("cpu"); a no-op without a GPU.

@@ -65,7 +65,7 @@ function MHA:__init(embed_dim, num_heads, opts)
   local bias = util.opt_bool(opts.bias, true, op, "bias")
   local add_bias_kv = util.opt_bool(opts.add_bias_kv, false, op, "add_bias_kv")
   self.add_zero_attn = util.opt_bool(opts.add_zero_attn, false, op, "add_zero_attn")
-  local f = {dtype = opts.dtype, device = opts.device}
+  local f = Module.factory_kwargs(opts)
   if self._qkv_same_embed_dim then
     self.in_proj_weight = Parameter(dl.empty({3 * E, E}, f))
     self:register_parameter("q_proj_weight", nil)

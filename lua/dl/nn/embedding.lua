@@ -62,7 +62,7 @@ local function set_weight(self, opts, op)
       fail("%s: _weight must be a tensor of shape (%d, %d)", op, self.num_embeddings, self.embedding_dim)
     end
   else
-    w = dl.empty({self.num_embeddings, self.embedding_dim}, {dtype = opts.dtype, device = opts.device})
+    w = dl.empty({self.num_embeddings, self.embedding_dim}, Module.factory_kwargs(opts))
   end
   self:register_parameter("weight", Parameter(w, not util.opt_bool(opts._freeze, false, op, "_freeze")))
   if opts._weight == nil then self:reset_parameters() end

@@ -20,9 +20,7 @@ local Parameter = Module.Parameter
 
 local L = {}
 
-local function factory(opts)
-  return {dtype = opts.dtype, device = opts.device}
-end
+local factory = Module.factory_kwargs
 
 local function check_input(x, name)
   if not dl.is_tensor(x) then fail("%s: input must be a tensor, got %s", name, type(x)) end

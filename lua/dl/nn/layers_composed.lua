@@ -17,7 +17,7 @@ local Parameter = Module.Parameter
 
 local L = {}
 
-local function factory(opts) return {dtype = opts.dtype, device = opts.device} end
+local factory = Module.factory_kwargs
 
 local function tuple(v, n, op, what, min)
   util.check_tuple(v, n, op, what, min)

@@ -270,6 +270,13 @@ function Module.Parameter(t, requires_grad)
   return t:detach():requires_grad_(requires_grad)
 end
 
+-- The {dtype, device} of a layer's options table, for creating its
+-- parameters and buffers (PyTorch's factory_kwargs); nil fields mean the
+-- defaults.
+function Module.factory_kwargs(opts)
+  return {dtype = opts.dtype, device = opts.device}
+end
+
 -- --- traversal --------------------------------------------------------------
 
 local function join(prefix, name)

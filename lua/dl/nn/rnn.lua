@@ -29,9 +29,7 @@ local Parameter = Module.Parameter
 
 local L = {}
 
-local function factory(opts)
-  return {dtype = opts.dtype, device = opts.device}
-end
+local factory = Module.factory_kwargs
 
 -- every parameter U(-1/sqrt(H), 1/sqrt(H))
 local function reset_uniform(self)

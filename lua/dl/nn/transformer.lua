@@ -64,7 +64,7 @@ local function build_layer(self, op, d_model, nhead, opts, n_norms)
   local p = opts.dropout == nil and 0.1 or util.check_number(opts.dropout, op, "dropout")
   local eps = opts.layer_norm_eps == nil and 1e-5 or util.check_number(opts.layer_norm_eps, op, "layer_norm_eps")
   local bias = util.opt_bool(opts.bias, true, op, "bias")
-  local f = {dtype = opts.dtype, device = opts.device}
+  local f = Module.factory_kwargs(opts)
   local attn = {dropout = p, bias = bias, batch_first = util.opt_bool(opts.batch_first, false, op, "batch_first"),
     dtype = f.dtype, device = f.device}
   self.self_attn = attention.MultiheadAttention(d, nhead, attn)

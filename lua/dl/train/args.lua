@@ -198,6 +198,34 @@ function A.help(spec, info)
   return table.concat(lines, "\n")
 end
 
+-- run(prog, spec, info, main): a script's entry point.  Prints
+-- args.help(spec, info) for --help/-h, else calls main(opts, positional)
+-- with args.parse(arg, spec)'s results, and exits with the number main
+-- returns.  An args.Error or a one-line string error is written as
+-- "prog: message" on stderr with status 2 (bad input), anything else with
+-- its traceback and status 1 (a bug).  Never returns.
+function A.run(prog, spec, info, main)
+  local function entry(argv)
+    if A.wants_help(argv) then
+      print(A.help(spec, info))
+      return 0
+    end
+    local o, _, positional = A.parse(argv, spec)
+    return main(o, positional)
+  end
+  local function handler(e)
+    if A.is_error(e) then return e.message end
+    if type(e) == "string" and not e:find("\n") then return e end
+    return debug.traceback(tostring(e), 2)
+  end
+  local ok, res = xpcall(entry, handler, arg or {})
+  if not ok then
+    io.stderr:write(prog, ": ", tostring(res), "\n")
+    os.exit(tostring(res):find("stack traceback", 1, true) and 1 or 2, true)
+  end
+  os.exit(res, true)
+end
+
 -- true when argv holds --help or -h (before any "--")
 function A.wants_help(argv)
   for i = 1, argv.n or #argv do

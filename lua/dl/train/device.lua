@@ -48,6 +48,16 @@ function D.resolve(spec)
   return "cuda:" .. d, string.format("device: cuda:%d (%s)", d, dl.cuda.get_device_name(d))
 end
 
+-- setup(spec [, threads]) -> device string: resolve(spec), raising its
+-- one-line refusal, and dl.set_num_threads(threads) when threads is given
+-- (the --device and --threads options of eval.lua and predict.lua).
+function D.setup(spec, threads)
+  local device, note = D.resolve(spec)
+  if not device then error(note, 0) end
+  if threads then dl.set_num_threads(threads) end
+  return device
+end
+
 -- The half dtype of --amp on device, nil for "off"; or nil, error line.
 function D.amp_dtype(amp, device)
   if amp == nil or amp == "off" then return nil end

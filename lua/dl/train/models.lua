@@ -63,11 +63,14 @@ function M.num_classes_of(sd)
   return nil
 end
 
--- from_weights(path [, arch]) -> model (eval mode), info: loads a weights
--- file or training checkpoint for inference.  A checkpoint names its arch,
--- classes and image sizes; a plain state dict needs arch.  info = {arch,
--- num_classes, classes (or nil), image_size, resize, meta}.
-function M.from_weights(path, arch)
+-- from_weights(path [, arch [, device]]) -> model (eval mode, moved to
+-- device when that is not the CPU), info: loads a weights file or training
+-- checkpoint for inference.  A checkpoint names its arch, classes and image
+-- sizes; a plain state dict needs arch.  An unknown arch is refused before
+-- the file is read.  info = {arch, num_classes, classes (or nil),
+-- image_size, resize, meta}.
+function M.from_weights(path, arch, device)
+  if arch and not M.exists(arch) then M.build(arch, 1) end -- raises the one-line "unknown --arch"
   local checkpoint = require "dl.train.checkpoint"
   local sd, meta = checkpoint.read_weights(path)
   meta = meta or {}
@@ -80,6 +83,7 @@ function M.from_weights(path, arch)
   local model = M.build(arch, n)
   checkpoint.load_weights(model, sd, {path = path, arch = arch, allow_new_classifier = false})
   model:eval()
+  if device and device ~= "cpu" then model:to(device) end
   return model, {arch = arch, num_classes = n, classes = meta.classes, image_size = meta.image_size,
     resize = meta.resize, meta = meta}
 end
