@@ -253,7 +253,8 @@ function GPT:new_cache(batch)
 end
 
 -- One draw from logits (B, V) with temperature and top-k: the smallest id
--- whose cumulative probability reaches u * total, u ~ U[0, 1) per row.
+-- whose cumulative probability exceeds u * total, u ~ U[0, 1) per row (so a
+-- token of probability 0, e.g. outside the top k, is never drawn, even at u = 0).
 -- temperature 0 takes the argmax (no random numbers drawn).
 function G.sample(logits, temperature, top_k)
   local B, V = logits.shape[1], logits.shape[2]
@@ -266,7 +267,7 @@ function G.sample(logits, temperature, top_k)
   end
   local cum = F.softmax(logits, 2):cumsum(2)
   local u = dl.rand(B, 1, {dtype = cum.dtype}) * cum:narrow(2, V, 1)
-  return cum:lt(u):sum(2, true):to(dl.int64) + 1
+  return cum:le(u):sum(2, true):to(dl.int64) + 1
 end
 
 local GEN_KEYS = {"temperature", "top_k", "use_cache"}
