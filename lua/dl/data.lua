@@ -269,11 +269,14 @@ DataLoader.__index = DataLoader
 DataLoader.__name = "dl.data.DataLoader"
 
 local loader_keys = {"batch_size", "shuffle", "num_workers", "drop_last", "seed", "prefetch", "pin_memory",
-  "collate", "skip_bad", "sampler"}
+  "collate", "collate_fn", "skip_bad", "sampler"}
 
 function D.DataLoader(dataset, opts)
   local n = check_dataset("DataLoader", dataset)
   opts = util.check_options(opts, "DataLoader", loader_keys)
+  if opts.collate ~= nil and opts.collate_fn ~= nil then
+    util.fail("DataLoader: collate and collate_fn are the same option (PyTorch's name); give one")
+  end
   local function int_opt(k, def, lo)
     if opts[k] == nil then return def end
     return util.check_int(opts[k], "DataLoader", k, lo)
@@ -288,7 +291,7 @@ function D.DataLoader(dataset, opts)
     prefetch = int_opt("prefetch", 2, 1),
     pin_memory = bool_opt("pin_memory"),
     skip_bad = bool_opt("skip_bad"),
-    collate = opts.collate,
+    collate = opts.collate or opts.collate_fn,
     seed = opts.seed,
     epoch = 0,
     _n = n,

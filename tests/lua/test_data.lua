@@ -311,6 +311,14 @@ T.case("Lua stages run on the main thread; target_transform and collate", functi
   local got = {}
   for i, n in C:iter() do got[#got + 1] = n end
   T.eq(table.concat(got, ","), "4,4,4")
+  -- collate_fn, PyTorch's name, is the same option; giving both is an error
+  local P = D.DataLoader(D.ImageFolder{root = root, transform = fixed}, {batch_size = 4,
+    collate_fn = function(samples) return -#samples end})
+  got = {}
+  for i, n in P:iter() do got[#got + 1] = n end
+  T.eq(table.concat(got, ","), "-4,-4,-4")
+  T.raises(function() D.DataLoader(ds, {collate = D.default_collate, collate_fn = D.default_collate}) end,
+    "collate and collate_fn are the same option")
 end)
 
 T.case("TensorDataset, Subset, random_split and Lua datasets", function()
