@@ -2,8 +2,8 @@
  * formulas).  One loop per optimizer, written once for float and double,
  * one rounded operation per statement, in the order of the Lua tensor-op
  * updates (the build, like the elementwise kernels', emits no fused
- * multiply-add), so the results equal the Lua step's.  Tensors are walked one after another, each split over
- * OpenMP threads when large. */
+ * multiply-add), so the results equal the Lua step's.  Tensors are walked
+ * one after another, each split over OpenMP threads when large. */
 #include "optim.h"
 #include "core/parallel.h"
 
