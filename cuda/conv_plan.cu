@@ -117,8 +117,9 @@ void warn_once(const char *what, cudnnStatus_t st) {
 // Statuses that mean "this configuration does not fit": the next is tried
 // silently (anything else also moves on, with the one-time warning).
 bool not_supported(cudnnStatus_t st) {
-    int family = (int)st / 1000; // 3xxx: NOT_SUPPORTED family
-    return family == 3;
+    // cuDNN 9 numbers its statuses by family in thousands: the NOT_SUPPORTED
+    // ones share CUDNN_STATUS_NOT_SUPPORTED's
+    return (int)st / 1000 == (int)CUDNN_STATUS_NOT_SUPPORTED / 1000;
 }
 
 // Puts p under key (the LRU frees it should the put fail).
