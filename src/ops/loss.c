@@ -247,20 +247,14 @@ static dl_tensor *checked_target(const char *op, dl_tensor *target, const class_
         }
         return t;
     }
-    int64_t n = dl_tensor_numel(t), first = n, value = 0;
-    dl_tensor *fb = dl_tensor_empty(0, NULL, DL_DTYPE_I64, L->dev);
-    int rc = fb ? dl_cpu_loss_target_check(&L->s, dl_op_data(fb), dl_op_data(t)) : -1;
-    if (!rc) rc = dl_tensor_item_i64(fb, &first);
-    dl_tensor_release(fb);
-    if (!rc && first < n) {
-        dl_tensor *v = dl_tensor_as_strided(t, 0, NULL, NULL, t->offset + first);
-        rc = v ? dl_tensor_item_i64(v, &value) : -1;
-        dl_tensor_release(v);
-        if (!rc)
-            rc = dl_error("%s: target %lld is out of bounds for %lld classes (0-based; "
-                          "ignore_index is %lld)",
-                          op, (long long)value, (long long)L->s.C, (long long)L->s.ignore_index);
-    }
+    /* on the host: the first bad target and its value are read directly */
+    const int64_t *td = dl_tensor_data_ptr(t);
+    int64_t first = 0;
+    int rc = dl_cpu_loss_target_check(&L->s, &first, td);
+    if (!rc && first < dl_tensor_numel(t))
+        rc = dl_error("%s: target %lld is out of bounds for %lld classes (0-based; "
+                      "ignore_index is %lld)",
+                      op, (long long)td[first], (long long)L->s.C, (long long)L->s.ignore_index);
     if (rc) {
         dl_tensor_release(t);
         return NULL;
