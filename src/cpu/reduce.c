@@ -18,10 +18,13 @@
  * Float kernels take float32 or float64 and accumulate in double; one
  * always-inline body serves both through a constant `f64` flag, and small
  * non-inline wrappers (_f32/_f64, _lanes/_cols) pin the constants.
- * float32 sums (sum, mean) along rows have their own fold: FLANES double
- * lanes in eight vector chains (the single-vector fold is latency bound);
- * every float goes into double exactly, so the result is the double sum
- * rounded once - more accurate than PyTorch's float cascade.
+ * float32 sums, sums of squares and of |x|, products and extremes have their
+ * own folds (ffold_item): float vector lanes (four independent chains along
+ * a row; a register tile of 64 columns across rows) take FBLK rows at a time
+ * and are then flushed into double accumulators, so a float rounding error
+ * spans at most FBLK terms (PyTorch's float cascade spans more); extremes
+ * stay in float to the end (exact), NaN lanes noted on the way.  Columns come
+ * in WIDE_COLS blocks so each row is read in long runs.
  * max/min with indices along a row scan MM_CHUNK elements for their extreme
  * (and any NaN) in vector lanes, then look up its first index only when the
  * chunk beats the best so far. */
