@@ -120,7 +120,9 @@ end
 local function time_theirs()
   if opts["no-torch"] then return end
   for py in opts["torch-python"]:gmatch("[^,]+") do
-    local cmd = string.format("%s %s/bench_ops.py --threads %d --runs %d --only '%s' 2>&1", py,
+    -- THP_MEM_ALLOC_ENABLE=1: PyTorch 2.x's huge-page allocation, as dlua's
+    -- host cache advises huge pages (1.13 ignores it)
+    local cmd = string.format("THP_MEM_ALLOC_ENABLE=1 %s %s/bench_ops.py --threads %d --runs %d --only '%s' 2>&1", py,
       dir, opts.threads, opts.runs, opts.only)
     local p = assert(io.popen(cmd))
     local text = p:read("a")
