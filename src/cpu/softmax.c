@@ -10,12 +10,26 @@
  * Either way one column is: max, sum of exp(x - max) (accumulated in double),
  * then the outputs.  float32 uses dl_cpu_expf under `omp simd`; float64 uses
  * libm's exp.  Each output depends only on its own column, so results do not
- * depend on the thread count. */
+ * depend on the thread count.
+ *
+ * float16 / bfloat16 storage is read and written directly (cpu/half.h's
+ * converters, inlined into the vector loops) and computed in float32 with
+ * the float32 path's exact operations, so a half result is the float32
+ * path's result on the widened input, rounded once:
+ *  - a row (inner == 1) is widened into a float buffer of D (on the stack up
+ *    to HROW, else one per thread), the float32 row loop runs on it in place
+ *    (its vector sums keep their order) and the result is narrowed back;
+ *  - a block of columns reads each row of nc halves into a small float
+ *    array; every column folds sequentially over d as in the float32 loop,
+ *    and softmax recomputes exp(x - max) in its last sweep instead of keeping
+ *    unrounded exponentials (the same function on the same value). */
 #include "cpu/softmax.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "cpu/half.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define COLS 64
 
@@ -218,6 +232,121 @@ static void cols_backward_f64(double *gx, const double *gy, const double *y, int
         }
 }
 
+/* --- float16 / bfloat16 storage ------------------------------------------------------------ */
+
+/* rows up to this length are widened into a buffer on the stack */
+#define HROW 4096
+
+/* t[0..n) = the n halves at h (bf: bfloat16, else float16), exactly */
+static inline __attribute__((always_inline)) void
+widen(float *restrict t, const uint16_t *restrict h, int64_t n, bool bf) {
+    if (bf) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_bf16_to_float(h[j]);
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_half_to_float(h[j]);
+    }
+}
+
+/* h[0..n) = t[0..n) rounded to nearest even */
+static inline __attribute__((always_inline)) void
+narrow(uint16_t *restrict h, const float *restrict t, int64_t n, bool bf) {
+    if (bf) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) h[j] = dl_cpu_float_to_bf16(t[j]);
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) h[j] = dl_cpu_float_to_half(t[j]);
+    }
+}
+
+SOFTMAX_CLONES static void widen_row(float *t, const uint16_t *h, int64_t n, bool bf) {
+    widen(t, h, n, bf);
+}
+
+SOFTMAX_CLONES static void narrow_row(uint16_t *h, const float *t, int64_t n, bool bf) {
+    narrow(h, t, n, bf);
+}
+
+/* One row (inner == 1) through buf (2*D floats): o = the forward of a, or
+ * the backward of gy = a, y = b (b non-NULL). */
+static void row_half(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t D, bool lg, bool bf,
+                     float *buf) {
+    widen_row(buf, a, D, bf);
+    if (b) {
+        widen_row(buf + D, b, D, bf);
+        row_backward_f32(buf, buf, buf + D, D, lg);
+    } else {
+        row_fwd_f32(buf, buf, D, lg);
+    }
+    narrow_row(o, buf, D, bf);
+}
+
+/* cols_fwd_f32 on half storage: y, x point at (0, i0) of a (D, inner) slice;
+ * nc <= COLS */
+SOFTMAX_CLONES static void cols_fwd_half(uint16_t *y, const uint16_t *x, int64_t D, int64_t inner,
+                                         int64_t nc, bool is_log, bool bf) {
+    float m[COLS], t[COLS], v[COLS];
+    double s[COLS];
+    for (int64_t c = 0; c < nc; c++) m[c] = -INFINITY, s[c] = 0;
+    for (int64_t d = 0; d < D; d++) {
+        widen(v, x + d * inner, nc, bf);
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) m[c] = v[c] > m[c] ? v[c] : m[c];
+    }
+    for (int64_t d = 0; d < D; d++) {
+        widen(v, x + d * inner, nc, bf);
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) s[c] += dl_cpu_expf(v[c] - m[c]);
+    }
+    for (int64_t c = 0; c < nc; c++) t[c] = is_log ? m[c] + (float)log(s[c]) : (float)(1.0 / s[c]);
+    for (int64_t d = 0; d < D; d++) {
+        widen(v, x + d * inner, nc, bf);
+        if (is_log) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) v[c] = v[c] - t[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) v[c] = dl_cpu_expf(v[c] - m[c]) * t[c];
+        }
+        narrow(y + d * inner, v, nc, bf);
+    }
+}
+
+/* cols_backward_f32 on half storage */
+SOFTMAX_CLONES static void cols_backward_half(uint16_t *gx, const uint16_t *gy, const uint16_t *y,
+                                              int64_t D, int64_t inner, int64_t nc, bool is_log,
+                                              bool bf) {
+    double s[COLS];
+    float t[COLS], g[COLS], v[COLS];
+    for (int64_t c = 0; c < nc; c++) s[c] = 0;
+    for (int64_t d = 0; d < D; d++) {
+        widen(g, gy + d * inner, nc, bf);
+        if (is_log) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) s[c] += g[c];
+        } else {
+            widen(v, y + d * inner, nc, bf);
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) s[c] += (double)(g[c] * v[c]);
+        }
+    }
+    for (int64_t c = 0; c < nc; c++) t[c] = (float)s[c];
+    for (int64_t d = 0; d < D; d++) {
+        widen(g, gy + d * inner, nc, bf);
+        widen(v, y + d * inner, nc, bf);
+        if (is_log) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) g[c] = g[c] - dl_cpu_expf(v[c]) * t[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) g[c] = v[c] * (g[c] - t[c]);
+        }
+        narrow(gx + d * inner, g, nc, bf);
+    }
+}
+
 /* --- entry points ------------------------------------------------------------------------- */
 
 /* Work item w of the blocked shape: the offset of its first element and its
@@ -256,12 +385,51 @@ static void run_cols(int kind, char *o, const char *a, const char *b, int64_t D,
     }
 }
 
+/* run() on float16 (bf false) or bfloat16 storage: each thread widens rows
+ * into its own buffer (the stack's up to HROW elements). */
+static int run_half(const char *op, bool bf, const dl_softmax_shape *s, uint16_t *o,
+                    const uint16_t *a, const uint16_t *b) {
+    const int64_t outer = s->outer, D = s->D, inner = s->inner, work = outer * inner * D;
+    if (inner == 1) {
+        int failed = 0;
+#pragma omp parallel num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+        {
+            float stack[2 * HROW];
+            float *buf = D <= HROW ? stack : malloc(sizeof(float) * 2 * (size_t)D);
+            if (!buf) {
+#pragma omp atomic write
+                failed = 1;
+            }
+#pragma omp for
+            for (int64_t r = 0; r < outer; r++)
+                if (buf) row_half(o + r * D, a + r * D, b ? b + r * D : NULL, D, s->log, bf, buf);
+            if (buf != stack) free(buf);
+        }
+        return failed ? dl_error("%s: out of memory for a row buffer of %lld elements", op,
+                                 (long long)D)
+                      : 0;
+    }
+    const int64_t nblk = (inner + COLS - 1) / COLS;
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+    for (int64_t w = 0; w < outer * nblk; w++) {
+        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
+        if (b)
+            cols_backward_half(o + off, a + off, b + off, D, inner, nc, s->log, bf);
+        else
+            cols_fwd_half(o + off, a + off, D, inner, nc, s->log, bf);
+    }
+    return 0;
+}
+
 /* Runs the forward (backward: b is y) over s: rows in parallel when
  * inner == 1, else blocks of up to COLS neighbouring columns. */
 static int run(const char *op, dl_dtype dt, const dl_softmax_shape *s, bool backward, void *o,
                const void *a, const void *b) {
+    if (dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16)
+        return run_half(op, dt == DL_DTYPE_BF16, s, o, a, backward ? b : NULL);
     if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64)
-        return dl_error("%s: CPU kernels take float32 or float64, got %s", op, dl_dtype_name(dt));
+        return dl_error("%s: CPU kernels take float32, float64, float16 or bfloat16, got %s", op,
+                        dl_dtype_name(dt));
     const int kind = (backward ? BWD_F32 : FWD_F32) + (dt == DL_DTYPE_F64);
     const size_t es = dl_dtype_size(dt);
     const int64_t outer = s->outer, D = s->D, inner = s->inner, work = outer * inner * D;
