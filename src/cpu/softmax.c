@@ -17,8 +17,10 @@
  * the float32 path's exact operations, so a half result is the float32
  * path's result on the widened input, rounded once:
  *  - a row (inner == 1) is widened into a float buffer of D (on the stack up
- *    to HROW, else one per thread), the float32 row loop runs on it in place
- *    (its vector sums keep their order) and the result is narrowed back;
+ *    to HROW, else one per thread) while its max is taken; the float32 rows'
+ *    own sum function (row_sumexp_f32, row_gsum_f32) runs on the buffer, so
+ *    the vector sums keep their order; the outputs are narrowed as they are
+ *    made;
  *  - a block of columns reads each row of nc halves into a small float
  *    array; every column folds sequentially over d as in the float32 loop,
  *    and softmax recomputes exp(x - max) in its last sweep instead of keeping
@@ -41,18 +43,15 @@
 
 /* --- float32 ------------------------------------------------------------------------------ */
 
-SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool is_log) {
-    // y, x are (D)
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t d = 0; d < D; d++) m = x[d] > m ? x[d] : m;
+/* The row sums, shared by the float32 rows and the half rows (which run
+ * them on their widened buffer): one function, so both fold in the same
+ * order.  sum_d exp(x[d] - m) in double; store: the exponentials go to y. */
+SOFTMAX_CLONES __attribute__((noinline)) static double
+row_sumexp_f32(float *y, const float *x, int64_t D, float m, bool store) {
     double sum = 0;
-    if (is_log) {
+    if (!store) {
 #pragma omp simd reduction(+ : sum)
         for (int64_t d = 0; d < D; d++) sum += dl_cpu_expf(x[d] - m);
-        float lse = m + (float)log(sum);
-#pragma omp simd
-        for (int64_t d = 0; d < D; d++) y[d] = x[d] - lse;
     } else {
 #pragma omp simd reduction(+ : sum)
         for (int64_t d = 0; d < D; d++) {
@@ -60,6 +59,36 @@ SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool
             y[d] = e;
             sum += e;
         }
+    }
+    return sum;
+}
+
+/* The backward's row sum: sum_d gy[d] (log) or sum_d gy[d] * y[d], in
+ * double, rounded to float. */
+SOFTMAX_CLONES __attribute__((noinline)) static float row_gsum_f32(const float *gy, const float *y,
+                                                                   int64_t D, bool is_log) {
+    double acc = 0;
+    if (is_log) {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t d = 0; d < D; d++) acc += gy[d];
+    } else {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t d = 0; d < D; d++) acc += (double)(gy[d] * y[d]);
+    }
+    return (float)acc;
+}
+
+SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool is_log) {
+    // y, x are (D)
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t d = 0; d < D; d++) m = x[d] > m ? x[d] : m;
+    double sum = row_sumexp_f32(y, x, D, m, !is_log);
+    if (is_log) {
+        float lse = m + (float)log(sum);
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) y[d] = x[d] - lse;
+    } else {
         float inv = (float)(1.0 / sum);
 #pragma omp simd
         for (int64_t d = 0; d < D; d++) y[d] *= inv;
@@ -69,19 +98,13 @@ SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool
 SOFTMAX_CLONES static void row_backward_f32(float *gx, const float *gy, const float *y, int64_t D,
                                             bool is_log) {
     // gx, gy, y are (D)
-    double acc = 0;
+    float t = row_gsum_f32(gy, y, D, is_log);
     if (is_log) {
-#pragma omp simd reduction(+ : acc)
-        for (int64_t d = 0; d < D; d++) acc += gy[d];
-        float sg = (float)acc;
 #pragma omp simd
-        for (int64_t d = 0; d < D; d++) gx[d] = gy[d] - dl_cpu_expf(y[d]) * sg;
+        for (int64_t d = 0; d < D; d++) gx[d] = gy[d] - dl_cpu_expf(y[d]) * t;
     } else {
-#pragma omp simd reduction(+ : acc)
-        for (int64_t d = 0; d < D; d++) acc += (double)(gy[d] * y[d]);
-        float dot = (float)acc;
 #pragma omp simd
-        for (int64_t d = 0; d < D; d++) gx[d] = y[d] * (gy[d] - dot);
+        for (int64_t d = 0; d < D; d++) gx[d] = y[d] * (gy[d] - t);
     }
 }
 
@@ -249,6 +272,11 @@ widen(float *restrict t, const uint16_t *restrict h, int64_t n, bool bf) {
     }
 }
 
+/* v rounded to nearest even to bfloat16 (bf) or float16 */
+static inline __attribute__((always_inline)) uint16_t narrow1(float v, bool bf) {
+    return bf ? dl_cpu_float_to_bf16(v) : dl_cpu_float_to_half(v);
+}
+
 /* h[0..n) = t[0..n) rounded to nearest even */
 static inline __attribute__((always_inline)) void
 narrow(uint16_t *restrict h, const float *restrict t, int64_t n, bool bf) {
@@ -261,26 +289,47 @@ narrow(uint16_t *restrict h, const float *restrict t, int64_t n, bool bf) {
     }
 }
 
-SOFTMAX_CLONES static void widen_row(float *t, const uint16_t *h, int64_t n, bool bf) {
-    widen(t, h, n, bf);
-}
-
-SOFTMAX_CLONES static void narrow_row(uint16_t *h, const float *t, int64_t n, bool bf) {
-    narrow(h, t, n, bf);
-}
-
-/* One row (inner == 1) through buf (2*D floats): o = the forward of a, or
- * the backward of gy = a, y = b (b non-NULL). */
-static void row_half(uint16_t *o, const uint16_t *a, const uint16_t *b, int64_t D, bool lg, bool bf,
-                     float *buf) {
-    widen_row(buf, a, D, bf);
-    if (b) {
-        widen_row(buf + D, b, D, bf);
-        row_backward_f32(buf, buf, buf + D, D, lg);
+/* One row (inner == 1) of the forward through buf (D floats): widened
+ * while its max is taken, the float32 row sum on buf, the outputs narrowed
+ * as they are made. */
+SOFTMAX_CLONES static void row_fwd_half(uint16_t *y, const uint16_t *x, int64_t D, bool is_log,
+                                        bool bf, float *buf) {
+    float m = -INFINITY;
+    if (bf) {
+#pragma omp simd reduction(max : m)
+        for (int64_t d = 0; d < D; d++) {
+            float v = dl_cpu_bf16_to_float(x[d]);
+            buf[d] = v;
+            m = v > m ? v : m;
+        }
     } else {
-        row_fwd_f32(buf, buf, D, lg);
+#pragma omp simd reduction(max : m)
+        for (int64_t d = 0; d < D; d++) {
+            float v = dl_cpu_half_to_float(x[d]);
+            buf[d] = v;
+            m = v > m ? v : m;
+        }
     }
-    narrow_row(o, buf, D, bf);
+    double sum = row_sumexp_f32(buf, buf, D, m, !is_log);
+    float t = is_log ? m + (float)log(sum) : (float)(1.0 / sum);
+#pragma omp simd
+    for (int64_t d = 0; d < D; d++) y[d] = narrow1(is_log ? buf[d] - t : buf[d] * t, bf);
+}
+
+/* One row of the backward through buf (2*D floats: gy, then y). */
+SOFTMAX_CLONES static void row_backward_half(uint16_t *gx, const uint16_t *gy, const uint16_t *y,
+                                             int64_t D, bool is_log, bool bf, float *buf) {
+    float *g = buf, *v = buf + D;
+    widen(g, gy, D, bf);
+    widen(v, y, D, bf);
+    float t = row_gsum_f32(g, v, D, is_log);
+    if (is_log) {
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) gx[d] = narrow1(g[d] - dl_cpu_expf(v[d]) * t, bf);
+    } else {
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) gx[d] = narrow1(v[d] * (g[d] - t), bf);
+    }
 }
 
 /* cols_fwd_f32 on half storage: y, x point at (0, i0) of a (D, inner) slice;
@@ -402,7 +451,10 @@ static int run_half(const char *op, bool bf, const dl_softmax_shape *s, uint16_t
             }
 #pragma omp for
             for (int64_t r = 0; r < outer; r++)
-                if (buf) row_half(o + r * D, a + r * D, b ? b + r * D : NULL, D, s->log, bf, buf);
+                if (buf && b)
+                    row_backward_half(o + r * D, a + r * D, b + r * D, D, s->log, bf, buf);
+                else if (buf)
+                    row_fwd_half(o + r * D, a + r * D, D, s->log, bf, buf);
             if (buf != stack) free(buf);
         }
         return failed ? dl_error("%s: out of memory for a row buffer of %lld elements", op,
