@@ -612,6 +612,19 @@ static int write_tensor(const char *path, FILE *f, dl_tensor *t, const char *nam
     return 0;
 }
 
+/* The folder holding path into dir (size bytes): "." for a bare name, "/"
+ * for a file at the root.  Returns path's last component. */
+static const char *parent_dir(const char *path, char *dir, size_t size) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, size, ".");
+    else if (slash == path)
+        snprintf(dir, size, "/");
+    else
+        snprintf(dir, size, "%.*s", (int)(slash - path), path);
+    return slash ? slash + 1 : path;
+}
+
 /* Removes "<path>.tmp.<pid>" files left by writers that were killed mid-write
  * (SIGKILL, power loss): their process no longer exists.  Without this every
  * crash during a checkpoint write leaves a checkpoint-sized file behind, and a
@@ -619,14 +632,7 @@ static int write_tensor(const char *path, FILE *f, dl_tensor *t, const char *nam
  * (another process saving to the same path) is left alone. */
 static void remove_stale_temporaries(const char *path) {
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    const char *base = parent_dir(path, dir, sizeof dir);
     size_t bl = strlen(base);
     DIR *d = opendir(dir);
     if (!d) return;
@@ -648,13 +654,7 @@ static void remove_stale_temporaries(const char *path) {
 /* fsync of the directory holding path, so the rename itself is durable. */
 static void sync_parent_dir(const char *path) {
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    parent_dir(path, dir, sizeof dir);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
         fsync(fd); /* best effort: some file systems refuse it */
