@@ -6,6 +6,7 @@
  * disk under a temporary name. */
 #include "safetensors.h"
 #include "io/json.h"
+#include "core/strbuf.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -453,67 +454,30 @@ void dl_safetensors_free(dl_safetensors *st) {
 
 /* --- writing ------------------------------------------------------------------- */
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    int oom;
-} strbuf;
-
-static void sb_add(strbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->buf, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->buf = p;
-        b->cap = cap;
-    }
-    memcpy(b->buf + b->len, s, n);
-    b->len += n;
-    b->buf[b->len] = '\0';
-}
-
-static void sb_str(strbuf *b, const char *s) {
-    sb_add(b, s, strlen(s));
-}
-
-DL_PRINTF(2, 3) static void sb_printf(strbuf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 /* A JSON string literal (s is valid UTF-8, checked by the caller). */
-static void sb_json_string(strbuf *b, const char *s, size_t n) {
-    sb_add(b, "\"", 1);
+static void sb_json_string(dl_strbuf *b, const char *s, size_t n) {
+    dl_strbuf_add(b, "\"", 1);
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        sb_add(b, s + run, i - run);
+        dl_strbuf_add(b, s + run, i - run);
         run = i + 1;
         if (c == '"')
-            sb_str(b, "\\\"");
+            dl_strbuf_str(b, "\\\"");
         else if (c == '\\')
-            sb_str(b, "\\\\");
+            dl_strbuf_str(b, "\\\\");
         else if (c == '\n')
-            sb_str(b, "\\n");
+            dl_strbuf_str(b, "\\n");
         else if (c == '\t')
-            sb_str(b, "\\t");
+            dl_strbuf_str(b, "\\t");
         else if (c == '\r')
-            sb_str(b, "\\r");
+            dl_strbuf_str(b, "\\r");
         else
-            sb_printf(b, "\\u%04x", c);
+            dl_strbuf_printf(b, "\\u%04x", c);
     }
-    sb_add(b, s + run, n - run);
-    sb_add(b, "\"", 1);
+    dl_strbuf_add(b, s + run, n - run);
+    dl_strbuf_add(b, "\"", 1);
 }
 
 typedef struct {
@@ -537,34 +501,35 @@ static int cmp_wr_layout(const void *a, const void *b) {
 }
 
 /* Builds the padded header for entries (offsets filled in). */
-static int build_header(const char *path, strbuf *h, wr_entry **by_name, size_t n, size_t nmeta,
+static int build_header(const char *path, dl_strbuf *h, wr_entry **by_name, size_t n, size_t nmeta,
                         const char *const *mk, const size_t *mkl, const char *const *mv,
                         const size_t *mvl) {
-    sb_str(h, "{");
+    dl_strbuf_str(h, "{");
     int first = 1;
     if (nmeta) {
-        sb_str(h, "\"__metadata__\":{");
+        dl_strbuf_str(h, "\"__metadata__\":{");
         for (size_t i = 0; i < nmeta; i++) {
-            if (i) sb_str(h, ",");
+            if (i) dl_strbuf_str(h, ",");
             sb_json_string(h, mk[i], mkl ? mkl[i] : strlen(mk[i]));
-            sb_str(h, ":");
+            dl_strbuf_str(h, ":");
             sb_json_string(h, mv[i], mvl ? mvl[i] : strlen(mv[i]));
         }
-        sb_str(h, "}");
+        dl_strbuf_str(h, "}");
         first = 0;
     }
     for (size_t i = 0; i < n; i++) {
         const wr_entry *e = by_name[i];
-        if (!first) sb_str(h, ",");
+        if (!first) dl_strbuf_str(h, ",");
         first = 0;
         sb_json_string(h, e->name, e->name_len);
-        sb_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", dl_safetensors_dtype_name(e->t->dtype));
+        dl_strbuf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[",
+                         dl_safetensors_dtype_name(e->t->dtype));
         for (int d = 0; d < e->t->ndim; d++)
-            sb_printf(h, "%s%" PRId64, d ? "," : "", e->t->shape[d]);
-        sb_printf(h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", e->begin, e->end);
+            dl_strbuf_printf(h, "%s%" PRId64, d ? "," : "", e->t->shape[d]);
+        dl_strbuf_printf(h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", e->begin, e->end);
     }
-    sb_str(h, "}");
-    while ((8 + h->len) % 8) sb_str(h, " ");
+    dl_strbuf_str(h, "}");
+    while ((8 + h->len) % 8) dl_strbuf_str(h, " ");
     if (h->oom) return path_fail("save", path, "out of memory building the header");
     return 0;
 }
@@ -669,7 +634,7 @@ int dl_safetensors_save(const char *path, size_t n, const char *const *names,
     wr_entry *entries = calloc(n ? n : 1, sizeof *entries);
     wr_entry **by_name = calloc(n ? n : 1, sizeof *by_name);
     wr_entry **layout = calloc(n ? n : 1, sizeof *layout);
-    strbuf h = {0};
+    dl_strbuf h = {0};
     char *tmp = NULL;
     FILE *f = NULL;
     int rc = -1;
@@ -714,7 +679,7 @@ int dl_safetensors_save(const char *path, size_t n, const char *const *names,
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
     errno = 0;
-    if (fwrite(len8, 1, 8, f) != 8 || fwrite(h.buf, 1, h.len, f) != h.len) {
+    if (fwrite(len8, 1, 8, f) != 8 || fwrite(h.s, 1, h.len, f) != h.len) {
         path_fail("save", path, "cannot write: %s", strerror(errno ? errno : EIO));
         goto done;
     }
@@ -753,7 +718,7 @@ done:
         }
     }
     free(tmp);
-    free(h.buf);
+    free(h.s);
     free(entries);
     free(by_name);
     free(layout);
