@@ -47,11 +47,7 @@ local function photo(h, w, k)
   return (base + edge + noise):clamp(0, 255):to(dl.uint8)
 end
 
-local function exists(p)
-  local f = io.open(p, "rb")
-  if f then f:close() return true end
-  return false
-end
+local exists = require("dl.util").file_exists
 
 local function prepare()
   local stamp = dir .. "/.complete_" .. nimages

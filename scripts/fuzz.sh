@@ -30,19 +30,10 @@ esac
 # clang with its libFuzzer/sanitizer runtimes and OpenMP (Debian 12 names),
 # installed like scripts/setup.sh does when run as root
 PKGS="clang libclang-rt-dev libomp-dev"
-missing=""
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "fuzz: installing$missing"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-  else
-    echo "fuzz: missing Debian packages:$missing (run as root, or install them)" >&2
-    exit 1
-  fi
-fi
+# shellcheck source-path=SCRIPTDIR source=debian_packages.sh
+source scripts/debian_packages.sh
+# shellcheck disable=SC2086 # one word per package
+need_debian_packages fuzz $PKGS
 
 CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DDL_FUZZ=ON -DDL_CUDA=OFF >/dev/null
 cmake --build build-fuzz -j"$(nproc)" --target $(for t in $targets; do printf 'fuzz_%s ' "$t"; done)

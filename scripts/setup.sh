@@ -10,21 +10,10 @@ PKGS="build-essential cmake pkg-config liblua5.4-dev lua5.4 libdnnl-dev libreadl
       dataset-fashion-mnist luarocks libprotobuf-c-dev protobuf-c-compiler python3-venv
       python3-onnx libonnx-testdata
       openmpi-bin libopenmpi-dev fortunes"
-missing=""
-for p in $PKGS; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  if [ "$(id -u)" = 0 ]; then
-    echo "setup: installing$missing"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends $missing >/dev/null
-  else
-    echo "setup: missing Debian packages:$missing (run as root, or install them)" >&2
-    exit 1
-  fi
-fi
+# shellcheck source-path=SCRIPTDIR source=debian_packages.sh
+source scripts/debian_packages.sh
+# shellcheck disable=SC2086 # one word per package
+need_debian_packages setup $PKGS
 
 # nvcc lives outside PATH on some machines
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then

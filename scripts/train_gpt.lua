@@ -91,11 +91,7 @@ local HELP = {
 
 local SEP = "<|endoftext|>"
 
-local function file_exists(p)
-  local f = io.open(p, "rb")
-  if f then f:close() return true end
-  return false
-end
+local file_exists = require("dl.util").file_exists
 
 local function ensure_dir(dir)
   os.execute("mkdir -p -- '" .. dir:gsub("'", "'\\''") .. "' 2>/dev/null")

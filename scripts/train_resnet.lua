@@ -41,13 +41,14 @@
 -- (one line on stderr), 1 for anything unexpected (message and traceback).
 local dl = require "dl"
 local train = require "dl.train"
-local args = train.args
 local progress = train.progress
 local checkpoint = train.checkpoint
 local tdata = train.data
 local tmodels = train.models
 local tdevice = train.device
 local tdist = require "dl.train.distributed"
+local cli = require "dl.train.cli"
+local file_exists = require("dl.util").file_exists
 
 local PROG = "train_resnet"
 
@@ -137,31 +138,10 @@ local HELP_INFO = {
 
 local ctx -- the distributed context (dl.train.distributed), nil when one process
 
--- A user error: one line on stderr, exit status 2.
-local UserError = {}
-local function die(fmt, ...)
-  error(setmetatable({msg = string.format(fmt, ...)}, UserError), 0)
-end
--- Runs f(...) and turns a raised message into a user error prefixed by what.
-local function checked(what, f, ...)
-  local res = table.pack(pcall(f, ...))
-  if not res[1] then
-    local e = res[2]
-    if getmetatable(e) == UserError then error(e, 0) end
-    local msg = tostring(e):gsub("\n.*", "")
-    if what then msg = what .. ": " .. msg end
-    die("%s", msg)
-  end
-  return table.unpack(res, 2, res.n)
-end
+-- User errors (one line on stderr, exit status 2): dl.train.cli's.
+local die, checked = cli.die, cli.checked
 
 local function sh_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
-
-local function file_exists(p)
-  local f = io.open(p, "rb")
-  if f then f:close() return true end
-  return false
-end
 
 -- Creates dir (and parents) and proves it writable, or dies.
 local function ensure_writable_dir(dir)
@@ -194,12 +174,8 @@ end
 -- --- main -------------------------------------------------------------------------
 
 local function main(argv)
-  if args.wants_help(argv) then
-    print(args.help(SPEC, HELP_INFO))
-    return 0
-  end
-  local o, given, positional = args.parse(argv, SPEC)
-  if #positional > 0 then die("unexpected argument '%s' (options start with --; see --help)", positional[1]) end
+  local o, given = cli.options(argv, SPEC, HELP_INFO)
+  if not o then return 0 end
   ctx = checked("--distributed", tdist.setup, o)
   local print = function(...) tdist.print(ctx, ...) end
 
@@ -552,22 +528,11 @@ local function main(argv)
   return 0
 end
 
-local function handler(e)
-  if getmetatable(e) == UserError or args.is_error(e) then return e end
-  return debug.traceback(tostring(e), 2)
-end
-
-local ok, res = xpcall(main, handler, arg or {})
-if not ok then
+-- A failure: the message (with the rank's prefix), and the other ranks told
+-- at once (not at their timeout).
+cli.run(PROG, main, arg, function(msg, status)
   pcall(dl._train.sigint_watch, false)
-  -- the message, and the other ranks told at once (not at their timeout)
-  local function give_up(msg, status)
-    io.stderr:write(tdist.prefix(ctx), PROG, ": ", msg, "\n")
-    pcall(tdist.report_failure, ctx, PROG .. ": " .. msg)
-    os.exit(status, true)
-  end
-  if getmetatable(res) == UserError then give_up(res.msg, 2) end
-  if args.is_error(res) then give_up(res.message, 2) end
-  give_up("error: " .. tostring(res), 1)
-end
-os.exit(res, true)
+  io.stderr:write(tdist.prefix(ctx), PROG, ": ", msg, "\n")
+  pcall(tdist.report_failure, ctx, PROG .. ": " .. msg)
+  os.exit(status, true)
+end)

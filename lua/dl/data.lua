@@ -470,11 +470,7 @@ D.FASHION_MNIST_CLASSES = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat"
 D.MNIST_CLASSES = {"0 - zero", "1 - one", "2 - two", "3 - three", "4 - four", "5 - five", "6 - six",
   "7 - seven", "8 - eight", "9 - nine"}
 
-local function exists(p)
-  local f = io.open(p, "rb")
-  if f then f:close() return true end
-  return false
-end
+local exists = util.file_exists
 
 local function find_idx(dir, stem)
   for _, name in ipairs{stem, stem .. ".gz"} do

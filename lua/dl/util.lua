@@ -210,6 +210,13 @@ function util.keys(t)
   return out
 end
 
+-- true when path names a file that can be opened for reading.
+function util.file_exists(path)
+  local f = io.open(path, "rb")
+  if f then f:close() return true end
+  return false
+end
+
 -- "[2, 3]" for a shape table.
 function util.shape_str(shape)
   local p = {}

@@ -361,10 +361,8 @@ dl_tensor *dl_tensor_permute(dl_tensor *t, const int *dims) {
     return make_view(t, t->ndim, s, st, t->offset);
 }
 
-dl_tensor *dl_tensor_squeeze(dl_tensor *t, int dim) {
-    if (t->ndim == 0) return dl_tensor_retain(t);
-    if ((dim = dl_wrap_dim("squeeze", dim, t->ndim)) < 0) return NULL;
-    if (t->shape[dim] != 1) return make_view(t, t->ndim, t->shape, t->strides, t->offset);
+/* A view of t at offset with dimension dim (valid, 0-based) left out. */
+static dl_tensor *view_without_dim(dl_tensor *t, int dim, int64_t offset) {
     int64_t s[DL_MAX_DIMS], st[DL_MAX_DIMS];
     int n = 0;
     for (int i = 0; i < t->ndim; i++)
@@ -372,7 +370,14 @@ dl_tensor *dl_tensor_squeeze(dl_tensor *t, int dim) {
             s[n] = t->shape[i];
             st[n++] = t->strides[i];
         }
-    return make_view(t, n, s, st, t->offset);
+    return make_view(t, n, s, st, offset);
+}
+
+dl_tensor *dl_tensor_squeeze(dl_tensor *t, int dim) {
+    if (t->ndim == 0) return dl_tensor_retain(t);
+    if ((dim = dl_wrap_dim("squeeze", dim, t->ndim)) < 0) return NULL;
+    if (t->shape[dim] != 1) return make_view(t, t->ndim, t->shape, t->strides, t->offset);
+    return view_without_dim(t, dim, t->offset);
 }
 
 dl_tensor *dl_tensor_squeeze_all(dl_tensor *t) {
@@ -458,14 +463,7 @@ dl_tensor *dl_tensor_select(dl_tensor *t, int dim, int64_t index) {
         return NULL;
     }
     if (index < 0) index += size;
-    int64_t s[DL_MAX_DIMS], st[DL_MAX_DIMS];
-    int n = 0;
-    for (int i = 0; i < t->ndim; i++)
-        if (i != dim) {
-            s[n] = t->shape[i];
-            st[n++] = t->strides[i];
-        }
-    return make_view(t, n, s, st, t->offset + index * t->strides[dim]);
+    return view_without_dim(t, dim, t->offset + index * t->strides[dim]);
 }
 
 dl_tensor *dl_tensor_expand(dl_tensor *t, int ndim, const int64_t *shape) {

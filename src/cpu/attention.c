@@ -101,24 +101,26 @@ static void dropout_keep(uint8_t *keep, int64_t nc, const dl_attn_params *p, int
 
 /* --- float32 rows ------------------------------------------------------------------------- */
 
-/* s (nc) are query i's scores against a key tile: keys past lim, and those
- * the mask (mrow, column stride cs) takes out, become -inf; a floating mask
- * is added. */
-ATTN_CLONES static void mask_f32(float *s, int64_t nc, int64_t lim, const dl_attn_mask *m,
-                                 const char *mrow) {
-    for (int64_t c = lim; c < nc; c++) s[c] = -INFINITY;
-    if (!mrow) return;
-    int64_t cs = m->cs;
-    if (m->dtype == DL_DTYPE_BOOL) {
-        const uint8_t *mb = (const uint8_t *)mrow;
-        for (int64_t c = 0; c < lim; c++)
-            if (!mb[c * cs]) s[c] = -INFINITY;
-    } else {
-        const float *mf = (const float *)mrow;
-#pragma omp simd
-        for (int64_t c = 0; c < lim; c++) s[c] += mf[c * cs];
+/* name(s, nc, lim, m, mrow): s (nc) are query i's scores (type T) against
+ * a key tile: keys past lim, and those the mask (mrow, column stride cs)
+ * takes out, become -inf; a floating mask (of the scores' type) is added.
+ * ATTRS: the function's attributes (the float32 one is cloned per ISA). */
+#define DEFINE_MASK(name, T, ATTRS)                                                                \
+    ATTRS static void name(T *s, int64_t nc, int64_t lim, const dl_attn_mask *m,                   \
+                           const char *mrow) {                                                     \
+        for (int64_t c = lim; c < nc; c++) s[c] = -INFINITY;                                       \
+        if (!mrow) return;                                                                         \
+        int64_t cs = m->cs;                                                                        \
+        if (m->dtype == DL_DTYPE_BOOL) {                                                           \
+            const uint8_t *mb = (const uint8_t *)mrow;                                             \
+            for (int64_t c = 0; c < lim; c++)                                                      \
+                if (!mb[c * cs]) s[c] = -INFINITY;                                                 \
+        } else {                                                                                   \
+            const T *mf = (const T *)mrow;                                                         \
+            _Pragma("omp simd") for (int64_t c = 0; c < lim; c++) s[c] += mf[c * cs];              \
+        }                                                                                          \
     }
-}
+DEFINE_MASK(mask_f32, float, ATTN_CLONES)
 
 /* The online softmax step of one row: s (nc) masked scores become the
  * weights exp(s - m_new) (then zeroed where dropped, scaled by inv where
@@ -183,19 +185,7 @@ ATTN_CLONES static void dscore_f32(float *dp, const float *P, int64_t nc, float 
 
 /* --- float64 rows (the same steps; libm's exp) --------------------------------------------- */
 
-static void mask_f64(double *s, int64_t nc, int64_t lim, const dl_attn_mask *m, const char *mrow) {
-    for (int64_t c = lim; c < nc; c++) s[c] = -INFINITY;
-    if (!mrow) return;
-    int64_t cs = m->cs;
-    if (m->dtype == DL_DTYPE_BOOL) {
-        const uint8_t *mb = (const uint8_t *)mrow;
-        for (int64_t c = 0; c < lim; c++)
-            if (!mb[c * cs]) s[c] = -INFINITY;
-    } else {
-        const double *mf = (const double *)mrow;
-        for (int64_t c = 0; c < lim; c++) s[c] += mf[c * cs];
-    }
-}
+DEFINE_MASK(mask_f64, double, )
 
 static double online_f64(double *s, int64_t nc, double *m, double *l, const uint8_t *keep,
                          double inv) {

@@ -83,27 +83,45 @@ void dl_cpu_index_select(dl_tensor *out, const dl_tensor *x, int dim, const int6
  * position p = (m_0 .. m_last) reads or writes x/self at the same
  * coordinates except m_dim, which is replaced by index[p]. */
 
+/* The walk over index for the indexed tensor t (x or self): index's shape,
+ * its rows (the last dim, cols long), and t's strides with dim's zeroed, so
+ * offset_of(last, shape, base_strides, r) is row r's base in t; a column
+ * steps step_col in t and an index value step_dim. */
+typedef struct {
+    int64_t shape[DL_MAX_DIMS], base_strides[DL_MAX_DIMS];
+    int last;
+    int64_t numel, cols, rows, step_dim, step_col;
+} index_walk;
+
+/* Fills w; false when index is empty (nothing to do). */
+static bool index_walk_init(index_walk *w, const dl_tensor *index, const dl_tensor *t, int dim) {
+    int64_t is[DL_MAX_DIMS], tshape[DL_MAX_DIMS];
+    int nd = nonempty_dims(index, w->shape, is);
+    nonempty_dims(t, tshape, w->base_strides);
+    w->numel = dl_tensor_numel(index);
+    if (w->numel == 0) return false;
+    w->last = nd - 1;
+    w->cols = w->shape[w->last];
+    w->rows = w->numel / w->cols;
+    w->step_dim = w->base_strides[dim];
+    w->step_col = dim == w->last ? 0 : w->base_strides[w->last];
+    w->base_strides[dim] = 0;
+    return true;
+}
+
 void dl_cpu_gather(dl_tensor *out, const dl_tensor *x, int dim, const dl_tensor *index) {
-    int64_t shape[DL_MAX_DIMS], xshape[DL_MAX_DIMS], xs[DL_MAX_DIMS], is[DL_MAX_DIMS];
-    int nd = nonempty_dims(index, shape, is);
-    nonempty_dims(x, xshape, xs);
-    int64_t numel = dl_tensor_numel(index);
-    if (numel == 0) return;
-    int last = nd - 1;
-    int64_t cols = shape[last], rows = numel / cols;
-    int64_t step_dim = xs[dim], step_col = dim == last ? 0 : xs[last];
-    int64_t base_strides[DL_MAX_DIMS];
-    memcpy(base_strides, xs, sizeof base_strides);
-    base_strides[dim] = 0;
+    index_walk w;
+    if (!index_walk_init(&w, index, x, dim)) return;
+    int64_t cols = w.cols, step_dim = w.step_dim, step_col = w.step_col;
     size_t isz = dl_dtype_size(x->dtype);
     const char *src = elem_base(x);
     int64_t xoff = x->offset;
     char *dst = dl_tensor_data_ptr(out);            /* out is index's shape, contiguous */
     const int64_t *idx = dl_tensor_data_ptr(index); /* contiguous int64 */
-    int nthr = numel >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
+    int nthr = w.numel >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
 #pragma omp parallel for num_threads(nthr) if (nthr > 1)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t base = xoff + offset_of(last, shape, base_strides, r);
+    for (int64_t r = 0; r < w.rows; r++) {
+        int64_t base = xoff + offset_of(w.last, w.shape, w.base_strides, r);
         const int64_t *ir = idx + r * cols;
         char *orow = dst + r * cols * (int64_t)isz;
         /* typed loops per element size: the inner loop stays branch-free */
@@ -158,19 +176,12 @@ static inline void elem_add(char *q, const char *p, dl_dtype dt) {
 
 void dl_cpu_scatter(dl_tensor *self, int dim, const dl_tensor *index, const dl_tensor *src,
                     bool add) {
-    int64_t shape[DL_MAX_DIMS], is[DL_MAX_DIMS], sshape[DL_MAX_DIMS], ss[DL_MAX_DIMS];
+    index_walk w;
+    if (!index_walk_init(&w, index, self, dim)) return;
     int64_t rshape[DL_MAX_DIMS], rs[DL_MAX_DIMS];
-    int nd = nonempty_dims(index, shape, is);
-    nonempty_dims(self, sshape, ss);
     nonempty_dims(src, rshape, rs);
-    int64_t numel = dl_tensor_numel(index);
-    if (numel == 0) return;
-    int last = nd - 1;
-    int64_t cols = shape[last], rows = numel / cols;
-    int64_t step_dim = ss[dim], step_col = dim == last ? 0 : ss[last];
-    int64_t base_strides[DL_MAX_DIMS];
-    memcpy(base_strides, ss, sizeof base_strides);
-    base_strides[dim] = 0;
+    int last = w.last;
+    int64_t cols = w.cols, step_dim = w.step_dim, step_col = w.step_col;
     size_t isz = dl_dtype_size(self->dtype);
     char *dst = elem_base(self);
     const char *sp = elem_base(src);
@@ -178,11 +189,11 @@ void dl_cpu_scatter(dl_tensor *self, int dim, const dl_tensor *index, const dl_t
     const int64_t *idx = dl_tensor_data_ptr(index);
     dl_dtype dt = self->dtype;
     /* rows write disjoint parts of self only when dim is the row dim */
-    int nthr = dim == last && numel >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
+    int nthr = dim == last && w.numel >= DL_PARALLEL_GRAIN ? dl_get_num_threads() : 1;
 #pragma omp parallel for num_threads(nthr) if (nthr > 1)
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t dbase = doff + offset_of(last, shape, base_strides, r);
-        int64_t sbase = soff + offset_of(last, shape, rs, r);
+    for (int64_t r = 0; r < w.rows; r++) {
+        int64_t dbase = doff + offset_of(last, w.shape, w.base_strides, r);
+        int64_t sbase = soff + offset_of(last, w.shape, rs, r);
         const int64_t *ir = idx + r * cols;
         for (int64_t j = 0; j < cols; j++) {
             char *q = dst + (dbase + j * step_col + ir[j] * step_dim) * (int64_t)isz;

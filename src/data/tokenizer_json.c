@@ -21,6 +21,7 @@
 #include "tokenizer_impl.h"
 #include "core/error.h"
 #include "io/json.h"
+#include "core/strbuf.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -48,170 +49,133 @@ static void char_bytes(int16_t inv[324]) {
 
 /* --- a growing text buffer ---------------------------------------------------------------- */
 
-typedef struct {
-    char *s;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->s = p;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
-static void puts_(sbuf *b, const char *s) {
-    put(b, s, strlen(s));
-}
-
-static void putf(sbuf *b, const char *fmt, ...) DL_PRINTF(2, 3);
-static void putf(sbuf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-static void put_utf8(sbuf *b, uint32_t cp) {
+static void put_utf8(dl_strbuf *b, uint32_t cp) {
     char u[4];
-    put(b, u, dl_utf8_put(u, cp));
+    dl_strbuf_add(b, u, dl_utf8_put(u, cp));
 }
 
 /* a JSON string of valid UTF-8 text */
-static void put_str(sbuf *b, const char *s, size_t n) {
-    put(b, "\"", 1);
+static void put_str(dl_strbuf *b, const char *s, size_t n) {
+    dl_strbuf_add(b, "\"", 1);
     size_t start = 0;
     for (size_t i = 0; i < n; i++) {
         uint8_t c = (uint8_t)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        put(b, s + start, i - start);
+        dl_strbuf_add(b, s + start, i - start);
         if (c == '"' || c == '\\') {
             char e[2] = {'\\', (char)c};
-            put(b, e, 2);
+            dl_strbuf_add(b, e, 2);
         } else if (c == '\n') {
-            puts_(b, "\\n");
+            dl_strbuf_str(b, "\\n");
         } else if (c == '\t') {
-            puts_(b, "\\t");
+            dl_strbuf_str(b, "\\t");
         } else if (c == '\r') {
-            puts_(b, "\\r");
+            dl_strbuf_str(b, "\\r");
         } else {
-            putf(b, "\\u%04x", c);
+            dl_strbuf_printf(b, "\\u%04x", c);
         }
         start = i + 1;
     }
-    put(b, s + start, n - start);
-    put(b, "\"", 1);
+    dl_strbuf_add(b, s + start, n - start);
+    dl_strbuf_add(b, "\"", 1);
 }
 
 /* a token's bytes in the byte-to-character form (inside a JSON string) */
-static void put_bytes(sbuf *b, const char *s, size_t n) {
+static void put_bytes(dl_strbuf *b, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint32_t cp = byte_char((uint8_t)s[i]);
         if (cp == '"' || cp == '\\') {
             char e[2] = {'\\', (char)cp};
-            put(b, e, 2);
+            dl_strbuf_add(b, e, 2);
         } else {
             put_utf8(b, cp);
         }
     }
 }
 
-static void write_bpe(const dl_tokenizer *t, sbuf *b) {
-    puts_(b, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n"
-             "  \"added_tokens\": [");
+static void write_bpe(const dl_tokenizer *t, dl_strbuf *b) {
+    dl_strbuf_str(b, "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n"
+                     "  \"added_tokens\": [");
     int first = 1;
     for (int32_t id = 0; id < t->n; id++) {
         if (!(t->flags[id] & DL_TOKF_ADDED)) continue;
-        putf(b, "%s\n    {\"id\": %d, \"content\": ", first ? "" : ",", (int)id);
+        dl_strbuf_printf(b, "%s\n    {\"id\": %d, \"content\": ", first ? "" : ",", (int)id);
         put_str(b, dl_tok_bytes(t, id), t->len[id]);
-        putf(b,
-             ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
-             "\"normalized\": false, \"special\": %s}",
-             (t->flags[id] & DL_TOKF_SPECIAL) ? "true" : "false");
+        dl_strbuf_printf(b,
+                         ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, "
+                         "\"normalized\": false, \"special\": %s}",
+                         (t->flags[id] & DL_TOKF_SPECIAL) ? "true" : "false");
         first = 0;
     }
     const char *regex = t->pretok == DL_PRETOK_GPT2 ? "true" : "false";
-    puts_(b, first ? "],\n" : "\n  ],\n");
-    puts_(b, "  \"normalizer\": null,\n");
-    putf(b,
-         "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
-         "\"trim_offsets\": true, \"use_regex\": %s},\n",
-         regex);
-    puts_(b, "  \"post_processor\": null,\n");
-    putf(b,
-         "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
-         "\"trim_offsets\": true, \"use_regex\": %s},\n",
-         regex);
-    puts_(b, "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n"
-             "    \"unk_token\": null,\n    \"continuing_subword_prefix\": null,\n"
-             "    \"end_of_word_suffix\": null,\n    \"fuse_unk\": false,\n"
-             "    \"byte_fallback\": false,\n    \"vocab\": {");
+    dl_strbuf_str(b, first ? "],\n" : "\n  ],\n");
+    dl_strbuf_str(b, "  \"normalizer\": null,\n");
+    dl_strbuf_printf(b,
+                     "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
+                     "\"trim_offsets\": true, \"use_regex\": %s},\n",
+                     regex);
+    dl_strbuf_str(b, "  \"post_processor\": null,\n");
+    dl_strbuf_printf(b,
+                     "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+                     "\"trim_offsets\": true, \"use_regex\": %s},\n",
+                     regex);
+    dl_strbuf_str(b, "  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n"
+                     "    \"unk_token\": null,\n    \"continuing_subword_prefix\": null,\n"
+                     "    \"end_of_word_suffix\": null,\n    \"fuse_unk\": false,\n"
+                     "    \"byte_fallback\": false,\n    \"vocab\": {");
     first = 1;
     for (int32_t id = 0; id < t->n; id++) {
         const char *s = dl_tok_bytes(t, id);
         size_t n = t->len[id];
-        puts_(b, first ? "\n      " : ",\n      ");
+        dl_strbuf_str(b, first ? "\n      " : ",\n      ");
         first = 0;
         if (t->flags[id] & DL_TOKF_ADDED)
             put_str(b, s, n); /* its text, as Hugging Face's trainer writes it */
         else {
-            put(b, "\"", 1);
+            dl_strbuf_add(b, "\"", 1);
             put_bytes(b, s, n);
-            put(b, "\"", 1);
+            dl_strbuf_add(b, "\"", 1);
         }
-        putf(b, ": %d", (int)id);
+        dl_strbuf_printf(b, ": %d", (int)id);
     }
-    puts_(b, "\n    },\n    \"merges\": [");
+    dl_strbuf_str(b, "\n    },\n    \"merges\": [");
     for (int32_t k = 0; k < t->n_merges; k++) {
-        puts_(b, k ? ",\n      \"" : "\n      \"");
+        dl_strbuf_str(b, k ? ",\n      \"" : "\n      \"");
         put_bytes(b, dl_tok_bytes(t, t->merges[k][0]), t->len[t->merges[k][0]]);
-        put(b, " ", 1);
+        dl_strbuf_add(b, " ", 1);
         put_bytes(b, dl_tok_bytes(t, t->merges[k][1]), t->len[t->merges[k][1]]);
-        put(b, "\"", 1);
+        dl_strbuf_add(b, "\"", 1);
     }
-    puts_(b, t->n_merges ? "\n    ]\n  }\n}\n" : "]\n  }\n}\n");
+    dl_strbuf_str(b, t->n_merges ? "\n    ]\n  }\n}\n" : "]\n  }\n}\n");
 }
 
-static void write_char(const dl_tokenizer *t, sbuf *b) {
-    puts_(b, "{\n  \"type\": \"dlua.CharTokenizer\",\n  \"version\": 1,\n  \"special_tokens\": [");
+static void write_char(const dl_tokenizer *t, dl_strbuf *b) {
+    dl_strbuf_str(
+        b, "{\n  \"type\": \"dlua.CharTokenizer\",\n  \"version\": 1,\n  \"special_tokens\": [");
     int first = 1;
     for (int32_t id = 0; id < t->n; id++) {
         if (!(t->flags[id] & DL_TOKF_ADDED)) continue;
-        if (!first) puts_(b, ", ");
+        if (!first) dl_strbuf_str(b, ", ");
         first = 0;
         put_str(b, dl_tok_bytes(t, id), t->len[id]);
     }
-    puts_(b, "],\n  \"unk_token\": ");
+    dl_strbuf_str(b, "],\n  \"unk_token\": ");
     if (t->unk >= 0)
         put_str(b, dl_tok_bytes(t, t->unk), t->len[t->unk]);
     else
-        puts_(b, "null");
-    puts_(b, ",\n  \"chars\": ");
-    sbuf chars = {0};
+        dl_strbuf_str(b, "null");
+    dl_strbuf_str(b, ",\n  \"chars\": ");
+    dl_strbuf chars = {0};
     for (int32_t id = 0; id < t->n; id++)
-        if (!(t->flags[id] & DL_TOKF_ADDED)) put(&chars, dl_tok_bytes(t, id), t->len[id]);
+        if (!(t->flags[id] & DL_TOKF_ADDED)) dl_strbuf_add(&chars, dl_tok_bytes(t, id), t->len[id]);
     if (chars.oom) b->oom = 1;
-    put_str(b, chars.s ? chars.s : "", chars.n);
+    put_str(b, chars.s ? chars.s : "", chars.len);
     free(chars.s);
-    puts_(b, "\n}\n");
+    dl_strbuf_str(b, "\n}\n");
 }
 
 char *dl_tokenizer_to_json(const dl_tokenizer *t, size_t *len) {
-    sbuf b = {0};
+    dl_strbuf b = {0};
     if (t->kind == DL_TOK_BPE)
         write_bpe(t, &b);
     else
@@ -221,7 +185,7 @@ char *dl_tokenizer_to_json(const dl_tokenizer *t, size_t *len) {
         dl_error("tokenizer: out of memory writing JSON");
         return NULL;
     }
-    *len = b.n;
+    *len = b.len;
     return b.s;
 }
 

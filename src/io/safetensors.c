@@ -6,6 +6,7 @@
  * disk under a temporary name. */
 #include "safetensors.h"
 #include "io/json.h"
+#include "core/strbuf.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -76,17 +77,14 @@ typedef struct {
     uint64_t begin, end;
 } st_entry;
 
-/* "<verb>: <path>: <message>" */
-static int path_fail(const char *verb, const char *path, const char *fmt, va_list ap) {
+/* Sets the error "<verb>: <path>: <message>" (verb: "load" or "save");
+ * returns -1. */
+DL_PRINTF(3, 4) static int path_fail(const char *verb, const char *path, const char *fmt, ...) {
     char prefix[320];
     snprintf(prefix, sizeof prefix, "%s: %s", verb, path);
-    return dl_verror(prefix, fmt, ap);
-}
-
-DL_PRINTF(2, 3) static int load_fail(const char *path, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    path_fail("load", path, fmt, ap);
+    dl_verror(prefix, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -111,27 +109,27 @@ static void json_num_str(const dl_json *v, char *buf, size_t n) {
 static int parse_entry(const char *path, const dl_json *v, st_entry *e) {
     const char *nm = e->name;
     if (v->type != DL_JSON_OBJECT)
-        return load_fail(path, "entry for tensor '%s' is a %s, not an object", nm,
+        return path_fail("load", path, "entry for tensor '%s' is a %s, not an object", nm,
                          dl_json_type_name(v->type));
     const dl_json *dt = dl_json_get(v, "dtype"), *sh = dl_json_get(v, "shape"),
                   *off = dl_json_get(v, "data_offsets");
-    if (!dt) return load_fail(path, "tensor '%s' has no \"dtype\"", nm);
-    if (!sh) return load_fail(path, "tensor '%s' has no \"shape\"", nm);
-    if (!off) return load_fail(path, "tensor '%s' has no \"data_offsets\"", nm);
+    if (!dt) return path_fail("load", path, "tensor '%s' has no \"dtype\"", nm);
+    if (!sh) return path_fail("load", path, "tensor '%s' has no \"shape\"", nm);
+    if (!off) return path_fail("load", path, "tensor '%s' has no \"data_offsets\"", nm);
     if (dt->type != DL_JSON_STRING)
-        return load_fail(path, "tensor '%s': \"dtype\" is a %s, not a string", nm,
+        return path_fail("load", path, "tensor '%s': \"dtype\" is a %s, not a string", nm,
                          dl_json_type_name(dt->type));
     if (dl_safetensors_dtype_parse(dt->str, &e->dtype))
-        return load_fail(path,
+        return path_fail("load", path,
                          "tensor '%s' has dtype '%s', which dlua does not support (supported: "
                          "F32 F64 F16 BF16 I64 I32 U8 BOOL)",
                          nm, dt->str);
     if (sh->type != DL_JSON_ARRAY)
-        return load_fail(path, "tensor '%s': \"shape\" is a %s, not an array", nm,
+        return path_fail("load", path, "tensor '%s': \"shape\" is a %s, not an array", nm,
                          dl_json_type_name(sh->type));
     if (sh->count > DL_MAX_DIMS)
-        return load_fail(path, "tensor '%s' has %zu dimensions; at most %d are supported", nm,
-                         sh->count, DL_MAX_DIMS);
+        return path_fail("load", path, "tensor '%s' has %zu dimensions; at most %d are supported",
+                         nm, sh->count, DL_MAX_DIMS);
     e->ndim = (int)sh->count;
     uint64_t numel = 1;
     int overflow = 0, has_zero = 0;
@@ -140,8 +138,9 @@ static int parse_entry(const char *path, const dl_json *v, st_entry *e) {
         if (json_uint(sh->items[i], &d)) {
             char buf[64];
             json_num_str(sh->items[i], buf, sizeof buf);
-            return load_fail(path, "tensor '%s': shape entry %d is %s, not a non-negative integer",
-                             nm, i + 1, buf);
+            return path_fail("load", path,
+                             "tensor '%s': shape entry %d is %s, not a non-negative integer", nm,
+                             i + 1, buf);
         }
         e->shape[i] = (int64_t)d;
         if (d == 0)
@@ -155,23 +154,27 @@ static int parse_entry(const char *path, const dl_json *v, st_entry *e) {
     /* a shape containing 0 has no bytes however large its other sizes */
     if (!has_zero && (overflow || numel > (uint64_t)INT64_MAX ||
                       __builtin_mul_overflow(numel, (uint64_t)dl_dtype_size(e->dtype), &nbytes)))
-        return load_fail(path, "tensor '%s': shape %s is too large (its byte count overflows)", nm,
+        return path_fail("load", path,
+                         "tensor '%s': shape %s is too large (its byte count overflows)", nm,
                          shape_buf);
     if (off->type != DL_JSON_ARRAY || off->count != 2)
-        return load_fail(path, "tensor '%s': \"data_offsets\" must be an array of 2 integers", nm);
+        return path_fail("load", path,
+                         "tensor '%s': \"data_offsets\" must be an array of 2 integers", nm);
     if (json_uint(off->items[0], &e->begin) || json_uint(off->items[1], &e->end)) {
         char b0[64], b1[64];
         json_num_str(off->items[0], b0, sizeof b0);
         json_num_str(off->items[1], b1, sizeof b1);
-        return load_fail(path, "tensor '%s': data_offsets [%s, %s] are not non-negative integers",
-                         nm, b0, b1);
+        return path_fail("load", path,
+                         "tensor '%s': data_offsets [%s, %s] are not non-negative integers", nm, b0,
+                         b1);
     }
     if (e->begin > e->end)
-        return load_fail(
-            path, "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] begin after they end", nm,
-            e->begin, e->end);
+        return path_fail("load", path,
+                         "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                         "] begin after they end",
+                         nm, e->begin, e->end);
     if (e->end - e->begin != nbytes)
-        return load_fail(path,
+        return path_fail("load", path,
                          "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64
                          " bytes but shape %s of %s needs %" PRIu64,
                          nm, e->begin, e->end, e->end - e->begin, shape_buf, dt->str, nbytes);
@@ -212,31 +215,31 @@ static int check_layout(const char *path, st_entry **order, size_t n, uint64_t d
     qsort(order, n, sizeof *order, cmp_name);
     for (size_t i = 1; i < n; i++)
         if (cmp_name(&order[i - 1], &order[i]) == 0)
-            return load_fail(path, "duplicate tensor name '%s'", order[i]->name);
+            return path_fail("load", path, "duplicate tensor name '%s'", order[i]->name);
     qsort(order, n, sizeof *order, cmp_offsets);
     uint64_t pos = 0;
     for (size_t i = 0; i < n; i++) {
         const st_entry *e = order[i];
         if (e->end > data_size)
-            return load_fail(path,
+            return path_fail("load", path,
                              "tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
                              "] run past the end of the data (%" PRIu64 " bytes)",
                              e->name, e->begin, e->end, data_size);
         if (e->begin < pos)
-            return load_fail(path,
+            return path_fail("load", path,
                              "tensor '%s' at [%" PRIu64 ", %" PRIu64
                              ") overlaps tensor '%s' at [%" PRIu64 ", %" PRIu64 ")",
                              e->name, e->begin, e->end, order[i - 1]->name, order[i - 1]->begin,
                              order[i - 1]->end);
         if (e->begin > pos)
-            return load_fail(path,
+            return path_fail("load", path,
                              "data bytes [%" PRIu64 ", %" PRIu64
                              ") are not covered by any tensor (gap before '%s')",
                              pos, e->begin, e->name);
         pos = e->end;
     }
     if (pos != data_size)
-        return load_fail(path,
+        return path_fail("load", path,
                          "data bytes [%" PRIu64 ", %" PRIu64
                          ") are not covered by any tensor (trailing bytes after the last one)",
                          pos, data_size);
@@ -246,26 +249,26 @@ static int check_layout(const char *path, st_entry **order, size_t n, uint64_t d
 static int parse_metadata(const char *path, const dl_json *md, dl_safetensors *st) {
     if (md->type == DL_JSON_NULL) return 0;
     if (md->type != DL_JSON_OBJECT)
-        return load_fail(path, "\"__metadata__\" is a %s, not an object of strings",
+        return path_fail("load", path, "\"__metadata__\" is a %s, not an object of strings",
                          dl_json_type_name(md->type));
     st->meta = calloc(md->count ? md->count : 1, sizeof *st->meta);
-    if (!st->meta) return load_fail(path, "out of memory");
+    if (!st->meta) return path_fail("load", path, "out of memory");
     for (size_t i = 0; i < md->count; i++) {
         const dl_json *v = md->items[i];
         if (v->type != DL_JSON_STRING)
-            return load_fail(path, "metadata value for '%s' is a %s, not a string", md->keys[i],
-                             dl_json_type_name(v->type));
+            return path_fail("load", path, "metadata value for '%s' is a %s, not a string",
+                             md->keys[i], dl_json_type_name(v->type));
         for (size_t j = 0; j < i; j++)
             if (md->key_lens[j] == md->key_lens[i] &&
                 memcmp(md->keys[j], md->keys[i], md->key_lens[i]) == 0)
-                return load_fail(path, "duplicate metadata key '%s'", md->keys[i]);
+                return path_fail("load", path, "duplicate metadata key '%s'", md->keys[i]);
         dl_st_meta *m = &st->meta[st->nmeta];
         m->key = dup_bytes(md->keys[i], md->key_lens[i]);
         m->value = dup_bytes(v->str, v->len);
         if (!m->key || !m->value) {
             free(m->key);
             free(m->value);
-            return load_fail(path, "out of memory");
+            return path_fail("load", path, "out of memory");
         }
         m->key_len = md->key_lens[i];
         m->value_len = v->len;
@@ -281,21 +284,21 @@ static dl_tensor *make_tensor(const char *path, const st_entry *e, char *data, s
     if (nbytes == 0 || ((uintptr_t)p % isz) != 0) {
         dl_tensor *t = dl_tensor_empty(e->ndim, e->shape, e->dtype, DL_CPU);
         if (t && nbytes) memcpy(t->storage->data, p, nbytes);
-        if (!t) load_fail(path, "tensor '%s': %s", e->name, dl_last_error());
+        if (!t) path_fail("load", path, "tensor '%s': %s", e->name, dl_last_error());
         return t;
     }
     __atomic_add_fetch(&m->refcount, 1, __ATOMIC_RELAXED);
     dl_storage *s = dl_storage_wrap(p, nbytes, DL_CPU, mapping_deleter, m);
     if (!s) {
         mapping_release(m);
-        load_fail(path, "out of memory");
+        path_fail("load", path, "out of memory");
         return NULL;
     }
     int64_t strides[DL_MAX_DIMS];
     dl_contiguous_strides(e->ndim, e->shape, strides);
     dl_tensor *t = dl_tensor_new_view(s, 0, e->ndim, e->shape, strides, e->dtype);
     dl_storage_release(s); /* the view holds it now (or, on failure, it goes) */
-    if (!t) load_fail(path, "out of memory");
+    if (!t) path_fail("load", path, "out of memory");
     return t;
 }
 
@@ -304,14 +307,14 @@ static dl_safetensors *load_mapped(const char *path, char *base, size_t size, st
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | (unsigned char)base[i];
     if (hlen > DL_SAFETENSORS_MAX_HEADER) {
         /* another kind of file (a PNG, a .pth) reads as a huge length */
-        load_fail(path,
+        path_fail("load", path,
                   "header length %" PRIu64 " is too large (the limit is %u bytes; "
                   "not a safetensors file?)",
                   hlen, DL_SAFETENSORS_MAX_HEADER);
         return NULL;
     }
     if (hlen > size - 8) {
-        load_fail(path,
+        path_fail("load", path,
                   "header length %" PRIu64 " runs past the end of the file (%zu bytes; "
                   "truncated or not a safetensors file?)",
                   hlen, size);
@@ -320,12 +323,12 @@ static dl_safetensors *load_mapped(const char *path, char *base, size_t size, st
     const char *hdr = base + 8;
     size_t bad;
     if (!dl_utf8_valid(hdr, (size_t)hlen, &bad)) {
-        load_fail(path, "header is not valid UTF-8 (at header byte %zu)", bad);
+        path_fail("load", path, "header is not valid UTF-8 (at header byte %zu)", bad);
         return NULL;
     }
     dl_json *root = dl_json_parse(hdr, (size_t)hlen);
     if (!root) {
-        load_fail(path, "header is not valid JSON (%s)", dl_last_error());
+        path_fail("load", path, "header is not valid JSON (%s)", dl_last_error());
         return NULL;
     }
     dl_safetensors *st = calloc(1, sizeof *st);
@@ -334,7 +337,8 @@ static dl_safetensors *load_mapped(const char *path, char *base, size_t size, st
     size_t n = 0;
     if (!st) goto oom;
     if (root->type != DL_JSON_OBJECT) {
-        load_fail(path, "header is a JSON %s, not an object", dl_json_type_name(root->type));
+        path_fail("load", path, "header is a JSON %s, not an object",
+                  dl_json_type_name(root->type));
         goto fail;
     }
     entries = calloc(root->count ? root->count : 1, sizeof *entries);
@@ -344,7 +348,7 @@ static dl_safetensors *load_mapped(const char *path, char *base, size_t size, st
     for (size_t i = 0; i < root->count; i++) {
         if (strcmp(root->keys[i], "__metadata__") == 0 && root->key_lens[i] == 12) {
             if (have_meta++) {
-                load_fail(path, "duplicate \"__metadata__\"");
+                path_fail("load", path, "duplicate \"__metadata__\"");
                 goto fail;
             }
             if (parse_metadata(path, root->items[i], st)) goto fail;
@@ -376,7 +380,7 @@ static dl_safetensors *load_mapped(const char *path, char *base, size_t size, st
     dl_json_free(root);
     return st;
 oom:
-    load_fail(path, "out of memory");
+    path_fail("load", path, "out of memory");
 fail:
     free(entries);
     free(order);
@@ -388,23 +392,24 @@ fail:
 dl_safetensors *dl_safetensors_load(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        load_fail(path, "cannot open: %s", strerror(errno));
+        path_fail("load", path, "cannot open: %s", strerror(errno));
         return NULL;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        load_fail(path, "cannot stat: %s", strerror(errno));
+        path_fail("load", path, "cannot stat: %s", strerror(errno));
         close(fd);
         return NULL;
     }
     if (!S_ISREG(sb.st_mode)) {
-        load_fail(path, "not a regular file");
+        path_fail("load", path, "not a regular file");
         close(fd);
         return NULL;
     }
     size_t size = (size_t)sb.st_size;
     if (sb.st_size < 8) {
-        load_fail(path, "file is %lld bytes, too short for a safetensors header (at least 8 bytes)",
+        path_fail("load", path,
+                  "file is %lld bytes, too short for a safetensors header (at least 8 bytes)",
                   (long long)sb.st_size);
         close(fd);
         return NULL;
@@ -415,13 +420,13 @@ dl_safetensors *dl_safetensors_load(const char *path) {
     int err = errno;
     close(fd);
     if (base == MAP_FAILED) {
-        load_fail(path, "cannot map the file: %s", strerror(err));
+        path_fail("load", path, "cannot map the file: %s", strerror(err));
         return NULL;
     }
     st_mapping *m = malloc(sizeof *m);
     if (!m) {
         munmap(base, size);
-        load_fail(path, "out of memory");
+        path_fail("load", path, "out of memory");
         return NULL;
     }
     m->base = base;
@@ -449,67 +454,30 @@ void dl_safetensors_free(dl_safetensors *st) {
 
 /* --- writing ------------------------------------------------------------------- */
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    int oom;
-} strbuf;
-
-static void sb_add(strbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->buf, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->buf = p;
-        b->cap = cap;
-    }
-    memcpy(b->buf + b->len, s, n);
-    b->len += n;
-    b->buf[b->len] = '\0';
-}
-
-static void sb_str(strbuf *b, const char *s) {
-    sb_add(b, s, strlen(s));
-}
-
-DL_PRINTF(2, 3) static void sb_printf(strbuf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 /* A JSON string literal (s is valid UTF-8, checked by the caller). */
-static void sb_json_string(strbuf *b, const char *s, size_t n) {
-    sb_add(b, "\"", 1);
+static void sb_json_string(dl_strbuf *b, const char *s, size_t n) {
+    dl_strbuf_add(b, "\"", 1);
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\') continue;
-        sb_add(b, s + run, i - run);
+        dl_strbuf_add(b, s + run, i - run);
         run = i + 1;
         if (c == '"')
-            sb_str(b, "\\\"");
+            dl_strbuf_str(b, "\\\"");
         else if (c == '\\')
-            sb_str(b, "\\\\");
+            dl_strbuf_str(b, "\\\\");
         else if (c == '\n')
-            sb_str(b, "\\n");
+            dl_strbuf_str(b, "\\n");
         else if (c == '\t')
-            sb_str(b, "\\t");
+            dl_strbuf_str(b, "\\t");
         else if (c == '\r')
-            sb_str(b, "\\r");
+            dl_strbuf_str(b, "\\r");
         else
-            sb_printf(b, "\\u%04x", c);
+            dl_strbuf_printf(b, "\\u%04x", c);
     }
-    sb_add(b, s + run, n - run);
-    sb_add(b, "\"", 1);
+    dl_strbuf_add(b, s + run, n - run);
+    dl_strbuf_add(b, "\"", 1);
 }
 
 typedef struct {
@@ -532,44 +500,37 @@ static int cmp_wr_layout(const void *a, const void *b) {
     return cmp_wr_name(a, b);
 }
 
-DL_PRINTF(2, 3) static int save_fail(const char *path, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    path_fail("save", path, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* Builds the padded header for entries (offsets filled in). */
-static int build_header(const char *path, strbuf *h, wr_entry **by_name, size_t n, size_t nmeta,
+static int build_header(const char *path, dl_strbuf *h, wr_entry **by_name, size_t n, size_t nmeta,
                         const char *const *mk, const size_t *mkl, const char *const *mv,
                         const size_t *mvl) {
-    sb_str(h, "{");
+    dl_strbuf_str(h, "{");
     int first = 1;
     if (nmeta) {
-        sb_str(h, "\"__metadata__\":{");
+        dl_strbuf_str(h, "\"__metadata__\":{");
         for (size_t i = 0; i < nmeta; i++) {
-            if (i) sb_str(h, ",");
+            if (i) dl_strbuf_str(h, ",");
             sb_json_string(h, mk[i], mkl ? mkl[i] : strlen(mk[i]));
-            sb_str(h, ":");
+            dl_strbuf_str(h, ":");
             sb_json_string(h, mv[i], mvl ? mvl[i] : strlen(mv[i]));
         }
-        sb_str(h, "}");
+        dl_strbuf_str(h, "}");
         first = 0;
     }
     for (size_t i = 0; i < n; i++) {
         const wr_entry *e = by_name[i];
-        if (!first) sb_str(h, ",");
+        if (!first) dl_strbuf_str(h, ",");
         first = 0;
         sb_json_string(h, e->name, e->name_len);
-        sb_printf(h, ":{\"dtype\":\"%s\",\"shape\":[", dl_safetensors_dtype_name(e->t->dtype));
+        dl_strbuf_printf(h, ":{\"dtype\":\"%s\",\"shape\":[",
+                         dl_safetensors_dtype_name(e->t->dtype));
         for (int d = 0; d < e->t->ndim; d++)
-            sb_printf(h, "%s%" PRId64, d ? "," : "", e->t->shape[d]);
-        sb_printf(h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", e->begin, e->end);
+            dl_strbuf_printf(h, "%s%" PRId64, d ? "," : "", e->t->shape[d]);
+        dl_strbuf_printf(h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", e->begin, e->end);
     }
-    sb_str(h, "}");
-    while ((8 + h->len) % 8) sb_str(h, " ");
-    if (h->oom) return save_fail(path, "out of memory building the header");
+    dl_strbuf_str(h, "}");
+    while ((8 + h->len) % 8) dl_strbuf_str(h, " ");
+    if (h->oom) return path_fail("save", path, "out of memory building the header");
     return 0;
 }
 
@@ -580,22 +541,22 @@ static int check_save_args(const char *path, wr_entry **by_name, size_t n, size_
     for (size_t i = 0; i < n; i++) {
         const wr_entry *e = by_name[i];
         if (!dl_utf8_valid(e->name, e->name_len, NULL))
-            return save_fail(path, "tensor name '%s' is not valid UTF-8", e->name);
+            return path_fail("save", path, "tensor name '%s' is not valid UTF-8", e->name);
         if (e->name_len == 12 && memcmp(e->name, "__metadata__", 12) == 0)
-            return save_fail(path, "'__metadata__' is reserved and cannot name a tensor");
+            return path_fail("save", path, "'__metadata__' is reserved and cannot name a tensor");
         if (i && cmp_wr_name(&by_name[i - 1], &by_name[i]) == 0)
-            return save_fail(path, "duplicate tensor name '%s'", e->name);
+            return path_fail("save", path, "duplicate tensor name '%s'", e->name);
     }
     for (size_t i = 0; i < nmeta; i++) {
         size_t kl = mkl ? mkl[i] : strlen(mk[i]), vl = mvl ? mvl[i] : strlen(mv[i]);
         if (!dl_utf8_valid(mk[i], kl, NULL))
-            return save_fail(path, "metadata key '%s' is not valid UTF-8", mk[i]);
+            return path_fail("save", path, "metadata key '%s' is not valid UTF-8", mk[i]);
         if (!dl_utf8_valid(mv[i], vl, NULL))
-            return save_fail(path, "metadata value for '%s' is not valid UTF-8", mk[i]);
+            return path_fail("save", path, "metadata value for '%s' is not valid UTF-8", mk[i]);
         for (size_t j = 0; j < i; j++) {
             size_t jl = mkl ? mkl[j] : strlen(mk[j]);
             if (jl == kl && memcmp(mk[j], mk[i], kl) == 0)
-                return save_fail(path, "duplicate metadata key '%s'", mk[i]);
+                return path_fail("save", path, "duplicate metadata key '%s'", mk[i]);
         }
     }
     return 0;
@@ -607,13 +568,26 @@ static int write_tensor(const char *path, FILE *f, dl_tensor *t, const char *nam
     dl_tensor *h = dl_tensor_to_device(t, DL_CPU);
     dl_tensor *c = h ? dl_tensor_contiguous(h) : NULL;
     dl_tensor_release(h);
-    if (!c) return save_fail(path, "tensor '%s': %s", name, dl_last_error());
+    if (!c) return path_fail("save", path, "tensor '%s': %s", name, dl_last_error());
     size_t nbytes = (size_t)dl_tensor_numel(c) * dl_dtype_size(c->dtype);
     size_t w = fwrite(dl_tensor_data_ptr(c), 1, nbytes, f);
     int err = errno;
     dl_tensor_release(c);
-    if (w != nbytes) return save_fail(path, "cannot write: %s", strerror(err ? err : EIO));
+    if (w != nbytes) return path_fail("save", path, "cannot write: %s", strerror(err ? err : EIO));
     return 0;
+}
+
+/* The folder holding path into dir (size bytes): "." for a bare name, "/"
+ * for a file at the root.  Returns path's last component. */
+static const char *parent_dir(const char *path, char *dir, size_t size) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, size, ".");
+    else if (slash == path)
+        snprintf(dir, size, "/");
+    else
+        snprintf(dir, size, "%.*s", (int)(slash - path), path);
+    return slash ? slash + 1 : path;
 }
 
 /* Removes "<path>.tmp.<pid>" files left by writers that were killed mid-write
@@ -623,14 +597,7 @@ static int write_tensor(const char *path, FILE *f, dl_tensor *t, const char *nam
  * (another process saving to the same path) is left alone. */
 static void remove_stale_temporaries(const char *path) {
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    const char *base = parent_dir(path, dir, sizeof dir);
     size_t bl = strlen(base);
     DIR *d = opendir(dir);
     if (!d) return;
@@ -652,13 +619,7 @@ static void remove_stale_temporaries(const char *path) {
 /* fsync of the directory holding path, so the rename itself is durable. */
 static void sync_parent_dir(const char *path) {
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    parent_dir(path, dir, sizeof dir);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
         fsync(fd); /* best effort: some file systems refuse it */
@@ -673,12 +634,12 @@ int dl_safetensors_save(const char *path, size_t n, const char *const *names,
     wr_entry *entries = calloc(n ? n : 1, sizeof *entries);
     wr_entry **by_name = calloc(n ? n : 1, sizeof *by_name);
     wr_entry **layout = calloc(n ? n : 1, sizeof *layout);
-    strbuf h = {0};
+    dl_strbuf h = {0};
     char *tmp = NULL;
     FILE *f = NULL;
     int rc = -1;
     if (!entries || !by_name || !layout) {
-        save_fail(path, "out of memory");
+        path_fail("save", path, "out of memory");
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
@@ -705,21 +666,21 @@ int dl_safetensors_save(const char *path, size_t n, const char *const *names,
     size_t tlen = strlen(path) + 32;
     tmp = malloc(tlen);
     if (!tmp) {
-        save_fail(path, "out of memory");
+        path_fail("save", path, "out of memory");
         goto done;
     }
     remove_stale_temporaries(path);
     snprintf(tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
     f = fopen(tmp, "wb");
     if (!f) {
-        save_fail(path, "cannot write: %s", strerror(errno));
+        path_fail("save", path, "cannot write: %s", strerror(errno));
         goto done;
     }
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
     errno = 0;
-    if (fwrite(len8, 1, 8, f) != 8 || fwrite(h.buf, 1, h.len, f) != h.len) {
-        save_fail(path, "cannot write: %s", strerror(errno ? errno : EIO));
+    if (fwrite(len8, 1, 8, f) != 8 || fwrite(h.s, 1, h.len, f) != h.len) {
+        path_fail("save", path, "cannot write: %s", strerror(errno ? errno : EIO));
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
@@ -728,17 +689,17 @@ int dl_safetensors_save(const char *path, size_t n, const char *const *names,
     }
     errno = 0;
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        save_fail(path, "cannot write: %s", strerror(errno ? errno : EIO));
+        path_fail("save", path, "cannot write: %s", strerror(errno ? errno : EIO));
         goto done;
     }
     FILE *closing = f;
     f = NULL;
     if (fclose(closing) != 0) {
-        save_fail(path, "cannot write: %s", strerror(errno));
+        path_fail("save", path, "cannot write: %s", strerror(errno));
         goto done;
     }
     if (rename(tmp, path) != 0) {
-        save_fail(path, "cannot rename '%s' to it: %s", tmp, strerror(errno));
+        path_fail("save", path, "cannot rename '%s' to it: %s", tmp, strerror(errno));
         goto done;
     }
     sync_parent_dir(path);
@@ -757,7 +718,7 @@ done:
         }
     }
     free(tmp);
-    free(h.buf);
+    free(h.s);
     free(entries);
     free(by_name);
     free(layout);

@@ -91,6 +91,12 @@ dl_tensor **dlL_checktensors(lua_State *L, int idx, const char *op, const char *
  * table.  Either list may be NULL. */
 void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods);
 
+/* Registers the userdata class `name` (its metatable in the registry, as
+ * luaL_checkudata finds it): the metamethods of meta (__gc, __close, __len,
+ * __tostring ...) and, unless methods is NULL, __index = a table of methods.
+ * Leaves the stack as it was. */
+void dlL_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods);
+
 /* Adds functions to the subtable dl.<name> (created when absent). */
 void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions);
 /* An nn family's functions: its kernel pairs into dl._nn, its recording entry

@@ -807,14 +807,12 @@ void dlL_open_cuda(lua_State *L) {
         {"elapsed_time", event_elapsed},
         {NULL, NULL},
     };
-    luaL_newmetatable(L, EVENT_MT);
-    lua_pushcfunction(L, event_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, event_tostring);
-    lua_setfield(L, -2, "__tostring");
-    luaL_newlib(L, event_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    static const luaL_Reg event_meta[] = {
+        {"__gc", event_gc},
+        {"__tostring", event_tostring},
+        {NULL, NULL},
+    };
+    dlL_newclass(L, EVENT_MT, event_meta, event_methods);
 
     static const luaL_Reg cuda[] = {
         {"is_available", l_is_available},
@@ -846,14 +844,12 @@ void dlL_open_cuda(lua_State *L) {
         {"_add_replay_hook", graph_add_hook},
         {NULL, NULL},
     };
-    luaL_newmetatable(L, GRAPH_MT);
-    lua_pushcfunction(L, graph_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, graph_tostring);
-    lua_setfield(L, -2, "__tostring");
-    luaL_newlib(L, graph_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    static const luaL_Reg graph_meta[] = {
+        {"__gc", graph_gc},
+        {"__tostring", graph_tostring},
+        {NULL, NULL},
+    };
+    dlL_newclass(L, GRAPH_MT, graph_meta, graph_methods);
 
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     luaL_newlib(L, cuda);

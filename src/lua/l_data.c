@@ -374,28 +374,20 @@ void dlL_open_data(lua_State *L) {
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     int mod = lua_gettop(L);
 
-    luaL_newmetatable(L, DL_INDEX_MT);
     static const luaL_Reg ixmeta[] = {{"__gc", ix_gc}, {"__len", ix_len}, {NULL, NULL}};
-    luaL_setfuncs(L, ixmeta, 0);
     static const luaL_Reg ixmethods[] = {{"path", ix_path},       {"label", ix_label},
                                          {"classes", ix_classes}, {"labels", ix_labels},
                                          {"load", ix_load},       {NULL, NULL}};
-    luaL_newlib(L, ixmethods);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    dlL_newclass(L, DL_INDEX_MT, ixmeta, ixmethods);
 
-    luaL_newmetatable(L, DL_LOADER_MT);
     static const luaL_Reg ldmeta[] = {{"__gc", ld_close}, {"__close", ld_close}, {NULL, NULL}};
-    luaL_setfuncs(L, ldmeta, 0);
     static const luaL_Reg ldmethods[] = {{"start", ld_start},
                                          {"next", ld_next},
                                          {"stop", ld_stop},
                                          {"close", ld_close},
                                          {"num_batches", ld_num_batches},
                                          {NULL, NULL}};
-    luaL_newlib(L, ldmethods);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    dlL_newclass(L, DL_LOADER_MT, ldmeta, ldmethods);
 
     static const luaL_Reg fns[] = {
         {"scan", l_scan},           {"files", l_files},     {"loader", l_loader},

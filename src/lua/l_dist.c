@@ -225,19 +225,17 @@ void dlL_open_dist(lua_State *L) {
         {NULL, NULL},
     };
     dlL_register_in(L, "_dist", fns);
-    if (luaL_newmetatable(L, REDUCER_MT)) {
-        static const luaL_Reg methods[] = {
-            {"prepare", l_reducer_prepare},
-            {"stats", l_reducer_stats},
-            {"bucket", l_reducer_bucket},
-            {"close", l_reducer_close},
-            {"__gc", l_reducer_close},
-            {"__close", l_reducer_close},
-            {NULL, NULL},
-        };
-        luaL_setfuncs(L, methods, 0);
-        lua_pushvalue(L, -1);
-        lua_setfield(L, -2, "__index");
-    }
-    lua_pop(L, 1);
+    static const luaL_Reg meta[] = {
+        {"__gc", l_reducer_close},
+        {"__close", l_reducer_close},
+        {NULL, NULL},
+    };
+    static const luaL_Reg methods[] = {
+        {"prepare", l_reducer_prepare},
+        {"stats", l_reducer_stats},
+        {"bucket", l_reducer_bucket},
+        {"close", l_reducer_close},
+        {NULL, NULL},
+    };
+    dlL_newclass(L, REDUCER_MT, meta, methods);
 }

@@ -540,15 +540,11 @@ void dlL_open_image(lua_State *L) {
     luaL_newlib(L, image);
     lua_setfield(L, mod, "image");
 
-    luaL_newmetatable(L, DL_PIPELINE_MT);
     static const luaL_Reg pmeta[] = {
         {"__gc", p_gc}, {"__close", p_gc}, {"__len", p_len}, {NULL, NULL}};
-    luaL_setfuncs(L, pmeta, 0);
     static const luaL_Reg pmethods[] = {
         {"apply", p_apply}, {"apply_file", p_apply_file}, {NULL, NULL}};
-    luaL_newlib(L, pmethods);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    dlL_newclass(L, DL_PIPELINE_MT, pmeta, pmethods);
 
     static const luaL_Reg tf[] = {
         {"pipeline", l_pipeline},

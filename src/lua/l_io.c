@@ -152,10 +152,8 @@ static int l_load(lua_State *L) {
 }
 
 void dlL_open_io(lua_State *L) {
-    luaL_newmetatable(L, DL_ST_RESULT_MT);
-    lua_pushcfunction(L, result_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
+    static const luaL_Reg result_meta[] = {{"__gc", result_gc}, {NULL, NULL}};
+    dlL_newclass(L, DL_ST_RESULT_MT, result_meta, NULL);
     static const luaL_Reg functions[] = {
         {"save", l_save},
         {"load", l_load},

@@ -795,14 +795,10 @@ static int l_unavailable(lua_State *L) {
 
 void dlL_open_onnx(lua_State *L) {
 #ifdef DL_WITH_ONNX
-    luaL_newmetatable(L, DL_ONNX_HOLD_MT);
-    lua_pushcfunction(L, hold_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
-    luaL_newmetatable(L, DL_ONNX_ARENA_MT);
-    lua_pushcfunction(L, arena_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
+    static const luaL_Reg hold_meta[] = {{"__gc", hold_gc}, {NULL, NULL}};
+    static const luaL_Reg arena_meta[] = {{"__gc", arena_gc}, {NULL, NULL}};
+    dlL_newclass(L, DL_ONNX_HOLD_MT, hold_meta, NULL);
+    dlL_newclass(L, DL_ONNX_ARENA_MT, arena_meta, NULL);
 #endif
     static const luaL_Reg fns[] = {{"missing", l_missing},
                                    {"load_model", l_load_model},

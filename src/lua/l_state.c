@@ -109,6 +109,17 @@ static int docall(dl_state *S, int narg, int nres) {
     return LUA_OK;
 }
 
+/* Calls fn(ud) protected, on S's state entered from the calling thread;
+ * returns docall's status (an error is kept in S). */
+static int run_protected(dl_state *S, lua_CFunction fn, void *ud) {
+    saved_thread saved = enter(S);
+    lua_pushcfunction(S->L, fn);
+    lua_pushlightuserdata(S->L, ud);
+    int status = docall(S, 1, 0);
+    leave(S, saved);
+    return status;
+}
+
 static int bad_arg(dl_state *S, const char *msg) {
     if (S)
         set_error(S, msg);
@@ -225,11 +236,7 @@ dl_state *dl_state_open(void) {
         return NULL;
     }
     lua_setwarnf(S->L, warnf, S);
-    saved_thread saved = enter(S);
-    lua_pushcfunction(S->L, open_libs);
-    lua_pushlightuserdata(S->L, S);
-    int status = docall(S, 1, 0);
-    leave(S, saved);
+    int status = run_protected(S, open_libs, S);
     if (status != LUA_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "dl_state_open: %s", S->error ? S->error : "failed");
@@ -310,11 +317,7 @@ int dl_state_set_tensor(dl_state *S, const char *global, dl_tensor *t) {
     if (!S) return bad_arg(S, "dl_state_set_tensor: state is NULL");
     if (!global) return bad_arg(S, "dl_state_set_tensor: global name is NULL");
     global_args a = {global, t};
-    saved_thread saved = enter(S);
-    lua_pushcfunction(S->L, set_global);
-    lua_pushlightuserdata(S->L, &a);
-    int status = docall(S, 1, 0);
-    leave(S, saved);
+    int status = run_protected(S, set_global, &a);
     return status;
 }
 
@@ -339,11 +342,7 @@ dl_tensor *dl_state_get_tensor(dl_state *S, const char *global) {
         return NULL;
     }
     global_args a = {global, NULL};
-    saved_thread saved = enter(S);
-    lua_pushcfunction(S->L, get_global);
-    lua_pushlightuserdata(S->L, &a);
-    int status = docall(S, 1, 0);
-    leave(S, saved);
+    int status = run_protected(S, get_global, &a);
     return status == LUA_OK ? a.tensor : NULL;
 }
 
@@ -451,11 +450,7 @@ int dl_state_call(dl_state *S, const char *function, int nargs, dl_tensor *const
     if (nresults < 0 || (nresults > 0 && !results))
         return bad_arg(S, "dl_state_call: nresults is negative, or results is NULL");
     call_args a = {function, nargs, args, nresults, results};
-    saved_thread saved = enter(S);
-    lua_pushcfunction(S->L, call_function);
-    lua_pushlightuserdata(S->L, &a);
-    int status = docall(S, 1, 0);
-    leave(S, saved);
+    int status = run_protected(S, call_function, &a);
     if (status != LUA_OK)
         for (int i = 0; i < nresults; i++) results[i] = NULL;
     return status;

@@ -426,6 +426,17 @@ void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *metho
     }
 }
 
+void dlL_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods) {
+    luaL_newmetatable(L, name);
+    luaL_setfuncs(L, meta, 0);
+    if (methods) {
+        lua_newtable(L);
+        luaL_setfuncs(L, methods, 0);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+}
+
 void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions) {
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     if (lua_getfield(L, -1, name) != LUA_TTABLE) {

@@ -308,17 +308,13 @@ static int l_available(lua_State *L) {
 }
 
 void dlL_open_tensorboard(lua_State *L) {
-    luaL_newmetatable(L, DL_TFWRITER_MT);
     static const luaL_Reg meta[] = {{"__gc", w_gc}, {"__close", w_gc}, {NULL, NULL}};
-    luaL_setfuncs(L, meta, 0);
     static const luaL_Reg methods[] = {
         {"path", w_path},     {"flush", w_flush},     {"close", w_close},
         {"scalar", w_scalar}, {"image", w_image},     {"histogram", w_histogram},
         {"text", w_text},     {"hparams", w_hparams}, {NULL, NULL},
     };
-    luaL_newlib(L, methods);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    dlL_newclass(L, DL_TFWRITER_MT, meta, methods);
     static const luaL_Reg fns[] = {
         {"open", l_open},           {"read", l_read},
         {"crc32c", l_crc32c},       {"mask", l_mask},

@@ -406,9 +406,7 @@ void dlL_open_text(lua_State *L) {
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     int mod = lua_gettop(L);
 
-    luaL_newmetatable(L, DL_TOKENIZER_MT);
     static const luaL_Reg tmeta[] = {{"__gc", tok_gc}, {"__close", tok_gc}, {NULL, NULL}};
-    luaL_setfuncs(L, tmeta, 0);
     static const luaL_Reg tmethods[] = {
         {"encode", tok_encode},
         {"encode_list", tok_encode_list},
@@ -428,17 +426,11 @@ void dlL_open_text(lua_State *L) {
         {"free", tok_gc},
         {NULL, NULL},
     };
-    luaL_newlib(L, tmethods);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    dlL_newclass(L, DL_TOKENIZER_MT, tmeta, tmethods);
 
-    luaL_newmetatable(L, DL_TRAINER_MT);
     static const luaL_Reg trmeta[] = {{"__gc", tr_gc}, {NULL, NULL}};
-    luaL_setfuncs(L, trmeta, 0);
     static const luaL_Reg trmethods[] = {{"feed", tr_feed}, {"finish", tr_finish}, {NULL, NULL}};
-    luaL_newlib(L, trmethods);
-    lua_setfield(L, -2, "__index");
-    lua_pop(L, 1);
+    dlL_newclass(L, DL_TRAINER_MT, trmeta, trmethods);
 
     static const luaL_Reg fns[] = {
         {"trainer", l_trainer},         {"load", l_load}, {"from_json", l_from_json},

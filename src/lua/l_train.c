@@ -258,10 +258,8 @@ static int l_text_width(lua_State *L) {
 }
 
 void dlL_open_train(lua_State *L) {
-    luaL_newmetatable(L, DL_JSON_BOX_MT);
-    lua_pushcfunction(L, json_box_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
+    static const luaL_Reg json_box_meta[] = {{"__gc", json_box_gc}, {NULL, NULL}};
+    dlL_newclass(L, DL_JSON_BOX_MT, json_box_meta, NULL);
 
     static const luaL_Reg functions[] = {
         {"get_rng_state", l_get_rng_state},

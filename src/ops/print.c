@@ -18,6 +18,7 @@
  * the whole tensor), so a CUDA tensor prints as its CPU copy plus
  * device='cuda:N'. */
 #include "print.h"
+#include "core/strbuf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -73,40 +74,12 @@ int dl_print_options_profile(const char *name, dl_print_options *o) {
 
 /* --- a growable string ------------------------------------------------- */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int failed;
-} strbuf;
-
-static void sb_add(strbuf *b, const char *s, size_t n) {
-    if (b->failed) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->failed = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_str(strbuf *b, const char *s) {
-    sb_add(b, s, strlen(s));
-}
-
-static void sb_chars(strbuf *b, char c, int n) {
+static void sb_chars(dl_strbuf *b, char c, int n) {
     char chunk[64];
     memset(chunk, c, sizeof chunk);
     while (n > 0) {
         int k = n < (int)sizeof chunk ? n : (int)sizeof chunk;
-        sb_add(b, chunk, (size_t)k);
+        dl_strbuf_add(b, chunk, (size_t)k);
         n -= k;
     }
 }
@@ -252,32 +225,32 @@ static int format_elem(const formatter *f, const char *p, char *buf) {
 
 /* --- layout --------------------------------------------------------------- */
 
-static void row_separator(strbuf *b, int line_full, int indent) {
+static void row_separator(dl_strbuf *b, int line_full, int indent) {
     if (line_full) {
-        sb_str(b, ",\n");
+        dl_strbuf_str(b, ",\n");
         sb_chars(b, ' ', indent + 1);
     } else {
-        sb_str(b, ", ");
+        dl_strbuf_str(b, ", ");
     }
 }
 
-static void slice_separator(strbuf *b, int newlines, int indent) {
-    sb_str(b, ",");
+static void slice_separator(dl_strbuf *b, int newlines, int indent) {
+    dl_strbuf_str(b, ",");
     sb_chars(b, '\n', newlines);
     sb_chars(b, ' ', indent + 1);
 }
 
-static void render(const formatter *f, strbuf *b, int d, const char *p, int indent) {
+static void render(const formatter *f, dl_strbuf *b, int d, const char *p, int indent) {
     const dl_tensor *t = f->t;
     char buf[ELEM_BUF];
     if (t->ndim == 0) {
         int n = format_elem(f, p, buf);
-        sb_add(b, buf, (size_t)n);
+        dl_strbuf_add(b, buf, (size_t)n);
         return;
     }
     int64_t step = t->strides[d] * (int64_t)dl_dtype_size(t->dtype);
     int64_t split, n = shown_count(f, d, &split);
-    sb_str(b, "[");
+    dl_strbuf_str(b, "[");
     if (d == t->ndim - 1) { /* a row of elements, wrapped; " ..." counts as one */
         int avail = f->o.linewidth - indent, elem = f->width + 2;
         int64_t per_line = avail > 0 ? avail / elem : 0;
@@ -286,24 +259,24 @@ static void render(const formatter *f, strbuf *b, int d, const char *p, int inde
         for (int64_t k = 0; k < n; k++) {
             if (k > 0) row_separator(b, ++item % per_line == 0, indent);
             if (k == split) {
-                sb_str(b, " ...");
+                dl_strbuf_str(b, " ...");
                 row_separator(b, ++item % per_line == 0, indent);
             }
             int len = format_elem(f, p + shown_index(f, d, k) * step, buf);
-            sb_add(b, buf, (size_t)len);
+            dl_strbuf_add(b, buf, (size_t)len);
         }
     } else { /* slices, separated by one blank line per dimension below */
         int newlines = t->ndim - d - 1;
         for (int64_t k = 0; k < n; k++) {
             if (k > 0) slice_separator(b, newlines, indent);
             if (k == split) {
-                sb_str(b, "...");
+                dl_strbuf_str(b, "...");
                 slice_separator(b, newlines, indent);
             }
             render(f, b, d + 1, p + shown_index(f, d, k) * step, indent + 1);
         }
     }
-    sb_str(b, "]");
+    dl_strbuf_str(b, "]");
 }
 
 static dl_tensor *on_cpu(dl_tensor *t) {
@@ -311,9 +284,9 @@ static dl_tensor *on_cpu(dl_tensor *t) {
                                                      : dl_tensor_to_device(t, DL_CPU);
 }
 
-static void body_into(strbuf *b, const dl_tensor *t, int indent) {
+static void body_into(dl_strbuf *b, const dl_tensor *t, int indent) {
     if (dl_tensor_numel(t) == 0) {
-        sb_str(b, "[]");
+        dl_strbuf_str(b, "[]");
         return;
     }
     formatter f;
@@ -321,28 +294,28 @@ static void body_into(strbuf *b, const dl_tensor *t, int indent) {
     render(&f, b, 0, dl_tensor_data_ptr(t), indent);
 }
 
-static char *finish(strbuf *b) {
-    if (b->failed || !b->p) {
-        free(b->p);
+static char *finish(dl_strbuf *b) {
+    if (b->oom || !b->s) {
+        free(b->s);
         dl_error("tostring: out of memory");
         return NULL;
     }
-    return b->p;
+    return b->s;
 }
 
 /* Appends ", suffix" or, when the line would pass the width, ",\n" + indent. */
-static void add_suffix(strbuf *b, const char *suffix, int indent, int linewidth) {
-    if (b->failed) return;
-    const char *nl = strrchr(b->p, '\n');
-    int last = (int)(nl ? b->len - (size_t)(nl - b->p) - 1 : b->len) + 2;
+static void add_suffix(dl_strbuf *b, const char *suffix, int indent, int linewidth) {
+    if (b->oom) return;
+    const char *nl = strrchr(b->s, '\n');
+    int last = (int)(nl ? b->len - (size_t)(nl - b->s) - 1 : b->len) + 2;
     int slen = (int)strlen(suffix);
     if (last + slen + 2 > linewidth) {
-        sb_str(b, ",\n");
+        dl_strbuf_str(b, ",\n");
         sb_chars(b, ' ', indent);
     } else {
-        sb_str(b, ", ");
+        dl_strbuf_str(b, ", ");
     }
-    sb_str(b, suffix);
+    dl_strbuf_str(b, suffix);
 }
 
 char *dl_tensor_format(dl_tensor *t) {
@@ -350,8 +323,8 @@ char *dl_tensor_format(dl_tensor *t) {
     const int indent = (int)sizeof prefix - 1;
     dl_tensor *c = on_cpu(t);
     if (!c) return NULL;
-    strbuf b = {0};
-    sb_str(&b, prefix);
+    dl_strbuf b = {0};
+    dl_strbuf_str(&b, prefix);
     body_into(&b, c, indent);
     int64_t numel = dl_tensor_numel(c);
     dl_tensor_release(c);
@@ -381,6 +354,6 @@ char *dl_tensor_format(dl_tensor *t) {
         add_suffix(&b, suffix, indent, width);
     }
     if (t->requires_grad) add_suffix(&b, "requires_grad=true", indent, width);
-    sb_str(&b, ")");
+    dl_strbuf_str(&b, ")");
     return finish(&b);
 }

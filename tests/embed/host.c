@@ -111,6 +111,14 @@ static void count_release(void *data, void *ctx) {
     (*(int *)ctx)++;
 }
 
+/* img (N, C, H, W) filled with the first test images and wrapped without a
+ * copy; release(img, ctx) runs when the tensor goes. */
+static dl_tensor *wrap_image(float *img, void (*release)(void *, void *), void *ctx) {
+    fill_image(img, N, 0);
+    int64_t shape[4] = {N, C, H, W};
+    return dl_tensor_wrap(img, DL_DTYPE_F32, 4, shape, release, ctx);
+}
+
 /* --- 1. the example ----------------------------------------------------------- */
 
 static void test_example(void) {
@@ -120,10 +128,8 @@ static void test_example(void) {
 
     /* the host's buffer, wrapped without a copy */
     static float img[N * C * H * W];
-    fill_image(img, N, 0);
-    int64_t shape[4] = {N, C, H, W};
     int released = 0;
-    dl_tensor *x = dl_tensor_wrap(img, DL_DTYPE_F32, 4, shape, count_release, &released);
+    dl_tensor *x = wrap_image(img, count_release, &released);
     CHECK(x && dl_tensor_data(x) == (void *)img, "wrap: %s", dl_last_error());
 
     dl_tensor *logits = NULL;
@@ -314,9 +320,7 @@ static void test_errors(void) {
     CHECK(S != NULL, "open_model");
     if (!S) return;
     static float img[N * C * H * W];
-    fill_image(img, N, 0);
-    int64_t shape[4] = {N, C, H, W};
-    dl_tensor *x = dl_tensor_wrap(img, DL_DTYPE_F32, 4, shape, NULL, NULL);
+    dl_tensor *x = wrap_image(img, NULL, NULL);
     dl_tensor *good = NULL, *r = NULL;
     CHECK(dl_state_call(S, "classify", 1, &x, 1, &good) == DL_OK, "%s", dl_state_error(S));
 

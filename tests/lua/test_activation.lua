@@ -8,7 +8,7 @@ local T = require "testlib"
 local nn = dl._nn
 
 local f64 = {dtype = dl.float64}
-local function rnd(...) return dl.randn({...}, f64) end
+local rnd = T.randn64
 
 -- --------------------------------------------------------------------------------------------
 -- known values

@@ -26,12 +26,7 @@ local function write(name, bytes)
   f:close()
   return path(name)
 end
-local function slurp(p)
-  local f = assert(io.open(p, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local slurp = T.read_file
 
 dl.manual_seed(0)
 dl.image.save(dl.randint(0, 256, {3, 6, 6}):to(dl.uint8), path("ok.png"))

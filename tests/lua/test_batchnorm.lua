@@ -95,7 +95,7 @@ end)
 
 -- --- finite differences (float64, T.kernel_gradcheck at random probes) ---------------------
 
-local function rnd(...) return dl.randn({...}, {dtype = F64}) end
+local rnd = T.randn64
 
 T.case("batch_norm backward: finite differences (training and evaluation)", function()
   for _, shape in ipairs({{5, 3}, {3, 2, 4}, {2, 3, 3, 4}}) do

@@ -67,6 +67,16 @@ for dt in (torch.float32, torch.float64):
 emit(cases)
 ]])
 
+-- The backward's gx (and gw, gb with an affine case) against the record's
+-- gx..sfx, gw..sfx, gb..sfx.
+local function match_grads(c, sfx, rtol, atol, msg, gx, gw, gb)
+  T.match_torch(gx, c["gx" .. sfx], rtol, atol, msg .. " gx")
+  if c.w then
+    T.match_torch(gw, c["gw" .. sfx], rtol, atol, msg .. " gw")
+    T.match_torch(gb, c["gb" .. sfx], rtol, atol, msg .. " gb")
+  end
+end
+
 T.case("batch_norm training forward, running stats and backward vs torch", function()
   for i, c in ipairs(bn) do
     local msg = string.format("bn case %d (%s, %s)", i, c.dtype, T.fmt(c.x.shape))
@@ -89,11 +99,7 @@ T.case("batch_norm training forward, running stats and backward vs torch", funct
     end
     local gx, gw, gb = nn.batch_norm_backward(T.from_torch(c.gy), x, w, nil, nil, sm, si,
       {training = true, eps = c.eps})
-    T.match_torch(gx, c.gx, rtol, atol, msg .. " gx")
-    if c.w then
-      T.match_torch(gw, c.gw, rtol, atol, msg .. " gw")
-      T.match_torch(gb, c.gb, rtol, atol, msg .. " gb")
-    end
+    match_grads(c, "", rtol, atol, msg, gx, gw, gb)
   end
 end)
 
@@ -111,11 +117,7 @@ T.case("batch_norm evaluation forward and backward vs torch", function()
       T.match_torch(rm, c.rm, 0, 0, msg .. " running_mean untouched")
       local gx, gw, gb = nn.batch_norm_backward(T.from_torch(c.gy), x, w, rm, rv, nil, nil,
         {eps = c.eps})
-      T.match_torch(gx, c.gx_eval, rtol, atol, msg .. " gx")
-      if c.w then
-        T.match_torch(gw, c.gw_eval, rtol, atol, msg .. " gw")
-        T.match_torch(gb, c.gb_eval, rtol, atol, msg .. " gb")
-      end
+      match_grads(c, "_eval", rtol, atol, msg, gx, gw, gb)
     end
   end
 end)

@@ -122,7 +122,7 @@ end)
 
 -- --- finite differences (float64, T.kernel_gradcheck at random probes) ---------------------
 
-local function rnd(...) return dl.randn({...}, {dtype = F64}) end
+local rnd = T.randn64
 
 T.case("conv2d backward: finite differences", function()
   local cfgs = {

@@ -9,10 +9,7 @@
 -- test_onnx_conformance.lua.)
 local T = require "testlib"
 
-if dl._onnx.missing() then
-  print("SKIP: " .. dl._onnx.missing())
-  os.exit(77)
-end
+T.skip_if(dl._onnx.missing())
 
 local F32 = 1
 

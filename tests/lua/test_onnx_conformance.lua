@@ -8,14 +8,9 @@ local T = require "testlib"
 -- passes at least (node: 932 tests, pytorch-converted 82, pytorch-operator 35, simple 23)
 local FLOORS = {node = 837, ["pytorch-converted"] = 82, ["pytorch-operator"] = 35, simple = 15}
 
-if dl._onnx.missing() then
-  print("SKIP: " .. dl._onnx.missing())
-  os.exit(77)
-end
-if not io.open("/usr/share/libonnx-testdata/data/node/test_abs/model.onnx") then
-  print("SKIP: no ONNX test data (Debian package libonnx-testdata)")
-  os.exit(77)
-end
+T.skip_if(dl._onnx.missing())
+T.skip_if(not io.open("/usr/share/libonnx-testdata/data/node/test_abs/model.onnx")
+          and "no ONNX test data (Debian package libonnx-testdata)")
 
 local here = T.dir
 local exe = arg[-1] or "dlua"

@@ -6,10 +6,7 @@
 local T = require "testlib"
 T.require_cuda()
 
-if dl._onnx.missing() then
-  print("SKIP: " .. dl._onnx.missing())
-  os.exit(77)
-end
+T.skip_if(dl._onnx.missing())
 
 local dir = T.fresh_dir("onnx_cuda")
 

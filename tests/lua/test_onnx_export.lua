@@ -12,10 +12,7 @@
 -- refused with an error naming the function.
 local T = require "testlib"
 
-if dl._onnx.missing() then
-  print("SKIP: " .. dl._onnx.missing())
-  os.exit(77)
-end
+T.skip_if(dl._onnx.missing())
 
 local nn = dl.nn
 local here = T.dir

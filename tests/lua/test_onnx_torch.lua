@@ -8,10 +8,7 @@
 -- Also: a larger batch than the exported one, and a fine-tuning step on the imported ResNet (gradients reach every weight).
 local T = require "testlib"
 
-if dl._onnx.missing() then
-  print("SKIP: " .. dl._onnx.missing())
-  os.exit(77)
-end
+T.skip_if(dl._onnx.missing())
 
 local here = T.dir
 local dir = T.fresh_dir("onnx_torch")

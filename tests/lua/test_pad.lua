@@ -7,10 +7,7 @@ local T = require "testlib"
 local nn = dl._nn
 
 local f64 = {dtype = dl.float64}
-local function rnd(...) return dl.randn({...}, f64) end
-
--- A random gradient shaped like a forward output (a number for 0-dim).
-local function grad_like(out) return dl.randn(out.shape, f64) end
+local rnd, grad_like = T.randn64, T.grad_like
 
 -- --------------------------------------------------------------------------------------------
 -- known values

@@ -95,7 +95,7 @@ end)
 
 -- --- finite differences (float64, T.kernel_gradcheck at random probes) ---------------------
 
-local function rnd(...) return dl.randn({...}, {dtype = F64}) end
+local rnd = T.randn64
 
 T.case("pooling backward: finite differences", function()
   local x = rnd(2, 3, 9, 8)

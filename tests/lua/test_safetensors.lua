@@ -8,12 +8,7 @@ local dir = T.tmpdir() .. "/safetensors"
 os.execute("mkdir -p '" .. dir .. "'")
 local function tmp(name) return dir .. "/" .. name end
 
-local function read_all(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("a")
-  f:close()
-  return s
-end
+local read_all = T.read_file
 
 local function write_all(path, bytes)
   local f = assert(io.open(path, "wb"))

@@ -116,19 +116,24 @@ emit({"cases": out, "perms": {k: {"base": b, "perm": [p + 1 for p in pm]} for k,
       "small": small.state_dict()})
 ]==], py_file, pth_file))
 
+-- sd holds each record of recs, bit-equal, and nothing else.
+local function same_dict(sd, recs)
+  local n = 0
+  for k, rec in pairs(recs) do
+    n = n + 1
+    T.truthy(sd[k], "missing " .. k)
+    T.match_torch(sd[k], rec, 0, 0, k)
+  end
+  local m = 0
+  for _ in pairs(sd) do m = m + 1 end
+  T.eq(m, n)
+end
+
 T.case("(b) dl reads a file PyTorch wrote", function()
   local got, meta = dl.load(py_file)
   T.eq(meta.framework, "torch")
   T.eq(meta.epoch, "3")
-  local n = 0
-  for k, rec in pairs(R.py) do
-    n = n + 1
-    T.truthy(got[k], "missing " .. k)
-    T.match_torch(got[k], rec, 0, 0, k)
-  end
-  local m = 0
-  for _ in pairs(got) do m = m + 1 end
-  T.eq(m, n)
+  same_dict(got, R.py)
   -- loaded tensors work in ops and in place, unaligned (copied) or not
   got.w:mul_(2)
   T.near(got.w:sum():item(), 2 * T.from_torch(R.py.w):sum():item(), 1e-5)
@@ -222,18 +227,8 @@ end)
 T.case("(c) convert_torchvision.py checkpoint with module. prefixes", function()
   convert("--checkpoint " .. pth_file .. " --out " .. ckpt_file)
   local sd = dl.load(ckpt_file)
-  local n = 0
-  for k, rec in pairs(R.small) do
-    n = n + 1
-    T.truthy(sd[k], "missing " .. k)
-    T.match_torch(sd[k], rec, 0, 0, k)
-  end
-  local m = 0
-  for k in pairs(sd) do
-    m = m + 1
-    T.truthy(not k:find("module.", 1, true), k)
-  end
-  T.eq(m, n)
+  same_dict(sd, R.small)
+  for k in pairs(sd) do T.truthy(not k:find("module.", 1, true), k) end
   T.eq(sd["1.num_batches_tracked"]:item(), 9)
   -- --pretrained never downloads: a clear failure when the cache lacks the weights
   local cmd = string.format("%s %s --arch resnet18 --pretrained --out %s/x.safetensors 2>&1",

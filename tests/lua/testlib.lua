@@ -266,6 +266,12 @@ function T.randn(...)
   return t
 end
 
+-- Float64 draws for the kernels' finite-difference checks, taken in float64
+-- from dl's default generator: T.randn64(2, 3), and T.grad_like(out), a
+-- gradient shaped like a forward output (0-dim for a 0-dim out).
+function T.randn64(...) return dl.randn({...}, {dtype = dl.float64}) end
+function T.grad_like(out) return dl.randn(out.shape, {dtype = dl.float64}) end
+
 -- The norm of a tensor as float64 on the CPU: ord 2 (default) or "max".
 local function norm(t, ord)
   t = t:cpu():to(dl.float64)
@@ -469,6 +475,14 @@ function T.proc_status(field)
   end
 end
 
+-- A file's whole content as a string (its bytes); an error if it cannot be opened.
+function T.read_file(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
 -- T.tmpdir()/name, emptied (a test file's own scratch folder).
 function T.fresh_dir(name)
   local d = T.tmpdir() .. "/" .. name
@@ -486,12 +500,18 @@ function T.devices()
   return {"cpu"}
 end
 
-function T.require_cuda()
-  if not T.cuda then
-    print("SKIP: no GPU on this machine" ..
-          (dl.cuda.compiled and " (CUDA build)" or " (built without CUDA)"))
+-- T.skip_if(reason): given a reason (a string; nil or false: carry on), print
+-- "SKIP: reason" and exit with 77, which ctest reports as skipped.
+function T.skip_if(reason)
+  if reason then
+    print("SKIP: " .. reason)
     os.exit(77)
   end
+end
+
+function T.require_cuda()
+  T.skip_if(not T.cuda and "no GPU on this machine" ..
+            (dl.cuda.compiled and " (CUDA build)" or " (built without CUDA)"))
 end
 
 -- The tensors moved to dev, in order: a, b = T.to("cuda", a, b).

@@ -74,23 +74,28 @@ end
 
 -- --- convolutions -------------------------------------------------------------------------
 
+-- What every convolution checks first: x and w are tensors, the options
+-- (n spatial dims; transposed: with output_padding), x of rank n + 2 or an
+-- unbatched n + 1, w of rank n + 2 (wshape names its dims in the error).
+-- Returns the options, x batched, and whether it was unbatched.
+local function conv_args(op, x, w, opts, n, wshape, transposed)
+  check_tensor(x, op, "input")
+  check_tensor(w, op, "weight")
+  local o = conv_opts(opts, op, n, transposed)
+  local xb, unb = batched(x, n + 2, op)
+  if w:dim() ~= n + 2 then fail("%s: weight must be %d-D (%s), got %d-D", op, n + 2, wshape, w:dim()) end
+  return o, xb, unb
+end
+
 function M.conv1d(x, w, b, opts)
-  check_tensor(x, "conv1d", "input")
-  check_tensor(w, "conv1d", "weight")
-  local o = conv_opts(opts, "conv1d", 1)
-  local xb, unb = batched(x, 3, "conv1d")
-  if w:dim() ~= 3 then fail("conv1d: weight must be 3-D (O, C/groups, K), got %d-D", w:dim()) end
+  local o, xb, unb = conv_args("conv1d", x, w, opts, 1, "O, C/groups, K")
   local y = F().conv2d(xb:unsqueeze(3), w:unsqueeze(3), b, {stride = {1, o.stride[1]}, padding = {0, o.padding[1]},
     dilation = {1, o.dilation[1]}, groups = o.groups}):squeeze(3)
   return unb and y:squeeze(1) or y
 end
 
 function M.conv3d(x, w, b, opts)
-  check_tensor(x, "conv3d", "input")
-  check_tensor(w, "conv3d", "weight")
-  local o = conv_opts(opts, "conv3d", 3)
-  local xb, unb = batched(x, 5, "conv3d")
-  if w:dim() ~= 5 then fail("conv3d: weight must be 5-D (O, C/groups, kD, kH, kW), got %d-D", w:dim()) end
+  local o, xb, unb = conv_args("conv3d", x, w, opts, 3, "O, C/groups, kD, kH, kW")
   if xb.shape[2] ~= w.shape[2] * o.groups then
     fail("conv3d: input has %d channels, weight expects %d", xb.shape[2], w.shape[2] * o.groups)
   end
@@ -154,11 +159,7 @@ end
 -- the CPU, cuDNN on CUDA) run it; its backward is conv2d (for x) and
 -- conv2d's weight gradient (for w), one autograd node.
 function M.conv_transpose2d(x, w, b, opts)
-  check_tensor(x, "conv_transpose2d", "input")
-  check_tensor(w, "conv_transpose2d", "weight")
-  local o = conv_opts(opts, "conv_transpose2d", 2, true)
-  local xb, unb = batched(x, 4, "conv_transpose2d")
-  if w:dim() ~= 4 then fail("conv_transpose2d: weight must be 4-D (Cin, Cout/groups, kH, kW), got %d-D", w:dim()) end
+  local o, xb, unb = conv_args("conv_transpose2d", x, w, opts, 2, "Cin, Cout/groups, kH, kW", true)
   local N, C, H, W = table.unpack(xb.shape)
   if w.shape[1] ~= C then fail("conv_transpose2d: input has %d channels, weight expects %d", C, w.shape[1]) end
   if C % o.groups ~= 0 then
@@ -180,11 +181,7 @@ function M.conv_transpose2d(x, w, b, opts)
 end
 
 function M.conv_transpose1d(x, w, b, opts)
-  check_tensor(x, "conv_transpose1d", "input")
-  check_tensor(w, "conv_transpose1d", "weight")
-  local o = conv_opts(opts, "conv_transpose1d", 1, true)
-  local xb, unb = batched(x, 3, "conv_transpose1d")
-  if w:dim() ~= 3 then fail("conv_transpose1d: weight must be 3-D (Cin, Cout/groups, K), got %d-D", w:dim()) end
+  local o, xb, unb = conv_args("conv_transpose1d", x, w, opts, 1, "Cin, Cout/groups, K", true)
   local y = M.conv_transpose2d(xb:unsqueeze(3), w:unsqueeze(3), b, {stride = {1, o.stride[1]},
     padding = {0, o.padding[1]}, dilation = {1, o.dilation[1]}, groups = o.groups,
     output_padding = {0, o.output_padding[1]}}):squeeze(3)

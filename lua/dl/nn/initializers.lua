@@ -114,24 +114,26 @@ local function opts_of(opts, op, keys, first)
   return util.check_options(opts, op, keys)
 end
 
+-- Both xavier initialisers' std: gain * sqrt(2 / (fan_in + fan_out)), after
+-- checking t and the options ({gain=1} or the gain as a number).
+local function xavier_std(t, opts, op)
+  check(t, op)
+  opts = opts_of(opts, op, {"gain"}, "gain")
+  local fan_in, fan_out = init._calculate_fan_in_and_fan_out(t, op)
+  return (opts.gain or 1.0) * math.sqrt(2.0 / (fan_in + fan_out))
+end
+
 -- xavier_uniform_(t, {gain=1}): U(-b, b), b = gain * sqrt(6 / (fan_in + fan_out))
 function init.xavier_uniform_(t, opts)
-  check(t, "xavier_uniform_")
-  opts = opts_of(opts, "xavier_uniform_", {"gain"}, "gain")
-  local fan_in, fan_out = init._calculate_fan_in_and_fan_out(t, "xavier_uniform_")
+  local a = math.sqrt(3.0) * xavier_std(t, opts, "xavier_uniform_")
   if empty(t) then return t end
-  local std = (opts.gain or 1.0) * math.sqrt(2.0 / (fan_in + fan_out))
-  local a = math.sqrt(3.0) * std
   return fill(t, function() t:uniform_(-a, a) end)
 end
 
 -- xavier_normal_(t, {gain=1}): N(0, gain^2 * 2 / (fan_in + fan_out))
 function init.xavier_normal_(t, opts)
-  check(t, "xavier_normal_")
-  opts = opts_of(opts, "xavier_normal_", {"gain"}, "gain")
-  local fan_in, fan_out = init._calculate_fan_in_and_fan_out(t, "xavier_normal_")
+  local std = xavier_std(t, opts, "xavier_normal_")
   if empty(t) then return t end
-  local std = (opts.gain or 1.0) * math.sqrt(2.0 / (fan_in + fan_out))
   return fill(t, function() t:normal_(0.0, std) end)
 end
 

@@ -57,21 +57,20 @@ function Loss.NLLLoss:forward(input, target)
   return F.nll_loss(input, target, o)
 end
 
-Loss.MSELoss = Module:extend("MSELoss")
-function Loss.MSELoss:__init(opts)
-  base(self, "MSELoss", opts, {"reduction"})
-end
-function Loss.MSELoss:forward(input, target)
-  return F.mse_loss(input, target, {reduction = self.reduction})
+-- A loss module whose one option is reduction, computing F[fname].
+local function reduction_only(name, fname)
+  local C = Module:extend(name)
+  function C:__init(opts)
+    base(self, name, opts, {"reduction"})
+  end
+  function C:forward(input, target)
+    return F[fname](input, target, {reduction = self.reduction})
+  end
+  return C
 end
 
-Loss.L1Loss = Module:extend("L1Loss")
-function Loss.L1Loss:__init(opts)
-  base(self, "L1Loss", opts, {"reduction"})
-end
-function Loss.L1Loss:forward(input, target)
-  return F.l1_loss(input, target, {reduction = self.reduction})
-end
+Loss.MSELoss = reduction_only("MSELoss", "mse_loss")
+Loss.L1Loss = reduction_only("L1Loss", "l1_loss")
 
 Loss.BCEWithLogitsLoss = Module:extend("BCEWithLogitsLoss")
 function Loss.BCEWithLogitsLoss:__init(opts)

@@ -2252,6 +2252,13 @@ local function subgraph(n, g)
   return plan, run
 end
 
+-- subgraph() of n's required attribute 'body' (Loop, SequenceMap).
+local function body_subgraph(n)
+  local body = n:attr("body", "GRAPH")
+  if not body then n:fail("attribute 'body' is required") end
+  return subgraph(n, body)
+end
+
 -- the extra (free-name) values among a run function's trailing arguments
 local function free_values(n, args, from)
   local free = {}
@@ -2274,9 +2281,7 @@ end
 -- Loop(M, cond, carried...): the body runs while i < M and cond; outputs the
 -- final carried values, then each scan output stacked along a new dim 1.
 OPS.Loop = function(n)
-  local body = n:attr("body", "GRAPH")
-  if not body then n:fail("attribute 'body' is required") end
-  local plan, run = subgraph(n, body)
+  local plan, run = body_subgraph(n)
   local ncarried = #n.inputs - 2
   local nscan = #plan.outputs - 1 - ncarried
   if nscan < 0 then n:fail("the body has %d outputs for %d loop-carried values", #plan.outputs, ncarried) end
@@ -2477,9 +2482,7 @@ end
 -- SequenceMap(seq, more...): the body once per position; sequence inputs
 -- give their element at that position, tensors themselves every time
 OPS.SequenceMap = function(n)
-  local body = n:attr("body", "GRAPH")
-  if not body then n:fail("attribute 'body' is required") end
-  local plan, run = subgraph(n, body)
+  local plan, run = body_subgraph(n)
   local nin = #n.inputs
   return function(...)
     local args = table.pack(...)

@@ -1,11 +1,12 @@
 -- dl.train.cli: the error and exit conventions of the training programs
--- (scripts/train_text.lua, scripts/train_gpt.lua).
+-- (scripts/train_text.lua, scripts/train_gpt.lua, scripts/train_resnet.lua).
 --
 --   local cli = require "dl.train.cli"
 --   cli.die("--data %s: no such file", path)        -- a user error
 --   local v = cli.checked("--resume " .. p, f, ...)  -- f's error becomes a user error
 --   local o = cli.options(argv, SPEC, HELP)          -- nil after printing --help
 --   cli.run("train_gpt", main, arg)                  -- never returns
+--   cli.run(PROG, main, arg, fail)                   -- fail(msg, status) reports, exits
 --
 -- Invariants: a user error (die, checked, a bad option from dl.train.args)
 -- prints one line "PROG: message" on stderr and exits with status 2;
@@ -56,19 +57,21 @@ local function handler(e)
   return debug.traceback(tostring(e), 2)
 end
 
--- Runs main(argv) and exits with its status (see the invariants).
-function cli.run(prog, main, argv)
+-- Runs main(argv) and exits with its status (see the invariants).  A
+-- failure goes to fail(msg, status) when given (msg: the user error's line,
+-- or "error: " and the message and traceback; status 2 or 1), which must
+-- exit; by default "PROG: msg" is written on stderr and the process exits
+-- with status.
+function cli.run(prog, main, argv, fail)
   local ok, res = xpcall(main, handler, argv or {})
   if not ok then
-    if getmetatable(res) == UserError then
-      io.stderr:write(prog, ": ", res.msg, "\n")
-      os.exit(2, true)
-    elseif args.is_error(res) then
-      io.stderr:write(prog, ": ", res.message, "\n")
-      os.exit(2, true)
+    fail = fail or function(msg, status)
+      io.stderr:write(prog, ": ", msg, "\n")
+      os.exit(status, true)
     end
-    io.stderr:write(prog, ": error: ", tostring(res), "\n")
-    os.exit(1, true)
+    if getmetatable(res) == UserError then fail(res.msg, 2) end
+    if args.is_error(res) then fail(res.message, 2) end
+    fail("error: " .. tostring(res), 1)
   end
   io.stdout:flush()
   os.exit(res or 0, true)
