@@ -327,28 +327,30 @@ ALWAYS_INLINE void ld16(v16f *v, const float *p) {
     memcpy(v, p, sizeof *v);
 }
 
-/* *a = *a folded with the 16 elements *v (NaN lanes of the extremes noted in *nn) */
+/* *a = *a folded with the 16 elements *v (NaN lanes of the extremes noted in
+ * *nn).  The extremes go element by element, which every clone vectorises
+ * (a vector select written with masks was scalarised on AVX2). */
 ALWAYS_INLINE void fstep(dl_acc_kind k, v16f *a, v16i *nn, const v16f *v) {
+    if (fext(k)) {
+        float *pa = (float *)a;
+        int32_t *pn = (int32_t *)nn;
+        const float *pv = (const float *)v;
+        const bool mx = k == DL_ACC_MAX || k == DL_ACC_MAXABS;
+#pragma omp simd
+        for (int j = 0; j < 16; j++) {
+            float t = fabs_kind(k) ? fabsf(pv[j]) : pv[j];
+            pn[j] |= t != t;
+            pa[j] = mx ? (t > pa[j] ? t : pa[j]) : (t < pa[j] ? t : pa[j]);
+        }
+        return;
+    }
     v16f t = *v;
     if (fabs_kind(k)) t = (v16f)((v16i)t & 0x7fffffff);
-    v16i m;
     switch (k) {
     case DL_ACC_SUM:
     case DL_ACC_SUMABS: *a += t; break;
     case DL_ACC_SUMSQ: *a += t * t; break;
     case DL_ACC_PROD: *a *= t; break;
-    case DL_ACC_MAX:
-    case DL_ACC_MAXABS:
-        m = t > *a;
-        *nn |= t != t;
-        *a = (v16f)((m & (v16i)t) | (~m & (v16i)*a));
-        break;
-    case DL_ACC_MIN:
-    case DL_ACC_MINABS:
-        m = t < *a;
-        *nn |= t != t;
-        *a = (v16f)((m & (v16i)t) | (~m & (v16i)*a));
-        break;
     default: break;
     }
 }
