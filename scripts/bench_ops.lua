@@ -25,6 +25,8 @@ local m = dl.randn(4096, 4096)
 local xg, gy = dl.randn(n):requires_grad_(), dl.randn(n)
 local xa = x:abs()
 local s3 = dl.randn(64, 256, 384)
+local s3h = s3:bfloat16()
+local mg, mgy = m:clone():requires_grad_(), dl.randn(4096)
 local mask = s3:gt(0.5)
 local parts = {dl.randn(1000000), dl.randn(1000000), dl.randn(1000000), dl.randn(1000000)}
 local rows = dl.randn(8192, 4096)
@@ -70,7 +72,11 @@ local OPS = {
   {"prod_dim", "prod(2) (4096x4096)", function() return m:prod(2) end},
   {"norm_dim", "norm(2, 2) (4096x4096)", function() return m:norm(2, 2) end},
   {"logsumexp", "logsumexp(2) (4096x4096)", function() return m:logsumexp(2) end},
+  {"logsumexp_bwd", "logsumexp(2) forward+backward (4096x4096)", function()
+    return dl.autograd.grad(mg:logsumexp(2), {mg}, {grad_outputs = mgy})[1]
+  end},
   {"softmax", "softmax(-1) (64x256x384)", function() return F.softmax(s3, -1) end},
+  {"softmax_bf16", "softmax(-1) bf16 (64x256x384)", function() return F.softmax(s3h, -1) end},
   {"log_softmax", "log_softmax(-1) (same)", function() return F.log_softmax(s3, -1) end},
   {"transpose_copy", "m:t():contiguous() (4096x4096)", function() return m:t():contiguous() end},
   {"cat", "cat of 4 x 1e6", function() return dl.cat(parts, 1) end},
@@ -120,7 +126,9 @@ end
 local function time_theirs()
   if opts["no-torch"] then return end
   for py in opts["torch-python"]:gmatch("[^,]+") do
-    local cmd = string.format("%s %s/bench_ops.py --threads %d --runs %d --only '%s' 2>&1", py,
+    -- THP_MEM_ALLOC_ENABLE=1: PyTorch 2.x's huge-page allocation, as dlua's
+    -- host cache advises huge pages (1.13 ignores it)
+    local cmd = string.format("THP_MEM_ALLOC_ENABLE=1 %s %s/bench_ops.py --threads %d --runs %d --only '%s' 2>&1", py,
       dir, opts.threads, opts.runs, opts.only)
     local p = assert(io.popen(cmd))
     local text = p:read("a")

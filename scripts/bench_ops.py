@@ -24,6 +24,8 @@ m = torch.randn(4096, 4096)
 xg, gy = torch.randn(n).requires_grad_(), torch.randn(n)
 xa = x.abs()
 s3 = torch.randn(64, 256, 384)
+s3h = s3.bfloat16()
+mg, mgy = m.clone().requires_grad_(), torch.randn(4096)
 mask = s3 > 0.5
 parts = [torch.randn(1_000_000) for _ in range(4)]
 rows = torch.randn(8192, 4096)
@@ -63,6 +65,11 @@ def sdpa_private(q, k, v):
     return torch.nn.functional._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
 
 
+def logsumexp_fwd_bwd():
+    with torch.enable_grad():
+        return torch.autograd.grad(mg.logsumexp(1), mg, mgy)[0]
+
+
 def act_bwd(f):
     with torch.enable_grad():
         return torch.autograd.grad(f(xg), xg, gy)[0]
@@ -98,7 +105,9 @@ OPS = [
     ("prod_dim", lambda: m.prod(1)),
     ("norm_dim", lambda: m.norm(2, 1)),
     ("logsumexp", lambda: m.logsumexp(1)),
+    ("logsumexp_bwd", logsumexp_fwd_bwd),
     ("softmax", lambda: torch.softmax(s3, -1)),
+    ("softmax_bf16", lambda: torch.softmax(s3h, -1)),
     ("log_softmax", lambda: torch.log_softmax(s3, -1)),
     ("transpose_copy", lambda: m.t().contiguous()),
     ("cat", lambda: torch.cat(parts, 0)),

@@ -44,7 +44,8 @@ local function torch_figures(extra)
   local t = {}
   if not with_torch then return t end
   local script = (arg[0]:match("^(.*)/[^/]*$") or ".") .. "/bench_resnet.py"
-  local cmd = string.format("%s %s --arch %s --batch %d --size %d --threads %d --steps %d --warmup %d%s",
+  -- THP_MEM_ALLOC_ENABLE=1: PyTorch 2.x's huge-page allocation, as dlua's host cache (1.13 ignores it)
+  local cmd = string.format("THP_MEM_ALLOC_ENABLE=1 %s %s --arch %s --batch %d --size %d --threads %d --steps %d --warmup %d%s",
     opts.python, script, opts.arch, opts.batch, opts.size, opts.threads, opts.steps, opts.warmup,
     extra or "")
   local p = io.popen(cmd .. " 2>&1")

@@ -48,7 +48,8 @@ local function keep(who, what, b, med)
 end
 
 local function run_torch()
-  local cmd = string.format("%s %q %s %d %d %d %d %d %d %d %s 2>&1", opts["torch-python"],
+  -- THP_MEM_ALLOC_ENABLE=1: PyTorch's huge-page allocation (dlua's host cache advises huge pages)
+  local cmd = string.format("THP_MEM_ALLOC_ENABLE=1 %s %q %s %d %d %d %d %d %d %d %s 2>&1", opts["torch-python"],
     dir .. "/bench_rnn.py", opts.mode, opts.layers, opts.hidden, opts.input, opts.seq, opts.batch,
     opts.threads, opts["torch-runs"], opts.bidirectional and "1" or "0")
   local p = assert(io.popen(cmd))

@@ -56,7 +56,8 @@ local function keep(k, b, med)
 end
 
 local function run_torch()
-  local cmd = string.format("%s %q --layers %d --width %d --heads %d --context %d --batch %d --vocab %d "
+  -- THP_MEM_ALLOC_ENABLE=1: PyTorch's huge-page allocation (dlua's host cache advises huge pages)
+  local cmd = string.format("THP_MEM_ALLOC_ENABLE=1 %s %q --layers %d --width %d --heads %d --context %d --batch %d --vocab %d "
     .. "--gen-tokens %d --threads %d --runs %d 2>&1", opts["torch-python"], dir .. "/bench_text.py", opts.layers,
     opts.width, opts.heads, T, B, opts.vocab, ngen, opts.threads, opts.runs)
   local p = assert(io.popen(cmd))

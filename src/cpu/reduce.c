@@ -18,16 +18,20 @@
  * Float kernels take float32 or float64 and accumulate in double; one
  * always-inline body serves both through a constant `f64` flag, and small
  * non-inline wrappers (_f32/_f64, _lanes/_cols) pin the constants.
- * float32 sums (sum, mean) along rows have their own fold: FLANES double
- * lanes in eight vector chains (the single-vector fold is latency bound);
- * every float goes into double exactly, so the result is the double sum
- * rounded once - more accurate than PyTorch's float cascade.
+ * float32 sums, sums of squares and of |x|, products and extremes have their
+ * own folds (ffold_item): float vector lanes (four independent chains along
+ * a row; a register tile of 64 columns across rows) take FBLK rows at a time
+ * and are then flushed into double accumulators, so a float rounding error
+ * spans at most FBLK terms (PyTorch's float cascade spans more); extremes
+ * stay in float to the end (exact), NaN lanes noted on the way.  Columns come
+ * in WIDE_COLS blocks so each row is read in long runs.
  * max/min with indices along a row scan MM_CHUNK elements for their extreme
  * (and any NaN) in vector lanes, then look up its first index only when the
  * chunk beats the best so far. */
 #include "cpu/reduce.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/storage.h"
 #include "cpu/half.h"
 #include "cpu/vecmath.h"
 
@@ -40,6 +44,8 @@
 #define MM_CHUNK 1024   /* max/min with indices: elements scanned per chunk of a row */
 #define LSE_CHUNK 1024  /* logsumexp along rows: elements per max-then-exp step */
 #define COL_BLOCK 256   /* columns (or short rows) folded together */
+#define WIDE_COLS 2048  /* columns folded together by the float32 folds */
+#define FBLK 8          /* float32 sums and products: rows of lanes or columns per flush */
 #define SHORT_ROW 32    /* rows this short are folded side by side */
 #define MIN_CHUNK 16384 /* elements in a row chunk, at least */
 #define FEW_ITEMS 64    /* fewer (o, block) items than this: cut rows into chunks */
@@ -59,7 +65,8 @@ typedef struct {
     int64_t csize, nch; /* rows per chunk, number of chunks */
 } split;
 
-static void split_init(split *s, const dl_rshape *sh, bool chunk_rows, bool group_ok) {
+static void split_init(split *s, const dl_rshape *sh, bool chunk_rows, bool group_ok,
+                       int64_t cols) {
     int64_t O = sh->O, R = sh->R, I = sh->I;
     s->RO = sh->RO;
     s->O = O;
@@ -73,7 +80,7 @@ static void split_init(split *s, const dl_rshape *sh, bool chunk_rows, bool grou
         s->nb = (O + s->bsize - 1) / s->bsize;
         return;
     }
-    s->bsize = I < COL_BLOCK ? I : COL_BLOCK;
+    s->bsize = I < cols ? I : cols;
     s->nb = (I + s->bsize - 1) / s->bsize;
     int64_t items = O * s->nb;
     if (chunk_rows && items < FEW_ITEMS) {
@@ -131,7 +138,7 @@ static inline double nan_min(double a, double v) {
     return (v < a || v != v) ? v : a;
 }
 
-static double acc_identity(dl_acc_kind k) {
+ALWAYS_INLINE double acc_identity(dl_acc_kind k) {
     switch (k) {
     case DL_ACC_PROD: return 1;
     case DL_ACC_MAX: return -INFINITY;
@@ -141,7 +148,7 @@ static double acc_identity(dl_acc_kind k) {
     }
 }
 
-static double acc_combine(dl_acc_kind k, double a, double b) {
+ALWAYS_INLINE double acc_combine(dl_acc_kind k, double a, double b) {
     switch (k) {
     case DL_ACC_PROD: return a * b;
     case DL_ACC_MAX:
@@ -281,59 +288,264 @@ typedef struct {
     const double *shift; /* (O,I) or NULL */
     double *part;        /* (O,nch,I) */
     dl_dtype dt;         /* float16/bfloat16: SUM only, see sum_item_half */
+    bool ffold;          /* float32 and a kind of the float folds (ffold_item) */
 } acc_ctx;
 
-/* --- float32 sums ------------------------------------------------------------------ */
+/* --- float32 folds ------------------------------------------------------------------ */
 
 typedef float v16f __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
 typedef double v8d __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+/* The kinds folded in float32 lanes: the extremes throughout (exact), the
+ * sums and the product over FBLK rows at a time, then in double. */
+static bool ffold_kind(dl_acc_kind k) {
+    switch (k) {
+    case DL_ACC_SUM:
+    case DL_ACC_SUMSQ:
+    case DL_ACC_SUMABS:
+    case DL_ACC_PROD:
+    case DL_ACC_MAX:
+    case DL_ACC_MIN:
+    case DL_ACC_MAXABS:
+    case DL_ACC_MINABS: return true;
+    default: return false;
+    }
+}
+
+ALWAYS_INLINE bool fext(dl_acc_kind k) {
+    return k == DL_ACC_MAX || k == DL_ACC_MIN || k == DL_ACC_MAXABS || k == DL_ACC_MINABS;
+}
+
+ALWAYS_INLINE bool fabs_kind(dl_acc_kind k) {
+    return k == DL_ACC_SUMABS || k == DL_ACC_MAXABS || k == DL_ACC_MINABS;
+}
 
 /* (no vector passed by value: the default clone would change the ABI) */
 ALWAYS_INLINE void ld16(v16f *v, const float *p) {
     memcpy(v, p, sizeof *v);
 }
 
-/* d[0..1] += the 16 floats of *f, in double */
-ALWAYS_INLINE void add_wide(v8d *d, const v16f *f) {
+/* *a = *a folded with the 16 elements *v (NaN lanes of the extremes noted in *nn) */
+ALWAYS_INLINE void fstep(dl_acc_kind k, v16f *a, v16i *nn, const v16f *v) {
+    v16f t = *v;
+    if (fabs_kind(k)) t = (v16f)((v16i)t & 0x7fffffff);
+    v16i m;
+    switch (k) {
+    case DL_ACC_SUM:
+    case DL_ACC_SUMABS: *a += t; break;
+    case DL_ACC_SUMSQ: *a += t * t; break;
+    case DL_ACC_PROD: *a *= t; break;
+    case DL_ACC_MAX:
+    case DL_ACC_MAXABS:
+        m = t > *a;
+        *nn |= t != t;
+        *a = (v16f)((m & (v16i)t) | (~m & (v16i)*a));
+        break;
+    case DL_ACC_MIN:
+    case DL_ACC_MINABS:
+        m = t < *a;
+        *nn |= t != t;
+        *a = (v16f)((m & (v16i)t) | (~m & (v16i)*a));
+        break;
+    default: break;
+    }
+}
+
+/* d[0..1] folded with the 16 floats of *f in double: added, or multiplied
+ * for the product */
+ALWAYS_INLINE void fflush(dl_acc_kind k, v8d *d, const v16f *f) {
     v8f lo, hi;
     memcpy(&lo, f, sizeof lo);
     memcpy(&hi, (const char *)f + sizeof lo, sizeof hi);
-    d[0] += __builtin_convertvector(lo, v8d);
-    d[1] += __builtin_convertvector(hi, v8d);
+    if (k == DL_ACC_PROD) {
+        d[0] *= __builtin_convertvector(lo, v8d);
+        d[1] *= __builtin_convertvector(hi, v8d);
+    } else {
+        d[0] += __builtin_convertvector(lo, v8d);
+        d[1] += __builtin_convertvector(hi, v8d);
+    }
 }
 
-/* Adds the n floats at x into the FLANES double lanes acc (x[i] into lane
- * i % FLANES for the whole rows of FLANES, the tail into lanes 0..): eight
- * independent vector chains, each float converted exactly on the way. */
-REDUCE_CLONES static void sum_row_f32(const float *restrict x, int64_t n, double *restrict acc) {
+/* One element's term, in double (the tails) */
+ALWAYS_INLINE double fterm(dl_acc_kind k, float v) {
+    double d = fabs_kind(k) ? fabs((double)v) : (double)v;
+    return k == DL_ACC_SUMSQ ? d * d : d;
+}
+
+/* Folds the n floats at x into the FLANES double lanes acc: x[i] goes to
+ * lane i % FLANES for the whole rows of FLANES (four vectors, four
+ * independent chains), the tail to lanes 0... */
+ALWAYS_INLINE void frow(dl_acc_kind k, const float *restrict x, int64_t n, double *restrict acc) {
+    const bool ext = fext(k);
+    const float id = (float)acc_identity(k);
+    v16f a[4];
+    v16i nn[4];
     v8d d[FLANES / 8];
     memcpy(d, acc, sizeof d);
-    int64_t i = 0;
-    for (; i + FLANES <= n; i += FLANES) {
-        v16f f0, f1, f2, f3;
-        ld16(&f0, x + i);
-        ld16(&f1, x + i + 16);
-        ld16(&f2, x + i + 32);
-        ld16(&f3, x + i + 48);
-        add_wide(d, &f0);
-        add_wide(d + 2, &f1);
-        add_wide(d + 4, &f2);
-        add_wide(d + 6, &f3);
+    for (int q = 0; q < 4; q++) {
+        a[q] = (v16f){0} + id;
+        nn[q] = (v16i){0};
+    }
+    int64_t i = 0, rows = n / FLANES;
+    for (int64_t r0 = 0; r0 < rows; r0 += FBLK) {
+        int64_t nr = rows - r0 < FBLK ? rows - r0 : FBLK;
+        for (int64_t r = 0; r < nr; r++, i += FLANES)
+            for (int q = 0; q < 4; q++) {
+                v16f v;
+                ld16(&v, x + i + 16 * q);
+                fstep(k, &a[q], &nn[q], &v);
+            }
+        if (!ext)
+            for (int q = 0; q < 4; q++) {
+                fflush(k, d + 2 * q, &a[q]);
+                a[q] = (v16f){0} + id;
+            }
     }
     memcpy(acc, d, sizeof d);
-    for (int64_t j = 0; i < n; i++, j++) acc[j] += x[i];
+    if (ext) {
+        float e[FLANES];
+        int32_t m[FLANES];
+        memcpy(e, a, sizeof e);
+        memcpy(m, nn, sizeof m);
+        for (int j = 0; j < FLANES; j++) acc[j] = acc_combine(k, acc[j], m[j] ? NAN : e[j]);
+    }
+    for (int j = 0; i < n; i++, j++) acc[j] = acc_combine(k, acc[j], fterm(k, x[i]));
 }
 
-/* acc_item for a float32 SUM along rows (I == 1) */
-static void sum_item_f32(const acc_ctx *c, int64_t o, int64_t r0, int64_t nr, int64_t slot) {
+/* Folds rows [r0, r0+n) (ld apart) of the 16*nv columns at x into registers,
+ * then into the columns' state: acc (double) for the sums and the product,
+ * fe/fn (float extreme, NaN seen) for the extremes. */
+ALWAYS_INLINE void fcols_tile(dl_acc_kind k, const float *restrict x, int64_t n, int64_t ld, int nv,
+                              double *restrict acc, float *restrict fe, int32_t *restrict fn) {
+    const float id = (float)acc_identity(k);
+    v16f a[4];
+    v16i nn[4];
+    for (int q = 0; q < nv; q++) {
+        a[q] = (v16f){0} + id;
+        nn[q] = (v16i){0};
+    }
+    for (int64_t r = 0; r < n; r++)
+        for (int q = 0; q < nv; q++) {
+            v16f v;
+            ld16(&v, x + r * ld + 16 * q);
+            fstep(k, &a[q], &nn[q], &v);
+        }
+    for (int q = 0; q < nv; q++) {
+        if (fext(k)) { /* the block's extreme against the state so far */
+            v16f e;
+            v16i m;
+            memcpy(&e, fe + 16 * q, sizeof e);
+            memcpy(&m, fn + 16 * q, sizeof m);
+            m |= nn[q];
+            fstep(k, &e, &m, &a[q]);
+            memcpy(fe + 16 * q, &e, sizeof e);
+            memcpy(fn + 16 * q, &m, sizeof m);
+        } else {
+            v8d d[2];
+            memcpy(d, acc + 16 * q, sizeof d);
+            fflush(k, d, &a[q]);
+            memcpy(acc + 16 * q, d, sizeof d);
+        }
+    }
+}
+
+/* Folds nr rows (ld apart) of nc contiguous floats into acc[nc]: FBLK rows at
+ * a time, in tiles of 64 (then 16) columns held in registers, so the block's
+ * rows are read side by side in order; the last nc % 16 columns fold in
+ * double.  fe, fn: scratch of nc for the extremes. */
+ALWAYS_INLINE void fcols(dl_acc_kind k, const float *restrict x, int64_t nr, int64_t ld, int64_t nc,
+                         double *restrict acc, float *restrict fe, int32_t *restrict fn) {
+    const bool ext = fext(k);
+    int64_t n64 = nc / 64 * 64, n16 = nc / 16 * 16;
+    if (ext)
+        for (int64_t c = 0; c < n16; c++) {
+            fe[c] = (float)acc_identity(k);
+            fn[c] = 0;
+        }
+    for (int64_t r0 = 0; r0 < nr; r0 += FBLK) {
+        int64_t n = nr - r0 < FBLK ? nr - r0 : FBLK;
+        const float *xr = x + r0 * ld;
+        for (int64_t c = 0; c < n64; c += 64)
+            fcols_tile(k, xr + c, n, ld, 4, acc + c, fe + c, fn + c);
+        for (int64_t c = n64; c < n16; c += 16)
+            fcols_tile(k, xr + c, n, ld, 1, acc + c, fe + c, fn + c);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = n16; c < nc; c++)
+                acc[c] = acc_combine(k, acc[c], fterm(k, xr[r * ld + c]));
+    }
+    if (ext)
+        for (int64_t c = 0; c < n16; c++) acc[c] = acc_combine(k, acc[c], fn[c] ? NAN : fe[c]);
+}
+
+/* one clone per kind, so each kind's loops are compiled with their constant */
+#define FFOLD_SWITCH(k, CALL)                                                                      \
+    switch (k) {                                                                                   \
+    case DL_ACC_SUM: CALL(DL_ACC_SUM); break;                                                      \
+    case DL_ACC_SUMSQ: CALL(DL_ACC_SUMSQ); break;                                                  \
+    case DL_ACC_SUMABS: CALL(DL_ACC_SUMABS); break;                                                \
+    case DL_ACC_PROD: CALL(DL_ACC_PROD); break;                                                    \
+    case DL_ACC_MAX: CALL(DL_ACC_MAX); break;                                                      \
+    case DL_ACC_MIN: CALL(DL_ACC_MIN); break;                                                      \
+    case DL_ACC_MAXABS: CALL(DL_ACC_MAXABS); break;                                                \
+    case DL_ACC_MINABS: CALL(DL_ACC_MINABS); break;                                                \
+    default: break;                                                                                \
+    }
+
+/* the FLANES lanes of a row fold combined pairwise, in a fixed order */
+ALWAYS_INLINE double lanes_combine(dl_acc_kind k, double *a) {
+    for (int w = FLANES / 2; w > 0; w /= 2)
+        for (int j = 0; j < w; j++) a[j] = acc_combine(k, a[j], a[j + w]);
+    return a[0];
+}
+
+/* The fold of RO rows of n floats (step apart) from x, lanes combined */
+ALWAYS_INLINE double frows(dl_acc_kind k, const float *x, int64_t n, int64_t RO, int64_t step) {
+    double a[FLANES];
+    for (int j = 0; j < FLANES; j++) a[j] = acc_identity(k);
+    for (int64_t ro = 0; ro < RO; ro++, x += step) frow(k, x, n, a);
+    return lanes_combine(k, a);
+}
+
+REDUCE_CLONES static void frow_f32(dl_acc_kind k, const float *x, int64_t n, double *acc){
+#define FROW(K) frow(K, x, n, acc)
+    FFOLD_SWITCH(k, FROW)
+#undef FROW
+}
+
+REDUCE_CLONES
+    static double frows_f32(dl_acc_kind k, const float *x, int64_t n, int64_t RO, int64_t step) {
+    double r = 0;
+#define FROWS(K) r = frows(K, x, n, RO, step)
+    FFOLD_SWITCH(k, FROWS)
+#undef FROWS
+    return r;
+}
+
+REDUCE_CLONES static void fcols_f32(dl_acc_kind k, const float *x, int64_t nr, int64_t ld,
+                                    int64_t nc, double *acc) {
+    float fe[WIDE_COLS];
+    int32_t fn[WIDE_COLS];
+#define FCOLS(K) fcols(K, x, nr, ld, nc, acc, fe, fn)
+    FFOLD_SWITCH(k, FCOLS)
+#undef FCOLS
+}
+
+/* acc_item for the float32 folds (not short rows side by side): rows (I == 1)
+ * in FLANES lanes, else up to WIDE_COLS columns */
+static void ffold_item(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                       int64_t slot) {
     const float *x = c->x;
-    int64_t off = o * c->R + r0, step = c->O * c->R;
-    double a[FLANES] = {0};
-    for (int64_t ro = 0; ro < c->RO; ro++, off += step) sum_row_f32(x + off, nr, a);
-    for (int w = FLANES / 2; w > 0; w /= 2) /* pairwise, in a fixed order */
-        for (int j = 0; j < w; j++) a[j] += a[j + w];
-    c->part[slot] = a[0];
+    int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
+    if (c->I == 1) {
+        c->part[slot] = frows_f32(c->k, x + off, nr, c->RO, step);
+        return;
+    }
+    double id = acc_identity(c->k), acc[WIDE_COLS];
+    for (int64_t j = 0; j < nc; j++) acc[j] = id;
+    for (int64_t ro = 0; ro < c->RO; ro++, off += step) fcols_f32(c->k, x + off, nr, c->I, nc, acc);
+    memcpy(c->part + slot * c->I + c0, acc, (size_t)nc * sizeof(double));
 }
 
 /* n half values at x (xcs apart) as floats into t */
@@ -353,17 +565,15 @@ static void sum_item_half(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, i
     const uint16_t *x = c->x;
     float t[LSE_CHUNK > COL_BLOCK ? LSE_CHUNK : COL_BLOCK];
     int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
-    if (c->I == 1 && !c->group) { /* chunks of whole FLANES rows keep sum_row_f32's lanes */
+    if (c->I == 1 && !c->group) { /* chunks of whole FBLK blocks keep frow's lanes and blocks */
         double a[FLANES] = {0};
         for (int64_t ro = 0; ro < c->RO; ro++, off += step)
             for (int64_t i = 0; i < nr; i += LSE_CHUNK) {
                 int64_t k = nr - i < LSE_CHUNK ? nr - i : LSE_CHUNK;
                 half_block(c->dt, x + off + i, 1, k, t);
-                sum_row_f32(t, k, a);
+                frow_f32(DL_ACC_SUM, t, k, a);
             }
-        for (int w = FLANES / 2; w > 0; w /= 2)
-            for (int j = 0; j < w; j++) a[j] += a[j + w];
-        c->part[slot] = a[0];
+        c->part[slot] = lanes_combine(DL_ACC_SUM, a);
         return;
     }
     /* columns (or short rows side by side): row after row, as acc_block */
@@ -384,8 +594,8 @@ static void acc_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, in
         sum_item_half(c, o, c0, nc, r0, nr, slot);
         return;
     }
-    if (c->k == DL_ACC_SUM && !c->f64 && !c->group && c->I == 1) {
-        sum_item_f32(c, o, r0, nr, slot);
+    if (c->ffold && !c->group) {
+        ffold_item(c, o, c0, nc, r0, nr, slot);
         return;
     }
     int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
@@ -437,16 +647,20 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
         for (int64_t i = 0; i < n; i++) out[i] = id;
         return 0;
     }
+    if ((dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16) && kind != DL_ACC_SUM)
+        return dl_error("reduce: float16/bfloat16 input only for sums");
+    bool ffold = dt == DL_DTYPE_F32 && ffold_kind(kind);
     split s;
-    split_init(&s, sh, true, true);
+    split_init(&s, sh, true, true, ffold ? WIDE_COLS : COL_BLOCK);
+    /* the chunks' partials: from the host block cache (no fresh pages per call) */
+    size_t part_bytes = sizeof(double) * (size_t)(n * s.nch);
     double *part = out, few[FEW_ITEMS];
     if (s.nch > 1 && n * s.nch <= FEW_ITEMS)
         part = few;
-    else if (s.nch > 1 && !(part = malloc(sizeof(double) * (size_t)(n * s.nch))))
+    else if (s.nch > 1 && !(part = dl_cpu_alloc(part_bytes)))
         return no_memory("reduce");
-    if ((dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16) && kind != DL_ACC_SUM)
-        return dl_error("reduce: float16/bfloat16 input only for sums");
-    acc_ctx c = {kind, x, dt == DL_DTYPE_F64, s.group, sh->RO, O, sh->R, I, p, shift, part, dt};
+    acc_ctx c = {kind, x,    dt == DL_DTYPE_F64, s.group, sh->RO, O, sh->R, I, p, shift, part,
+                 dt,   ffold};
     split_run(&s, acc_item, &c);
     if (part != out) {
         for (int64_t o = 0; o < O; o++)
@@ -456,7 +670,7 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
                     a = acc_combine(kind, a, part[(o * s.nch + ch) * I + i]);
                 out[o * I + i] = a;
             }
-        if (part != few) free(part);
+        if (part != few) dl_cpu_free(part, part_bytes);
     }
     return 0;
 }
@@ -521,7 +735,7 @@ int dl_cpu_reduce_acc_i64(bool prod, const int64_t *x, const dl_rshape *sh, int6
         return 0;
     }
     split s;
-    split_init(&s, sh, true, true);
+    split_init(&s, sh, true, true, COL_BLOCK);
     uint64_t *part = (uint64_t *)out;
     if (s.nch > 1 && !(part = malloc(sizeof(uint64_t) * (size_t)(n * s.nch))))
         return no_memory("reduce");
@@ -691,8 +905,43 @@ ALWAYS_INLINE double mm_ext(bool mx, const void *x, bool f64, int64_t n, bool *n
     return r;
 }
 
+/* mm_ext for float32: in float vector lanes (comparisons are exact) */
+ALWAYS_INLINE double mm_ext_float(dl_acc_kind k, const float *x, int64_t n, bool *nan) {
+    const float id = (float)acc_identity(k);
+    v16f a[4];
+    v16i nn[4];
+    for (int q = 0; q < 4; q++) {
+        a[q] = (v16f){0} + id;
+        nn[q] = (v16i){0};
+    }
+    int64_t i = 0;
+    for (; i + FLANES <= n; i += FLANES)
+        for (int q = 0; q < 4; q++) {
+            v16f v;
+            ld16(&v, x + i + 16 * q);
+            fstep(k, &a[q], &nn[q], &v);
+        }
+    float e[FLANES];
+    int32_t m[FLANES];
+    memcpy(e, a, sizeof e);
+    memcpy(m, nn, sizeof m);
+    bool mx = k == DL_ACC_MAX, any = false;
+    double r = id;
+    for (int j = 0; j < FLANES; j++) {
+        r = mx ? (e[j] > r ? e[j] : r) : (e[j] < r ? e[j] : r);
+        any |= m[j] != 0;
+    }
+    for (; i < n; i++) {
+        double v = x[i];
+        r = mx ? (v > r ? v : r) : (v < r ? v : r);
+        any |= v != v;
+    }
+    *nan = any;
+    return r;
+}
+
 REDUCE_CLONES static double mm_ext_f32(bool mx, const float *x, int64_t n, bool *nan) {
-    return mx ? mm_ext(true, x, false, n, nan) : mm_ext(false, x, false, n, nan);
+    return mx ? mm_ext_float(DL_ACC_MAX, x, n, nan) : mm_ext_float(DL_ACC_MIN, x, n, nan);
 }
 REDUCE_CLONES static double mm_ext_f64(bool mx, const double *x, int64_t n, bool *nan) {
     return mx ? mm_ext(true, x, true, n, nan) : mm_ext(false, x, true, n, nan);
@@ -780,7 +1029,7 @@ int dl_cpu_reduce_minmax(bool is_max, const void *x, dl_dtype dt, const dl_rshap
     if (n == 0) return 0;
     if (sh->R * sh->RO <= 0) return dl_error("max/min: cannot reduce over an empty dimension");
     split s;
-    split_init(&s, sh, true, true);
+    split_init(&s, sh, true, true, COL_BLOCK);
     bool isint = dt == DL_DTYPE_I64;
     void *pv = vals;
     int64_t *pi = idx;
@@ -879,7 +1128,7 @@ int dl_cpu_reduce_allany(bool is_all, const uint8_t *x, const dl_rshape *sh, uin
         return 0;
     }
     split s;
-    split_init(&s, sh, true, true);
+    split_init(&s, sh, true, true, COL_BLOCK);
     uint8_t *part = out;
     if (s.nch > 1 && !(part = malloc((size_t)(n * s.nch)))) return no_memory("all/any");
     aa_ctx c = {is_all, s.group, x, sh->RO, O, sh->R, I, part};
@@ -986,7 +1235,7 @@ int dl_cpu_scan(bool prod, const void *x, dl_dtype dt, int64_t O, int64_t R, int
     if (O * R * I == 0) return 0;
     split s;
     dl_rshape sh = {1, O, R, I};
-    split_init(&s, &sh, false, false);
+    split_init(&s, &sh, false, false, COL_BLOCK);
     scan_ctx c = {prod, x, out, dt, R, I};
     split_run(&s, scan_item, &c);
     return 0;
@@ -1078,7 +1327,7 @@ int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, v
     if (R <= 0) return dl_error("median: cannot reduce over an empty dimension");
     split s;
     dl_rshape sh = {1, O, R, I};
-    split_init(&s, &sh, false, false);
+    split_init(&s, &sh, false, false, COL_BLOCK);
     med_ctx c = {x, dt, R, I, vals, idx, 0};
     split_run(&s, med_item, &c);
     return c.failed ? no_memory("median") : 0;
@@ -1121,11 +1370,9 @@ static double sumexp_chunk(const void *x, bool f64, int64_t n, double m) {
         int64_t st[2] = {sizeof(float), sizeof(float)};
         if (!dl_cpu_vec_unary_f32(DL_UNARY_EXP, d, st, n))
             for (int64_t i = 0; i < n; i++) t[i] = expf(t[i]);
-        sum_row_f32(t, n, a);
+        frow_f32(DL_ACC_SUM, t, n, a);
     }
-    for (int w = FLANES / 2; w > 0; w /= 2)
-        for (int j = 0; j < w; j++) a[j] += a[j + w];
-    return a[0];
+    return lanes_combine(DL_ACC_SUM, a);
 }
 
 static void lse_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
@@ -1162,7 +1409,7 @@ int dl_cpu_reduce_logsumexp_rows(const void *x, dl_dtype dt, int64_t O, int64_t 
     }
     dl_rshape sh = {1, O, R, 1};
     split s;
-    split_init(&s, &sh, true, false);
+    split_init(&s, &sh, true, false, COL_BLOCK);
     int64_t np = O * s.nch;
     double *pm = malloc(sizeof(double) * (size_t)(2 * np));
     if (!pm) return no_memory("logsumexp");

@@ -55,4 +55,11 @@ int dl_cpu_reduce_logsumexp_rows(const void *x, dl_dtype dt, int64_t O, int64_t 
 
 void dl_cpu_reduce_finish(dl_fin_kind kind, double *a, int64_t n, double c, const double *shift);
 
+/* logsumexp's backward over trailing contiguous dims (cpu/logsumexp.c): x
+ * and gx are O contiguous rows of R float32 or float64 values (dt), g and
+ * lse the O incoming gradients and results, all of dtype dt:
+ * gx = g * exp(x - lse), rounded as that formula op by op. */
+int dl_cpu_logsumexp_backward_rows(dl_dtype dt, int64_t O, int64_t R, void *gx, const void *x,
+                                   const void *g, const void *lse);
+
 #endif

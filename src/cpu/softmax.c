@@ -10,12 +10,28 @@
  * Either way one column is: max, sum of exp(x - max) (accumulated in double),
  * then the outputs.  float32 uses dl_cpu_expf under `omp simd`; float64 uses
  * libm's exp.  Each output depends only on its own column, so results do not
- * depend on the thread count. */
+ * depend on the thread count.
+ *
+ * float16 / bfloat16 storage is read and written directly (cpu/half.h's
+ * converters, inlined into the vector loops) and computed in float32 with
+ * the float32 path's exact operations, so a half result is the float32
+ * path's result on the widened input, rounded once:
+ *  - a row (inner == 1) is widened into a float buffer of D (on the stack up
+ *    to HROW, else one per thread) while its max is taken; the float32 rows'
+ *    own sum function (row_sumexp_f32, row_gsum_f32) runs on the buffer, so
+ *    the vector sums keep their order; the outputs are narrowed as they are
+ *    made;
+ *  - a block of columns reads each row of nc halves into a small float
+ *    array; every column folds sequentially over d as in the float32 loop,
+ *    and softmax recomputes exp(x - max) in its last sweep instead of keeping
+ *    unrounded exponentials (the same function on the same value). */
 #include "cpu/softmax.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "cpu/half.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define COLS 64
 
@@ -27,18 +43,15 @@
 
 /* --- float32 ------------------------------------------------------------------------------ */
 
-SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool is_log) {
-    // y, x are (D)
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int64_t d = 0; d < D; d++) m = x[d] > m ? x[d] : m;
+/* The row sums, shared by the float32 rows and the half rows (which run
+ * them on their widened buffer): one function, so both fold in the same
+ * order.  sum_d exp(x[d] - m) in double; store: the exponentials go to y. */
+SOFTMAX_CLONES __attribute__((noinline)) static double
+row_sumexp_f32(float *y, const float *x, int64_t D, float m, bool store) {
     double sum = 0;
-    if (is_log) {
+    if (!store) {
 #pragma omp simd reduction(+ : sum)
         for (int64_t d = 0; d < D; d++) sum += dl_cpu_expf(x[d] - m);
-        float lse = m + (float)log(sum);
-#pragma omp simd
-        for (int64_t d = 0; d < D; d++) y[d] = x[d] - lse;
     } else {
 #pragma omp simd reduction(+ : sum)
         for (int64_t d = 0; d < D; d++) {
@@ -46,6 +59,36 @@ SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool
             y[d] = e;
             sum += e;
         }
+    }
+    return sum;
+}
+
+/* The backward's row sum: sum_d gy[d] (log) or sum_d gy[d] * y[d], in
+ * double, rounded to float. */
+SOFTMAX_CLONES __attribute__((noinline)) static float row_gsum_f32(const float *gy, const float *y,
+                                                                   int64_t D, bool is_log) {
+    double acc = 0;
+    if (is_log) {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t d = 0; d < D; d++) acc += gy[d];
+    } else {
+#pragma omp simd reduction(+ : acc)
+        for (int64_t d = 0; d < D; d++) acc += (double)(gy[d] * y[d]);
+    }
+    return (float)acc;
+}
+
+SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool is_log) {
+    // y, x are (D)
+    float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+    for (int64_t d = 0; d < D; d++) m = x[d] > m ? x[d] : m;
+    double sum = row_sumexp_f32(y, x, D, m, !is_log);
+    if (is_log) {
+        float lse = m + (float)log(sum);
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) y[d] = x[d] - lse;
+    } else {
         float inv = (float)(1.0 / sum);
 #pragma omp simd
         for (int64_t d = 0; d < D; d++) y[d] *= inv;
@@ -55,19 +98,13 @@ SOFTMAX_CLONES static void row_fwd_f32(float *y, const float *x, int64_t D, bool
 SOFTMAX_CLONES static void row_backward_f32(float *gx, const float *gy, const float *y, int64_t D,
                                             bool is_log) {
     // gx, gy, y are (D)
-    double acc = 0;
+    float t = row_gsum_f32(gy, y, D, is_log);
     if (is_log) {
-#pragma omp simd reduction(+ : acc)
-        for (int64_t d = 0; d < D; d++) acc += gy[d];
-        float sg = (float)acc;
 #pragma omp simd
-        for (int64_t d = 0; d < D; d++) gx[d] = gy[d] - dl_cpu_expf(y[d]) * sg;
+        for (int64_t d = 0; d < D; d++) gx[d] = gy[d] - dl_cpu_expf(y[d]) * t;
     } else {
-#pragma omp simd reduction(+ : acc)
-        for (int64_t d = 0; d < D; d++) acc += (double)(gy[d] * y[d]);
-        float dot = (float)acc;
 #pragma omp simd
-        for (int64_t d = 0; d < D; d++) gx[d] = y[d] * (gy[d] - dot);
+        for (int64_t d = 0; d < D; d++) gx[d] = y[d] * (gy[d] - t);
     }
 }
 
@@ -218,6 +255,147 @@ static void cols_backward_f64(double *gx, const double *gy, const double *y, int
         }
 }
 
+/* --- float16 / bfloat16 storage ------------------------------------------------------------ */
+
+/* rows up to this length are widened into a buffer on the stack */
+#define HROW 4096
+
+/* t[0..n) = the n halves at h (bf: bfloat16, else float16), exactly */
+static inline __attribute__((always_inline)) void
+widen(float *restrict t, const uint16_t *restrict h, int64_t n, bool bf) {
+    if (bf) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_bf16_to_float(h[j]);
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_half_to_float(h[j]);
+    }
+}
+
+/* v rounded to nearest even to bfloat16 (bf) or float16 */
+static inline __attribute__((always_inline)) uint16_t narrow1(float v, bool bf) {
+    return bf ? dl_cpu_float_to_bf16(v) : dl_cpu_float_to_half(v);
+}
+
+/* h[0..n) = t[0..n) rounded to nearest even */
+static inline __attribute__((always_inline)) void
+narrow(uint16_t *restrict h, const float *restrict t, int64_t n, bool bf) {
+    if (bf) {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) h[j] = dl_cpu_float_to_bf16(t[j]);
+    } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) h[j] = dl_cpu_float_to_half(t[j]);
+    }
+}
+
+/* One row (inner == 1) of the forward through buf (D floats): widened
+ * while its max is taken, the float32 row sum on buf, the outputs narrowed
+ * as they are made. */
+SOFTMAX_CLONES static void row_fwd_half(uint16_t *y, const uint16_t *x, int64_t D, bool is_log,
+                                        bool bf, float *buf) {
+    float m = -INFINITY;
+    if (bf) {
+#pragma omp simd reduction(max : m)
+        for (int64_t d = 0; d < D; d++) {
+            float v = dl_cpu_bf16_to_float(x[d]);
+            buf[d] = v;
+            m = v > m ? v : m;
+        }
+    } else {
+#pragma omp simd reduction(max : m)
+        for (int64_t d = 0; d < D; d++) {
+            float v = dl_cpu_half_to_float(x[d]);
+            buf[d] = v;
+            m = v > m ? v : m;
+        }
+    }
+    double sum = row_sumexp_f32(buf, buf, D, m, !is_log);
+    float t = is_log ? m + (float)log(sum) : (float)(1.0 / sum);
+#pragma omp simd
+    for (int64_t d = 0; d < D; d++) y[d] = narrow1(is_log ? buf[d] - t : buf[d] * t, bf);
+}
+
+/* One row of the backward through buf (2*D floats: gy, then y). */
+SOFTMAX_CLONES static void row_backward_half(uint16_t *gx, const uint16_t *gy, const uint16_t *y,
+                                             int64_t D, bool is_log, bool bf, float *buf) {
+    float *g = buf, *v = buf + D;
+    widen(g, gy, D, bf);
+    widen(v, y, D, bf);
+    float t = row_gsum_f32(g, v, D, is_log);
+    if (is_log) {
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) gx[d] = narrow1(g[d] - dl_cpu_expf(v[d]) * t, bf);
+    } else {
+#pragma omp simd
+        for (int64_t d = 0; d < D; d++) gx[d] = narrow1(v[d] * (g[d] - t), bf);
+    }
+}
+
+/* cols_fwd_f32 on half storage: y, x point at (0, i0) of a (D, inner) slice;
+ * nc <= COLS */
+SOFTMAX_CLONES static void cols_fwd_half(uint16_t *y, const uint16_t *x, int64_t D, int64_t inner,
+                                         int64_t nc, bool is_log, bool bf) {
+    float m[COLS], t[COLS], v[COLS];
+    double s[COLS];
+    for (int64_t c = 0; c < nc; c++) m[c] = -INFINITY, s[c] = 0;
+    for (int64_t d = 0; d < D; d++) {
+        widen(v, x + d * inner, nc, bf);
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) m[c] = v[c] > m[c] ? v[c] : m[c];
+    }
+    for (int64_t d = 0; d < D; d++) {
+        widen(v, x + d * inner, nc, bf);
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) s[c] += dl_cpu_expf(v[c] - m[c]);
+    }
+    for (int64_t c = 0; c < nc; c++) t[c] = is_log ? m[c] + (float)log(s[c]) : (float)(1.0 / s[c]);
+    for (int64_t d = 0; d < D; d++) {
+        widen(v, x + d * inner, nc, bf);
+        if (is_log) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) v[c] = v[c] - t[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) v[c] = dl_cpu_expf(v[c] - m[c]) * t[c];
+        }
+        narrow(y + d * inner, v, nc, bf);
+    }
+}
+
+/* cols_backward_f32 on half storage */
+SOFTMAX_CLONES static void cols_backward_half(uint16_t *gx, const uint16_t *gy, const uint16_t *y,
+                                              int64_t D, int64_t inner, int64_t nc, bool is_log,
+                                              bool bf) {
+    double s[COLS];
+    float t[COLS], g[COLS], v[COLS];
+    for (int64_t c = 0; c < nc; c++) s[c] = 0;
+    for (int64_t d = 0; d < D; d++) {
+        widen(g, gy + d * inner, nc, bf);
+        if (is_log) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) s[c] += g[c];
+        } else {
+            widen(v, y + d * inner, nc, bf);
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) s[c] += (double)(g[c] * v[c]);
+        }
+    }
+    for (int64_t c = 0; c < nc; c++) t[c] = (float)s[c];
+    for (int64_t d = 0; d < D; d++) {
+        widen(g, gy + d * inner, nc, bf);
+        widen(v, y + d * inner, nc, bf);
+        if (is_log) {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) g[c] = g[c] - dl_cpu_expf(v[c]) * t[c];
+        } else {
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) g[c] = v[c] * (g[c] - t[c]);
+        }
+        narrow(gx + d * inner, g, nc, bf);
+    }
+}
+
 /* --- entry points ------------------------------------------------------------------------- */
 
 /* Work item w of the blocked shape: the offset of its first element and its
@@ -256,12 +434,54 @@ static void run_cols(int kind, char *o, const char *a, const char *b, int64_t D,
     }
 }
 
+/* run() on float16 (bf false) or bfloat16 storage: each thread widens rows
+ * into its own buffer (the stack's up to HROW elements). */
+static int run_half(const char *op, bool bf, const dl_softmax_shape *s, uint16_t *o,
+                    const uint16_t *a, const uint16_t *b) {
+    const int64_t outer = s->outer, D = s->D, inner = s->inner, work = outer * inner * D;
+    if (inner == 1) {
+        int failed = 0;
+#pragma omp parallel num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+        {
+            float stack[2 * HROW];
+            float *buf = D <= HROW ? stack : malloc(sizeof(float) * 2 * (size_t)D);
+            if (!buf) {
+#pragma omp atomic write
+                failed = 1;
+            }
+#pragma omp for
+            for (int64_t r = 0; r < outer; r++)
+                if (buf && b)
+                    row_backward_half(o + r * D, a + r * D, b + r * D, D, s->log, bf, buf);
+                else if (buf)
+                    row_fwd_half(o + r * D, a + r * D, D, s->log, bf, buf);
+            if (buf != stack) free(buf);
+        }
+        return failed ? dl_error("%s: out of memory for a row buffer of %lld elements", op,
+                                 (long long)D)
+                      : 0;
+    }
+    const int64_t nblk = (inner + COLS - 1) / COLS;
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+    for (int64_t w = 0; w < outer * nblk; w++) {
+        int64_t nc, off = block_of(w, nblk, D, inner, &nc);
+        if (b)
+            cols_backward_half(o + off, a + off, b + off, D, inner, nc, s->log, bf);
+        else
+            cols_fwd_half(o + off, a + off, D, inner, nc, s->log, bf);
+    }
+    return 0;
+}
+
 /* Runs the forward (backward: b is y) over s: rows in parallel when
  * inner == 1, else blocks of up to COLS neighbouring columns. */
 static int run(const char *op, dl_dtype dt, const dl_softmax_shape *s, bool backward, void *o,
                const void *a, const void *b) {
+    if (dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16)
+        return run_half(op, dt == DL_DTYPE_BF16, s, o, a, backward ? b : NULL);
     if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64)
-        return dl_error("%s: CPU kernels take float32 or float64, got %s", op, dl_dtype_name(dt));
+        return dl_error("%s: CPU kernels take float32, float64, float16 or bfloat16, got %s", op,
+                        dl_dtype_name(dt));
     const int kind = (backward ? BWD_F32 : FWD_F32) + (dt == DL_DTYPE_F64);
     const size_t es = dl_dtype_size(dt);
     const int64_t outer = s->outer, D = s->D, inner = s->inner, work = outer * inner * D;

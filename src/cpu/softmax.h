@@ -1,10 +1,11 @@
 /* cpu/softmax.h - CPU kernels of softmax and log_softmax, forward and
  * backward, on dense buffers viewed as (outer, D, inner) (dl_softmax_shape,
  * kernels/softmax.h).  The ops layer
- * (src/ops/softmax.c, loss.c) makes the buffers contiguous and picks float32 (for
- * float32, float16 and bfloat16) or float64.  Exponentials are computed in
- * the buffer's type; the sum of exponentials accumulates in double.  Results
- * do not depend on the thread count. */
+ * (src/ops/softmax.c, loss.c) makes the buffers contiguous and picks float32,
+ * float64, or float16/bfloat16 storage (computed in float32, the float32
+ * kernels' exact result rounded once per element).  Exponentials are
+ * computed in float32 (float64 for float64); the sum of exponentials
+ * accumulates in double.  Results do not depend on the thread count. */
 #ifndef DL_CPU_SOFTMAX_H
 #define DL_CPU_SOFTMAX_H
 
@@ -56,8 +57,9 @@ static inline float dl_cpu_expf(float x) {
     return p * scale;
 }
 
-/* The kernels (kernels/softmax.h has their contract): float32 computes in
- * float, float64 in double.  0, or -1 with the error for another dtype. */
+/* The kernels (kernels/softmax.h has their contract): float32, float16 and
+ * bfloat16 compute in float, float64 in double.  0, or -1 with the error for
+ * another dtype (or no memory for a long half row's buffer). */
 int dl_cpu_softmax(dl_dtype dt, const dl_softmax_shape *s, void *y, const void *x);
 int dl_cpu_softmax_backward(dl_dtype dt, const dl_softmax_shape *s, void *gx, const void *gy,
                             const void *y);

@@ -21,7 +21,8 @@ typedef struct dl_softmax_shape {
 
 /* The kernels' signatures, one for both backends (cpu/softmax.h, the table
  * below; host pointers on the CPU, device pointers on the current CUDA
- * device): dt is F32 or F64.
+ * device): dt is F32 or F64, on the CPU also F16 or BF16 (computed in
+ * float32, rounded once per element).
  *   forward:  y = softmax(x) or log_softmax(x); y and x are (outer,D,inner),
  *             y may alias x.
  *   backward from the forward's output y:

@@ -870,10 +870,40 @@ dl_tensor *dl_norm(dl_tensor *x, double p, int ndims, const int *dims, bool keep
                       p);
 }
 
-/* logsumexp: g * exp(x - result). */
+/* logsumexp: g * exp(x - result).  A contiguous float32/float64 CPU input
+ * reduced over its trailing dims takes one fused pass per row
+ * (cpu/logsumexp.c, the same values); other layouts, dtypes and CUDA run the
+ * formula op by op. */
 static int logsumexp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT);
     if (!x || !res) return -1;
+    const red_ctx *c = n->ctx;
+    dl_dtype dt = x->dtype;
+    bool fused = (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64) && gout[0]->dtype == dt &&
+                 res->dtype == dt && !dl_op_on_cuda(x) && !dl_op_on_cuda(gout[0]) &&
+                 dl_tensor_is_contiguous(x);
+    int64_t O = 1, R = 1;
+    for (int d = 0; d < x->ndim && fused; d++) {
+        if (c->mask[d])
+            R *= x->shape[d];
+        else if (d > 0 && c->mask[d - 1])
+            fused = false; /* a kept dim after a reduced one */
+        else
+            O *= x->shape[d];
+    }
+    if (fused) {
+        dl_tensor *gc = dl_op_dense(gout[0], dt), *rc = gc ? dl_op_dense(res, dt) : NULL;
+        dl_tensor *gx = rc ? dl_tensor_empty(x->ndim, x->shape, dt, dl_tensor_device(x)) : NULL;
+        if (gx && dl_cpu_logsumexp_backward_rows(dt, O, R, dl_op_data(gx), dl_op_data(x),
+                                                 dl_op_data(gc), dl_op_data(rc))) {
+            dl_tensor_release(gx);
+            gx = NULL;
+        }
+        dl_tensor_release(gc);
+        dl_tensor_release(rc);
+        gin[0] = gx;
+        return gx ? 0 : -1;
+    }
     dl_op_pool P = {0};
     dl_tensor *gu = DL_OP_STEP(&P, unreduce(gout[0], n));
     dl_tensor *ru = DL_OP_STEP(&P, unreduce(res, n));

@@ -2,10 +2,12 @@
  * log_softmax along a dim, forward and backward, on the CPU (cpu/softmax.c)
  * or CUDA (cuda/softmax.cu); the autograd node at the end.
  *
- * Operands are converted to the compute dtype (float64 for float64, float32
- * otherwise) and made contiguous; the result is converted back to the
- * input's dtype, so half types round once per element.  The tensor is seen as
- * (outer, D, inner) around the dim. */
+ * Operands are made contiguous in the compute dtype: float64 for float64;
+ * float16/bfloat16 stay in their own dtype on the CPU (its kernels widen to
+ * float32 in registers and round once per element, the float32 path's result
+ * rounded); float32 otherwise (CUDA's half inputs, mixed dtypes), the result
+ * converted back to the input's dtype, so half types round once per element
+ * either way.  The tensor is seen as (outer, D, inner) around the dim. */
 #include "ops/softmax.h"
 #include "autograd/autograd.h"
 #include "cpu/softmax.h"
@@ -40,6 +42,12 @@ static dl_softmax_backward_fn backward_kernel(const char *op, dl_device dev) {
     return f;
 }
 
+/* The compute dtype for operands of dtype dt on dev (see the header). */
+static dl_dtype compute_dtype(dl_dtype dt, dl_device dev) {
+    bool half = dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16;
+    return half && !dl_op_is_cuda(dev) ? dt : dl_op_float_dtype(dt);
+}
+
 static dl_tensor *softmax_forward_any(const char *op, dl_tensor *x, int dim, bool log) {
     dl_device dev;
     if (dl_op_need_floating(op, "input", x) ||
@@ -48,7 +56,7 @@ static dl_tensor *softmax_forward_any(const char *op, dl_tensor *x, int dim, boo
     int d = dl_wrap_dim(op, dim, x->ndim);
     dl_softmax_fn kernel = d < 0 ? NULL : forward_kernel(op, dev);
     if (!kernel) return NULL;
-    dl_dtype cdt = dl_op_float_dtype(x->dtype);
+    dl_dtype cdt = compute_dtype(x->dtype, dev);
     dl_softmax_shape s = softmax_shape(x, d, log);
     dl_tensor *xc = dl_op_dense(x, cdt);
     dl_tensor *y = xc ? dl_tensor_empty(x->ndim, x->shape, cdt, dev) : NULL;
@@ -71,7 +79,7 @@ static dl_tensor *softmax_backward_any(const char *op, dl_tensor *gy, dl_tensor 
     int d = dl_wrap_dim(op, dim, y->ndim);
     dl_softmax_backward_fn kernel = d < 0 ? NULL : backward_kernel(op, dev);
     if (!kernel) return NULL;
-    dl_dtype cdt = dl_op_float_dtype(dl_promote_types(gy->dtype, y->dtype));
+    dl_dtype cdt = compute_dtype(dl_promote_types(gy->dtype, y->dtype), dev);
     dl_softmax_shape s = softmax_shape(y, d, log);
     dl_tensor *gyc = dl_op_dense_on(gy, cdt, dev), *yc = gyc ? dl_op_dense_on(y, cdt, dev) : NULL;
     dl_tensor *gx = yc ? dl_tensor_empty(y->ndim, y->shape, cdt, dev) : NULL;

@@ -612,4 +612,57 @@ T.case("bad input", function()
   T.tensor_eq(x:sum(), 21)
 end)
 
+T.case("float32 folds: every kind along rows and wide columns, tails and NaN, against float64", function()
+  dl.manual_seed(3)
+  -- rows of 1000 + 37 (whole blocks, a part block, a tail), columns 2048 + 52
+  -- wide (two column blocks), a reduction over dims on both sides of a kept one
+  local cases = {{{3, 1037}, 2}, {{1037, 2100}, 1}, {{4, 5, 600}, {1, 3}}, {{70, 3}, 1}}
+  for _, c in ipairs(cases) do
+    local x = dl.randn(table.unpack(c[1]))
+    local d = c[2]
+    local xd = x:double()
+    local what = string.format("shape %s dim %s", table.concat(c[1], "x"), type(d) == "table" and table.concat(d, ",") or d)
+    -- sums within float32 blocks' rounding of the float64 sum, relative to the sum of |x|
+    local function near_sum(got, ref, bound, name)
+      local err = (got:double() - ref):abs() - bound * 1e-6
+      T.truthy(err:max():item() <= 0, name .. " " .. what .. ": off by more than 1e-6 * sum |x|")
+    end
+    near_sum(x:sum(d), xd:sum(d), xd:abs():sum(d), "sum")
+    near_sum(x:mean(d), xd:mean(d), xd:abs():mean(d), "mean")
+    near_sum(x:norm(1, d), xd:norm(1, d), xd:abs():sum(d), "norm 1")
+    near_sum(x:norm(2, d):pow(2), xd:norm(2, d):pow(2), xd:pow(2):sum(d), "norm 2")
+    local p = x * 0.01 + 1 -- products near 1, far from overflow
+    near_sum(p:prod(d):log(), p:double():prod(d):log(), xd:abs():sum(d) * 0.03, "prod")
+    -- the extremes are exact
+    T.tensor_eq(x:amax(d), xd:amax(d):float(), 0, "amax " .. what)
+    T.tensor_eq(x:amin(d), xd:amin(d):float(), 0, "amin " .. what)
+    T.tensor_eq(x:norm(inf, d), xd:norm(inf, d):float(), 0, "norm inf " .. what)
+    T.tensor_eq(x:norm(-inf, d), xd:norm(-inf, d):float(), 0, "norm -inf " .. what)
+  end
+  -- a NaN anywhere (a whole block, the tail, a far column) wins for every kind
+  local x = dl.randn(4, 1037)
+  x[1][5], x[2][1030], x[3][700] = nan, nan, nan
+  for _, r in ipairs{x:amax(2), x:amin(2), x:norm(inf, 2), x:norm(-inf, 2), x:sum(2), x:prod(2)} do
+    local v = r:tolist()
+    T.truthy(v[1] ~= v[1] and v[2] ~= v[2] and v[3] ~= v[3], "NaN rows give NaN")
+    T.truthy(v[4] == v[4], "the row without NaN is a number")
+  end
+  local y = dl.randn(300, 2100)
+  y[17][3], y[299][2099] = nan, nan
+  for _, r in ipairs{y:amax(1), y:amin(1), y:norm(inf, 1), y:sum(1)} do
+    local v = r:tolist()
+    T.truthy(v[3] ~= v[3] and v[2099] ~= v[2099], "NaN columns give NaN")
+    T.truthy(v[1] == v[1] and v[2100] == v[2100], "other columns are numbers")
+  end
+  -- +-inf and ties of the extremes; a whole tensor, split in chunks over threads
+  local z = dl.randn(100000)
+  z[77777] = inf
+  z[5] = -inf
+  T.eq(z:amax():item(), inf)
+  T.eq(z:amin():item(), -inf)
+  T.eq(z:abs():amin():item(), z:abs():double():amin():item())
+  T.same_across_threads(function() return {z:sum(), y:sum(1), x:sum(2), y:amax(1)} end,
+    {1, 2, 3}, "float32 folds")
+end)
+
 T.done()

@@ -44,6 +44,10 @@ def add(shape, op, dim=None, keepdim=False, v=None, dt=torch.float32, fill=None,
         base = base.masked_fill(torch.rand(shape) < 0.3, 0)
     elif fill == "one_zero":
         base.view(-1)[base.numel() // 2] = 0
+    elif fill == "nonfinite":  # rows: all -inf, a +inf, a NaN, two +inf, a -inf
+        inf, nan = float("inf"), float("nan")
+        base[:5] = torch.tensor([[-inf, -inf, -inf], [1, inf, 2], [1, nan, 2], [inf, inf, 0],
+                                 [-inf, 0, 1]], dtype=torch.float64)
     base = base.to(dt)
     b = base.clone().requires_grad_()
     try:
@@ -116,6 +120,15 @@ for op, d in (("sum", 0), ("mean", 1), ("prod", 0), ("amax", 1), ("logsumexp", 1
 add((64, 100), "sum", 1)
 add((64, 100), "norm", 0, p=2)
 add((64, 100), "logsumexp", 1)
+# logsumexp over trailing contiguous dims takes the fused CPU backward: long rows, several
+# trailing dims, non-finite rows, float64; leading dims and views keep the op-by-op formula
+add((64, 1000), "logsumexp", -1)
+add((3, 5, 700), "logsumexp", [1, 2], True)
+add((16, 300), "logsumexp", 1, dt=torch.float64)
+for dt in (torch.float32, torch.float64):
+    add((6, 3), "logsumexp", 1, fill="nonfinite", dt=dt)
+    add((6, 3), "logsumexp", 0, fill="nonfinite", dt=dt)
+    add((6, 3), "logsumexp", 0, v="T", fill="nonfinite", dt=dt)
 add((64, 100), "amax", 0)
 # dtypes
 for dt in (torch.float64, torch.float16, torch.bfloat16):

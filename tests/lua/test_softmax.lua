@@ -1,6 +1,7 @@
 -- test_softmax.lua - softmax and log_softmax: the kernels (dl._nn) on known
 -- values (stable for large inputs, -inf masks, NaN, 0-dim, empty, half
--- types, non-contiguous input), finite-difference gradient checks of their
+-- types, non-contiguous input; half storage equal to the float32 path rounded),
+-- finite-difference gradient checks of their
 -- backwards in float64, autograd through dl._F, and bad input.  PyTorch
 -- comparisons live in test_softmax_torch.lua.
 local T = require "testlib"
@@ -46,6 +47,45 @@ T.case("softmax: masked logits, NaN and half types", function()
   local all_masked = nn.softmax_forward(dl.tensor({-math.huge, -math.huge}), 1):tolist()
   T.truthy(isnan(all_masked[1]), "softmax of all -inf is NaN as in PyTorch")
   T.truthy(isnan(nn.softmax_forward(dl.tensor({0.0, 0 / 0, 1.0}), 1):tolist()[1]), "NaN spreads over the row")
+end)
+
+-- float16 / bfloat16 storage: the CPU kernels widen in registers and must give the float32
+-- path's result rounded once, to the bit, forward and backward, for rows (inner == 1, also one
+-- longer than the kernels' stack buffer) and blocks of columns (inner > 1, a partial block too)
+
+T.case("softmax half storage equals the float32 path rounded", function()
+  local shapes = {{{6, 300}, {2, -1}}, {{2, 5000}, {2, 1}}, {{3, 37, 70}, {1, 2, 3}}, {{5}, {1}}}
+  for _, dt in ipairs({dl.float16, dl.bfloat16}) do
+    for _, sd in ipairs(shapes) do
+      local x = (dl.randn(sd[1]) * 4):to(dt)
+      local flat = x:view(-1)
+      flat[1] = -math.huge -- a masked logit, a large one, a NaN (its row or column turns NaN)
+      flat[2] = 60
+      if flat:numel() > 40 then flat[40] = 0 / 0 end
+      local gy = dl.randn(sd[1]):to(dt)
+      for _, dim in ipairs(sd[2]) do
+        for _, fn in ipairs({"softmax", "log_softmax"}) do
+          local what = string.format("%s %s %s dim %d", fn, tostring(dt), table.concat(sd[1], "x"), dim)
+          local y = nn[fn .. "_forward"](x, dim)
+          T.same_bits(y, nn[fn .. "_forward"](x:float(), dim):to(dt), what .. " forward")
+          T.same_bits(nn[fn .. "_backward"](gy, y, dim),
+            nn[fn .. "_backward"](gy:float(), y:float(), dim):to(dt), what .. " backward")
+        end
+      end
+    end
+  end
+  -- a transposed (non-contiguous) half input, and mixed grad/output dtypes (the float32 path)
+  local x = dl.randn(70, 9):bfloat16():t()
+  T.same_bits(nn.softmax_forward(x, 2), nn.softmax_forward(x:float(), 2):bfloat16(), "transposed")
+  local y = nn.softmax_forward(x, 1)
+  local g = dl.randn(9, 70)
+  T.same_bits(nn.softmax_backward(g, y, 1), nn.softmax_backward(g, y:float(), 1):bfloat16(), "float grad")
+  -- results do not depend on the thread count (rows and column blocks in parallel)
+  local xr, xc = dl.randn(64, 600):half(), dl.randn(8, 50, 100):half()
+  T.same_across_threads(function()
+    return {nn.log_softmax_forward(xr, 2), nn.softmax_forward(xc, 2),
+      nn.softmax_backward(xr, nn.softmax_forward(xr, 2), 2)}
+  end, {1, 2}, "half softmax")
 end)
 
 -- --------------------------------------------------------------------------------------------
