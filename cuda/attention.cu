@@ -119,7 +119,7 @@ __device__ inline A dropout_mult(const dl_attn_params &p, float thr, A inv, int6
     if (!(p.dropout_p > 0)) return 1;
     uint32_t r[4];
     uint64_t cpr = (uint64_t)((p.S + 3) / 4);
-    dl_philox(p.seed, p.offset + (uint64_t)(b * p.L + i) * cpr + (uint64_t)(j / 4), r);
+    dl_philox4x32_10(p.seed, p.offset + (uint64_t)(b * p.L + i) * cpr + (uint64_t)(j / 4), r);
     return dl_unit_float(r[j % 4]) < thr ? inv : (A)0;
 }
 

@@ -68,48 +68,6 @@ template <typename T> __device__ inline T remainder_of(T a, T b) {
     return mod;
 }
 
-__device__ inline int64_t wrap_add(int64_t a, int64_t b) {
-    return (int64_t)((uint64_t)a + (uint64_t)b);
-}
-__device__ inline int64_t wrap_mul(int64_t a, int64_t b) {
-    return (int64_t)((uint64_t)a * (uint64_t)b);
-}
-__device__ inline int64_t wrap_neg(int64_t a) {
-    return (int64_t)(0 - (uint64_t)a);
-}
-
-// Integer power by squaring (wrapping); negative exponents give 0 except for bases 1, -1.
-__device__ inline int64_t ipow(int64_t base, int64_t e) {
-    if (e < 0) {
-        if (base == 1) return 1;
-        if (base == -1) return (e & 1) ? -1 : 1;
-        return 0;
-    }
-    uint64_t r = 1, b = (uint64_t)base;
-    while (e) {
-        if (e & 1) r *= b;
-        b *= b;
-        e >>= 1;
-    }
-    return (int64_t)r;
-}
-
-// Integer division family; a zero divisor sets *zero and gives 0.  INT64_MIN / -1 wraps.
-__device__ inline int64_t idiv(int op, int64_t a, int64_t b, int *zero) {
-    if (b == 0) {
-        if (zero) *zero = 1;
-        return 0;
-    }
-    if (b == -1) return op == DL_BINARY_DIV_FLOOR || op == DL_BINARY_DIV_TRUNC ? wrap_neg(a) : 0;
-    int64_t q = a / b, r = a % b;
-    switch (op) {
-    case DL_BINARY_DIV_TRUNC: return q;
-    case DL_BINARY_DIV_FLOOR: return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
-    case DL_BINARY_REMAINDER: return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-    default: return r; // FMOD
-    }
-}
-
 // pow; with a broadcast scalar exponent the CPU special-cases these exponents.
 template <typename T> __device__ inline T pow_of(T x, T y, bool scalar_exponent) {
     if (scalar_exponent) {
@@ -148,15 +106,17 @@ __device__ inline T arith(int op, T x, T y, T alpha, bool scalar_exponent, int *
 // Arithmetic ops on int64 (true division and atan2 run on floats).
 __device__ inline int64_t arith(int op, int64_t x, int64_t y, int64_t alpha, bool, int *zero) {
     switch (op) {
-    case DL_BINARY_ADD: return alpha == 1 ? wrap_add(x, y) : wrap_add(x, wrap_mul(alpha, y));
+    case DL_BINARY_ADD:
+        return alpha == 1 ? dl_wrap_add(x, y) : dl_wrap_add(x, dl_wrap_mul(alpha, y));
     case DL_BINARY_SUB:
-        return alpha == 1 ? wrap_add(x, wrap_neg(y)) : wrap_add(x, wrap_neg(wrap_mul(alpha, y)));
-    case DL_BINARY_MUL: return wrap_mul(x, y);
+        return alpha == 1 ? dl_wrap_add(x, dl_wrap_neg(y))
+                          : dl_wrap_add(x, dl_wrap_neg(dl_wrap_mul(alpha, y)));
+    case DL_BINARY_MUL: return dl_wrap_mul(x, y);
     case DL_BINARY_DIV_FLOOR:
     case DL_BINARY_DIV_TRUNC:
     case DL_BINARY_REMAINDER:
-    case DL_BINARY_FMOD: return idiv(op, x, y, zero);
-    case DL_BINARY_POW: return ipow(x, y);
+    case DL_BINARY_FMOD: return dl_idiv(op, x, y, zero);
+    case DL_BINARY_POW: return dl_ipow(x, y);
     case DL_BINARY_MAXIMUM: return x < y ? y : x;
     case DL_BINARY_MINIMUM: return y < x ? y : x;
     default: return 0;
@@ -285,11 +245,11 @@ template <typename T> __device__ inline T unary_value(int op, T x) {
 // The integer-keeping ops on int64 (floating functions run on floats).
 __device__ inline int64_t unary_value(int op, int64_t x) {
     switch (op) {
-    case DL_UNARY_NEG: return wrap_neg(x);
-    case DL_UNARY_ABS: return x < 0 ? wrap_neg(x) : x;
+    case DL_UNARY_NEG: return dl_wrap_neg(x);
+    case DL_UNARY_ABS: return x < 0 ? dl_wrap_neg(x) : x;
     case DL_UNARY_SIGN: return (0 < x) - (x < 0);
     case DL_UNARY_RELU: return x < 0 ? 0 : x;
-    case DL_UNARY_SQUARE: return wrap_mul(x, x);
+    case DL_UNARY_SQUARE: return dl_wrap_mul(x, x);
     default: return x; // floor, ceil, round, trunc
     }
 }

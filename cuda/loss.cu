@@ -59,6 +59,21 @@ __device__ inline bool bad_class(int64_t t, int64_t C) {
     return t < 0 || t >= C;
 }
 
+// A row whose target t adds no class term: *out = 0 for ignore_index, NaN
+// for a class out of range, and true; false (out untouched) for a valid t.
+template <typename T>
+__device__ inline bool no_loss_term(int64_t t, int64_t ignore_index, int64_t C, T *out) {
+    if (t == ignore_index) {
+        *out = 0;
+        return true;
+    }
+    if (bad_class(t, C)) {
+        *out = (T)NAN;
+        return true;
+    }
+    return false;
+}
+
 #define GRID_STRIDE(i, n)                                                                          \
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n);                      \
          i += (int64_t)gridDim.x * blockDim.x)
@@ -98,14 +113,7 @@ __global__ void nll_kernel(T *out, const T *logp, const int64_t *target, const T
                            int64_t C, int64_t S, int64_t ignore_index) {
     GRID_STRIDE(r, N * S) {
         int64_t t = target[r];
-        if (t == ignore_index) {
-            out[r] = 0;
-            continue;
-        }
-        if (bad_class(t, C)) {
-            out[r] = (T)NAN;
-            continue;
-        }
+        if (no_loss_term(t, ignore_index, C, &out[r])) continue;
         out[r] = -wt(weight, t) * logp[sample_base(r, C, S) + t * S];
     }
 }
@@ -131,14 +139,7 @@ __global__ void ce_kernel(T *out, const T *x, const int64_t *target, const T *we
     const T keep = (T)(1.0 - eps), spread = (T)(eps / (double)C);
     GRID_STRIDE(r, N * S) {
         int64_t t = target[r];
-        if (t == ignore_index) {
-            out[r] = 0;
-            continue;
-        }
-        if (bad_class(t, C)) {
-            out[r] = (T)NAN;
-            continue;
-        }
+        if (no_loss_term(t, ignore_index, C, &out[r])) continue;
         const T *xs = x + sample_base(r, C, S); // xs is (C), stride S
         T lse = lse_of(xs, C, S);
         T loss = wt(weight, t) * (lse - xs[t * S]);

@@ -107,7 +107,7 @@ template <class G> __device__ void for_each_block(int64_t nb, uint64_t seed, uin
     for (int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; b < nb;
          b += (int64_t)gridDim.x * blockDim.x) {
         uint32_t r[4];
-        dl_philox(seed, base + (uint64_t)b, r);
+        dl_philox4x32_10(seed, base + (uint64_t)b, r);
         g(b, r);
     }
 }

@@ -472,6 +472,31 @@ static bool one_pass(int64_t B, int nt) {
     return nt == 1 || B >= 4 * nt || B % nt == 0;
 }
 
+/* One pass of the two-pass backward: a task per (batch entry, key tile j)
+ * for dK_j and dV_j (kv), or per (batch entry, query tile i) for dQ_i (!kv),
+ * each running its live tile pairs along the other axis, in parallel.
+ * Returns 1 when a tile failed, else 0. */
+static int backward_pass(const attn_ctx *c, const bwd_args *a, scratch *ws, int nt, int64_t ni,
+                         int64_t nj, bool kv) {
+    const dl_attn_params *p = c->p;
+    const int64_t n = kv ? nj : ni, m = kv ? ni : nj; /* tasks per entry, pairs per task */
+    int failed = 0;
+#pragma omp parallel for num_threads(nt) schedule(dynamic)
+    for (int64_t e = 0; e < p->B * n; e++) {
+        scratch *w = &ws[thread_id()];
+        int64_t b = e / n, t = e % n;
+        for (int64_t u = 0; u < m; u++) {
+            int64_t i = kv ? u : t, j = kv ? t : u;
+            if (!tile_live(p, i * BR, j * BC)) continue;
+            if (backward_tile(c, a, b, i * BR, j * BC, kv, !kv, w)) {
+#pragma omp atomic write
+                failed = 1;
+            }
+        }
+    }
+    return failed;
+}
+
 static int backward_any(dl_dtype dt, void *dq, void *dk, void *dv, const void *gout, const void *q,
                         const void *k, const void *v, const void *out, const void *lse,
                         const dl_attn_params *p) {
@@ -509,31 +534,9 @@ static int backward_any(dl_dtype dt, void *dq, void *dk, void *dv, const void *g
                     }
                 }
         }
-    } else {
-#pragma omp parallel for num_threads(nt) schedule(dynamic)
-        for (int64_t bj = 0; bj < B * nj; bj++) {
-            scratch *w = &ws[thread_id()];
-            int64_t b = bj / nj, j = bj % nj;
-            for (int64_t i = 0; i < ni; i++) {
-                if (!tile_live(p, i * BR, j * BC)) continue;
-                if (backward_tile(&c, &a, b, i * BR, j * BC, true, false, w)) {
-#pragma omp atomic write
-                    failed = 1;
-                }
-            }
-        }
-#pragma omp parallel for num_threads(nt) schedule(dynamic)
-        for (int64_t bi = 0; bi < B * ni; bi++) {
-            scratch *w = &ws[thread_id()];
-            int64_t b = bi / ni, i = bi % ni;
-            for (int64_t j = 0; j < nj; j++) {
-                if (!tile_live(p, i * BR, j * BC)) continue;
-                if (backward_tile(&c, &a, b, i * BR, j * BC, false, true, w)) {
-#pragma omp atomic write
-                    failed = 1;
-                }
-            }
-        }
+    } else { /* dK and dV first, then dQ */
+        failed = backward_pass(&c, &a, ws, nt, ni, nj, true);
+        if (backward_pass(&c, &a, ws, nt, ni, nj, false)) failed = 1;
     }
     dl_cpu_free(blk, bytes);
     dl_cpu_free(D, dbytes);

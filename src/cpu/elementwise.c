@@ -51,52 +51,6 @@ static inline double remainder_f64(double a, double b) {
     return mod;
 }
 
-static inline int64_t wrap_add(int64_t a, int64_t b) {
-    return (int64_t)((uint64_t)a + (uint64_t)b);
-}
-static inline int64_t wrap_mul(int64_t a, int64_t b) {
-    return (int64_t)((uint64_t)a * (uint64_t)b);
-}
-static inline int64_t wrap_neg(int64_t a) {
-    return (int64_t)(0 - (uint64_t)a);
-}
-
-/* Integer power by squaring (wrapping).  Negative exponents give 0 except
- * for bases 1 and -1, as PyTorch's integer pow does. */
-static inline int64_t ipow(int64_t base, int64_t e) {
-    if (e < 0) {
-        if (base == 1) return 1;
-        if (base == -1) return (e & 1) ? -1 : 1;
-        return 0;
-    }
-    uint64_t r = 1, b = (uint64_t)base;
-    while (e) {
-        if (e & 1) r *= b;
-        b *= b;
-        e >>= 1;
-    }
-    return (int64_t)r;
-}
-
-/* Integer division family; *zero is set on a zero divisor.  INT64_MIN / -1
- * wraps instead of trapping. */
-static inline int64_t idiv_op(dl_binary_op op, int64_t a, int64_t b, int *zero) {
-    if (b == 0) {
-        *zero = 1;
-        return 0;
-    }
-    if (b == -1) { /* a / -1 and a % -1 without the INT64_MIN trap */
-        return op == DL_BINARY_DIV_FLOOR || op == DL_BINARY_DIV_TRUNC ? wrap_neg(a) : 0;
-    }
-    int64_t q = a / b, r = a % b;
-    switch (op) {
-    case DL_BINARY_DIV_TRUNC: return q;
-    case DL_BINARY_DIV_FLOOR: return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
-    case DL_BINARY_REMAINDER: return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-    default: return r; /* FMOD */
-    }
-}
-
 /* --- row-loop shapes --------------------------------------------------------
  * Each expands inside a dl_loop_fn (data, strides in bytes, n): data[0] is
  * the output, data[1] (and data[2]) the inputs.  EXPR reads x (and y).
@@ -304,7 +258,7 @@ static void idiv_rows(binary_ctx *c, char **data, const int64_t *strides, int64_
     for (int64_t i = 0; i < n; i++) {
         int64_t x = *(const int64_t *)(data[1] + i * strides[1]);
         int64_t y = *(const int64_t *)(data[2] + i * strides[2]);
-        *(int64_t *)(data[0] + i * strides[0]) = idiv_op(c->op, x, y, &zero);
+        *(int64_t *)(data[0] + i * strides[0]) = dl_idiv((int)c->op, x, y, &zero);
     }
     if (zero) __atomic_store_n(&c->zero_division, 1, __ATOMIC_RELAXED);
 }
@@ -315,22 +269,22 @@ static void binary_i64(char **data, const int64_t *strides, int64_t n, void *vct
     switch (c->op) {
     case DL_BINARY_ADD:
         if (alpha == 1)
-            LOOP_BINARY(int64_t, int64_t, wrap_add(x, y));
+            LOOP_BINARY(int64_t, int64_t, dl_wrap_add(x, y));
         else
-            LOOP_BINARY(int64_t, int64_t, wrap_add(x, wrap_mul(alpha, y)));
+            LOOP_BINARY(int64_t, int64_t, dl_wrap_add(x, dl_wrap_mul(alpha, y)));
         break;
     case DL_BINARY_SUB:
         if (alpha == 1)
-            LOOP_BINARY(int64_t, int64_t, wrap_add(x, wrap_neg(y)));
+            LOOP_BINARY(int64_t, int64_t, dl_wrap_add(x, dl_wrap_neg(y)));
         else
-            LOOP_BINARY(int64_t, int64_t, wrap_add(x, wrap_neg(wrap_mul(alpha, y))));
+            LOOP_BINARY(int64_t, int64_t, dl_wrap_add(x, dl_wrap_neg(dl_wrap_mul(alpha, y))));
         break;
-    case DL_BINARY_MUL: LOOP_BINARY(int64_t, int64_t, wrap_mul(x, y)); break;
+    case DL_BINARY_MUL: LOOP_BINARY(int64_t, int64_t, dl_wrap_mul(x, y)); break;
     case DL_BINARY_DIV_FLOOR:
     case DL_BINARY_DIV_TRUNC:
     case DL_BINARY_REMAINDER:
     case DL_BINARY_FMOD: idiv_rows(c, data, strides, n); break;
-    case DL_BINARY_POW: LOOP_BINARY(int64_t, int64_t, ipow(x, y)); break;
+    case DL_BINARY_POW: LOOP_BINARY(int64_t, int64_t, dl_ipow(x, y)); break;
     case DL_BINARY_MAXIMUM: LOOP_BINARY(int64_t, int64_t, x < y ? y : x); break;
     case DL_BINARY_MINIMUM: LOOP_BINARY(int64_t, int64_t, y < x ? y : x); break;
     case DL_BINARY_EQ: LOOP_BINARY(uint8_t, int64_t, x == y); break;
@@ -468,15 +422,15 @@ static void unary_f64(char **data, const int64_t *strides, int64_t n, void *vctx
 
 static void unary_i64(char **data, const int64_t *strides, int64_t n, void *vctx) {
     switch (*(const dl_unary_op *)vctx) {
-    case DL_UNARY_NEG: LOOP_UNARY(int64_t, int64_t, wrap_neg(x)); break;
-    case DL_UNARY_ABS: LOOP_UNARY(int64_t, int64_t, x < 0 ? wrap_neg(x) : x); break;
+    case DL_UNARY_NEG: LOOP_UNARY(int64_t, int64_t, dl_wrap_neg(x)); break;
+    case DL_UNARY_ABS: LOOP_UNARY(int64_t, int64_t, x < 0 ? dl_wrap_neg(x) : x); break;
     case DL_UNARY_SIGN: LOOP_UNARY(int64_t, int64_t, (0 < x) - (x < 0)); break;
     case DL_UNARY_RELU: LOOP_UNARY(int64_t, int64_t, x < 0 ? 0 : x); break;
     case DL_UNARY_FLOOR:
     case DL_UNARY_CEIL:
     case DL_UNARY_ROUND:
     case DL_UNARY_TRUNC: LOOP_UNARY(int64_t, int64_t, x); break;
-    case DL_UNARY_SQUARE: LOOP_UNARY(int64_t, int64_t, wrap_mul(x, x)); break;
+    case DL_UNARY_SQUARE: LOOP_UNARY(int64_t, int64_t, dl_wrap_mul(x, x)); break;
     case DL_UNARY_LOGICAL_NOT: LOOP_UNARY(uint8_t, int64_t, x == 0); break;
     default: break; /* floating functions run on floats */
     }

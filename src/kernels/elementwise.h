@@ -17,6 +17,7 @@
 #ifndef DL_KERNELS_ELEMENTWISE_H
 #define DL_KERNELS_ELEMENTWISE_H
 
+#include "core/hostdev.h"
 #include "core/tensor.h"
 
 #include <stdbool.h>
@@ -126,5 +127,52 @@ typedef struct dl_cuda_elementwise_kernels {
 } dl_cuda_elementwise_kernels;
 
 extern const dl_cuda_elementwise_kernels *dl_cuda_elementwise;
+
+/* --- int64 arithmetic, one definition for both backends ---------------------
+ * Wrapping (two's complement) add, multiply and negate; integer pow by
+ * squaring (wrapping; negative exponents give 0 except for bases 1 and -1, as
+ * PyTorch's integer pow does); the division family (op: DL_BINARY_DIV_FLOOR,
+ * DIV_TRUNC, REMAINDER or FMOD), where a zero divisor sets *zero (when given)
+ * and gives 0, and INT64_MIN / -1 wraps instead of trapping. */
+
+static inline DL_HD int64_t dl_wrap_add(int64_t a, int64_t b) {
+    return (int64_t)((uint64_t)a + (uint64_t)b);
+}
+static inline DL_HD int64_t dl_wrap_mul(int64_t a, int64_t b) {
+    return (int64_t)((uint64_t)a * (uint64_t)b);
+}
+static inline DL_HD int64_t dl_wrap_neg(int64_t a) {
+    return (int64_t)(0 - (uint64_t)a);
+}
+
+static inline DL_HD int64_t dl_ipow(int64_t base, int64_t e) {
+    if (e < 0) {
+        if (base == 1) return 1;
+        if (base == -1) return (e & 1) ? -1 : 1;
+        return 0;
+    }
+    uint64_t r = 1, b = (uint64_t)base;
+    while (e) {
+        if (e & 1) r *= b;
+        b *= b;
+        e >>= 1;
+    }
+    return (int64_t)r;
+}
+
+static inline DL_HD int64_t dl_idiv(int op, int64_t a, int64_t b, int *zero) {
+    if (b == 0) {
+        if (zero) *zero = 1;
+        return 0;
+    }
+    if (b == -1) return op == DL_BINARY_DIV_FLOOR || op == DL_BINARY_DIV_TRUNC ? dl_wrap_neg(a) : 0;
+    int64_t q = a / b, r = a % b;
+    switch (op) {
+    case DL_BINARY_DIV_TRUNC: return q;
+    case DL_BINARY_DIV_FLOOR: return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+    case DL_BINARY_REMAINDER: return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    default: return r; /* FMOD */
+    }
+}
 
 #endif

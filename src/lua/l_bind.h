@@ -97,6 +97,10 @@ void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *metho
  * Leaves the stack as it was. */
 void dlL_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods);
 
+/* The object in the userdata box (a pointer-sized userdata of class mt) at
+ * idx; an emptied box (closed or freed) raises the error `closed`. */
+void *dlL_checkbox(lua_State *L, int idx, const char *mt, const char *closed);
+
 /* Adds functions to the subtable dl.<name> (created when absent). */
 void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions);
 /* An nn family's functions: its kernel pairs into dl._nn, its recording entry

@@ -23,9 +23,7 @@
 /* --- file indexes --------------------------------------------------------------- */
 
 static dl_file_index *check_index(lua_State *L, int idx) {
-    dl_file_index **box = luaL_checkudata(L, idx, DL_INDEX_MT);
-    if (!*box) luaL_error(L, "dataset index used after it was freed");
-    return *box;
+    return dlL_checkbox(L, idx, DL_INDEX_MT, "dataset index used after it was freed");
 }
 
 static void push_index(lua_State *L, dl_file_index *ix) {

@@ -238,9 +238,7 @@ static int l_get_max_pixels(lua_State *L) {
 /* --- pipelines ------------------------------------------------------------------------ */
 
 static dl_pipeline *check_pipeline(lua_State *L, int idx) {
-    dl_pipeline **box = luaL_checkudata(L, idx, DL_PIPELINE_MT);
-    if (!*box) luaL_error(L, "transform pipeline used after it was freed");
-    return *box;
+    return dlL_checkbox(L, idx, DL_PIPELINE_MT, "transform pipeline used after it was freed");
 }
 
 dl_pipeline *dlL_topipeline(lua_State *L, int idx) {

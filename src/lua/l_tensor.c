@@ -437,6 +437,12 @@ void dlL_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const lu
     lua_pop(L, 1);
 }
 
+void *dlL_checkbox(lua_State *L, int idx, const char *mt, const char *closed) {
+    void **box = luaL_checkudata(L, idx, mt);
+    if (!*box) luaL_error(L, "%s", closed);
+    return *box;
+}
+
 void dlL_register_in(lua_State *L, const char *name, const luaL_Reg *functions) {
     lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     if (lua_getfield(L, -1, name) != LUA_TTABLE) {

@@ -25,9 +25,7 @@
 #define DL_TRAINER_MT "dl.TokenizerTrainer"
 
 static dl_tokenizer *check_tok(lua_State *L, int idx) {
-    dl_tokenizer **box = luaL_checkudata(L, idx, DL_TOKENIZER_MT);
-    if (!*box) luaL_error(L, "tokenizer used after it was freed");
-    return *box;
+    return dlL_checkbox(L, idx, DL_TOKENIZER_MT, "tokenizer used after it was freed");
 }
 
 /* a box for a tokenizer about to be made (nil inside until set) */
@@ -48,9 +46,7 @@ static int tok_gc(lua_State *L) {
 /* --- training ---------------------------------------------------------------------- */
 
 static dl_tok_trainer *check_trainer(lua_State *L, int idx) {
-    dl_tok_trainer **box = luaL_checkudata(L, idx, DL_TRAINER_MT);
-    if (!*box) luaL_error(L, "tokenizer trainer used after finish()");
-    return *box;
+    return dlL_checkbox(L, idx, DL_TRAINER_MT, "tokenizer trainer used after finish()");
 }
 
 static int tr_gc(lua_State *L) {
