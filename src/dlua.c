@@ -55,12 +55,14 @@ static const char *progname = "dlua"; /* NULL inside the REPL: messages unprefix
 
 /* Outside the REPL, a rank of a distributed job says which it is:
  * "[rank 1/2] dlua: ..." (as train_resnet's messages). */
+/* One fprintf, so the line is one write: ranks sharing a terminal or a log
+ * do not interleave their lines' pieces. */
 static void print_message(const char *pname, const char *msg) {
     fflush(stdout);
+    char rank[48] = "";
     if (pname && dl_dist_is_initialized() && dl_dist_world_size() > 1)
-        fprintf(stderr, "[rank %d/%d] ", dl_dist_rank(), dl_dist_world_size());
-    if (pname) fprintf(stderr, "%s: ", pname);
-    fprintf(stderr, "%s\n", msg);
+        snprintf(rank, sizeof rank, "[rank %d/%d] ", dl_dist_rank(), dl_dist_world_size());
+    fprintf(stderr, "%s%s%s%s\n", rank, pname ? pname : "", pname ? ": " : "", msg);
     fflush(stderr);
 }
 
