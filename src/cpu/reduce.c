@@ -583,9 +583,11 @@ static void half_block(dl_dtype dt, const uint16_t *restrict x, int64_t xcs, int
         for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_bf16_to_float(x[j * xcs]);
 }
 
-/* acc_item for a SUM of float16/bfloat16: the float32 folds on blocks
- * converted on the way (exact), in the float32 path's order, so the result
- * is the one a float32 copy of the input would give, without the copy. */
+/* acc_item for a SUM of float16/bfloat16, without a float32 copy of the
+ * input: rows run the float32 row fold on blocks converted on the way
+ * (exact), in the float32 path's order, so they give the float32 copy's
+ * result; columns and short rows add in double element by element (at least
+ * as accurate as the float32 copy's blocked fold, not always its bits). */
 static void sum_item_half(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, int64_t r0,
                           int64_t nr, int64_t slot) {
     const uint16_t *x = c->x;

@@ -483,8 +483,9 @@ static void scratch_free(double *d, dl_tensor *hold) {
 
 typedef enum { F_SUM, F_MEAN, F_PROD, F_AMAX, F_AMIN, F_VAR, F_STD, F_NORM, F_LSE } fop;
 
-/* The CPU sums float16/bfloat16 as they are (converted in blocks, the
- * float32 copy's result); everything else reduces a float32 copy. */
+/* The CPU sums float16/bfloat16 as they are (converted in blocks; along
+ * rows the float32 copy's result, along columns in double); everything else
+ * reduces a float32 copy. */
 static bool half_sum_ok(const dl_tensor *x, fop f) {
     return (f == F_SUM || f == F_MEAN) && dl_tensor_device(x).type == DL_DEVICE_CPU &&
            (x->dtype == DL_DTYPE_F16 || x->dtype == DL_DTYPE_BF16);
