@@ -291,7 +291,7 @@ typedef struct {
     double p;
     const double *shift; /* (O,I) or NULL */
     double *part;        /* (O,nch,I) */
-    dl_dtype dt;         /* float16/bfloat16: SUM only, see sum_item_half */
+    dl_dtype dt;         /* float16/bfloat16: see acc_item_half */
     bool ffold;          /* float32 and a kind of the float folds (ffold_item) */
 } acc_ctx;
 
@@ -525,10 +525,15 @@ ALWAYS_INLINE double frows(dl_acc_kind k, const float *x, int64_t n, int64_t RO,
     return lanes_combine(k, a);
 }
 
-/* a float32 row's sum into the FLANES lanes acc (the half sums, logsumexp) */
-REDUCE_ROW_CLONES static void frow_sum_f32(const float *x, int64_t n, double *acc) {
-    frow(DL_ACC_SUM, x, n, acc);
-}
+/* a float32 row folded into the FLANES lanes acc (blocks of a half row,
+ * logsumexp): the sums and the product, and the extremes */
+REDUCE_ROW_CLONES static void frow_sum_f32(dl_acc_kind k, const float *x, int64_t n, double *acc){
+#define FROW(K) frow(K, x, n, acc)
+    FSUM_SWITCH(k, FROW)} REDUCE_CLONES
+    static void frow_ext_f32(dl_acc_kind k, const float *x, int64_t n,
+                             double *acc){FEXT_SWITCH(k, FROW)
+#undef FROW
+    }
 
 /* the row folds: the sums and the product in 256-bit vectors (see
  * REDUCE_ROW_CLONES), the extremes in the widest */
@@ -574,6 +579,14 @@ static void ffold_item(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, int6
     memcpy(c->part + slot * c->I + c0, acc, (size_t)nc * sizeof(double));
 }
 
+/* --- float16/bfloat16: the float32 folds on blocks converted on the way ------------- */
+
+#define HBUF (COL_BLOCK * SHORT_ROW) /* floats of converted input per step (32 KiB) */
+
+ALWAYS_INLINE bool is_half(dl_dtype dt) {
+    return dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16;
+}
+
 /* n half values at x (xcs apart) as floats into t */
 static void half_block(dl_dtype dt, const uint16_t *restrict x, int64_t xcs, int64_t n,
                        float *restrict t) {
@@ -583,43 +596,82 @@ static void half_block(dl_dtype dt, const uint16_t *restrict x, int64_t xcs, int
         for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_bf16_to_float(x[j * xcs]);
 }
 
-/* acc_item for a SUM of float16/bfloat16, without a float32 copy of the
- * input: rows run the float32 row fold on blocks converted on the way
- * (exact), in the float32 path's order, so they give the float32 copy's
- * result; columns and short rows add in double element by element (at least
- * as accurate as the float32 copy's blocked fold, not always its bits). */
-static void sum_item_half(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, int64_t r0,
+/* nr rows of nc contiguous half values (ld apart) as nr*nc floats into t */
+static void half_rows(dl_dtype dt, const uint16_t *x, int64_t ld, int64_t nr, int64_t nc,
+                      float *t) {
+    for (int64_t r = 0; r < nr; r++) half_block(dt, x + r * ld, 1, nc, t + r * nc);
+}
+
+static int64_t min64(int64_t a, int64_t b) {
+    return a < b ? a : b;
+}
+
+/* acc_item for float16/bfloat16 input, without a float32 copy: the float32
+ * item's folds in its order on blocks converted on the way (exact), so every
+ * kind gives the float32 copy's result bit for bit.  The block edges keep
+ * the folds' own: rows go LSE_CHUNK elements at a time (whole FBLK blocks of
+ * lanes), columns whole FBLK blocks of rows (the float folds; 256-column
+ * slices, whole register tiles) or any rows (the others), short rows side by
+ * side all at once; extremes of split blocks combine as one fold would. */
+static void acc_item_half(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, int64_t r0,
                           int64_t nr, int64_t slot) {
     const uint16_t *x = c->x;
-    float t[LSE_CHUNK > COL_BLOCK ? LSE_CHUNK : COL_BLOCK];
+    const dl_acc_kind k = c->k;
+    const double id = acc_identity(k);
+    float t[HBUF];
     int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
-    if (c->I == 1 && !c->group) { /* chunks of whole FBLK blocks keep frow's lanes and blocks */
-        double a[FLANES] = {0};
+    if (c->I == 1 && !c->group) {
+        double a[FLANES], sh[LANES];
+        for (int j = 0; j < FLANES; j++) a[j] = id;
+        for (int j = 0; j < LANES; j++) sh[j] = c->shift ? c->shift[o] : 0;
         for (int64_t ro = 0; ro < c->RO; ro++, off += step)
             for (int64_t i = 0; i < nr; i += LSE_CHUNK) {
-                int64_t k = nr - i < LSE_CHUNK ? nr - i : LSE_CHUNK;
-                half_block(c->dt, x + off + i, 1, k, t);
-                frow_sum_f32(t, k, a);
+                int64_t n = min64(nr - i, LSE_CHUNK), rows = n / LANES;
+                half_block(c->dt, x + off + i, 1, n, t);
+                if (c->ffold && fext(k)) {
+                    frow_ext_f32(k, t, n, a);
+                } else if (c->ffold) {
+                    frow_sum_f32(k, t, n, a);
+                } else {
+                    acc_lanes_f32(k, t, 0, rows, a, sh, c->p);
+                    acc_cols_f32(k, t, rows * LANES, 1, 0, n - rows * LANES, a, sh, c->p);
+                }
             }
-        c->part[slot] = lanes_combine(DL_ACC_SUM, a);
+        double r = a[0];
+        for (int j = 1; j < LANES && !c->ffold; j++) r = acc_combine(k, r, a[j]);
+        c->part[slot] = c->ffold ? lanes_combine(k, a) : r;
         return;
     }
-    /* columns (or short rows side by side): row after row, as acc_block */
-    double acc[COL_BLOCK] = {0};
-    int64_t ld = c->group ? 1 : c->I, xcs = c->group ? nr : 1;
-    for (int64_t ro = 0; ro < c->RO; ro++, off += step)
-        for (int64_t r = 0; r < nr; r++) {
-            half_block(c->dt, x + off + r * ld, xcs, nc, t);
-            for (int64_t j = 0; j < nc; j++) acc[j] += t[j];
+    double acc[WIDE_COLS];
+    for (int64_t j = 0; j < nc; j++) acc[j] = id;
+    const double *sh = c->shift ? c->shift + o * c->I + c0 : NULL;
+    for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
+        if (c->group) { /* nc rows of nr (nc*nr <= HBUF) */
+            half_block(c->dt, x + off, 1, nc * nr, t);
+            acc_group_f32(k, t, 0, nr, nc, acc, sh, c->p);
+            continue;
         }
+        for (int64_t b = 0; b < nc; b += COL_BLOCK) {
+            int64_t w = min64(nc - b, COL_BLOCK), per = HBUF / w;
+            if (c->ffold) per = per / FBLK * FBLK;
+            for (int64_t r = 0; r < nr; r += per) {
+                int64_t n = min64(nr - r, per);
+                half_rows(c->dt, x + off + r * c->I + b, c->I, n, w, t);
+                if (c->ffold)
+                    fcols_f32(k, t, n, w, w, acc + b);
+                else
+                    acc_cols_f32(k, t, 0, n, w, w, acc + b, sh ? sh + b : NULL, c->p);
+            }
+        }
+    }
     memcpy(c->part + slot * c->I + c0, acc, (size_t)nc * sizeof(double));
 }
 
 static void acc_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
                      int64_t slot) {
     const acc_ctx *c = vc;
-    if (c->dt == DL_DTYPE_F16 || c->dt == DL_DTYPE_BF16) {
-        sum_item_half(c, o, c0, nc, r0, nr, slot);
+    if (is_half(c->dt)) {
+        acc_item_half(c, o, c0, nc, r0, nr, slot);
         return;
     }
     if (c->ffold && !c->group) {
@@ -675,9 +727,7 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
         for (int64_t i = 0; i < n; i++) out[i] = id;
         return 0;
     }
-    if ((dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16) && kind != DL_ACC_SUM)
-        return dl_error("reduce: float16/bfloat16 input only for sums");
-    bool ffold = dt == DL_DTYPE_F32 && ffold_kind(kind);
+    bool ffold = (dt == DL_DTYPE_F32 || is_half(dt)) && ffold_kind(kind);
     split s;
     split_init(&s, sh, true, true, ffold ? WIDE_COLS : COL_BLOCK);
     /* the chunks' partials: from the host block cache (no fresh pages per call) */
@@ -994,9 +1044,54 @@ static void mm_row(bool mx, const void *x, bool f64, int64_t n, int64_t i0, doub
     }
 }
 
+/* mm_item for float16/bfloat16 input: the float32 item's scans on blocks
+ * converted on the way (rows MM_CHUNK at a time, as mm_row goes; columns
+ * any rows at a time; short rows side by side all at once). */
+static void mm_item_half(const mm_ctx *c, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                         int64_t slot) {
+    const uint16_t *x = c->x;
+    float t[HBUF];
+    int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
+    if (c->I == 1 && !c->group) {
+        double bv = c->mx ? -INFINITY : INFINITY;
+        int64_t bi = r0;
+        for (int64_t ro = 0; ro < c->RO; ro++, off += step)
+            for (int64_t i = 0; i < nr && bv == bv; i += MM_CHUNK) {
+                int64_t n = min64(nr - i, MM_CHUNK);
+                half_block(c->dt, x + off + i, 1, n, t);
+                mm_row(c->mx, t, false, n, r0 + i, &bv, &bi);
+            }
+        ((double *)c->pv)[slot] = bv;
+        c->pi[slot] = bi;
+        return;
+    }
+    double dv[COL_BLOCK];
+    int64_t iv[COL_BLOCK], bi[COL_BLOCK];
+    mm_init(c, nc, dv, iv, bi, r0, 0);
+    for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
+        if (c->group) { /* nc rows of nr (nc*nr <= HBUF) side by side */
+            half_block(c->dt, x + off, 1, nc * nr, t);
+            mm_any_f32(c->mx, t, 0, nr, 1, nc, nr, dv, bi, 0, 1, 0);
+            continue;
+        }
+        for (int64_t r = 0, per = HBUF / nc; r < nr; r += per) {
+            int64_t n = min64(nr - r, per);
+            half_rows(c->dt, x + off + r * c->I, c->I, n, nc, t);
+            mm_any_f32(c->mx, t, 0, n, nc, nc, 1, dv, bi, r0 + r, 1, 0);
+        }
+    }
+    int64_t at = slot * c->I + c0;
+    memcpy((double *)c->pv + at, dv, (size_t)nc * sizeof(double));
+    memcpy(c->pi + at, bi, (size_t)nc * sizeof(int64_t));
+}
+
 static void mm_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
                     int64_t slot) {
     const mm_ctx *c = vc;
+    if (is_half(c->dt)) {
+        mm_item_half(c, o, c0, nc, r0, nr, slot);
+        return;
+    }
     bool isint = c->dt == DL_DTYPE_I64;
     int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
     if (c->I == 1 && !c->group && !isint) {
@@ -1373,7 +1468,7 @@ int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, v
 
 typedef struct {
     const void *x;
-    bool f64;
+    dl_dtype dt; /* float32, float64, or float16/bfloat16 (converted by chunk) */
     int64_t R;
     double *pm, *ps; /* (O, nch) running max and sum of each item */
 } lse_ctx;
@@ -1398,7 +1493,7 @@ static double sumexp_chunk(const void *x, bool f64, int64_t n, double m) {
         int64_t st[2] = {sizeof(float), sizeof(float)};
         if (!dl_cpu_vec_unary_f32(DL_UNARY_EXP, d, st, n))
             for (int64_t i = 0; i < n; i++) t[i] = expf(t[i]);
-        frow_sum_f32(t, n, a);
+        frow_sum_f32(DL_ACC_SUM, t, n, a);
     }
     return lanes_combine(DL_ACC_SUM, a);
 }
@@ -1407,13 +1502,19 @@ static void lse_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, in
                      int64_t slot) {
     const lse_ctx *c = vc;
     (void)c0, (void)nc;
+    const bool f64 = c->dt == DL_DTYPE_F64;
+    float t[LSE_CHUNK];
     double m = -INFINITY, sum = 0;
     for (int64_t i = 0; i < nr; i += LSE_CHUNK) {
         int64_t k = nr - i < LSE_CHUNK ? nr - i : LSE_CHUNK, at = o * c->R + r0 + i;
-        const void *p = c->f64 ? (const void *)((const double *)c->x + at)
-                               : (const void *)((const float *)c->x + at);
+        const void *p = f64 ? (const void *)((const double *)c->x + at)
+                            : (const void *)((const float *)c->x + at);
+        if (is_half(c->dt)) {
+            half_block(c->dt, (const uint16_t *)c->x + at, 1, k, t);
+            p = t;
+        }
         bool nan;
-        double mc = c->f64 ? mm_ext_f64(true, p, k, &nan) : mm_ext_f32(true, p, k, &nan);
+        double mc = f64 ? mm_ext_f64(true, p, k, &nan) : mm_ext_f32(true, p, k, &nan);
         if (nan) {
             m = NAN;
             break;
@@ -1423,7 +1524,7 @@ static void lse_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, in
             m = mc;
         }
         if (isinf(m)) continue; /* -inf: nothing yet; +inf: the result is +inf */
-        sum += sumexp_chunk(p, c->f64, k, m);
+        sum += sumexp_chunk(p, f64, k, m);
     }
     c->pm[slot] = m;
     c->ps[slot] = sum;
@@ -1441,7 +1542,7 @@ int dl_cpu_reduce_logsumexp_rows(const void *x, dl_dtype dt, int64_t O, int64_t 
     int64_t np = O * s.nch;
     double *pm = malloc(sizeof(double) * (size_t)(2 * np));
     if (!pm) return no_memory("logsumexp");
-    lse_ctx c = {x, dt == DL_DTYPE_F64, R, pm, pm + np};
+    lse_ctx c = {x, dt, R, pm, pm + np};
     split_run(&s, lse_item, &c);
     for (int64_t o = 0; o < O; o++) {
         const double *m = c.pm + o * s.nch, *sm = c.ps + o * s.nch;

@@ -4,7 +4,9 @@
  * fold over ro and r and write O*I results in (o, i) row-major order.  Scans
  * and the median read (O, R, I) (RO == 1) and work along r.  The ops layer
  * (src/ops/reduce.c) brings any input into this form and picks the dtype:
- *  - float kernels read float32 or float64 and accumulate in double;
+ *  - float kernels read float32 or float64 and accumulate in double; the
+ *    reductions, max/min and logsumexp also read float16/bfloat16 and give
+ *    the float32 copy's result (blocks converted on the way);
  *  - integer kernels read int64 and wrap around like int64 arithmetic;
  *  - all/any read bool bytes.
  * Indices written by kernels are 0-based positions along r.  Results do not
@@ -19,8 +21,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* x is float32 or float64 (dt), or float16/bfloat16 for SUM (converted in
- * blocks; the float32 path's result); out is (O,I).  shift is (O,I) for SUMEXP
+/* x is float32 or float64 (dt), or float16/bfloat16 (converted in blocks:
+ * the float32 copy's result, bit for bit); out is (O,I).  shift is (O,I) for SUMEXP
  * and SQDEV (else unused); p is the power of SUMPOW. */
 int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rshape *s, double p,
                       const double *shift, double *out);
@@ -29,8 +31,8 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
 int dl_cpu_reduce_acc_i64(bool prod, const int64_t *x, const dl_rshape *s, int64_t *out);
 
 /* Max (is_max) or min over r with the index of its first occurrence; a NaN
- * beats every number (the first NaN is reported).  x is float32, float64 or
- * int64 (dt); vals is (O,I) double for float input and int64 for int64
+ * beats every number (the first NaN is reported).  x is float32, float64,
+ * float16/bfloat16 or int64 (dt); vals is (O,I) double for float input and int64 for int64
  * input; idx (O,I) may be NULL (and must be when RO > 1).  R must be > 0. */
 int dl_cpu_reduce_minmax(bool is_max, const void *x, dl_dtype dt, const dl_rshape *s, void *vals,
                          int64_t *idx);
@@ -48,7 +50,8 @@ int dl_cpu_scan(bool prod, const void *x, dl_dtype dt, int64_t O, int64_t R, int
 int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, void *vals,
                   int64_t *idx);
 
-/* logsumexp of each of the O contiguous rows of R float32/float64 values
+/* logsumexp of each of the O contiguous rows of R float32/float64 (or
+ * float16/bfloat16, as their float32 copy) values
  * x into out[O], in one pass over memory: -inf for an empty row or one of
  * -inf only, +inf where a +inf is, NaN where a NaN is. */
 int dl_cpu_reduce_logsumexp_rows(const void *x, dl_dtype dt, int64_t O, int64_t R, double *out);

@@ -16,7 +16,8 @@
  * kernels' double accumulators live there, and finishing steps run there too
  * (no device memory is read on the host).
  *
- * Dtypes: float16/bfloat16 inputs are computed as float32; integer and bool
+ * Dtypes: float16/bfloat16 inputs are computed as float32 (on the CPU read
+ * in place, converted in blocks by the kernels); integer and bool
  * inputs of sum/prod/max/min/median/cumsum/cumprod as int64; float
  * accumulations run in double and are rounded once into the result.
  *
@@ -483,11 +484,12 @@ static void scratch_free(double *d, dl_tensor *hold) {
 
 typedef enum { F_SUM, F_MEAN, F_PROD, F_AMAX, F_AMIN, F_VAR, F_STD, F_NORM, F_LSE } fop;
 
-/* The CPU sums float16/bfloat16 as they are (converted in blocks; along
- * rows the float32 copy's result, along columns in double); everything else
- * reduces a float32 copy. */
-static bool half_sum_ok(const dl_tensor *x, fop f) {
-    return (f == F_SUM || f == F_MEAN) && dl_tensor_device(x).type == DL_DEVICE_CPU &&
+/* The CPU reduces float16/bfloat16 as they are: its kernels convert blocks
+ * in registers and fold them as the float32 kernels do, so the result is the
+ * float32 copy's, bit for bit, without the copy.  CUDA reduces a float32
+ * copy. */
+static bool half_direct(const dl_tensor *x) {
+    return dl_tensor_device(x).type == DL_DEVICE_CPU &&
            (x->dtype == DL_DTYPE_F16 || x->dtype == DL_DTYPE_BF16);
 }
 
@@ -584,7 +586,7 @@ static dl_tensor *sum_prod(const char *op, bool prod, dl_tensor *x, int ndims, c
     dl_tensor *xd = dl_tensor_to_dtype(x, given ? dtype : x->dtype);
     if (!xd) return NULL;
     dl_tensor *r = NULL;
-    dl_tensor *xc = half_sum_ok(xd, prod ? F_PROD : F_SUM)
+    dl_tensor *xc = half_direct(xd)
                         ? dl_tensor_retain(xd)
                         : dl_tensor_to_dtype(xd, is_float(odt) ? float_compute(odt) : DL_DTYPE_I64);
     if (xc) r = reduce_to(prod ? F_PROD : F_SUM, !is_float(odt), xc, mask, keepdim, odt, 0);
@@ -690,7 +692,7 @@ static dl_tensor *float_op(const char *op, fop f, dl_tensor *x, int ndims, const
     bool mask[DL_MAX_DIMS];
     if (dims_mask(op, x, ndims, dims, mask)) return NULL;
     dl_tensor *xc =
-        half_sum_ok(x, f) ? dl_tensor_retain(x) : dl_tensor_to_dtype(x, float_compute(odt));
+        half_direct(x) ? dl_tensor_retain(x) : dl_tensor_to_dtype(x, float_compute(odt));
     if (!xc) return NULL;
     dl_tensor *r = reduce_to(f, false, xc, mask, keepdim, odt, param);
     dl_tensor_release(xc);
@@ -926,15 +928,18 @@ dl_tensor *dl_logsumexp(dl_tensor *x, int ndims, const int *dims, bool keepdim) 
 /* --- max, min and their indices ------------------------------------------------------------ */
 
 /* The start of a selecting reduction (max/min, median) of x over mask: x in
- * its compute dtype (*xc, a new reference) and the plan *p over it; the
+ * its compute dtype (*xc, a new reference; half_ok: float16/bfloat16 stay
+ * as they are where half_direct allows) and the plan *p over it; the
  * result's shape in oshape.  Returns the result's rank, or -1 with the
  * error. */
 static int select_begin(const char *op, dl_tensor *x, const bool *mask, bool keepdim, bool full,
-                        dl_tensor **xc, rplan *p, int64_t *oshape) {
+                        bool half_ok, dl_tensor **xc, rplan *p, int64_t *oshape) {
     *xc = NULL;
     if (check_device(op, x)) return -1;
     int ond = reduced_shape(x, mask, keepdim, oshape);
-    *xc = dl_tensor_to_dtype(x, is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64);
+    *xc = half_ok && half_direct(x)
+              ? dl_tensor_retain(x)
+              : dl_tensor_to_dtype(x, is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64);
     if (!*xc) return -1;
     if (plan_make(*xc, mask, full, p)) {
         dl_tensor_release(*xc);
@@ -954,7 +959,7 @@ static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool 
     int64_t oshape[DL_MAX_DIMS];
     dl_tensor *xc;
     rplan p;
-    int ond = select_begin(op, x, mask, keepdim, full, &xc, &p, oshape);
+    int ond = select_begin(op, x, mask, keepdim, full, true, &xc, &p, oshape);
     if (ond < 0) return -1;
     dl_dtype ct = xc->dtype, kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     dl_tensor *vo = NULL, *io = NULL;
@@ -1139,7 +1144,7 @@ static int median(dl_tensor *x, const bool *mask, bool keepdim, dl_tensor **vals
     int64_t oshape[DL_MAX_DIMS];
     dl_tensor *xc;
     rplan p;
-    int ond = select_begin(op, x, mask, keepdim, false, &xc, &p, oshape);
+    int ond = select_begin(op, x, mask, keepdim, false, false, &xc, &p, oshape);
     if (ond < 0) return -1;
     dl_dtype ct = xc->dtype, kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
     dl_tensor *vo = dl_tensor_empty(ond, oshape, x->dtype, p.dev);
