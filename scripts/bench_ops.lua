@@ -27,6 +27,10 @@ local xa = x:abs()
 local s3 = dl.randn(64, 256, 384)
 local s3h = s3:bfloat16()
 local mg, mgy = m:clone():requires_grad_(), dl.randn(4096)
+local mh = m:bfloat16()
+-- logsumexp over an inner dim (the reduced dim is not the last)
+local l3, l3gy = dl.randn(64, 512, 128), dl.randn(64, 128)
+local l3g = l3:clone():requires_grad_()
 local mask = s3:gt(0.5)
 local parts = {dl.randn(1000000), dl.randn(1000000), dl.randn(1000000), dl.randn(1000000)}
 local rows = dl.randn(8192, 4096)
@@ -75,6 +79,11 @@ local OPS = {
   {"logsumexp_bwd", "logsumexp(2) forward+backward (4096x4096)", function()
     return dl.autograd.grad(mg:logsumexp(2), {mg}, {grad_outputs = mgy})[1]
   end},
+  {"logsumexp_inner", "logsumexp(2) (64x512x128)", function() return l3:logsumexp(2) end},
+  {"logsumexp_inner_bwd", "logsumexp(2) forward+backward (64x512x128)", function()
+    return dl.autograd.grad(l3g:logsumexp(2), {l3g}, {grad_outputs = l3gy})[1]
+  end},
+  {"amax_bf16", "amax(2) bf16 (4096x4096)", function() return mh:amax(2) end},
   {"softmax", "softmax(-1) (64x256x384)", function() return F.softmax(s3, -1) end},
   {"softmax_bf16", "softmax(-1) bf16 (64x256x384)", function() return F.softmax(s3h, -1) end},
   {"log_softmax", "log_softmax(-1) (same)", function() return F.log_softmax(s3, -1) end},

@@ -26,6 +26,9 @@ xa = x.abs()
 s3 = torch.randn(64, 256, 384)
 s3h = s3.bfloat16()
 mg, mgy = m.clone().requires_grad_(), torch.randn(4096)
+mh = m.bfloat16()
+l3, l3gy = torch.randn(64, 512, 128), torch.randn(64, 128)
+l3g = l3.clone().requires_grad_()
 mask = s3 > 0.5
 parts = [torch.randn(1_000_000) for _ in range(4)]
 rows = torch.randn(8192, 4096)
@@ -65,9 +68,10 @@ def sdpa_private(q, k, v):
     return torch.nn.functional._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
 
 
-def logsumexp_fwd_bwd():
+def logsumexp_fwd_bwd(t=None, g=None):
     with torch.enable_grad():
-        return torch.autograd.grad(mg.logsumexp(1), mg, mgy)[0]
+        t, g = (mg, mgy) if t is None else (t, g)
+        return torch.autograd.grad(t.logsumexp(1), t, g)[0]
 
 
 def act_bwd(f):
@@ -106,6 +110,9 @@ OPS = [
     ("norm_dim", lambda: m.norm(2, 1)),
     ("logsumexp", lambda: m.logsumexp(1)),
     ("logsumexp_bwd", logsumexp_fwd_bwd),
+    ("logsumexp_inner", lambda: l3.logsumexp(1)),
+    ("logsumexp_inner_bwd", lambda: logsumexp_fwd_bwd(l3g, l3gy)),
+    ("amax_bf16", lambda: mh.amax(1)),
     ("softmax", lambda: torch.softmax(s3, -1)),
     ("softmax_bf16", lambda: torch.softmax(s3h, -1)),
     ("log_softmax", lambda: torch.log_softmax(s3, -1)),

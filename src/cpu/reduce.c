@@ -1458,7 +1458,7 @@ int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, v
 
 /* --- finishing ------------------------------------------------------------------------ */
 
-/* --- logsumexp along rows ----------------------------------------------------------------
+/* --- logsumexp along contiguous rows (RO == 1, I == 1) -----------------------------------
  * One pass over memory: a row goes LSE_CHUNK elements at a time, each
  * chunk's max found first (in L1 after that), then exp(x - m) through the
  * vector exp into a buffer and summed in double lanes; when a chunk raises
@@ -1530,35 +1530,128 @@ static void lse_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, in
     c->ps[slot] = sum;
 }
 
-int dl_cpu_reduce_logsumexp_rows(const void *x, dl_dtype dt, int64_t O, int64_t R, double *out) {
-    if (O == 0) return 0;
-    if (R == 0) {
-        for (int64_t o = 0; o < O; o++) out[o] = -INFINITY;
+/* --- logsumexp over inner dims (I > 1, or split reduced dims) ---------------------------
+ * One pass as well: an item (o, up to COL_BLOCK columns, a chunk of rows)
+ * keeps per column a running max m and the sum s of exp(x - m).  Blocks of
+ * rows (LSE_CHUNK elements at most, in L1 after the first read) give their
+ * column maxima first; where a block raises m, s is rescaled by
+ * exp(m_old - m_new); then the block's x - m go through the vector exp and
+ * are added, column by column in double.  An infinite m subtracts nothing
+ * (the result is m itself, s unused); a NaN is noted and wins. */
+
+typedef struct {
+    const void *x;
+    dl_dtype dt; /* float32, float64, or float16/bfloat16 (converted by block) */
+    int64_t RO, O, R, I;
+    double *pm, *ps; /* (O, nch, I) running max (NaN: a NaN was seen) and sum */
+} lsec_ctx;
+
+/* Folds n rows (ld apart) of nc columns at xb into (m, s, nn); t: scratch
+ * of n*nc.  vec is the vector exp kernel, sexp its scalar stand-in. */
+#define LSE_COLS_BLOCK(name, T, vec, sexp)                                                         \
+    static void name(const T *restrict xb, int64_t ld, int64_t n, int64_t nc, T *restrict m,       \
+                     double *restrict s, int32_t *restrict nn, T *restrict t) {                    \
+        T bm[COL_BLOCK], ms[COL_BLOCK];                                                            \
+        for (int64_t c = 0; c < nc; c++) bm[c] = -INFINITY;                                        \
+        for (int64_t r = 0; r < n; r++) {                                                          \
+            const T *row = xb + r * ld;                                                            \
+            DL_PRAGMA(omp simd) for (int64_t c = 0; c < nc; c++) {                                 \
+                T v = row[c];                                                                      \
+                nn[c] |= v != v;                                                                   \
+                bm[c] = v > bm[c] ? v : bm[c];                                                     \
+            }                                                                                      \
+        }                                                                                          \
+        for (int64_t c = 0; c < nc; c++) {                                                         \
+            if (bm[c] > m[c]) {                                                                    \
+                if (isfinite(m[c])) s[c] *= exp((double)m[c] - (double)bm[c]);                     \
+                m[c] = bm[c];                                                                      \
+            }                                                                                      \
+            ms[c] = isinf(m[c]) ? 0 : m[c];                                                        \
+        }                                                                                          \
+        for (int64_t r = 0; r < n; r++)                                                            \
+            DL_PRAGMA(omp simd)                                                                    \
+            for (int64_t c = 0; c < nc; c++) t[r * nc + c] = xb[r * ld + c] - ms[c];               \
+        char *d[2] = {(char *)t, (char *)t};                                                       \
+        const int64_t st[2] = {sizeof(T), sizeof(T)};                                              \
+        if (!vec(DL_UNARY_EXP, d, st, n * nc))                                                     \
+            for (int64_t k = 0; k < n * nc; k++) t[k] = sexp(t[k]);                                \
+        for (int64_t r = 0; r < n; r++)                                                            \
+            DL_PRAGMA(omp simd) for (int64_t c = 0; c < nc; c++) s[c] += t[r * nc + c];            \
+    }
+
+LSE_COLS_BLOCK(lse_cols_f32, float, dl_cpu_vec_unary_f32, expf)
+LSE_COLS_BLOCK(lse_cols_f64, double, dl_cpu_vec_unary_f64, exp)
+
+static void lsec_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                      int64_t slot) {
+    const lsec_ctx *c = vc;
+    const bool f64 = c->dt == DL_DTYPE_F64;
+    double s[COL_BLOCK], md[COL_BLOCK], td[LSE_CHUNK];
+    float mf[COL_BLOCK], tf[LSE_CHUNK], xb[LSE_CHUNK];
+    int32_t nn[COL_BLOCK];
+    int64_t lb = LSE_CHUNK / nc, I = c->I;
+    for (int64_t j = 0; j < nc; j++) {
+        s[j] = 0;
+        nn[j] = 0;
+        md[j] = mf[j] = -INFINITY;
+    }
+    for (int64_t ro = 0; ro < c->RO; ro++)
+        for (int64_t r = 0; r < nr; r += lb) {
+            int64_t n = min64(nr - r, lb), at = ((ro * c->O + o) * c->R + r0 + r) * I + c0;
+            if (f64) {
+                lse_cols_f64((const double *)c->x + at, I, n, nc, md, s, nn, td);
+            } else if (is_half(c->dt)) {
+                half_rows(c->dt, (const uint16_t *)c->x + at, I, n, nc, xb);
+                lse_cols_f32(xb, nc, n, nc, mf, s, nn, tf);
+            } else {
+                lse_cols_f32((const float *)c->x + at, I, n, nc, mf, s, nn, tf);
+            }
+        }
+    for (int64_t j = 0; j < nc; j++) {
+        c->pm[slot * I + c0 + j] = nn[j] ? NAN : f64 ? md[j] : mf[j];
+        c->ps[slot * I + c0 + j] = s[j];
+    }
+}
+
+/* The logsumexp of n partial (max, sum) pairs (stride apart), merged in
+ * order: NaN if a max is NaN, the max if it is infinite. */
+static double lse_merge(const double *m, const double *s, int64_t n, int64_t stride) {
+    double M = -INFINITY, S = 0;
+    bool nan = false;
+    for (int64_t k = 0; k < n; k++) {
+        double v = m[k * stride];
+        nan |= v != v;
+        if (v > M) M = v;
+    }
+    if (nan || isinf(M)) return nan ? NAN : M;
+    for (int64_t k = 0; k < n; k++) S += s[k * stride] * exp(m[k * stride] - M);
+    return M + log(S);
+}
+
+int dl_cpu_reduce_logsumexp(const void *x, dl_dtype dt, const dl_rshape *sh, double *out) {
+    int64_t O = sh->O, I = sh->I, n = O * I;
+    if (n == 0) return 0;
+    if (sh->R * sh->RO == 0) {
+        for (int64_t k = 0; k < n; k++) out[k] = -INFINITY;
         return 0;
     }
-    dl_rshape sh = {1, O, R, 1};
     split s;
-    split_init(&s, &sh, true, false, COL_BLOCK);
-    int64_t np = O * s.nch;
+    split_init(&s, sh, true, false, COL_BLOCK);
+    int64_t np = n * s.nch;
     double *pm = malloc(sizeof(double) * (size_t)(2 * np));
     if (!pm) return no_memory("logsumexp");
-    lse_ctx c = {x, dt, R, pm, pm + np};
-    split_run(&s, lse_item, &c);
-    for (int64_t o = 0; o < O; o++) {
-        const double *m = c.pm + o * s.nch, *sm = c.ps + o * s.nch;
-        double M = -INFINITY, S = 0;
-        bool nan = false;
-        for (int64_t ch = 0; ch < s.nch; ch++) {
-            nan |= m[ch] != m[ch];
-            if (m[ch] > M) M = m[ch];
-        }
-        if (nan || isinf(M)) {
-            out[o] = nan ? NAN : M;
-            continue;
-        }
-        for (int64_t ch = 0; ch < s.nch; ch++) S += sm[ch] * exp(m[ch] - M);
-        out[o] = M + log(S);
+    if (sh->RO == 1 && I == 1) {
+        lse_ctx c = {x, dt, sh->R, pm, pm + np};
+        split_run(&s, lse_item, &c);
+    } else {
+        lsec_ctx c = {x, dt, sh->RO, O, sh->R, I, pm, pm + np};
+        split_run(&s, lsec_item, &c);
     }
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t i = 0; i < I; i++) {
+            int64_t at = o * s.nch * I + i;
+            out[o * I + i] = lse_merge(pm + at, pm + np + at, s.nch, I);
+        }
     free(pm);
     return 0;
 }

@@ -50,19 +50,19 @@ int dl_cpu_scan(bool prod, const void *x, dl_dtype dt, int64_t O, int64_t R, int
 int dl_cpu_median(const void *x, dl_dtype dt, int64_t O, int64_t R, int64_t I, void *vals,
                   int64_t *idx);
 
-/* logsumexp of each of the O contiguous rows of R float32/float64 (or
- * float16/bfloat16, as their float32 copy) values
- * x into out[O], in one pass over memory: -inf for an empty row or one of
- * -inf only, +inf where a +inf is, NaN where a NaN is. */
-int dl_cpu_reduce_logsumexp_rows(const void *x, dl_dtype dt, int64_t O, int64_t R, double *out);
+/* logsumexp over ro and r of x (RO, O, R, I) into out (O,I), in one pass
+ * over memory (a running max and sum per result): x is float32/float64, or
+ * float16/bfloat16 (as their float32 copy); -inf for an empty reduction or
+ * one of -inf only, +inf where a +inf is, NaN where a NaN is. */
+int dl_cpu_reduce_logsumexp(const void *x, dl_dtype dt, const dl_rshape *s, double *out);
 
 void dl_cpu_reduce_finish(dl_fin_kind kind, double *a, int64_t n, double c, const double *shift);
 
-/* logsumexp's backward over trailing contiguous dims (cpu/logsumexp.c): x
- * and gx are O contiguous rows of R float32 or float64 values (dt), g and
- * lse the O incoming gradients and results, all of dtype dt:
+/* logsumexp's backward over one block of dims (cpu/logsumexp.c): x and gx
+ * are (O, R, I) contiguous float32 or float64 values (dt), g and lse the
+ * (O, I) incoming gradients and results, all of dtype dt:
  * gx = g * exp(x - lse), rounded as that formula op by op. */
-int dl_cpu_logsumexp_backward_rows(dl_dtype dt, int64_t O, int64_t R, void *gx, const void *x,
-                                   const void *g, const void *lse);
+int dl_cpu_logsumexp_backward(dl_dtype dt, int64_t O, int64_t R, int64_t I, void *gx, const void *x,
+                              const void *g, const void *lse);
 
 #endif

@@ -424,13 +424,8 @@ static int k_finish(const rplan *p, dl_fin_kind k, double *a, int64_t n, double 
     return dl_cuda_reduce->reduce_finish(k, a, n, c, shift);
 }
 
-/* a[i] = 0 where a[i] is infinite */
-static int k_zero_inf(const rplan *p, double *a, int64_t n) {
-    if (!p->cuda) {
-        for (int64_t i = 0; i < n; i++)
-            if (isinf(a[i])) a[i] = 0;
-        return 0;
-    }
+/* a[i] = 0 where a[i] is infinite (CUDA's logsumexp; the CPU's is fused) */
+static int k_zero_inf(double *a, int64_t n) {
     if (!dl_cuda_reduce->reduce_zero_inf) return dl_cuda_missing("logsumexp");
     return dl_cuda_reduce->reduce_zero_inf(a, n);
 }
@@ -520,13 +515,12 @@ static int float_kernels(fop f, const rplan *p, dl_dtype dt, double param, doubl
         scratch_free(shift, hold);
         return rc;
     case F_LSE:
-        /* contiguous rows on the CPU: one fused pass */
-        if (!p->cuda && p->s.RO == 1 && p->s.I == 1)
-            return dl_cpu_reduce_logsumexp_rows(plan_data(p), dt, p->s.O, p->s.R, a);
-        /* max + log(sum(exp(x - max))); an infinite max is not subtracted */
+        /* the CPU: one fused pass (a running max and sum) over any layout */
+        if (!p->cuda) return dl_cpu_reduce_logsumexp(plan_data(p), dt, &p->s, a);
+        /* CUDA: max + log(sum(exp(x - max))); an infinite max is not subtracted */
         if (!(shift = scratch(p, n, &hold, "logsumexp"))) return -1;
         rc = k_acc(p, DL_ACC_MAX, dt, 0, NULL, shift);
-        if (!rc) rc = k_zero_inf(p, shift, n);
+        if (!rc) rc = k_zero_inf(shift, n);
         if (!rc) rc = k_acc(p, DL_ACC_SUMEXP, dt, 0, shift, a);
         if (!rc) rc = k_finish(p, DL_FIN_LOG_SHIFT, a, n, 0, shift);
         scratch_free(shift, hold);
@@ -874,9 +868,9 @@ dl_tensor *dl_norm(dl_tensor *x, double p, int ndims, const int *dims, bool keep
 }
 
 /* logsumexp: g * exp(x - result).  A contiguous float32/float64 CPU input
- * reduced over its trailing dims takes one fused pass per row
- * (cpu/logsumexp.c, the same values); other layouts, dtypes and CUDA run the
- * formula op by op. */
+ * whose reduced dims (of size > 1) are one block, (O, R, I), takes one fused
+ * pass (cpu/logsumexp.c, the same values); other layouts, dtypes and CUDA
+ * run the formula op by op. */
 static int logsumexp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     dl_tensor *x = dl_node_saved(n, SLOT_X), *res = dl_node_saved(n, SLOT_OUT);
     if (!x || !res) return -1;
@@ -885,20 +879,25 @@ static int logsumexp_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gi
     bool fused = (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64) && gout[0]->dtype == dt &&
                  res->dtype == dt && !dl_op_on_cuda(x) && !dl_op_on_cuda(gout[0]) &&
                  dl_tensor_is_contiguous(x);
-    int64_t O = 1, R = 1;
+    /* [kept O][reduced R][kept I] in order, dims of size 1 anywhere */
+    int64_t OI[2] = {1, 1}, R = 1;
+    int part = 0;
     for (int d = 0; d < x->ndim && fused; d++) {
-        if (c->mask[d])
+        if (x->shape[d] == 1) continue;
+        if (c->mask[d]) {
+            if (part == 2) fused = false; /* a second block of reduced dims */
+            part = 1;
             R *= x->shape[d];
-        else if (d > 0 && c->mask[d - 1])
-            fused = false; /* a kept dim after a reduced one */
-        else
-            O *= x->shape[d];
+        } else {
+            if (part == 1) part = 2;
+            OI[part / 2] *= x->shape[d];
+        }
     }
     if (fused) {
         dl_tensor *gc = dl_op_dense(gout[0], dt), *rc = gc ? dl_op_dense(res, dt) : NULL;
         dl_tensor *gx = rc ? dl_tensor_empty(x->ndim, x->shape, dt, dl_tensor_device(x)) : NULL;
-        if (gx && dl_cpu_logsumexp_backward_rows(dt, O, R, dl_op_data(gx), dl_op_data(x),
-                                                 dl_op_data(gc), dl_op_data(rc))) {
+        if (gx && dl_cpu_logsumexp_backward(dt, OI[0], R, OI[1], dl_op_data(gx), dl_op_data(x),
+                                            dl_op_data(gc), dl_op_data(rc))) {
             dl_tensor_release(gx);
             gx = NULL;
         }
