@@ -12,6 +12,7 @@
 #ifndef DL_CPU_HALF_H
 #define DL_CPU_HALF_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -65,5 +66,21 @@ static inline __attribute__((always_inline)) uint16_t dl_cpu_float_to_half(float
     uint32_t o = a >= 0x47800000u ? big : a < 0x38800000u ? sub : nrm;
     return (uint16_t)(o | sign);
 }
+
+/* name(d, s, n, bf): d[0..n) = s[0..n) converted by BF (bf: bfloat16) or
+ * HF (float16), in a vector loop; exact when widening, round to nearest even
+ * when narrowing */
+#define DL_CPU_HALF_CONVERT(name, TD, TS, BF, HF)                                                  \
+    static inline __attribute__((always_inline)) void name(TD *restrict d, const TS *restrict s,   \
+                                                           int64_t n, bool bf) {                   \
+        if (bf) {                                                                                  \
+            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) d[j] = BF(s[j]);                   \
+        } else {                                                                                   \
+            _Pragma("omp simd") for (int64_t j = 0; j < n; j++) d[j] = HF(s[j]);                   \
+        }                                                                                          \
+    }
+/* halves to floats, floats to halves */
+DL_CPU_HALF_CONVERT(dl_cpu_widen, float, uint16_t, dl_cpu_bf16_to_float, dl_cpu_half_to_float)
+DL_CPU_HALF_CONVERT(dl_cpu_narrow, uint16_t, float, dl_cpu_float_to_bf16, dl_cpu_float_to_half)
 
 #endif

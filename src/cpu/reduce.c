@@ -163,75 +163,53 @@ ALWAYS_INLINE double acc_combine(dl_acc_kind k, double a, double b) {
     }
 }
 
+/* t[0..n) = exp(t) (float64 when f64, else float32) through the vector exp
+ * of the elementwise family (libm's exp/expf where that is unavailable) */
+static void vexp(void *t, int64_t n, bool f64) {
+    char *d[2] = {t, t};
+    const int64_t st[2] = {f64 ? 8 : 4, f64 ? 8 : 4};
+    if (f64 ? dl_cpu_vec_unary_f64(DL_UNARY_EXP, d, st, n)
+            : dl_cpu_vec_unary_f32(DL_UNARY_EXP, d, st, n))
+        return;
+    for (int64_t i = 0; i < n; i++)
+        if (f64)
+            ((double *)t)[i] = exp(((double *)t)[i]);
+        else
+            ((float *)t)[i] = expf(((float *)t)[i]);
+}
+
 /* Folds nr rows of nc columns into acc[nc]; element (r, c) is at
  * off + r*ld + c*xcs; sh[nc] is the per-column shift of SUMEXP and SQDEV. */
 ALWAYS_INLINE void acc_block(dl_acc_kind k, const void *x, bool f64, int64_t off, int64_t nr,
                              int64_t ld, int64_t nc, int64_t xcs, double *restrict acc,
                              const double *restrict sh, double p) {
+/* STEP (of acc[c] and the element v) over the rows and columns, vectorised */
+#define ACC_LOOP(STEP)                                                                             \
+    for (int64_t r = 0, b = off; r < nr; r++, b += ld) DL_PRAGMA(omp simd)                         \
+    for (int64_t c = 0; c < nc; c++) {                                                             \
+        double v = ldx(x, b + c * xcs, f64);                                                       \
+        STEP;                                                                                      \
+    }
     switch (k) {
-    case DL_ACC_SUM:
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) acc[c] += ldx(x, b + c * xcs, f64);
-        break;
-    case DL_ACC_SUMSQ:
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) {
-                double v = ldx(x, b + c * xcs, f64);
-                acc[c] += v * v;
-            }
-        break;
-    case DL_ACC_SUMABS:
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) acc[c] += fabs(ldx(x, b + c * xcs, f64));
-        break;
+    case DL_ACC_SUM: ACC_LOOP(acc[c] += v) break;
+    case DL_ACC_SUMSQ: ACC_LOOP(acc[c] += v * v) break;
+    case DL_ACC_SUMABS: ACC_LOOP(acc[c] += fabs(v)) break;
     case DL_ACC_SUMPOW:
         for (int64_t r = 0, b = off; r < nr; r++, b += ld)
             for (int64_t c = 0; c < nc; c++) acc[c] += pow(fabs(ldx(x, b + c * xcs, f64)), p);
         break;
-    case DL_ACC_COUNTNZ:
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) acc[c] += ldx(x, b + c * xcs, f64) != 0 ? 1.0 : 0.0;
-        break;
-    case DL_ACC_PROD:
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) acc[c] *= ldx(x, b + c * xcs, f64);
-        break;
-    case DL_ACC_MAX:
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) acc[c] = nan_max(acc[c], ldx(x, b + c * xcs, f64));
-        break;
-    case DL_ACC_MIN:
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) acc[c] = nan_min(acc[c], ldx(x, b + c * xcs, f64));
-        break;
-    case DL_ACC_MAXABS:
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++)
-                acc[c] = nan_max(acc[c], fabs(ldx(x, b + c * xcs, f64)));
-        break;
-    case DL_ACC_MINABS:
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++)
-                acc[c] = nan_min(acc[c], fabs(ldx(x, b + c * xcs, f64)));
-        break;
+    case DL_ACC_COUNTNZ: ACC_LOOP(acc[c] += v != 0 ? 1.0 : 0.0) break;
+    case DL_ACC_PROD: ACC_LOOP(acc[c] *= v) break;
+    case DL_ACC_MAX: ACC_LOOP(acc[c] = nan_max(acc[c], v)) break;
+    case DL_ACC_MIN: ACC_LOOP(acc[c] = nan_min(acc[c], v)) break;
+    case DL_ACC_MAXABS: ACC_LOOP(acc[c] = nan_max(acc[c], fabs(v))) break;
+    case DL_ACC_MINABS: ACC_LOOP(acc[c] = nan_min(acc[c], fabs(v))) break;
     case DL_ACC_SUMEXP:
         if (!f64 && xcs == 1 && nc <= COL_BLOCK) { /* a row of columns through the vector exp */
             float t[COL_BLOCK];
-            char *d[2] = {(char *)t, (char *)t};
-            int64_t st[2] = {sizeof(float), sizeof(float)};
             for (int64_t r = 0, b = off; r < nr; r++, b += ld) {
                 for (int64_t c = 0; c < nc; c++) t[c] = (float)(ldx(x, b + c, false) - sh[c]);
-                if (!dl_cpu_vec_unary_f32(DL_UNARY_EXP, d, st, nc))
-                    for (int64_t c = 0; c < nc; c++) t[c] = expf(t[c]);
+                vexp(t, nc, false);
                 for (int64_t c = 0; c < nc; c++) acc[c] += t[c];
             }
             break;
@@ -242,15 +220,9 @@ ALWAYS_INLINE void acc_block(dl_acc_kind k, const void *x, bool f64, int64_t off
                 acc[c] += f64 ? exp(d) : (double)expf((float)d); /* float32: exp in float */
             }
         break;
-    case DL_ACC_SQDEV:
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) {
-                double d = ldx(x, b + c * xcs, f64) - sh[c];
-                acc[c] += d * d;
-            }
-        break;
+    case DL_ACC_SQDEV: ACC_LOOP(acc[c] += (v - sh[c]) * (v - sh[c])) break;
     }
+#undef ACC_LOOP
 }
 
 /* rows of LANES contiguous elements */
@@ -487,22 +459,18 @@ ALWAYS_INLINE void fcols(dl_acc_kind k, const float *restrict x, int64_t nr, int
 
 /* one clone per kind, so each kind's loops are compiled with their constant:
  * the sums and the product, the extremes, or all of them */
+#define KIND_SWITCH(k, CALL, K1, K2, K3, K4)                                                       \
+    switch (k) {                                                                                   \
+    case K1: CALL(K1); break;                                                                      \
+    case K2: CALL(K2); break;                                                                      \
+    case K3: CALL(K3); break;                                                                      \
+    case K4: CALL(K4); break;                                                                      \
+    default: break;                                                                                \
+    }
 #define FSUM_SWITCH(k, CALL)                                                                       \
-    switch (k) {                                                                                   \
-    case DL_ACC_SUM: CALL(DL_ACC_SUM); break;                                                      \
-    case DL_ACC_SUMSQ: CALL(DL_ACC_SUMSQ); break;                                                  \
-    case DL_ACC_SUMABS: CALL(DL_ACC_SUMABS); break;                                                \
-    case DL_ACC_PROD: CALL(DL_ACC_PROD); break;                                                    \
-    default: break;                                                                                \
-    }
+    KIND_SWITCH(k, CALL, DL_ACC_SUM, DL_ACC_SUMSQ, DL_ACC_SUMABS, DL_ACC_PROD)
 #define FEXT_SWITCH(k, CALL)                                                                       \
-    switch (k) {                                                                                   \
-    case DL_ACC_MAX: CALL(DL_ACC_MAX); break;                                                      \
-    case DL_ACC_MIN: CALL(DL_ACC_MIN); break;                                                      \
-    case DL_ACC_MAXABS: CALL(DL_ACC_MAXABS); break;                                                \
-    case DL_ACC_MINABS: CALL(DL_ACC_MINABS); break;                                                \
-    default: break;                                                                                \
-    }
+    KIND_SWITCH(k, CALL, DL_ACC_MAX, DL_ACC_MIN, DL_ACC_MAXABS, DL_ACC_MINABS)
 #define FFOLD_SWITCH(k, CALL)                                                                      \
     if (fext(k)) {                                                                                 \
         FEXT_SWITCH(k, CALL)                                                                       \
@@ -517,40 +485,21 @@ ALWAYS_INLINE double lanes_combine(dl_acc_kind k, double *a) {
     return a[0];
 }
 
-/* The fold of RO rows of n floats (step apart) from x, lanes combined */
-ALWAYS_INLINE double frows(dl_acc_kind k, const float *x, int64_t n, int64_t RO, int64_t step) {
-    double a[FLANES];
-    for (int j = 0; j < FLANES; j++) a[j] = acc_identity(k);
-    for (int64_t ro = 0; ro < RO; ro++, x += step) frow(k, x, n, a);
-    return lanes_combine(k, a);
-}
-
-/* a float32 row folded into the FLANES lanes acc (blocks of a half row,
- * logsumexp): the sums and the product, and the extremes */
-REDUCE_ROW_CLONES static void frow_sum_f32(dl_acc_kind k, const float *x, int64_t n, double *acc){
+/* a float32 row folded into the FLANES lanes acc: the sums and the product
+ * in 256-bit vectors (see REDUCE_ROW_CLONES), the extremes in the widest */
+REDUCE_ROW_CLONES static void frow_sum_f32(dl_acc_kind k, const float *x, int64_t n, double *acc) {
 #define FROW(K) frow(K, x, n, acc)
-    FSUM_SWITCH(k, FROW)} REDUCE_CLONES
-    static void frow_ext_f32(dl_acc_kind k, const float *x, int64_t n,
-                             double *acc){FEXT_SWITCH(k, FROW)
-#undef FROW
-    }
-
-/* the row folds: the sums and the product in 256-bit vectors (see
- * REDUCE_ROW_CLONES), the extremes in the widest */
-REDUCE_ROW_CLONES static double frows_sum_f32(dl_acc_kind k, const float *x, int64_t n, int64_t RO,
-                                              int64_t step) {
-    double r = 0;
-#define FROWS(K) r = frows(K, x, n, RO, step)
-    FSUM_SWITCH(k, FROWS)
-    return r;
+    FSUM_SWITCH(k, FROW);
 }
-
-REDUCE_CLONES static double frows_ext_f32(dl_acc_kind k, const float *x, int64_t n, int64_t RO,
-                                          int64_t step) {
-    double r = 0;
-    FEXT_SWITCH(k, FROWS)
-#undef FROWS
-    return r;
+REDUCE_CLONES static void frow_ext_f32(dl_acc_kind k, const float *x, int64_t n, double *acc) {
+    FEXT_SWITCH(k, FROW);
+#undef FROW
+}
+static void frow_f32(dl_acc_kind k, const float *x, int64_t n, double *acc) {
+    if (fext(k))
+        frow_ext_f32(k, x, n, acc);
+    else
+        frow_sum_f32(k, x, n, acc);
 }
 
 REDUCE_CLONES static void fcols_f32(dl_acc_kind k, const float *x, int64_t nr, int64_t ld,
@@ -558,7 +507,7 @@ REDUCE_CLONES static void fcols_f32(dl_acc_kind k, const float *x, int64_t nr, i
     float fe[WIDE_COLS];
     int32_t fn[WIDE_COLS];
 #define FCOLS(K) fcols(K, x, nr, ld, nc, acc, fe, fn)
-    FFOLD_SWITCH(k, FCOLS)
+    FFOLD_SWITCH(k, FCOLS);
 #undef FCOLS
 }
 
@@ -569,8 +518,10 @@ static void ffold_item(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, int6
     const float *x = c->x;
     int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
     if (c->I == 1) {
-        c->part[slot] = fext(c->k) ? frows_ext_f32(c->k, x + off, nr, c->RO, step)
-                                   : frows_sum_f32(c->k, x + off, nr, c->RO, step);
+        double a[FLANES];
+        for (int j = 0; j < FLANES; j++) a[j] = acc_identity(c->k);
+        for (int64_t ro = 0; ro < c->RO; ro++, off += step) frow_f32(c->k, x + off, nr, a);
+        c->part[slot] = lanes_combine(c->k, a);
         return;
     }
     double id = acc_identity(c->k), acc[WIDE_COLS];
@@ -587,19 +538,15 @@ ALWAYS_INLINE bool is_half(dl_dtype dt) {
     return dt == DL_DTYPE_F16 || dt == DL_DTYPE_BF16;
 }
 
-/* n half values at x (xcs apart) as floats into t */
-static void half_block(dl_dtype dt, const uint16_t *restrict x, int64_t xcs, int64_t n,
-                       float *restrict t) {
-    if (dt == DL_DTYPE_F16)
-        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_half_to_float(x[j * xcs]);
-    else
-        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_bf16_to_float(x[j * xcs]);
+/* n contiguous half values at x as floats into t */
+static void half_block(dl_dtype dt, const uint16_t *x, int64_t n, float *t) {
+    dl_cpu_widen(t, x, n, dt == DL_DTYPE_BF16);
 }
 
 /* nr rows of nc contiguous half values (ld apart) as nr*nc floats into t */
 static void half_rows(dl_dtype dt, const uint16_t *x, int64_t ld, int64_t nr, int64_t nc,
                       float *t) {
-    for (int64_t r = 0; r < nr; r++) half_block(dt, x + r * ld, 1, nc, t + r * nc);
+    for (int64_t r = 0; r < nr; r++) half_block(dt, x + r * ld, nc, t + r * nc);
 }
 
 static int64_t min64(int64_t a, int64_t b) {
@@ -613,8 +560,9 @@ static int64_t min64(int64_t a, int64_t b) {
  * lanes), columns whole FBLK blocks of rows (the float folds; 256-column
  * slices, whole register tiles) or any rows (the others), short rows side by
  * side all at once; extremes of split blocks combine as one fold would. */
-static void acc_item_half(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, int64_t r0,
-                          int64_t nr, int64_t slot) {
+static void acc_item_half(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+                          int64_t slot) {
+    const acc_ctx *c = vc;
     const uint16_t *x = c->x;
     const dl_acc_kind k = c->k;
     const double id = acc_identity(k);
@@ -627,11 +575,9 @@ static void acc_item_half(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, i
         for (int64_t ro = 0; ro < c->RO; ro++, off += step)
             for (int64_t i = 0; i < nr; i += LSE_CHUNK) {
                 int64_t n = min64(nr - i, LSE_CHUNK), rows = n / LANES;
-                half_block(c->dt, x + off + i, 1, n, t);
-                if (c->ffold && fext(k)) {
-                    frow_ext_f32(k, t, n, a);
-                } else if (c->ffold) {
-                    frow_sum_f32(k, t, n, a);
+                half_block(c->dt, x + off + i, n, t);
+                if (c->ffold) {
+                    frow_f32(k, t, n, a);
                 } else {
                     acc_lanes_f32(k, t, 0, rows, a, sh, c->p);
                     acc_cols_f32(k, t, rows * LANES, 1, 0, n - rows * LANES, a, sh, c->p);
@@ -647,7 +593,7 @@ static void acc_item_half(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, i
     const double *sh = c->shift ? c->shift + o * c->I + c0 : NULL;
     for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
         if (c->group) { /* nc rows of nr (nc*nr <= HBUF) */
-            half_block(c->dt, x + off, 1, nc * nr, t);
+            half_block(c->dt, x + off, nc * nr, t);
             acc_group_f32(k, t, 0, nr, nc, acc, sh, c->p);
             continue;
         }
@@ -670,10 +616,6 @@ static void acc_item_half(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, i
 static void acc_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
                      int64_t slot) {
     const acc_ctx *c = vc;
-    if (is_half(c->dt)) {
-        acc_item_half(c, o, c0, nc, r0, nr, slot);
-        return;
-    }
     if (c->ffold && !c->group) {
         ffold_item(c, o, c0, nc, r0, nr, slot);
         return;
@@ -739,7 +681,7 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
         return no_memory("reduce");
     acc_ctx c = {kind, x,    dt == DL_DTYPE_F64, s.group, sh->RO, O, sh->R, I, p, shift, part,
                  dt,   ffold};
-    split_run(&s, acc_item, &c);
+    split_run(&s, is_half(dt) ? acc_item_half : acc_item, &c);
     if (part != out) {
         for (int64_t o = 0; o < O; o++)
             for (int64_t i = 0; i < I; i++) {
@@ -753,85 +695,92 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
     return 0;
 }
 
-/* --- int64 sums and products ---------------------------------------------------- */
+/* --- integer reductions: int64 sums and products, all/any of bool bytes ----------------
+ * One body for both: pre##_run(flag, x, shape, out) folds with
+ * STEP(flag, a, v) from ID(flag) (rows in LANES lanes, columns and short
+ * rows side by side as the float kernels), chunk partials combined in
+ * order. */
 
-/* unsigned arithmetic: int64 overflow wraps around instead of being undefined */
-ALWAYS_INLINE void i64_block(bool prod, const int64_t *x, int64_t off, int64_t nr, int64_t ld,
-                             int64_t nc, int64_t xcs, uint64_t *restrict acc) {
-    if (prod) {
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) acc[c] *= (uint64_t)x[b + c * xcs];
-    } else {
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) acc[c] += (uint64_t)x[b + c * xcs];
+/* name(flag, x, off, nr, ld, nc, xcs, acc): folds nr rows of nc columns of x
+ * into acc[nc] (element (r, c) at off + r*ld + c*xcs) */
+#define BLOCK_FOLD(name, TX, TA, STEP)                                                             \
+    ALWAYS_INLINE void name(bool flag, const TX *x, int64_t off, int64_t nr, int64_t ld,           \
+                            int64_t nc, int64_t xcs, TA *restrict acc) {                           \
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld) DL_PRAGMA(omp simd)                     \
+        for (int64_t c = 0; c < nc; c++) acc[c] = STEP(flag, acc[c], x[b + c * xcs]);              \
     }
-}
 
-typedef struct {
-    bool prod, group;
-    const int64_t *x;
-    int64_t RO, O, R, I;
-    uint64_t *part;
-} i64_ctx;
+#define INT_REDUCE(pre, TX, TA, STEP, ID, WHAT)                                                    \
+    BLOCK_FOLD(pre##_block, TX, TA, STEP)                                                          \
+    typedef struct {                                                                               \
+        bool flag, group;                                                                          \
+        const TX *x;                                                                               \
+        int64_t RO, O, R, I;                                                                       \
+        TA *part;                                                                                  \
+    } pre##_ctx;                                                                                   \
+    static void pre##_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,    \
+                           int64_t slot) {                                                         \
+        const pre##_ctx *c = vc;                                                                   \
+        int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;                      \
+        int64_t rows = nr / LANES, I = c->I;                                                       \
+        bool lanes = I == 1 && !c->group;                                                          \
+        TA acc[COL_BLOCK > LANES ? COL_BLOCK : LANES];                                             \
+        for (int64_t j = 0; j < (lanes ? LANES : nc); j++) acc[j] = ID(c->flag);                   \
+        for (int64_t ro = 0; ro < c->RO; ro++, off += step) {                                      \
+            if (lanes) {                                                                           \
+                pre##_block(c->flag, c->x, off, rows, LANES, LANES, 1, acc);                       \
+                pre##_block(c->flag, c->x, off + rows * LANES, 1, 0, nr - rows * LANES, 1, acc);   \
+            } else {                                                                               \
+                pre##_block(c->flag, c->x, off, nr, c->group ? 1 : I, nc, c->group ? nr : 1, acc); \
+            }                                                                                      \
+        }                                                                                          \
+        if (lanes)                                                                                 \
+            for (int j = 1; j < LANES; j++) acc[0] = STEP(c->flag, acc[0], acc[j]);                \
+        memcpy(c->part + slot * I + c0, acc, (size_t)(lanes ? 1 : nc) * sizeof(TA));               \
+    }                                                                                              \
+    static int pre##_run(bool flag, const TX *x, const dl_rshape *sh, TA *out) {                   \
+        int64_t O = sh->O, I = sh->I, n = O * I;                                                   \
+        if (n == 0) return 0;                                                                      \
+        if (sh->R * sh->RO == 0) {                                                                 \
+            for (int64_t i = 0; i < n; i++) out[i] = ID(flag);                                     \
+            return 0;                                                                              \
+        }                                                                                          \
+        split s;                                                                                   \
+        split_init(&s, sh, true, true, COL_BLOCK);                                                 \
+        TA *part = out;                                                                            \
+        if (s.nch > 1 && !(part = malloc(sizeof(TA) * (size_t)(n * s.nch))))                       \
+            return no_memory(WHAT);                                                                \
+        pre##_ctx c = {flag, s.group, x, sh->RO, O, sh->R, I, part};                               \
+        split_run(&s, pre##_item, &c);                                                             \
+        if (part == out) return 0;                                                                 \
+        for (int64_t o = 0; o < O; o++)                                                            \
+            for (int64_t i = 0; i < I; i++) {                                                      \
+                TA a = part[o * s.nch * I + i];                                                    \
+                for (int64_t ch = 1; ch < s.nch; ch++)                                             \
+                    a = STEP(flag, a, part[(o * s.nch + ch) * I + i]);                             \
+                out[o * I + i] = a;                                                                \
+            }                                                                                      \
+        free(part);                                                                                \
+        return 0;                                                                                  \
+    }
 
-static void i64_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
-                     int64_t slot) {
-    const i64_ctx *c = vc;
-    int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
-    uint64_t id = c->prod ? 1 : 0;
-    if (c->I == 1 && !c->group) {
-        uint64_t a[LANES];
-        for (int j = 0; j < LANES; j++) a[j] = id;
-        int64_t rows = nr / LANES;
-        for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
-            i64_block(c->prod, c->x, off, rows, LANES, LANES, 1, a);
-            i64_block(c->prod, c->x, off + rows * LANES, 1, 0, nr - rows * LANES, 1, a);
-        }
-        uint64_t r = a[0];
-        for (int j = 1; j < LANES; j++) r = c->prod ? r * a[j] : r + a[j];
-        c->part[slot] = r;
-        return;
-    }
-    uint64_t acc[COL_BLOCK];
-    for (int64_t j = 0; j < nc; j++) acc[j] = id;
-    for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
-        if (c->group)
-            i64_block(c->prod, c->x, off, nr, 1, nc, nr, acc);
-        else
-            i64_block(c->prod, c->x, off, nr, c->I, nc, 1, acc);
-    }
-    memcpy(c->part + slot * c->I + c0, acc, (size_t)nc * sizeof(uint64_t));
-}
+/* int64 sums (flag false) and products in unsigned arithmetic: overflow
+ * wraps around instead of being undefined */
+#define I64_STEP(prod, a, v) ((prod) ? (a) * (uint64_t)(v) : (a) + (uint64_t)(v))
+#define I64_ID(prod) (uint64_t)((prod) ? 1 : 0)
+INT_REDUCE(i64, int64_t, uint64_t, I64_STEP, I64_ID, "reduce")
 
 int dl_cpu_reduce_acc_i64(bool prod, const int64_t *x, const dl_rshape *sh, int64_t *out) {
-    int64_t O = sh->O, I = sh->I, n = O * I;
-    if (n == 0) return 0;
-    if (sh->R * sh->RO == 0) {
-        for (int64_t i = 0; i < n; i++) out[i] = prod ? 1 : 0;
-        return 0;
-    }
-    split s;
-    split_init(&s, sh, true, true, COL_BLOCK);
-    uint64_t *part = (uint64_t *)out;
-    if (s.nch > 1 && !(part = malloc(sizeof(uint64_t) * (size_t)(n * s.nch))))
-        return no_memory("reduce");
-    i64_ctx c = {prod, s.group, x, sh->RO, O, sh->R, I, part};
-    split_run(&s, i64_item, &c);
-    if (part != (uint64_t *)out) {
-        for (int64_t o = 0; o < O; o++)
-            for (int64_t i = 0; i < I; i++) {
-                uint64_t a = part[o * s.nch * I + i];
-                for (int64_t ch = 1; ch < s.nch; ch++) {
-                    uint64_t b = part[(o * s.nch + ch) * I + i];
-                    a = prod ? a * b : a + b;
-                }
-                out[o * I + i] = (int64_t)a;
-            }
-        free(part);
-    }
-    return 0;
+    return i64_run(prod, x, sh, (uint64_t *)out);
+}
+
+/* all (flag true) or any of bool bytes */
+#define AA_STEP(all, a, v) (uint8_t)((all) ? (a) & ((v) != 0) : (a) | ((v) != 0))
+#define AA_ID(all) (uint8_t)(all)
+INT_REDUCE(aa, uint8_t, uint8_t, AA_STEP, AA_ID, "all/any")
+
+int dl_cpu_reduce_allany(bool is_all, const uint8_t *x, const dl_rshape *sh, uint8_t *out) {
+    return aa_run(is_all, x, sh, out);
 }
 
 /* --- max / min with indices --------------------------------------------------------- */
@@ -850,38 +799,29 @@ static bool mm_better_i64(bool mx, int64_t v, int64_t i, int64_t bv, int64_t bi)
     return mx ? v > bv : v < bv;
 }
 
-/* Folds nr rows of nc columns into (bv, bi); element (r, c) is at
- * off + r*ld + c*xcs and has index i0 + r*rs + c*cs.  Rows come in
- * increasing index order, so a strict comparison keeps the first occurrence. */
-ALWAYS_INLINE void mm_block(bool mx, const void *x, bool f64, int64_t off, int64_t nr, int64_t ld,
-                            int64_t nc, int64_t xcs, double *restrict bv, int64_t *restrict bi,
-                            int64_t i0, int64_t rs, int64_t cs) {
-    for (int64_t r = 0, b = off; r < nr; r++, b += ld) {
-        int64_t ir = i0 + r * rs;
-#pragma omp simd
-        for (int64_t c = 0; c < nc; c++) {
-            double v = ldx(x, b + c * xcs, f64), cur = bv[c];
-            bool take = (mx ? v > cur : v < cur) || (v != v && cur == cur);
-            bv[c] = take ? v : cur;
-            bi[c] = take ? ir + c * cs : bi[c];
-        }
+/* name(mx, x, f64, off, nr, ld, nc, xcs, bv, bi, i0, rs, cs): folds nr rows
+ * of nc columns into (bv, bi); element (r, c) is at off + r*ld + c*xcs
+ * (LOAD(x, i, f64) reads it as T) and has index i0 + r*rs + c*cs.  Rows come
+ * in increasing index order, so a strict comparison keeps the first
+ * occurrence; a NaN (never in int64) beats a number. */
+#define MM_BLOCK(name, T, LOAD)                                                                    \
+    ALWAYS_INLINE void name(bool mx, const void *x, bool f64, int64_t off, int64_t nr, int64_t ld, \
+                            int64_t nc, int64_t xcs, T *restrict bv, int64_t *restrict bi,         \
+                            int64_t i0, int64_t rs, int64_t cs) {                                  \
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld) {                                       \
+            int64_t ir = i0 + r * rs;                                                              \
+            DL_PRAGMA(omp simd)                                                                    \
+            for (int64_t c = 0; c < nc; c++) {                                                     \
+                T v = LOAD(x, b + c * xcs, f64), cur = bv[c];                                      \
+                bool take = (mx ? v > cur : v < cur) || (v != v && cur == cur);                    \
+                bv[c] = take ? v : cur;                                                            \
+                bi[c] = take ? ir + c * cs : bi[c];                                                \
+            }                                                                                      \
+        }                                                                                          \
     }
-}
-
-ALWAYS_INLINE void mm_block_int(bool mx, const int64_t *x, int64_t off, int64_t nr, int64_t ld,
-                                int64_t nc, int64_t xcs, int64_t *restrict bv, int64_t *restrict bi,
-                                int64_t i0, int64_t rs, int64_t cs) {
-    for (int64_t r = 0, b = off; r < nr; r++, b += ld) {
-        int64_t ir = i0 + r * rs;
-#pragma omp simd
-        for (int64_t c = 0; c < nc; c++) {
-            int64_t v = x[b + c * xcs], cur = bv[c];
-            bool take = mx ? v > cur : v < cur;
-            bv[c] = take ? v : cur;
-            bi[c] = take ? ir + c * cs : bi[c];
-        }
-    }
-}
+#define LDI64(x, i, f64) ((void)(f64), ((const int64_t *)(x))[i])
+MM_BLOCK(mm_block, double, ldx)
+MM_BLOCK(mm_block_int, int64_t, LDI64)
 
 /* general strides */
 REDUCE_CLONES static void mm_any_f32(bool mx, const void *x, int64_t off, int64_t nr, int64_t ld,
@@ -897,7 +837,7 @@ REDUCE_CLONES static void mm_any_f64(bool mx, const void *x, int64_t off, int64_
 REDUCE_CLONES static void mm_any_i64(bool mx, const int64_t *x, int64_t off, int64_t nr, int64_t ld,
                                      int64_t nc, int64_t xcs, int64_t *bv, int64_t *bi, int64_t i0,
                                      int64_t rs, int64_t cs) {
-    mm_block_int(mx, x, off, nr, ld, nc, xcs, bv, bi, i0, rs, cs);
+    mm_block_int(mx, x, false, off, nr, ld, nc, xcs, bv, bi, i0, rs, cs);
 }
 /* rows of LANES contiguous elements, element (r, c) at index i0 + r*LANES + c */
 static void mm_lanes_f32(bool mx, const void *x, int64_t off, int64_t rows, double *bv, int64_t *bi,
@@ -910,7 +850,7 @@ static void mm_lanes_f64(bool mx, const void *x, int64_t off, int64_t rows, doub
 }
 static void mm_lanes_i64(bool mx, const int64_t *x, int64_t off, int64_t rows, int64_t *bv,
                          int64_t *bi, int64_t i0) {
-    mm_block_int(mx, x, off, rows, LANES, LANES, 1, bv, bi, i0, LANES, 1);
+    mm_block_int(mx, x, false, off, rows, LANES, LANES, 1, bv, bi, i0, LANES, 1);
 }
 
 typedef struct {
@@ -951,9 +891,9 @@ static void mm_fold_lanes(const mm_ctx *c, int64_t off, int64_t rows, double *dv
     }
 }
 
-/* The extreme (max when mx, else min) of the n floats at x, NaNs left out,
+/* The extreme (max when mx, else min) of the n doubles at x (float64 rows), NaNs left out,
  * in FLANES vector lanes; *nan: whether there was a NaN. */
-ALWAYS_INLINE double mm_ext(bool mx, const void *x, bool f64, int64_t n, bool *nan) {
+ALWAYS_INLINE double mm_ext(bool mx, const double *x, int64_t n, bool *nan) {
     double e[FLANES];
     int nn[FLANES];
     for (int j = 0; j < FLANES; j++) {
@@ -964,12 +904,12 @@ ALWAYS_INLINE double mm_ext(bool mx, const void *x, bool f64, int64_t n, bool *n
     for (; i + FLANES <= n; i += FLANES)
 #pragma omp simd
         for (int j = 0; j < FLANES; j++) {
-            double v = ldx(x, i + j, f64);
+            double v = x[i + j];
             e[j] = mx ? (v > e[j] ? v : e[j]) : (v < e[j] ? v : e[j]);
             nn[j] |= v != v;
         }
     for (int j = 0; i < n; i++, j++) {
-        double v = ldx(x, i, f64);
+        double v = x[i];
         e[j] = mx ? (v > e[j] ? v : e[j]) : (v < e[j] ? v : e[j]);
         nn[j] |= v != v;
     }
@@ -1022,7 +962,7 @@ REDUCE_CLONES static double mm_ext_f32(bool mx, const float *x, int64_t n, bool 
     return mx ? mm_ext_float(DL_ACC_MAX, x, n, nan) : mm_ext_float(DL_ACC_MIN, x, n, nan);
 }
 REDUCE_CLONES static double mm_ext_f64(bool mx, const double *x, int64_t n, bool *nan) {
-    return mx ? mm_ext(true, x, true, n, nan) : mm_ext(false, x, true, n, nan);
+    return mx ? mm_ext(true, x, n, nan) : mm_ext(false, x, n, nan);
 }
 
 /* Folds the n floats at x (indices i0..) into the best (*bv, *bi) so far,
@@ -1047,8 +987,9 @@ static void mm_row(bool mx, const void *x, bool f64, int64_t n, int64_t i0, doub
 /* mm_item for float16/bfloat16 input: the float32 item's scans on blocks
  * converted on the way (rows MM_CHUNK at a time, as mm_row goes; columns
  * any rows at a time; short rows side by side all at once). */
-static void mm_item_half(const mm_ctx *c, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
+static void mm_item_half(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
                          int64_t slot) {
+    const mm_ctx *c = vc;
     const uint16_t *x = c->x;
     float t[HBUF];
     int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
@@ -1058,7 +999,7 @@ static void mm_item_half(const mm_ctx *c, int64_t o, int64_t c0, int64_t nc, int
         for (int64_t ro = 0; ro < c->RO; ro++, off += step)
             for (int64_t i = 0; i < nr && bv == bv; i += MM_CHUNK) {
                 int64_t n = min64(nr - i, MM_CHUNK);
-                half_block(c->dt, x + off + i, 1, n, t);
+                half_block(c->dt, x + off + i, n, t);
                 mm_row(c->mx, t, false, n, r0 + i, &bv, &bi);
             }
         ((double *)c->pv)[slot] = bv;
@@ -1070,7 +1011,7 @@ static void mm_item_half(const mm_ctx *c, int64_t o, int64_t c0, int64_t nc, int
     mm_init(c, nc, dv, iv, bi, r0, 0);
     for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
         if (c->group) { /* nc rows of nr (nc*nr <= HBUF) side by side */
-            half_block(c->dt, x + off, 1, nc * nr, t);
+            half_block(c->dt, x + off, nc * nr, t);
             mm_any_f32(c->mx, t, 0, nr, 1, nc, nr, dv, bi, 0, 1, 0);
             continue;
         }
@@ -1088,10 +1029,6 @@ static void mm_item_half(const mm_ctx *c, int64_t o, int64_t c0, int64_t nc, int
 static void mm_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
                     int64_t slot) {
     const mm_ctx *c = vc;
-    if (is_half(c->dt)) {
-        mm_item_half(c, o, c0, nc, r0, nr, slot);
-        return;
-    }
     bool isint = c->dt == DL_DTYPE_I64;
     int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
     if (c->I == 1 && !c->group && !isint) {
@@ -1164,7 +1101,7 @@ int dl_cpu_reduce_minmax(bool is_max, const void *x, dl_dtype dt, const dl_rshap
         return no_memory("max/min");
     }
     mm_ctx c = {is_max, s.group, x, dt, sh->RO, O, sh->R, I, pv, pi};
-    split_run(&s, mm_item, &c);
+    split_run(&s, is_half(dt) ? mm_item_half : mm_item, &c);
     if (s.nch > 1) {
         for (int64_t o = 0; o < O; o++)
             for (int64_t i = 0; i < I; i++) {
@@ -1191,83 +1128,6 @@ int dl_cpu_reduce_minmax(bool is_max, const void *x, dl_dtype dt, const dl_rshap
     }
     if (pv != vals) free(pv);
     if (pi != idx) free(pi);
-    return 0;
-}
-
-/* --- all / any ---------------------------------------------------------------- */
-
-ALWAYS_INLINE void aa_block(bool all, const uint8_t *x, int64_t off, int64_t nr, int64_t ld,
-                            int64_t nc, int64_t xcs, uint8_t *restrict acc) {
-    if (all) {
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) acc[c] &= x[b + c * xcs] != 0;
-    } else {
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld)
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) acc[c] |= x[b + c * xcs] != 0;
-    }
-}
-
-typedef struct {
-    bool all, group;
-    const uint8_t *x;
-    int64_t RO, O, R, I;
-    uint8_t *part;
-} aa_ctx;
-
-static void aa_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
-                    int64_t slot) {
-    const aa_ctx *c = vc;
-    int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
-    uint8_t acc[COL_BLOCK > LANES ? COL_BLOCK : LANES];
-    if (c->I == 1 && !c->group) {
-        memset(acc, c->all, LANES);
-        int64_t rows = nr / LANES;
-        for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
-            aa_block(c->all, c->x, off, rows, LANES, LANES, 1, acc);
-            aa_block(c->all, c->x, off + rows * LANES, 1, 0, nr - rows * LANES, 1, acc);
-        }
-        uint8_t r = c->all;
-        for (int j = 0; j < LANES; j++) r = c->all ? (r & acc[j]) : (r | acc[j]);
-        c->part[slot] = r;
-        return;
-    }
-    memset(acc, c->all, (size_t)nc);
-    for (int64_t ro = 0; ro < c->RO; ro++, off += step) {
-        if (c->group)
-            aa_block(c->all, c->x, off, nr, 1, nc, nr, acc);
-        else
-            aa_block(c->all, c->x, off, nr, c->I, nc, 1, acc);
-    }
-    memcpy(c->part + slot * c->I + c0, acc, (size_t)nc);
-}
-
-int dl_cpu_reduce_allany(bool is_all, const uint8_t *x, const dl_rshape *sh, uint8_t *out) {
-    int64_t O = sh->O, I = sh->I, n = O * I;
-    if (n == 0) return 0;
-    if (sh->R * sh->RO == 0) {
-        memset(out, is_all, (size_t)n);
-        return 0;
-    }
-    split s;
-    split_init(&s, sh, true, true, COL_BLOCK);
-    uint8_t *part = out;
-    if (s.nch > 1 && !(part = malloc((size_t)(n * s.nch)))) return no_memory("all/any");
-    aa_ctx c = {is_all, s.group, x, sh->RO, O, sh->R, I, part};
-    split_run(&s, aa_item, &c);
-    if (part != out) {
-        for (int64_t o = 0; o < O; o++)
-            for (int64_t i = 0; i < I; i++) {
-                uint8_t a = is_all;
-                for (int64_t ch = 0; ch < s.nch; ch++) {
-                    uint8_t b = part[(o * s.nch + ch) * I + i];
-                    a = is_all ? (a & b) : (a | b);
-                }
-                out[o * I + i] = a;
-            }
-        free(part);
-    }
     return 0;
 }
 
@@ -1475,26 +1335,17 @@ typedef struct {
 
 /* sum of exp(x[i] - m) over the n values at x (float32: in float) */
 static double sumexp_chunk(const void *x, bool f64, int64_t n, double m) {
-    double a[FLANES] = {0};
-    if (f64) {
-        double t[LSE_CHUNK];
-        const double *xd = x;
-        for (int64_t i = 0; i < n; i++) t[i] = xd[i] - m;
-        char *d[2] = {(char *)t, (char *)t};
-        int64_t st[2] = {sizeof(double), sizeof(double)};
-        if (!dl_cpu_vec_unary_f64(DL_UNARY_EXP, d, st, n))
-            for (int64_t i = 0; i < n; i++) t[i] = exp(t[i]);
-        for (int64_t i = 0; i < n; i++) a[i % FLANES] += t[i];
-    } else {
-        float t[LSE_CHUNK], mf = (float)m;
-        const float *xf = x;
-        for (int64_t i = 0; i < n; i++) t[i] = xf[i] - mf;
-        char *d[2] = {(char *)t, (char *)t};
-        int64_t st[2] = {sizeof(float), sizeof(float)};
-        if (!dl_cpu_vec_unary_f32(DL_UNARY_EXP, d, st, n))
-            for (int64_t i = 0; i < n; i++) t[i] = expf(t[i]);
-        frow_sum_f32(DL_ACC_SUM, t, n, a);
-    }
+    double a[FLANES] = {0}, td[LSE_CHUNK];
+    float tf[LSE_CHUNK], mf = (float)m;
+    if (f64)
+        for (int64_t i = 0; i < n; i++) td[i] = ((const double *)x)[i] - m;
+    else
+        for (int64_t i = 0; i < n; i++) tf[i] = ((const float *)x)[i] - mf;
+    vexp(f64 ? (void *)td : (void *)tf, n, f64);
+    if (f64)
+        for (int64_t i = 0; i < n; i++) a[i % FLANES] += td[i];
+    else
+        frow_sum_f32(DL_ACC_SUM, tf, n, a);
     return lanes_combine(DL_ACC_SUM, a);
 }
 
@@ -1510,7 +1361,7 @@ static void lse_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, in
         const void *p = f64 ? (const void *)((const double *)c->x + at)
                             : (const void *)((const float *)c->x + at);
         if (is_half(c->dt)) {
-            half_block(c->dt, (const uint16_t *)c->x + at, 1, k, t);
+            half_block(c->dt, (const uint16_t *)c->x + at, k, t);
             p = t;
         }
         bool nan;
@@ -1547,8 +1398,8 @@ typedef struct {
 } lsec_ctx;
 
 /* Folds n rows (ld apart) of nc columns at xb into (m, s, nn); t: scratch
- * of n*nc.  vec is the vector exp kernel, sexp its scalar stand-in. */
-#define LSE_COLS_BLOCK(name, T, vec, sexp)                                                         \
+ * of n*nc. */
+#define LSE_COLS_BLOCK(name, T)                                                                    \
     static void name(const T *restrict xb, int64_t ld, int64_t n, int64_t nc, T *restrict m,       \
                      double *restrict s, int32_t *restrict nn, T *restrict t) {                    \
         T bm[COL_BLOCK], ms[COL_BLOCK];                                                            \
@@ -1568,19 +1419,15 @@ typedef struct {
             }                                                                                      \
             ms[c] = isinf(m[c]) ? 0 : m[c];                                                        \
         }                                                                                          \
-        for (int64_t r = 0; r < n; r++)                                                            \
-            DL_PRAGMA(omp simd)                                                                    \
-            for (int64_t c = 0; c < nc; c++) t[r * nc + c] = xb[r * ld + c] - ms[c];               \
-        char *d[2] = {(char *)t, (char *)t};                                                       \
-        const int64_t st[2] = {sizeof(T), sizeof(T)};                                              \
-        if (!vec(DL_UNARY_EXP, d, st, n * nc))                                                     \
-            for (int64_t k = 0; k < n * nc; k++) t[k] = sexp(t[k]);                                \
+        for (int64_t r = 0; r < n; r++) DL_PRAGMA(omp simd)                                        \
+        for (int64_t c = 0; c < nc; c++) t[r * nc + c] = xb[r * ld + c] - ms[c];                   \
+        vexp(t, n *nc, sizeof(T) == 8);                                                            \
         for (int64_t r = 0; r < n; r++)                                                            \
             DL_PRAGMA(omp simd) for (int64_t c = 0; c < nc; c++) s[c] += t[r * nc + c];            \
     }
 
-LSE_COLS_BLOCK(lse_cols_f32, float, dl_cpu_vec_unary_f32, expf)
-LSE_COLS_BLOCK(lse_cols_f64, double, dl_cpu_vec_unary_f64, exp)
+LSE_COLS_BLOCK(lse_cols_f32, float)
+LSE_COLS_BLOCK(lse_cols_f64, double)
 
 static void lsec_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
                       int64_t slot) {

@@ -108,6 +108,19 @@ SOFTMAX_CLONES static void row_backward_f32(float *gx, const float *gy, const fl
     }
 }
 
+/* one row of nc columns of the backward: xr = gr - exp(yr) t (log_softmax)
+ * or yr (gr - t), with t the columns' sums; xr may be gr */
+static inline __attribute__((always_inline)) void
+bwd_cols(float *xr, const float *gr, const float *yr, const float *t, int64_t nc, bool is_log) {
+    if (is_log) {
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) xr[c] = gr[c] - dl_cpu_expf(yr[c]) * t[c];
+    } else {
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) xr[c] = yr[c] * (gr[c] - t[c]);
+    }
+}
+
 /* Columns [i0, i0+nc) of outer slice x (D, inner). */
 SOFTMAX_CLONES static void cols_fwd_f32(float *y, const float *x, int64_t D, int64_t inner,
                                         int64_t nc, bool is_log) {
@@ -167,15 +180,7 @@ SOFTMAX_CLONES static void cols_backward_f32(float *gx, const float *gy, const f
     }
     for (int64_t c = 0; c < nc; c++) t[c] = (float)s[c];
     for (int64_t d = 0; d < D; d++) {
-        const float *gr = gy + d * inner, *yr = y + d * inner;
-        float *xr = gx + d * inner;
-        if (is_log) {
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) xr[c] = gr[c] - dl_cpu_expf(yr[c]) * t[c];
-        } else {
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) xr[c] = yr[c] * (gr[c] - t[c]);
-        }
+        bwd_cols(gx + d * inner, gy + d * inner, y + d * inner, t, nc, is_log);
     }
 }
 
@@ -260,33 +265,9 @@ static void cols_backward_f64(double *gx, const double *gy, const double *y, int
 /* rows up to this length are widened into a buffer on the stack */
 #define HROW 4096
 
-/* t[0..n) = the n halves at h (bf: bfloat16, else float16), exactly */
-static inline __attribute__((always_inline)) void
-widen(float *restrict t, const uint16_t *restrict h, int64_t n, bool bf) {
-    if (bf) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_bf16_to_float(h[j]);
-    } else {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) t[j] = dl_cpu_half_to_float(h[j]);
-    }
-}
-
 /* v rounded to nearest even to bfloat16 (bf) or float16 */
 static inline __attribute__((always_inline)) uint16_t narrow1(float v, bool bf) {
     return bf ? dl_cpu_float_to_bf16(v) : dl_cpu_float_to_half(v);
-}
-
-/* h[0..n) = t[0..n) rounded to nearest even */
-static inline __attribute__((always_inline)) void
-narrow(uint16_t *restrict h, const float *restrict t, int64_t n, bool bf) {
-    if (bf) {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) h[j] = dl_cpu_float_to_bf16(t[j]);
-    } else {
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) h[j] = dl_cpu_float_to_half(t[j]);
-    }
 }
 
 /* One row (inner == 1) of the forward through buf (D floats): widened
@@ -320,8 +301,8 @@ SOFTMAX_CLONES static void row_fwd_half(uint16_t *y, const uint16_t *x, int64_t 
 SOFTMAX_CLONES static void row_backward_half(uint16_t *gx, const uint16_t *gy, const uint16_t *y,
                                              int64_t D, bool is_log, bool bf, float *buf) {
     float *g = buf, *v = buf + D;
-    widen(g, gy, D, bf);
-    widen(v, y, D, bf);
+    dl_cpu_widen(g, gy, D, bf);
+    dl_cpu_widen(v, y, D, bf);
     float t = row_gsum_f32(g, v, D, is_log);
     if (is_log) {
 #pragma omp simd
@@ -340,18 +321,18 @@ SOFTMAX_CLONES static void cols_fwd_half(uint16_t *y, const uint16_t *x, int64_t
     double s[COLS];
     for (int64_t c = 0; c < nc; c++) m[c] = -INFINITY, s[c] = 0;
     for (int64_t d = 0; d < D; d++) {
-        widen(v, x + d * inner, nc, bf);
+        dl_cpu_widen(v, x + d * inner, nc, bf);
 #pragma omp simd
         for (int64_t c = 0; c < nc; c++) m[c] = v[c] > m[c] ? v[c] : m[c];
     }
     for (int64_t d = 0; d < D; d++) {
-        widen(v, x + d * inner, nc, bf);
+        dl_cpu_widen(v, x + d * inner, nc, bf);
 #pragma omp simd
         for (int64_t c = 0; c < nc; c++) s[c] += dl_cpu_expf(v[c] - m[c]);
     }
     for (int64_t c = 0; c < nc; c++) t[c] = is_log ? m[c] + (float)log(s[c]) : (float)(1.0 / s[c]);
     for (int64_t d = 0; d < D; d++) {
-        widen(v, x + d * inner, nc, bf);
+        dl_cpu_widen(v, x + d * inner, nc, bf);
         if (is_log) {
 #pragma omp simd
             for (int64_t c = 0; c < nc; c++) v[c] = v[c] - t[c];
@@ -359,7 +340,7 @@ SOFTMAX_CLONES static void cols_fwd_half(uint16_t *y, const uint16_t *x, int64_t
 #pragma omp simd
             for (int64_t c = 0; c < nc; c++) v[c] = dl_cpu_expf(v[c] - m[c]) * t[c];
         }
-        narrow(y + d * inner, v, nc, bf);
+        dl_cpu_narrow(y + d * inner, v, nc, bf);
     }
 }
 
@@ -371,28 +352,22 @@ SOFTMAX_CLONES static void cols_backward_half(uint16_t *gx, const uint16_t *gy, 
     float t[COLS], g[COLS], v[COLS];
     for (int64_t c = 0; c < nc; c++) s[c] = 0;
     for (int64_t d = 0; d < D; d++) {
-        widen(g, gy + d * inner, nc, bf);
+        dl_cpu_widen(g, gy + d * inner, nc, bf);
         if (is_log) {
 #pragma omp simd
             for (int64_t c = 0; c < nc; c++) s[c] += g[c];
         } else {
-            widen(v, y + d * inner, nc, bf);
+            dl_cpu_widen(v, y + d * inner, nc, bf);
 #pragma omp simd
             for (int64_t c = 0; c < nc; c++) s[c] += (double)(g[c] * v[c]);
         }
     }
     for (int64_t c = 0; c < nc; c++) t[c] = (float)s[c];
     for (int64_t d = 0; d < D; d++) {
-        widen(g, gy + d * inner, nc, bf);
-        widen(v, y + d * inner, nc, bf);
-        if (is_log) {
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) g[c] = g[c] - dl_cpu_expf(v[c]) * t[c];
-        } else {
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) g[c] = v[c] * (g[c] - t[c]);
-        }
-        narrow(gx + d * inner, g, nc, bf);
+        dl_cpu_widen(g, gy + d * inner, nc, bf);
+        dl_cpu_widen(v, y + d * inner, nc, bf);
+        bwd_cols(g, g, v, t, nc, is_log);
+        dl_cpu_narrow(gx + d * inner, g, nc, bf);
     }
 }
 

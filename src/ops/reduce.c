@@ -926,26 +926,57 @@ dl_tensor *dl_logsumexp(dl_tensor *x, int ndims, const int *dims, bool keepdim) 
 
 /* --- max, min and their indices ------------------------------------------------------------ */
 
-/* The start of a selecting reduction (max/min, median) of x over mask: x in
- * its compute dtype (*xc, a new reference; half_ok: float16/bfloat16 stay
- * as they are where half_direct allows) and the plan *p over it; the
- * result's shape in oshape.  Returns the result's rank, or -1 with the
- * error. */
+/* A selecting reduction (max/min, median) of x over mask: x in its compute
+ * dtype (xc, a new reference; float16/bfloat16 stay as they are where
+ * half_ok and half_direct allow), the plan p over it, the result's rank and
+ * shape, the dtypes the kernel reads (ct) and writes its values in (kt). */
+typedef struct {
+    dl_tensor *xc;
+    rplan p;
+    int ond;
+    int64_t oshape[DL_MAX_DIMS];
+    dl_dtype ct, kt;
+} selection;
+
+/* Fills *s for x over mask, *vals and *idx (either may be NULL) set to
+ * NULL; 0, or -1 with the error and nothing held. */
 static int select_begin(const char *op, dl_tensor *x, const bool *mask, bool keepdim, bool full,
-                        bool half_ok, dl_tensor **xc, rplan *p, int64_t *oshape) {
-    *xc = NULL;
+                        bool half_ok, selection *s, dl_tensor **vals, dl_tensor **idx) {
+    if (vals) *vals = NULL;
+    if (idx) *idx = NULL;
+    s->xc = NULL;
     if (check_device(op, x)) return -1;
-    int ond = reduced_shape(x, mask, keepdim, oshape);
-    *xc = half_ok && half_direct(x)
-              ? dl_tensor_retain(x)
-              : dl_tensor_to_dtype(x, is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64);
-    if (!*xc) return -1;
-    if (plan_make(*xc, mask, full, p)) {
-        dl_tensor_release(*xc);
-        *xc = NULL;
+    s->ond = reduced_shape(x, mask, keepdim, s->oshape);
+    s->xc =
+        half_ok && half_direct(x)
+            ? dl_tensor_retain(x)
+            : dl_tensor_to_dtype(x, is_float(x->dtype) ? float_compute(x->dtype) : DL_DTYPE_I64);
+    if (!s->xc) return -1;
+    if (plan_make(s->xc, mask, full, &s->p)) {
+        dl_tensor_release(s->xc);
+        s->xc = NULL;
         return -1;
     }
-    return ond;
+    s->ct = s->xc->dtype;
+    s->kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
+    return 0;
+}
+
+/* Ends a selection: frees what s holds; with rc == 0 hands the values vo
+ * and indices io to *vals and *idx (released where those are NULL), else
+ * releases them.  Returns rc. */
+static int select_end(selection *s, int rc, dl_tensor *vo, dl_tensor *io, dl_tensor **vals,
+                      dl_tensor **idx) {
+    dl_tensor_release(s->p.src);
+    dl_tensor_release(s->xc);
+    if (rc) {
+        dl_tensor_release(vo);
+        dl_tensor_release(io);
+        return rc;
+    }
+    dl_op_optional_out(vals, vo);
+    dl_op_optional_out(idx, io);
+    return 0;
 }
 
 /* Max or min over mask: values (x's dtype) into *vals and/or int64 indices
@@ -953,14 +984,8 @@ static int select_begin(const char *op, dl_tensor *x, const bool *mask, bool kee
  * in logical row-major order over the whole tensor (a flat index). */
 static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool keepdim, bool full,
                   dl_tensor **vals, dl_tensor **idx) {
-    if (vals) *vals = NULL;
-    if (idx) *idx = NULL;
-    int64_t oshape[DL_MAX_DIMS];
-    dl_tensor *xc;
-    rplan p;
-    int ond = select_begin(op, x, mask, keepdim, full, true, &xc, &p, oshape);
-    if (ond < 0) return -1;
-    dl_dtype ct = xc->dtype, kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
+    selection S;
+    if (select_begin(op, x, mask, keepdim, full, true, &S, vals, idx)) return -1;
     dl_tensor *vo = NULL, *io = NULL;
     sink sv = {NULL, NULL}, si = {NULL, NULL};
     void *va = NULL, *ia = NULL;
@@ -968,34 +993,26 @@ static int minmax(const char *op, bool mx, dl_tensor *x, const bool *mask, bool 
     dl_tensor *own_hold = NULL;
     bool vopen = false, iopen = false;
     int rc = 0;
-    if (p.nred == 0 && p.s.O * p.s.I > 0) rc = empty_error(op, x, mask, full);
-    if (!rc && idx && p.s.RO != 1) rc = dl_error("%s: internal error: indices over split dims", op);
+    if (S.p.nred == 0 && S.p.s.O * S.p.s.I > 0) rc = empty_error(op, x, mask, full);
+    if (!rc && idx && S.p.s.RO != 1)
+        rc = dl_error("%s: internal error: indices over split dims", op);
     if (!rc && vals) {
-        vo = dl_tensor_empty(ond, oshape, x->dtype, p.dev);
-        rc = vo ? sink_open(&sv, vo, kt, xc, mask, keepdim, &p, &va) : -1;
+        vo = dl_tensor_empty(S.ond, S.oshape, x->dtype, S.p.dev);
+        rc = vo ? sink_open(&sv, vo, S.kt, S.xc, mask, keepdim, &S.p, &va) : -1;
         vopen = rc == 0;
     }
     if (!rc && idx) {
-        io = dl_tensor_empty(ond, oshape, DL_DTYPE_I64, p.dev);
-        rc = io ? sink_open(&si, io, DL_DTYPE_I64, xc, mask, keepdim, &p, &ia) : -1;
+        io = dl_tensor_empty(S.ond, S.oshape, DL_DTYPE_I64, S.p.dev);
+        rc = io ? sink_open(&si, io, DL_DTYPE_I64, S.xc, mask, keepdim, &S.p, &ia) : -1;
         iopen = rc == 0;
     }
     /* values nobody asked for still need a place (8 bytes each: double or int64) */
-    if (!rc && !vals && !(va = own = scratch(&p, p.s.O * p.s.I + 1, &own_hold, op))) rc = -1;
-    if (!rc) rc = k_minmax(&p, mx, ct, va, ia);
+    if (!rc && !vals && !(va = own = scratch(&S.p, S.p.s.O * S.p.s.I + 1, &own_hold, op))) rc = -1;
+    if (!rc) rc = k_minmax(&S.p, mx, S.ct, va, ia);
     if (own) scratch_free(own, own_hold);
     if (vopen) rc = sink_close(&sv, rc);
     if (iopen) rc = sink_close(&si, rc);
-    dl_tensor_release(p.src);
-    dl_tensor_release(xc);
-    if (rc) {
-        dl_tensor_release(vo);
-        dl_tensor_release(io);
-        return -1;
-    }
-    if (vals) *vals = vo;
-    if (idx) *idx = io;
-    return 0;
+    return select_end(&S, rc, vo, io, vals, idx);
 }
 
 /* Values only: floats take the vectorised accumulation, integers minmax. */
@@ -1138,45 +1155,30 @@ dl_tensor *dl_any(dl_tensor *x, int ndims, const int *dims, bool keepdim) {
 
 static int median(dl_tensor *x, const bool *mask, bool keepdim, dl_tensor **vals, dl_tensor **idx) {
     const char *op = "median";
-    *vals = NULL;
-    if (idx) *idx = NULL;
-    int64_t oshape[DL_MAX_DIMS];
-    dl_tensor *xc;
-    rplan p;
-    int ond = select_begin(op, x, mask, keepdim, false, false, &xc, &p, oshape);
-    if (ond < 0) return -1;
-    dl_dtype ct = xc->dtype, kt = is_float(x->dtype) ? DL_DTYPE_F64 : DL_DTYPE_I64;
-    dl_tensor *vo = dl_tensor_empty(ond, oshape, x->dtype, p.dev);
-    dl_tensor *io = dl_tensor_empty(ond, oshape, DL_DTYPE_I64, p.dev);
+    selection S;
+    if (select_begin(op, x, mask, keepdim, false, false, &S, vals, idx)) return -1;
+    dl_tensor *vo = dl_tensor_empty(S.ond, S.oshape, x->dtype, S.p.dev);
+    dl_tensor *io = dl_tensor_empty(S.ond, S.oshape, DL_DTYPE_I64, S.p.dev);
     sink sv = {NULL, NULL}, si = {NULL, NULL};
     void *va = NULL, *ia = NULL;
-    int rc = vo && io ? sink_open(&sv, vo, kt, xc, mask, keepdim, &p, &va) : -1;
+    int rc = vo && io ? sink_open(&sv, vo, S.kt, S.xc, mask, keepdim, &S.p, &va) : -1;
     bool vopen = rc == 0, iopen = false, nan_fill = false;
-    if (!rc) iopen = (rc = sink_open(&si, io, DL_DTYPE_I64, xc, mask, keepdim, &p, &ia)) == 0;
-    if (!rc && p.nred == 0 && p.s.O * p.s.I > 0) {
+    if (!rc) iopen = (rc = sink_open(&si, io, DL_DTYPE_I64, S.xc, mask, keepdim, &S.p, &ia)) == 0;
+    if (!rc && S.p.nred == 0 && S.p.s.O * S.p.s.I > 0) {
         if (idx)
             rc = empty_error(op, x, mask, false);
-        else if (p.cuda)
+        else if (S.p.cuda)
             nan_fill = true; /* filled below, on the device */
         else
             *(double *)va = NAN; /* median of an empty tensor: nan, as PyTorch */
     } else if (!rc) {
         /* one reduced dim (or all of them): RO is 1 */
-        rc = k_median(&p, ct, va, ia);
+        rc = k_median(&S.p, S.ct, va, ia);
     }
     if (iopen) rc = sink_close(&si, rc);
     if (vopen) rc = sink_close(&sv, rc);
     if (!rc && nan_fill) rc = dl_tensor_fill_(vo, NAN);
-    dl_tensor_release(p.src);
-    dl_tensor_release(xc);
-    if (rc) {
-        dl_tensor_release(vo);
-        dl_tensor_release(io);
-        return -1;
-    }
-    *vals = vo;
-    dl_op_optional_out(idx, io);
-    return 0;
+    return select_end(&S, rc, vo, io, vals, idx);
 }
 
 dl_tensor *dl_median_all(dl_tensor *x) {
