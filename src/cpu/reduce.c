@@ -43,6 +43,7 @@
 #define FLANES 64       /* float32 sums, max/min scans: lanes along a contiguous row */
 #define MM_CHUNK 1024   /* max/min with indices: elements scanned per chunk of a row */
 #define LSE_CHUNK 1024  /* logsumexp along rows: elements per max-then-exp step */
+#define LSE_SUPER 16384 /* logsumexp over inner dims: elements per max-then-exp step */
 #define COL_BLOCK 256   /* columns (or short rows) folded together */
 #define WIDE_COLS 2048  /* columns folded together by the float32 folds */
 #define FBLK 8          /* float32 sums and products: rows of lanes or columns per flush */
@@ -502,6 +503,29 @@ static void frow_f32(dl_acc_kind k, const float *x, int64_t n, double *acc) {
         frow_sum_f32(k, x, n, acc);
 }
 
+/* The fold of RO rows of n floats (step apart) from x, lanes combined, in
+ * one clone (rows may be short: no call or lane round trip per row) */
+ALWAYS_INLINE double frows(dl_acc_kind k, const float *x, int64_t n, int64_t RO, int64_t step) {
+    double a[FLANES];
+    for (int j = 0; j < FLANES; j++) a[j] = acc_identity(k);
+    for (int64_t ro = 0; ro < RO; ro++, x += step) frow(k, x, n, a);
+    return lanes_combine(k, a);
+}
+#define FROWS(K) r = frows(K, x, n, RO, step)
+REDUCE_ROW_CLONES static double frows_sum_f32(dl_acc_kind k, const float *x, int64_t n, int64_t RO,
+                                              int64_t step) {
+    double r = 0;
+    FSUM_SWITCH(k, FROWS);
+    return r;
+}
+REDUCE_CLONES static double frows_ext_f32(dl_acc_kind k, const float *x, int64_t n, int64_t RO,
+                                          int64_t step) {
+    double r = 0;
+    FEXT_SWITCH(k, FROWS);
+    return r;
+}
+#undef FROWS
+
 REDUCE_CLONES static void fcols_f32(dl_acc_kind k, const float *x, int64_t nr, int64_t ld,
                                     int64_t nc, double *acc) {
     float fe[WIDE_COLS];
@@ -518,10 +542,8 @@ static void ffold_item(const acc_ctx *c, int64_t o, int64_t c0, int64_t nc, int6
     const float *x = c->x;
     int64_t off = (o * c->R + r0) * c->I + c0, step = c->O * c->R * c->I;
     if (c->I == 1) {
-        double a[FLANES];
-        for (int j = 0; j < FLANES; j++) a[j] = acc_identity(c->k);
-        for (int64_t ro = 0; ro < c->RO; ro++, off += step) frow_f32(c->k, x + off, nr, a);
-        c->part[slot] = lanes_combine(c->k, a);
+        c->part[slot] = fext(c->k) ? frows_ext_f32(c->k, x + off, nr, c->RO, step)
+                                   : frows_sum_f32(c->k, x + off, nr, c->RO, step);
         return;
     }
     double id = acc_identity(c->k), acc[WIDE_COLS];
@@ -539,7 +561,7 @@ ALWAYS_INLINE bool is_half(dl_dtype dt) {
 }
 
 /* n contiguous half values at x as floats into t */
-static void half_block(dl_dtype dt, const uint16_t *x, int64_t n, float *t) {
+REDUCE_CLONES static void half_block(dl_dtype dt, const uint16_t *x, int64_t n, float *t) {
     dl_cpu_widen(t, x, n, dt == DL_DTYPE_BF16);
 }
 
@@ -706,8 +728,14 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
 #define BLOCK_FOLD(name, TX, TA, STEP)                                                             \
     ALWAYS_INLINE void name(bool flag, const TX *x, int64_t off, int64_t nr, int64_t ld,           \
                             int64_t nc, int64_t xcs, TA *restrict acc) {                           \
-        for (int64_t r = 0, b = off; r < nr; r++, b += ld) DL_PRAGMA(omp simd)                     \
-        for (int64_t c = 0; c < nc; c++) acc[c] = STEP(flag, acc[c], x[b + c * xcs]);              \
+        for (int64_t r = 0, b = off; r < nr; r++, b += ld)                                         \
+            if (flag) {                                                                            \
+                DL_PRAGMA(omp simd)                                                                \
+                for (int64_t c = 0; c < nc; c++) acc[c] = STEP(true, acc[c], x[b + c * xcs]);      \
+            } else {                                                                               \
+                DL_PRAGMA(omp simd)                                                                \
+                for (int64_t c = 0; c < nc; c++) acc[c] = STEP(false, acc[c], x[b + c * xcs]);     \
+            }                                                                                      \
     }
 
 #define INT_REDUCE(pre, TX, TA, STEP, ID, WHAT)                                                    \
@@ -730,8 +758,10 @@ int dl_cpu_reduce_acc(dl_acc_kind kind, const void *x, dl_dtype dt, const dl_rsh
             if (lanes) {                                                                           \
                 pre##_block(c->flag, c->x, off, rows, LANES, LANES, 1, acc);                       \
                 pre##_block(c->flag, c->x, off + rows * LANES, 1, 0, nr - rows * LANES, 1, acc);   \
+            } else if (c->group) {                                                                 \
+                pre##_block(c->flag, c->x, off, nr, 1, nc, nr, acc);                               \
             } else {                                                                               \
-                pre##_block(c->flag, c->x, off, nr, c->group ? 1 : I, nc, c->group ? nr : 1, acc); \
+                pre##_block(c->flag, c->x, off, nr, I, nc, 1, acc);                                \
             }                                                                                      \
         }                                                                                          \
         if (lanes)                                                                                 \
@@ -1397,62 +1427,92 @@ typedef struct {
     double *pm, *ps; /* (O, nch, I) running max (NaN: a NaN was seen) and sum */
 } lsec_ctx;
 
-/* Folds n rows (ld apart) of nc columns at xb into (m, s, nn); t: scratch
- * of n*nc. */
-#define LSE_COLS_BLOCK(name, T)                                                                    \
-    static void name(const T *restrict xb, int64_t ld, int64_t n, int64_t nc, T *restrict m,       \
-                     double *restrict s, int32_t *restrict nn, T *restrict t) {                    \
-        T bm[COL_BLOCK], ms[COL_BLOCK];                                                            \
-        for (int64_t c = 0; c < nc; c++) bm[c] = -INFINITY;                                        \
-        for (int64_t r = 0; r < n; r++) {                                                          \
-            const T *row = xb + r * ld;                                                            \
-            DL_PRAGMA(omp simd) for (int64_t c = 0; c < nc; c++) {                                 \
-                T v = row[c];                                                                      \
+/* rows [r, r+n) (ld apart) of nc columns of x (dtype dt) as T, with their
+ * ld in *lo: in place, or float16/bfloat16 converted into xb */
+static const float *lse_rows_f32(const void *x, dl_dtype dt, int64_t r, int64_t ld, int64_t n,
+                                 int64_t nc, float *xb, int64_t *lo) {
+    *lo = is_half(dt) ? nc : ld;
+    if (!is_half(dt)) return (const float *)x + r * ld;
+    half_rows(dt, (const uint16_t *)x + r * ld, ld, n, nc, xb);
+    return xb;
+}
+static const double *lse_rows_f64(const void *x, dl_dtype dt, int64_t r, int64_t ld, int64_t n,
+                                  int64_t nc, double *xb, int64_t *lo) {
+    (void)dt, (void)n, (void)nc, (void)xb;
+    *lo = ld;
+    return (const double *)x + r * ld;
+}
+
+/* Folds n rows (ld apart; a super-block, in L2 after its first read) of nc
+ * columns at x into (m, s, nn): the rows' column maxima first (LSE_CHUNK
+ * elements at a time), s rescaled by exp(m_old - m_new) (both finite) where
+ * they raise m, then exp(x - m) of blocks through the vector exp, added in
+ * double.  An infinite m subtracts nothing. */
+#define LSE_COLS(name, T, ROWS)                                                                    \
+    REDUCE_CLONES static void name(const void *x, dl_dtype dt, int64_t ld, int64_t n, int64_t nc,  \
+                                   T *restrict m, double *restrict s, int32_t *restrict nn) {      \
+        T bm[COL_BLOCK], ms[COL_BLOCK], t[LSE_CHUNK], xb[LSE_CHUNK];                               \
+        double e[COL_BLOCK];                                                                       \
+        int64_t lb = LSE_CHUNK / nc, lr;                                                           \
+        int32_t raised = 0;                                                                        \
+        for (int64_t c = 0; c < nc; c++) bm[c] = m[c];                                             \
+        for (int64_t r = 0; r < n; r += lb) {                                                      \
+            int64_t k = min64(n - r, lb);                                                          \
+            const T *xr = ROWS(x, dt, r, ld, k, nc, xb, &lr);                                      \
+            for (int64_t q = 0; q < k; q++) DL_PRAGMA(omp simd)                                    \
+            for (int64_t c = 0; c < nc; c++) {                                                     \
+                T v = xr[q * lr + c];                                                              \
                 nn[c] |= v != v;                                                                   \
                 bm[c] = v > bm[c] ? v : bm[c];                                                     \
             }                                                                                      \
         }                                                                                          \
-        for (int64_t c = 0; c < nc; c++) {                                                         \
-            if (bm[c] > m[c]) {                                                                    \
-                if (isfinite(m[c])) s[c] *= exp((double)m[c] - (double)bm[c]);                     \
+        for (int64_t c = 0; c < nc; c++) raised |= bm[c] > m[c];                                   \
+        if (raised) {                                                                              \
+            for (int64_t c = 0; c < nc; c++)                                                       \
+                e[c] = isfinite(m[c]) && isfinite(bm[c]) ? (double)m[c] - (double)bm[c] : 0.0;     \
+            vexp(e, nc, true);                                                                     \
+            for (int64_t c = 0; c < nc; c++) {                                                     \
+                s[c] *= e[c];                                                                      \
                 m[c] = bm[c];                                                                      \
             }                                                                                      \
-            ms[c] = isinf(m[c]) ? 0 : m[c];                                                        \
         }                                                                                          \
-        for (int64_t r = 0; r < n; r++) DL_PRAGMA(omp simd)                                        \
-        for (int64_t c = 0; c < nc; c++) t[r * nc + c] = xb[r * ld + c] - ms[c];                   \
-        vexp(t, n *nc, sizeof(T) == 8);                                                            \
-        for (int64_t r = 0; r < n; r++)                                                            \
-            DL_PRAGMA(omp simd) for (int64_t c = 0; c < nc; c++) s[c] += t[r * nc + c];            \
+        for (int64_t c = 0; c < nc; c++) ms[c] = isinf(m[c]) ? 0 : m[c];                           \
+        for (int64_t r = 0; r < n; r += lb) {                                                      \
+            int64_t k = min64(n - r, lb);                                                          \
+            const T *xr = ROWS(x, dt, r, ld, k, nc, xb, &lr);                                      \
+            for (int64_t q = 0; q < k; q++) DL_PRAGMA(omp simd)                                    \
+            for (int64_t c = 0; c < nc; c++) t[q * nc + c] = xr[q * lr + c] - ms[c];               \
+            vexp(t, k *nc, sizeof(T) == 8);                                                        \
+            for (int64_t q = 0; q < k; q++) DL_PRAGMA(omp simd)                                    \
+            for (int64_t c = 0; c < nc; c++) s[c] += t[q * nc + c];                                \
+        }                                                                                          \
     }
 
-LSE_COLS_BLOCK(lse_cols_f32, float)
-LSE_COLS_BLOCK(lse_cols_f64, double)
+LSE_COLS(lse_cols_f32, float, lse_rows_f32)
+LSE_COLS(lse_cols_f64, double, lse_rows_f64)
 
 static void lsec_item(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r0, int64_t nr,
                       int64_t slot) {
     const lsec_ctx *c = vc;
     const bool f64 = c->dt == DL_DTYPE_F64;
-    double s[COL_BLOCK], md[COL_BLOCK], td[LSE_CHUNK];
-    float mf[COL_BLOCK], tf[LSE_CHUNK], xb[LSE_CHUNK];
+    const size_t es = f64 ? 8 : c->dt == DL_DTYPE_F32 ? 4 : 2;
+    double s[COL_BLOCK], md[COL_BLOCK];
+    float mf[COL_BLOCK];
     int32_t nn[COL_BLOCK];
-    int64_t lb = LSE_CHUNK / nc, I = c->I;
+    int64_t sb = LSE_SUPER / nc, I = c->I;
     for (int64_t j = 0; j < nc; j++) {
         s[j] = 0;
         nn[j] = 0;
         md[j] = mf[j] = -INFINITY;
     }
     for (int64_t ro = 0; ro < c->RO; ro++)
-        for (int64_t r = 0; r < nr; r += lb) {
-            int64_t n = min64(nr - r, lb), at = ((ro * c->O + o) * c->R + r0 + r) * I + c0;
-            if (f64) {
-                lse_cols_f64((const double *)c->x + at, I, n, nc, md, s, nn, td);
-            } else if (is_half(c->dt)) {
-                half_rows(c->dt, (const uint16_t *)c->x + at, I, n, nc, xb);
-                lse_cols_f32(xb, nc, n, nc, mf, s, nn, tf);
-            } else {
-                lse_cols_f32((const float *)c->x + at, I, n, nc, mf, s, nn, tf);
-            }
+        for (int64_t r = 0; r < nr; r += sb) {
+            int64_t n = min64(nr - r, sb), at = ((ro * c->O + o) * c->R + r0 + r) * I + c0;
+            const char *p = (const char *)c->x + (size_t)at * es;
+            if (f64)
+                lse_cols_f64(p, c->dt, I, n, nc, md, s, nn);
+            else
+                lse_cols_f32(p, c->dt, I, n, nc, mf, s, nn);
         }
     for (int64_t j = 0; j < nc; j++) {
         c->pm[slot * I + c0 + j] = nn[j] ? NAN : f64 ? md[j] : mf[j];
