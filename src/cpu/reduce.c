@@ -578,7 +578,7 @@ static int64_t min64(int64_t a, int64_t b) {
 /* acc_item for float16/bfloat16 input, without a float32 copy: the float32
  * item's folds in its order on blocks converted on the way (exact), so every
  * kind gives the float32 copy's result bit for bit.  The block edges keep
- * the folds' own: rows go LSE_CHUNK elements at a time (whole FBLK blocks of
+ * the folds' own: rows go HBUF elements at a time (whole FBLK blocks of
  * lanes), columns whole FBLK blocks of rows (the float folds; 256-column
  * slices, whole register tiles) or any rows (the others), short rows side by
  * side all at once; extremes of split blocks combine as one fold would. */
@@ -595,8 +595,8 @@ static void acc_item_half(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r
         for (int j = 0; j < FLANES; j++) a[j] = id;
         for (int j = 0; j < LANES; j++) sh[j] = c->shift ? c->shift[o] : 0;
         for (int64_t ro = 0; ro < c->RO; ro++, off += step)
-            for (int64_t i = 0; i < nr; i += LSE_CHUNK) {
-                int64_t n = min64(nr - i, LSE_CHUNK), rows = n / LANES;
+            for (int64_t i = 0; i < nr; i += HBUF) {
+                int64_t n = min64(nr - i, HBUF), rows = n / LANES;
                 half_block(c->dt, x + off + i, n, t);
                 if (c->ffold) {
                     frow_f32(k, t, n, a);
