@@ -300,10 +300,7 @@ static int l_record_function(lua_State *L) {
 
 static int t_grad_fn_name(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
-    if (t->grad_fn)
-        lua_pushstring(L, t->grad_fn->name);
-    else
-        lua_pushnil(L);
+    lua_pushstring(L, t->grad_fn ? t->grad_fn->name : NULL); /* NULL: nil */
     return 1;
 }
 

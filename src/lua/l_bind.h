@@ -31,6 +31,9 @@ dl_tensor *dlL_checktensor(lua_State *L, int idx);
 int dlL_pushtensor(lua_State *L, dl_tensor *t);
 /* Raises dl_last_error() as a Lua error (never returns). */
 int dlL_fail(lua_State *L);
+/* The end of an in-place binding: rc != 0 raises dl_last_error(); else the
+ * tensor changed in place (argument 1) is returned.  Returns 1. */
+int dlL_pushself(lua_State *L, int rc);
 
 /* A tensor, or a number/boolean turned into a 0-dim tensor of the type
  * PyTorch would give the scalar against `like` (NULL: default types).
@@ -81,6 +84,8 @@ void dlL_optpair(lua_State *L, int opts, const char *op, const char *key, const 
 void dlL_checkpair(lua_State *L, int idx, const char *op, const char *what, int64_t out[2]);
 void dlL_optneed(lua_State *L, int opts, const char *op, bool need[3]);
 int dlL_pushtensor3(lua_State *L, dl_tensor *a, dl_tensor *b, dl_tensor *c);
+/* Pushes t (taking ownership, as dlL_pushtensor) or nil when t is NULL.  Returns 1. */
+int dlL_pushopttensor(lua_State *L, dl_tensor *t);
 void dlL_nomore(lua_State *L, int last, const char *op);
 /* The tensors of the array at idx (what names it in errors), in a userdata
  * array pushed on the stack (freed with it; the tensors stay referenced by

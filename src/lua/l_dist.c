@@ -56,11 +56,7 @@ static int l_local_rank(lua_State *L) {
     return push_int(L, "get_local_rank", dl_dist_local_rank());
 }
 static int l_backend(lua_State *L) {
-    const char *b = dl_dist_backend();
-    if (b)
-        lua_pushstring(L, b);
-    else
-        lua_pushnil(L);
+    lua_pushstring(L, dl_dist_backend()); /* NULL: nil */
     return 1;
 }
 static int l_wait_seconds(lua_State *L) {
@@ -77,9 +73,7 @@ static int l_all_reduce(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     static const char *const ops[] = {"sum", "avg", "max", "min", NULL};
     int op = luaL_checkoption(L, 2, "sum", ops);
-    if (dl_dist_all_reduce(t, (dl_reduce_op)op)) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_dist_all_reduce(t, (dl_reduce_op)op));
 }
 
 static int l_broadcast(lua_State *L) {
@@ -88,9 +82,7 @@ static int l_broadcast(lua_State *L) {
     if (src < 0 || src > 1 << 30)
         return luaL_error(L, "dist.broadcast: src rank %d is out of range (ranks are 0-based)",
                           (int)src);
-    if (dl_dist_broadcast(t, (int)src)) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_dist_broadcast(t, (int)src));
 }
 
 static int l_all_gather(lua_State *L) {
@@ -111,9 +103,7 @@ static int l_all_gather(lua_State *L) {
             return luaL_error(L, "dist.all_gather: tensor_list[%d] is not a tensor", i + 1);
         lua_pop(L, 1); /* the list keeps it alive */
     }
-    if (dl_dist_all_gather(out, t)) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_dist_all_gather(out, t));
 }
 
 static int l_barrier(lua_State *L) {

@@ -233,14 +233,25 @@ static int l_gather(lua_State *L) {
     return dlL_pushtensor(L, r);
 }
 
+/* The arguments scatter, index_fill and index_copy share: self at 1, dim at
+ * 2, the index at 3 (negatives allowed when allow_negative) and a src tensor
+ * (src_only) or src/value at 4.  Returns the index (a new reference: every
+ * other argument has been checked by then). */
+static dl_tensor *check_write_args(lua_State *L, const char *op, int src_only, int allow_negative,
+                                   dl_tensor **t, int *dim) {
+    *t = dlL_checktensor(L, 1);
+    *dim = dlL_checkdim(L, 2);
+    if (src_only && !dlL_totensor(L, 4))
+        luaL_error(L, "%s: src must be a tensor, got %s", op, luaL_typename(L, 4));
+    check_value(L, 4, op);
+    return check_index(L, 3, op, 0, allow_negative);
+}
+
 /* t:scatter(dim, index, src | value), in place or not; add: scatter_add */
 static int scatter_common(lua_State *L, const char *op, int inplace, int add) {
-    dl_tensor *t = dlL_checktensor(L, 1);
-    int dim = dlL_checkdim(L, 2);
-    if (add && !dlL_totensor(L, 4))
-        return luaL_error(L, "%s: src must be a tensor, got %s", op, luaL_typename(L, 4));
-    check_value(L, 4, op);
-    dl_tensor *idx = check_index(L, 3, op, 0, 0);
+    dl_tensor *t;
+    int dim;
+    dl_tensor *idx = check_write_args(L, op, add, 0, &t, &dim);
     dl_tensor *src = dlL_totensor(L, 4);
     dl_tensor *val = src ? NULL : value_tensor(L, 4, t);
     if (!src && !val) {
@@ -260,12 +271,7 @@ static int scatter_common(lua_State *L, const char *op, int inplace, int add) {
     }
     dl_tensor_release(val);
     dl_tensor_release(idx);
-    if (inplace) {
-        if (rc) return dlL_fail(L);
-        lua_settop(L, 1);
-        return 1;
-    }
-    return dlL_pushtensor(L, r);
+    return inplace ? dlL_pushself(L, rc) : dlL_pushtensor(L, r);
 }
 
 static int l_scatter(lua_State *L) {
@@ -283,29 +289,23 @@ static int l_scatter_add_(lua_State *L) {
 
 /* t:index_fill(dim, index, value) / t:index_copy(dim, index, src), (_ in place) */
 static int index_write(lua_State *L, const char *op, int inplace, int copy) {
-    dl_tensor *t = dlL_checktensor(L, 1);
-    int dim = dlL_checkdim(L, 2);
-    if (copy && !dlL_totensor(L, 4))
-        return luaL_error(L, "%s: src must be a tensor, got %s", op, luaL_typename(L, 4));
-    check_value(L, 4, op);
-    dl_tensor *idx = check_index(L, 3, op, 0, !copy);
+    dl_tensor *t;
+    int dim;
+    dl_tensor *idx = check_write_args(L, op, copy, !copy, &t, &dim);
     dl_tensor *val = value_tensor(L, 4, t);
     if (!val) {
         dl_tensor_release(idx);
         return dlL_fail(L);
     }
-    if (inplace) {
-        int rc = copy ? dl_index_copy_(t, dim, idx, val) : dl_index_fill_(t, dim, idx, val);
-        dl_tensor_release(val);
-        dl_tensor_release(idx);
-        if (rc) return dlL_fail(L);
-        lua_settop(L, 1);
-        return 1;
-    }
-    dl_tensor *r = copy ? dl_index_copy(t, dim, idx, val) : dl_index_fill(t, dim, idx, val);
+    int rc = 0;
+    dl_tensor *r = NULL;
+    if (inplace)
+        rc = copy ? dl_index_copy_(t, dim, idx, val) : dl_index_fill_(t, dim, idx, val);
+    else
+        r = copy ? dl_index_copy(t, dim, idx, val) : dl_index_fill(t, dim, idx, val);
     dl_tensor_release(val);
     dl_tensor_release(idx);
-    return dlL_pushtensor(L, r);
+    return inplace ? dlL_pushself(L, rc) : dlL_pushtensor(L, r);
 }
 
 static int l_index_fill(lua_State *L) {
@@ -528,16 +528,12 @@ static int l_triu(lua_State *L) {
 
 static int l_tril_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
-    if (dl_tril_(t, opt_diagonal(L, "tril_"))) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_tril_(t, opt_diagonal(L, "tril_")));
 }
 
 static int l_triu_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
-    if (dl_triu_(t, opt_diagonal(L, "triu_"))) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_triu_(t, opt_diagonal(L, "triu_")));
 }
 
 void dlL_open_index(lua_State *L) {

@@ -193,42 +193,36 @@ static int l_normal(lua_State *L) {
 
 /* --- in place ------------------------------------------------------------- */
 
-static int done_inplace(lua_State *L, int rc) {
-    if (rc) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
-}
-
 static int t_uniform_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     double a = luaL_optnumber(L, 2, 0), b = luaL_optnumber(L, 3, 1);
-    return done_inplace(L, dl_uniform_(t, a, b, NULL));
+    return dlL_pushself(L, dl_uniform_(t, a, b, NULL));
 }
 
 static int t_normal_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     double mean = luaL_optnumber(L, 2, 0), std = luaL_optnumber(L, 3, 1);
-    return done_inplace(L, dl_normal_(t, mean, std, NULL));
+    return dlL_pushself(L, dl_normal_(t, mean, std, NULL));
 }
 
 static int t_random_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     lua_Integer low, high;
     read_range(L, 2, "random_", &low, &high);
-    return done_inplace(L, dl_random_(t, low, high, NULL));
+    return dlL_pushself(L, dl_random_(t, low, high, NULL));
 }
 
 static int t_bernoulli_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     dl_tensor *p = dlL_totensor(L, 2);
-    if (p) return done_inplace(L, dl_bernoulli_tensor_(t, p, NULL));
+    if (p) return dlL_pushself(L, dl_bernoulli_tensor_(t, p, NULL));
     if (!lua_isnoneornil(L, 2) && lua_type(L, 2) != LUA_TNUMBER)
         return luaL_argerror(L, 2,
                              lua_pushfstring(L,
                                              "bernoulli_: probability (number or "
                                              "tensor) expected, got %s",
                                              luaL_typename(L, 2)));
-    return done_inplace(L, dl_bernoulli_(t, luaL_optnumber(L, 2, 0.5), NULL));
+    return dlL_pushself(L, dl_bernoulli_(t, luaL_optnumber(L, 2, 0.5), NULL));
 }
 
 void dlL_open_random(lua_State *L) {

@@ -34,6 +34,12 @@ int dlL_fail(lua_State *L) {
     return luaL_error(L, "%s", msg[0] ? msg : "unknown error");
 }
 
+int dlL_pushself(lua_State *L, int rc) {
+    if (rc) return dlL_fail(L);
+    lua_settop(L, 1);
+    return 1;
+}
+
 /* Collection pacing: a full collection whenever the bytes allocated (by the
  * process) since this state's last one exceed the larger of 64 MB and an
  * eighth of the bytes alive after it.  Garbage tensors then add at most about
@@ -344,14 +350,18 @@ void dlL_optneed(lua_State *L, int opts, const char *op, bool need[3]) {
     lua_pop(L, 1);
 }
 
-int dlL_pushtensor3(lua_State *L, dl_tensor *a, dl_tensor *b, dl_tensor *c) {
-    dl_tensor *t[3] = {a, b, c};
-    for (int i = 0; i < 3; i++) {
-        if (t[i])
-            dlL_pushtensor(L, t[i]);
-        else
-            lua_pushnil(L);
+int dlL_pushopttensor(lua_State *L, dl_tensor *t) {
+    if (!t) {
+        lua_pushnil(L);
+        return 1;
     }
+    return dlL_pushtensor(L, t);
+}
+
+int dlL_pushtensor3(lua_State *L, dl_tensor *a, dl_tensor *b, dl_tensor *c) {
+    dlL_pushopttensor(L, a);
+    dlL_pushopttensor(L, b);
+    dlL_pushopttensor(L, c);
     return 3;
 }
 
@@ -379,13 +389,17 @@ dl_tensor **dlL_checktensors(lua_State *L, int idx, const char *op, const char *
     return ts;
 }
 
-lua_Number dlL_optnumber(lua_State *L, int idx, const char *key, lua_Number def) {
+/* Pushes option key of the table at idx (nil when absent); true when present,
+ * where it must be of Lua type `want` (else an error: it must be `what`). */
+static bool opt_present(lua_State *L, int idx, const char *key, int want, const char *what) {
     int ty = dlL_optfield(L, idx, key);
-    lua_Number v = def;
-    if (ty == LUA_TNUMBER)
-        v = lua_tonumber(L, -1);
-    else if (ty != LUA_TNIL)
-        luaL_error(L, "option '%s' must be a number, got %s", key, lua_typename(L, ty));
+    if (ty != LUA_TNIL && ty != want)
+        luaL_error(L, "option '%s' must be %s, got %s", key, what, lua_typename(L, ty));
+    return ty != LUA_TNIL;
+}
+
+lua_Number dlL_optnumber(lua_State *L, int idx, const char *key, lua_Number def) {
+    lua_Number v = opt_present(L, idx, key, LUA_TNUMBER, "a number") ? lua_tonumber(L, -1) : def;
     lua_pop(L, 1);
     return v;
 }
@@ -402,12 +416,7 @@ lua_Integer dlL_optinteger(lua_State *L, int idx, const char *key, lua_Integer d
 }
 
 int dlL_optboolean(lua_State *L, int idx, const char *key, int def) {
-    int ty = dlL_optfield(L, idx, key);
-    int v = def;
-    if (ty == LUA_TBOOLEAN)
-        v = lua_toboolean(L, -1);
-    else if (ty != LUA_TNIL)
-        luaL_error(L, "option '%s' must be a boolean, got %s", key, lua_typename(L, ty));
+    int v = opt_present(L, idx, key, LUA_TBOOLEAN, "a boolean") ? lua_toboolean(L, -1) : def;
     lua_pop(L, 1);
     return v;
 }
@@ -497,10 +506,7 @@ static int t_index(lua_State *L) {
     } else if (strcmp(k, "requires_grad") == 0) {
         lua_pushboolean(L, t->requires_grad);
     } else if (strcmp(k, "grad") == 0) {
-        if (t->grad)
-            dlL_pushtensor(L, dl_tensor_retain(t->grad));
-        else
-            lua_pushnil(L);
+        dlL_pushopttensor(L, dl_tensor_retain(t->grad));
     } else if (strcmp(k, "data") == 0) {
         dlL_pushtensor(L, dl_detach(t));
     } else if (strcmp(k, "is_leaf") == 0) {
@@ -840,9 +846,7 @@ static int t_copy_(lua_State *L) {
     dl_tensor *src = dlL_checktensorish(L, 2, t);
     int rc = dl_copy_(t, src);
     dl_tensor_release(src);
-    if (rc) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, rc);
 }
 
 static int t_fill_(lua_State *L) {
@@ -864,9 +868,7 @@ static int t_fill_(lua_State *L) {
 }
 
 static int t_zero_(lua_State *L) {
-    if (dl_fill_(dlL_checktensor(L, 1), 0)) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_fill_(dlL_checktensor(L, 1), 0));
 }
 
 static int t_storage_offset(lua_State *L) {
