@@ -88,11 +88,8 @@ dl_tok_trainer *dl_tok_trainer_new(const dl_tok_train_opts *o, const char *what)
         dl_error("%s: the unk token must be one of the special tokens", what);
         return NULL;
     }
-    dl_tok_trainer *tr = calloc(1, sizeof *tr);
-    if (!tr) {
-        dl_error("%s: out of memory", what);
-        return NULL;
-    }
+    dl_tok_trainer *tr = dl_zalloc(sizeof *tr, "%s: out of memory", what);
+    if (!tr) return NULL;
     tr->o = *o;
     tr->o.special = NULL;
     tr->o.special_len = NULL;

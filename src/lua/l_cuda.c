@@ -524,11 +524,8 @@ static host_block *host_get(size_t n) {
         host_settle(b);
         return b;
     }
-    b = calloc(1, sizeof *b);
-    if (!b) {
-        dl_error("pin_memory: out of memory");
-        return NULL;
-    }
+    b = dl_zalloc(sizeof *b, "pin_memory: out of memory");
+    if (!b) return NULL;
     b->size = n ? n : 1;
     b->p = dl_cuda_rt->host_alloc(b->size);
     if (!b->p) {

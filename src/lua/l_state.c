@@ -222,11 +222,8 @@ static int open_libs(lua_State *L) {
 }
 
 dl_state *dl_state_open(void) {
-    dl_state *S = calloc(1, sizeof *S);
-    if (!S) {
-        dl_error("dl_state_open: out of memory");
-        return NULL;
-    }
+    dl_state *S = dl_zalloc(sizeof *S, "dl_state_open: out of memory");
+    if (!S) return NULL;
     S->gen.seed = DL_DEFAULT_SEED;
     S->grad_enabled = true;
     S->L = luaL_newstate();
