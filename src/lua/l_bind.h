@@ -62,6 +62,17 @@ void dlL_pushdtype(lua_State *L, dl_dtype t);
  * and sets *next to the first argument after the shape. */
 int dlL_checkshape(lua_State *L, int idx, int64_t *shape, int *next);
 
+/* A new tensor's options {dtype=, device=, requires_grad=} (the creation and
+ * random families).  dlL_checkcreateopts reads them from the table at idx
+ * (none/nil: the defaults given; an unknown key is an error). */
+typedef struct {
+    dl_dtype dtype;
+    dl_device device;
+    int requires_grad;
+} dlL_createopts;
+dlL_createopts dlL_checkcreateopts(lua_State *L, int idx, const char *op, dl_dtype def_dtype,
+                                   dl_device def_device);
+
 /* Raises an error if the table at idx has a key not in the NULL-terminated
  * list `allowed`.  Does nothing when idx is none/nil. */
 void dlL_checkoptions(lua_State *L, int idx, const char *op, const char *const *allowed);

@@ -7,29 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-typedef struct {
-    dl_dtype dtype;
-    dl_device device;
-    int requires_grad;
-} create_opts;
-
-static const char *const create_keys[] = {"dtype", "device", "requires_grad", NULL};
-
-/* Reads {dtype=, device=, requires_grad=} at idx (none/nil allowed). */
-static create_opts read_opts(lua_State *L, int idx, const char *op, dl_dtype def_dtype,
-                             dl_device def_device) {
-    create_opts o = {def_dtype, def_device, 0};
-    if (lua_isnoneornil(L, idx)) return o;
-    dlL_checkoptions(L, idx, op, create_keys);
-    if (dlL_optfield(L, idx, "dtype") != LUA_TNIL) o.dtype = dlL_checkdtype(L, -1);
-    lua_pop(L, 1);
-    if (dlL_optfield(L, idx, "device") != LUA_TNIL) o.device = dlL_checkdevice(L, -1);
-    lua_pop(L, 1);
-    o.requires_grad = dlL_optboolean(L, idx, "requires_grad", 0);
-    return o;
-}
-
-static int finish(lua_State *L, dl_tensor *t, const create_opts *o) {
+static int finish(lua_State *L, dl_tensor *t, const dlL_createopts *o) {
     if (t && o->requires_grad) {
         if (!dl_dtype_is_floating(t->dtype)) {
             dl_tensor_release(t);
@@ -59,7 +37,7 @@ static int create_filled(lua_State *L, const char *op, int has_value) {
     dl_dtype def = DL_DTYPE_F32;
     if (has_value == 1 && lua_isinteger(L, value_idx)) def = DL_DTYPE_I64;
     if (has_value == 1 && lua_isboolean(L, value_idx)) def = DL_DTYPE_BOOL;
-    create_opts o = read_opts(L, next, op, def, DL_CPU);
+    dlL_createopts o = dlL_checkcreateopts(L, next, op, def, DL_CPU);
     if (!lua_isnone(L, next + 1)) return luaL_argerror(L, next + 1, "unexpected argument");
     dl_tensor *t;
     if (has_value == -1)
@@ -99,7 +77,7 @@ static int l_full(lua_State *L) {
 static int l_ones(lua_State *L) {
     int64_t shape[DL_MAX_DIMS];
     int next, n = dlL_checkshape(L, 1, shape, &next);
-    create_opts o = read_opts(L, next, "ones", DL_DTYPE_F32, DL_CPU);
+    dlL_createopts o = dlL_checkcreateopts(L, next, "ones", DL_DTYPE_F32, DL_CPU);
     return finish(L, dl_tensor_full(n, shape, 1, o.dtype, o.device), &o);
 }
 
@@ -113,7 +91,7 @@ static int create_like(lua_State *L, const char *op, int kind) {
         value = lua_isboolean(L, 2) ? lua_toboolean(L, 2) : lua_tonumber(L, 2);
         next = 3;
     }
-    create_opts o = read_opts(L, next, op, t->dtype, dl_tensor_device(t));
+    dlL_createopts o = dlL_checkcreateopts(L, next, op, t->dtype, dl_tensor_device(t));
     /* a channels-last t gives a channels-last result (PyTorch's preserve_format) */
     bool keep = dl_is_channels_last(t) && !dl_tensor_is_contiguous(t);
     dl_tensor *r = keep ? dl_tensor_empty_like_layout(t, o.dtype, o.device)
@@ -153,7 +131,8 @@ static int l_arange(lua_State *L) {
         end = lua_tonumber(L, 2);
         if (nnum == 3) step = lua_tonumber(L, 3);
     }
-    create_opts o = read_opts(L, nnum + 1, "arange", allint ? DL_DTYPE_I64 : DL_DTYPE_F32, DL_CPU);
+    dlL_createopts o =
+        dlL_checkcreateopts(L, nnum + 1, "arange", allint ? DL_DTYPE_I64 : DL_DTYPE_F32, DL_CPU);
     if (step == 0) return luaL_error(L, "arange: step must be nonzero");
     if (!isfinite(start) || !isfinite(end) || !isfinite(step))
         return luaL_error(L, "arange: start, end and step must be finite");
@@ -187,7 +166,7 @@ static int l_linspace(lua_State *L) {
     double a = luaL_checknumber(L, 1), b = luaL_checknumber(L, 2);
     lua_Integer n = luaL_checkinteger(L, 3);
     if (n < 0) return luaL_argerror(L, 3, "linspace: number of steps must be non-negative");
-    create_opts o = read_opts(L, 4, "linspace", DL_DTYPE_F32, DL_CPU);
+    dlL_createopts o = dlL_checkcreateopts(L, 4, "linspace", DL_DTYPE_F32, DL_CPU);
     int64_t len = n;
     dl_tensor *t = dl_tensor_empty(1, &len, o.dtype, DL_CPU);
     if (!t) return dlL_fail(L);
@@ -217,7 +196,7 @@ static int l_eye(lua_State *L) {
         next = 3;
     }
     if (n < 0 || m < 0) return luaL_error(L, "eye: sizes must be non-negative");
-    create_opts o = read_opts(L, next, "eye", DL_DTYPE_F32, DL_CPU);
+    dlL_createopts o = dlL_checkcreateopts(L, next, "eye", DL_DTYPE_F32, DL_CPU);
     int64_t shape[2] = {n, m};
     dl_tensor *t = dl_tensor_zeros(2, shape, o.dtype, DL_CPU);
     if (!t) return dlL_fail(L);
@@ -321,7 +300,7 @@ static void nest_fill(lua_State *L, int idx, const nest_info *ni, int depth, cha
 static int l_tensor(lua_State *L) {
     dl_tensor *src = dlL_totensor(L, 1);
     if (src) { /* dl.tensor(t [, opts]): a copy */
-        create_opts o = read_opts(L, 2, "tensor", src->dtype, dl_tensor_device(src));
+        dlL_createopts o = dlL_checkcreateopts(L, 2, "tensor", src->dtype, dl_tensor_device(src));
         dl_tensor *a = dl_tensor_to_dtype(src, o.dtype);
         dl_tensor *b = a ? (a == src ? dl_tensor_clone(a) : dl_tensor_retain(a)) : NULL;
         dl_tensor_release(a);
@@ -344,7 +323,7 @@ static int l_tensor(lua_State *L) {
                    : ni.has_int  ? DL_DTYPE_I64
                    : ni.has_bool ? DL_DTYPE_BOOL
                                  : DL_DTYPE_F32;
-    create_opts o = read_opts(L, 2, "tensor", def, DL_CPU);
+    dlL_createopts o = dlL_checkcreateopts(L, 2, "tensor", def, DL_CPU);
     dl_tensor *t = dl_tensor_empty(ni.ndim, ni.shape, o.dtype, DL_CPU);
     if (!t) return dlL_fail(L);
     char *p = t->storage->data;

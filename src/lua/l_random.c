@@ -20,18 +20,9 @@
 #include "ops/elementwise.h"
 #include "ops/random.h"
 
-typedef struct {
-    dl_dtype dtype;
-    dl_device device;
-    int requires_grad;
-} random_opts;
-
-static const char *const option_keys[] = {"dtype", "device", "requires_grad", NULL};
-
 /* Reads {dtype=, device=, requires_grad=} at idx and checks nothing follows. */
-static random_opts read_opts(lua_State *L, int idx, const char *op, dl_dtype dtype,
-                             dl_device device) {
-    random_opts o = {dtype, device, 0};
+static dlL_createopts read_opts(lua_State *L, int idx, const char *op, dl_dtype dtype,
+                                dl_device device) {
     if (!lua_isnone(L, idx + 1) || (!lua_isnoneornil(L, idx) && !lua_istable(L, idx))) {
         int bad = lua_isnone(L, idx + 1) ? idx : idx + 1;
         luaL_argerror(L, bad,
@@ -40,12 +31,7 @@ static random_opts read_opts(lua_State *L, int idx, const char *op, dl_dtype dty
                                       "a trailing table",
                                       op, luaL_typename(L, bad)));
     }
-    dlL_checkoptions(L, idx, op, option_keys);
-    if (dlL_optfield(L, idx, "dtype") != LUA_TNIL) o.dtype = dlL_checkdtype(L, -1);
-    lua_pop(L, 1);
-    if (dlL_optfield(L, idx, "device") != LUA_TNIL) o.device = dlL_checkdevice(L, -1);
-    lua_pop(L, 1);
-    o.requires_grad = dlL_optboolean(L, idx, "requires_grad", 0);
+    dlL_createopts o = dlL_checkcreateopts(L, idx, op, dtype, device);
     if (o.requires_grad && !dl_dtype_is_floating(o.dtype))
         luaL_error(L, "%s: only floating-point tensors can require gradients (dtype %s)", op,
                    dl_dtype_name(o.dtype));
@@ -57,7 +43,7 @@ static void need_floating(lua_State *L, const char *op, dl_dtype dt) {
         luaL_error(L, "%s: expected a floating-point dtype, got %s", op, dl_dtype_name(dt));
 }
 
-static int push_new(lua_State *L, dl_tensor *t, const random_opts *o) {
+static int push_new(lua_State *L, dl_tensor *t, const dlL_createopts *o) {
     if (t && o->requires_grad) t->requires_grad = true;
     return dlL_pushtensor(L, t);
 }
@@ -67,7 +53,7 @@ static int push_new(lua_State *L, dl_tensor *t, const random_opts *o) {
 static int rand_or_randn(lua_State *L, const char *op, int normal) {
     int64_t shape[DL_MAX_DIMS];
     int next, n = dlL_checkshape(L, 1, shape, &next);
-    random_opts o = read_opts(L, next, op, DL_DTYPE_F32, DL_CPU);
+    dlL_createopts o = read_opts(L, next, op, DL_DTYPE_F32, DL_CPU);
     need_floating(L, op, o.dtype);
     dl_tensor *t = normal ? dl_randn(n, shape, o.dtype, o.device, NULL)
                           : dl_rand(n, shape, o.dtype, o.device, NULL);
@@ -108,13 +94,13 @@ static int l_randint(lua_State *L) {
                                              luaL_typename(L, sidx)));
     int64_t shape[DL_MAX_DIMS];
     int n = dlL_checkshape(L, sidx, shape, NULL);
-    random_opts o = read_opts(L, sidx + 1, "randint", DL_DTYPE_I64, DL_CPU);
+    dlL_createopts o = read_opts(L, sidx + 1, "randint", DL_DTYPE_I64, DL_CPU);
     return push_new(L, dl_randint(low, high, n, shape, o.dtype, o.device, NULL), &o);
 }
 
 static int l_randperm(lua_State *L) {
     lua_Integer n = luaL_checkinteger(L, 1);
-    random_opts o = read_opts(L, 2, "randperm", DL_DTYPE_I64, DL_CPU);
+    dlL_createopts o = read_opts(L, 2, "randperm", DL_DTYPE_I64, DL_CPU);
     return push_new(L, dl_randperm(n, 1, o.dtype, o.device, NULL), &o);
 }
 
@@ -122,7 +108,7 @@ static int like(lua_State *L, const char *op, int kind) {
     dl_tensor *t = dlL_checktensor(L, 1);
     lua_Integer low = 0, high = 0;
     int next = kind == 2 ? read_range(L, 2, op, &low, &high) : 2;
-    random_opts o = read_opts(L, next, op, t->dtype, dl_tensor_device(t));
+    dlL_createopts o = read_opts(L, next, op, t->dtype, dl_tensor_device(t));
     if (kind == 2)
         return push_new(L, dl_randint(low, high, t->ndim, t->shape, o.dtype, o.device, NULL), &o);
     need_floating(L, op, o.dtype);
@@ -161,7 +147,7 @@ static int l_normal(lua_State *L) {
                                                  luaL_typename(L, 3)));
         int64_t shape[DL_MAX_DIMS];
         int n = dlL_checkshape(L, 3, shape, NULL);
-        random_opts o = read_opts(L, 4, op, DL_DTYPE_F32, DL_CPU);
+        dlL_createopts o = read_opts(L, 4, op, DL_DTYPE_F32, DL_CPU);
         need_floating(L, op, o.dtype);
         dl_tensor *t = dl_tensor_empty(n, shape, o.dtype, o.device);
         if (!t) return dlL_fail(L);

@@ -389,6 +389,20 @@ dl_tensor **dlL_checktensors(lua_State *L, int idx, const char *op, const char *
     return ts;
 }
 
+dlL_createopts dlL_checkcreateopts(lua_State *L, int idx, const char *op, dl_dtype def_dtype,
+                                   dl_device def_device) {
+    static const char *const keys[] = {"dtype", "device", "requires_grad", NULL};
+    dlL_createopts o = {def_dtype, def_device, 0};
+    if (lua_isnoneornil(L, idx)) return o;
+    dlL_checkoptions(L, idx, op, keys);
+    if (dlL_optfield(L, idx, "dtype") != LUA_TNIL) o.dtype = dlL_checkdtype(L, -1);
+    lua_pop(L, 1);
+    if (dlL_optfield(L, idx, "device") != LUA_TNIL) o.device = dlL_checkdevice(L, -1);
+    lua_pop(L, 1);
+    o.requires_grad = dlL_optboolean(L, idx, "requires_grad", 0);
+    return o;
+}
+
 /* Pushes option key of the table at idx (nil when absent); true when present,
  * where it must be of Lua type `want` (else an error: it must be `what`). */
 static bool opt_present(lua_State *L, int idx, const char *key, int want, const char *what) {
