@@ -107,6 +107,20 @@ dl_tensor **dlL_checktensors(lua_State *L, int idx, const char *op, const char *
  * table.  Either list may be NULL. */
 void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods);
 
+/* Bindings that serve several Lua names told apart by a small integer (a
+ * kind, or flags): as luaL_Reg, plus that integer.  dlL_register_kinds adds
+ * each entry as a closure of func to the dl module (functions) and to the
+ * Tensor methods (methods), either may be NULL; inside, dlL_kind(L) is the
+ * entry's integer and dlL_opname(L) its Lua name (for messages). */
+typedef struct {
+    const char *name;
+    lua_CFunction func;
+    int kind;
+} dlL_KindReg;
+void dlL_register_kinds(lua_State *L, const dlL_KindReg *functions, const dlL_KindReg *methods);
+int dlL_kind(lua_State *L);
+const char *dlL_opname(lua_State *L);
+
 /* Registers the userdata class `name` (its metatable in the registry, as
  * luaL_checkudata finds it): the metamethods of meta (__gc, __close, __len,
  * __tostring ...) and, unless methods is NULL, __index = a table of methods.

@@ -21,8 +21,21 @@ static int finish(lua_State *L, dl_tensor *t, const dlL_createopts *o) {
     return dlL_pushtensor(L, t);
 }
 
-/* fn(shape..., opts) */
-static int create_filled(lua_State *L, const char *op, int has_value) {
+/* finish for t, filled on the CPU: moved to the device asked for first */
+static int finish_on_device(lua_State *L, dl_tensor *t, const dlL_createopts *o) {
+    if (t && o->device.type != DL_DEVICE_CPU) {
+        dl_tensor *d = dl_tensor_to_device(t, o->device);
+        dl_tensor_release(t);
+        t = d;
+    }
+    return finish(L, t, o);
+}
+
+/* empty / zeros / full(shape... [, value], opts); kind (has_value): -1
+ * empty, 0 zeros, 1 full (a value follows the shape) */
+static int create_filled(lua_State *L) {
+    const char *op = dlL_opname(L);
+    int has_value = dlL_kind(L);
     int64_t shape[DL_MAX_DIMS];
     int next, n = dlL_checkshape(L, 1, shape, &next);
     double value = 0;
@@ -60,18 +73,7 @@ static int create_filled(lua_State *L, const char *op, int has_value) {
         dl_tensor_release(s);
     } else
         t = dl_tensor_full(n, shape, value, o.dtype, o.device);
-    (void)op;
     return finish(L, t, &o);
-}
-
-static int l_empty(lua_State *L) {
-    return create_filled(L, "empty", -1);
-}
-static int l_zeros(lua_State *L) {
-    return create_filled(L, "zeros", 0);
-}
-static int l_full(lua_State *L) {
-    return create_filled(L, "full", 1);
 }
 
 static int l_ones(lua_State *L) {
@@ -81,8 +83,11 @@ static int l_ones(lua_State *L) {
     return finish(L, dl_tensor_full(n, shape, 1, o.dtype, o.device), &o);
 }
 
-/* x_like(t [, value], opts) */
-static int create_like(lua_State *L, const char *op, int kind) {
+/* x_like(t [, value], opts); kind: -1 empty, 0 zeros, 1 ones, 2 full (a
+ * value follows t) */
+static int create_like(lua_State *L) {
+    const char *op = dlL_opname(L);
+    int kind = dlL_kind(L);
     dl_tensor *t = dlL_checktensor(L, 1);
     int next = 2;
     double value = kind == 1 ? 1 : 0;
@@ -101,19 +106,6 @@ static int create_like(lua_State *L, const char *op, int kind) {
         r = NULL;
     }
     return finish(L, r, &o);
-}
-
-static int l_empty_like(lua_State *L) {
-    return create_like(L, "empty_like", -1);
-}
-static int l_zeros_like(lua_State *L) {
-    return create_like(L, "zeros_like", 0);
-}
-static int l_ones_like(lua_State *L) {
-    return create_like(L, "ones_like", 1);
-}
-static int l_full_like(lua_State *L) {
-    return create_like(L, "full_like", 2);
 }
 
 /* arange(end) | arange(start, end [, step]) [, opts]; end exclusive as in PyTorch */
@@ -153,12 +145,7 @@ static int l_arange(lua_State *L) {
         for (int64_t i = 0; i < n; i++)
             dl_store_f64(p + i * isz, o.dtype, start + (double)i * step);
     }
-    if (o.device.type != DL_DEVICE_CPU) {
-        dl_tensor *d = dl_tensor_to_device(t, o.device);
-        dl_tensor_release(t);
-        t = d;
-    }
-    return finish(L, t, &o);
+    return finish_on_device(L, t, &o);
 }
 
 /* linspace(start, end, steps [, opts]) */
@@ -179,12 +166,7 @@ static int l_linspace(lua_State *L) {
         double v = i < half ? a + step * (double)i : b - step * (double)(n - 1 - i);
         dl_store_f64(p + i * isz, o.dtype, v);
     }
-    if (o.device.type != DL_DEVICE_CPU) {
-        dl_tensor *d = dl_tensor_to_device(t, o.device);
-        dl_tensor_release(t);
-        t = d;
-    }
-    return finish(L, t, &o);
+    return finish_on_device(L, t, &o);
 }
 
 /* eye(n [, m] [, opts]) */
@@ -203,12 +185,7 @@ static int l_eye(lua_State *L) {
     size_t isz = dl_dtype_size(o.dtype);
     for (int64_t i = 0; i < n && i < m; i++)
         dl_store_f64((char *)t->storage->data + (i * m + i) * isz, o.dtype, 1);
-    if (o.device.type != DL_DEVICE_CPU) {
-        dl_tensor *d = dl_tensor_to_device(t, o.device);
-        dl_tensor_release(t);
-        t = d;
-    }
-    return finish(L, t, &o);
+    return finish_on_device(L, t, &o);
 }
 
 /* --- dl.tensor ------------------------------------------------------------- */
@@ -328,29 +305,20 @@ static int l_tensor(lua_State *L) {
     if (!t) return dlL_fail(L);
     char *p = t->storage->data;
     nest_fill(L, 1, &ni, 0, &p, o.dtype);
-    if (o.device.type != DL_DEVICE_CPU) {
-        dl_tensor *d = dl_tensor_to_device(t, o.device);
-        dl_tensor_release(t);
-        t = d;
-    }
-    return finish(L, t, &o);
+    return finish_on_device(L, t, &o);
 }
 
 void dlL_open_create(lua_State *L) {
     static const luaL_Reg functions[] = {
-        {"empty", l_empty},
-        {"zeros", l_zeros},
-        {"ones", l_ones},
-        {"full", l_full},
-        {"empty_like", l_empty_like},
-        {"zeros_like", l_zeros_like},
-        {"ones_like", l_ones_like},
-        {"full_like", l_full_like},
-        {"arange", l_arange},
-        {"linspace", l_linspace},
-        {"eye", l_eye},
-        {"tensor", l_tensor},
-        {NULL, NULL},
+        {"ones", l_ones}, {"arange", l_arange}, {"linspace", l_linspace},
+        {"eye", l_eye},   {"tensor", l_tensor}, {NULL, NULL},
     };
     dlL_register(L, functions, NULL);
+    static const dlL_KindReg kinds[] = {
+        {"empty", create_filled, -1},   {"zeros", create_filled, 0},
+        {"full", create_filled, 1},     {"empty_like", create_like, -1},
+        {"zeros_like", create_like, 0}, {"ones_like", create_like, 1},
+        {"full_like", create_like, 2},  {NULL, NULL, 0},
+    };
+    dlL_register_kinds(L, kinds, NULL);
 }

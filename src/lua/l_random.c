@@ -50,21 +50,16 @@ static int push_new(lua_State *L, dl_tensor *t, const dlL_createopts *o) {
 
 /* --- creation ----------------------------------------------------------- */
 
-static int rand_or_randn(lua_State *L, const char *op, int normal) {
+/* rand / randn(shape..., opts); kind: 1 for randn */
+static int rand_or_randn(lua_State *L) {
+    const char *op = dlL_opname(L);
     int64_t shape[DL_MAX_DIMS];
     int next, n = dlL_checkshape(L, 1, shape, &next);
     dlL_createopts o = read_opts(L, next, op, DL_DTYPE_F32, DL_CPU);
     need_floating(L, op, o.dtype);
-    dl_tensor *t = normal ? dl_randn(n, shape, o.dtype, o.device, NULL)
-                          : dl_rand(n, shape, o.dtype, o.device, NULL);
+    dl_tensor *t = dlL_kind(L) == 1 ? dl_randn(n, shape, o.dtype, o.device, NULL)
+                                    : dl_rand(n, shape, o.dtype, o.device, NULL);
     return push_new(L, t, &o);
-}
-
-static int l_rand(lua_State *L) {
-    return rand_or_randn(L, "rand", 0);
-}
-static int l_randn(lua_State *L) {
-    return rand_or_randn(L, "randn", 1);
 }
 
 /* [low,] high at idx: returns the index after them. */
@@ -104,7 +99,11 @@ static int l_randperm(lua_State *L) {
     return push_new(L, dl_randperm(n, 1, o.dtype, o.device, NULL), &o);
 }
 
-static int like(lua_State *L, const char *op, int kind) {
+/* rand_like / randn_like(t, opts), randint_like(t, [low,] high, opts); kind:
+ * 0, 1, 2 in that order */
+static int like(lua_State *L) {
+    const char *op = dlL_opname(L);
+    int kind = dlL_kind(L);
     dl_tensor *t = dlL_checktensor(L, 1);
     lua_Integer low = 0, high = 0;
     int next = kind == 2 ? read_range(L, 2, op, &low, &high) : 2;
@@ -115,16 +114,6 @@ static int like(lua_State *L, const char *op, int kind) {
     dl_tensor *r = kind == 1 ? dl_randn(t->ndim, t->shape, o.dtype, o.device, NULL)
                              : dl_rand(t->ndim, t->shape, o.dtype, o.device, NULL);
     return push_new(L, r, &o);
-}
-
-static int l_rand_like(lua_State *L) {
-    return like(L, "rand_like", 0);
-}
-static int l_randn_like(lua_State *L) {
-    return like(L, "randn_like", 1);
-}
-static int l_randint_like(lua_State *L) {
-    return like(L, "randint_like", 2);
 }
 
 static int l_bernoulli(lua_State *L) {
@@ -213,13 +202,8 @@ static int t_bernoulli_(lua_State *L) {
 
 void dlL_open_random(lua_State *L) {
     static const luaL_Reg functions[] = {
-        {"rand", l_rand},
-        {"randn", l_randn},
         {"randint", l_randint},
         {"randperm", l_randperm},
-        {"rand_like", l_rand_like},
-        {"randn_like", l_randn_like},
-        {"randint_like", l_randint_like},
         {"bernoulli", l_bernoulli},
         {"normal", l_normal},
         {NULL, NULL},
@@ -229,4 +213,9 @@ void dlL_open_random(lua_State *L) {
         {"bernoulli_", t_bernoulli_}, {"bernoulli", l_bernoulli}, {NULL, NULL},
     };
     dlL_register(L, functions, methods);
+    static const dlL_KindReg kinds[] = {
+        {"rand", rand_or_randn, 0}, {"randn", rand_or_randn, 1}, {"rand_like", like, 0},
+        {"randn_like", like, 1},    {"randint_like", like, 2},   {NULL, NULL, 0},
+    };
+    dlL_register_kinds(L, kinds, NULL);
 }

@@ -435,18 +435,43 @@ int dlL_optboolean(lua_State *L, int idx, const char *key, int def) {
     return v;
 }
 
-void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods) {
-    if (functions) {
-        lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
-        luaL_setfuncs(L, functions, 0);
-        lua_pop(L, 1);
-    }
+/* Adds the functions of regs and the closures of kinds (either may be NULL)
+ * to the dl module table, or (methods) to the Tensor methods table. */
+static void register_into(lua_State *L, bool methods, const luaL_Reg *regs,
+                          const dlL_KindReg *kinds) {
+    if (!regs && !kinds) return;
     if (methods) {
         luaL_getmetatable(L, DL_TENSOR_MT);
         lua_getfield(L, -1, "methods");
-        luaL_setfuncs(L, methods, 0);
-        lua_pop(L, 2);
+    } else {
+        lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     }
+    if (regs) luaL_setfuncs(L, regs, 0);
+    for (const dlL_KindReg *k = kinds; k && k->name; k++) {
+        lua_pushinteger(L, k->kind);
+        lua_pushstring(L, k->name);
+        lua_pushcclosure(L, k->func, 2);
+        lua_setfield(L, -2, k->name);
+    }
+    lua_pop(L, methods ? 2 : 1);
+}
+
+void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods) {
+    register_into(L, false, functions, NULL);
+    register_into(L, true, methods, NULL);
+}
+
+void dlL_register_kinds(lua_State *L, const dlL_KindReg *functions, const dlL_KindReg *methods) {
+    register_into(L, false, NULL, functions);
+    register_into(L, true, NULL, methods);
+}
+
+int dlL_kind(lua_State *L) {
+    return (int)lua_tointeger(L, lua_upvalueindex(1));
+}
+
+const char *dlL_opname(lua_State *L) {
+    return lua_tostring(L, lua_upvalueindex(2));
 }
 
 void dlL_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods) {
