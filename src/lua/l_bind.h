@@ -34,6 +34,9 @@ int dlL_fail(lua_State *L);
 /* The end of an in-place binding: rc != 0 raises dl_last_error(); else the
  * tensor changed in place (argument 1) is returned.  Returns 1. */
 int dlL_pushself(lua_State *L, int rc);
+/* The end of a binding that returns nothing: rc != 0 raises dl_last_error().
+ * Returns 0. */
+int dlL_done(lua_State *L, int rc);
 
 /* A tensor, or a number/boolean turned into a 0-dim tensor of the type
  * PyTorch would give the scalar against `like` (NULL: default types).

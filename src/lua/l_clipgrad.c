@@ -30,16 +30,14 @@ static int l_grads_scale_by_norm_(lua_State *L) {
     double max_norm = luaL_checknumber(L, 3);
     int n;
     dl_tensor **ts = check_grads(L, "clip_grads_with_norm_", 3, &n);
-    if (dl_grads_scale_by_norm_(n, ts, total, max_norm)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_grads_scale_by_norm_(n, ts, total, max_norm));
 }
 
 static int l_grads_clamp_(lua_State *L) {
     double v = luaL_checknumber(L, 2);
     int n;
     dl_tensor **ts = check_grads(L, "clip_grad_value_", 2, &n);
-    if (dl_grads_clamp_(n, ts, v)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_grads_clamp_(n, ts, v));
 }
 
 void dlL_open_clipgrad(lua_State *L) {

@@ -22,13 +22,11 @@
 static int l_init(lua_State *L) {
     const char *backend = luaL_checkstring(L, 1);
     double timeout = luaL_checknumber(L, 2);
-    if (dl_dist_init(backend, timeout)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_dist_init(backend, timeout));
 }
 
 static int l_destroy(lua_State *L) {
-    if (dl_dist_destroy()) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_dist_destroy());
 }
 
 static int l_is_initialized(lua_State *L) {
@@ -107,8 +105,7 @@ static int l_all_gather(lua_State *L) {
 }
 
 static int l_barrier(lua_State *L) {
-    if (dl_dist_barrier()) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_dist_barrier());
 }
 
 /* --- the reducer ---------------------------------------------------------------- */

@@ -40,6 +40,10 @@ int dlL_pushself(lua_State *L, int rc) {
     return 1;
 }
 
+int dlL_done(lua_State *L, int rc) {
+    return rc ? dlL_fail(L) : 0;
+}
+
 /* Collection pacing: a full collection whenever the bytes allocated (by the
  * process) since this state's last one exceed the larger of 64 MB and an
  * eighth of the bytes alive after it.  Garbage tensors then add at most about
@@ -566,8 +570,7 @@ static int set_property(lua_State *L, dl_tensor *t, const char *k) {
     if (strcmp(k, "data") == 0) {
         dl_tensor *src = dlL_totensor(L, 3);
         if (!src) return luaL_error(L, "data must be a tensor, got %s", luaL_typename(L, 3));
-        if (dl_set_data(t, src)) return dlL_fail(L);
-        return 0;
+        return dlL_done(L, dl_set_data(t, src));
     }
     if (strcmp(k, "grad") == 0) {
         dl_tensor *g = lua_isnil(L, 3) ? NULL : dlL_totensor(L, 3);
@@ -607,8 +610,7 @@ static int t_newindex(lua_State *L) {
     dl_tensor *src = dlL_checktensorish(L, 3, t);
     int rc = dl_select_assign_(t, i, src);
     dl_tensor_release(src);
-    if (rc) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, rc);
 }
 
 static int t_len(lua_State *L) {

@@ -106,8 +106,7 @@ static int tr_feed(lua_State *L) {
     dl_tok_trainer *tr = check_trainer(L, 1);
     size_t n;
     const char *s = luaL_checklstring(L, 2, &n);
-    if (dl_tok_trainer_feed(tr, s, n)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_tok_trainer_feed(tr, s, n));
 }
 
 static int tr_finish(lua_State *L) {
@@ -152,8 +151,7 @@ static int tok_to_json(lua_State *L) {
 
 static int tok_save(lua_State *L) {
     dl_tokenizer *t = check_tok(L, 1);
-    if (dl_tokenizer_save(t, luaL_checkstring(L, 2))) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_tokenizer_save(t, luaL_checkstring(L, 2)));
 }
 
 /* --- encode / decode --------------------------------------------------------------------- */

@@ -223,9 +223,7 @@ static shape_args check_shape_args(lua_State *L, const char *op) {
 /* plot_rect(img, x, y, w, h, rgb [, alpha]) */
 static int l_plot_rect(lua_State *L) {
     shape_args a = check_shape_args(L, "plot_rect");
-    if (dl_plot_fill_rect(a.img, a.c[0], a.c[1], a.c[2], a.c[3], a.rgb, a.extra))
-        return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_plot_fill_rect(a.img, a.c[0], a.c[1], a.c[2], a.c[3], a.rgb, a.extra));
 }
 
 /* plot_line(img, x0, y0, x1, y1, rgb [, width]) */
@@ -233,8 +231,7 @@ static int l_plot_line(lua_State *L) {
     shape_args a = check_shape_args(L, "plot_line");
     if (!(a.extra > 0 && a.extra <= 64))
         return luaL_error(L, "plot_line: width must be in (0, 64]");
-    if (dl_plot_line(a.img, a.c[0], a.c[1], a.c[2], a.c[3], a.rgb, a.extra)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_plot_line(a.img, a.c[0], a.c[1], a.c[2], a.c[3], a.rgb, a.extra));
 }
 
 static int check_scale(lua_State *L, int idx, const char *op) {
@@ -254,9 +251,8 @@ static int l_plot_text(lua_State *L) {
     int scale = check_scale(L, 6, op);
     int vertical = lua_toboolean(L, 7);
     if (!isfinite(x) || !isfinite(y) || fabs(x) > 1e9 || fabs(y) > 1e9) return 0;
-    if (dl_plot_text(img, (int64_t)floor(x), (int64_t)floor(y), s, n, rgb, scale, vertical))
-        return dlL_fail(L);
-    return 0;
+    return dlL_done(
+        L, dl_plot_text(img, (int64_t)floor(x), (int64_t)floor(y), s, n, rgb, scale, vertical));
 }
 
 static int l_text_width(lua_State *L) {
