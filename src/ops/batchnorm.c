@@ -67,13 +67,6 @@ static int bn_check(const char *op, const dl_tensor *x, dl_tensor *const *vecs,
     return 0;
 }
 
-static int check_writable(const char *op, const char *what, const dl_tensor *t) {
-    for (int d = 0; d < t->ndim; d++)
-        if (t->strides[d] == 0 && t->shape[d] > 1)
-            return dl_error("%s: %s is an expanded view and cannot be updated in place", op, what);
-    return 0;
-}
-
 /* running = (1 - m) * running + m * stat * factor, in place (any dtype/layout;
  * running and stat on one device, made current by the caller when CUDA). */
 static int update_running(dl_tensor *running, dl_tensor *stat, double m, double factor) {
@@ -208,7 +201,8 @@ static int check_training(const char *op, const dl_tensor *x, dl_tensor *rm, dl_
     if (!(p->eps >= 0)) return dl_error("%s: eps must be non-negative, got %g", op, p->eps);
     if ((rm == NULL) != (rv == NULL))
         return dl_error("%s: running_mean and running_var must be given together", op);
-    if (rm && (check_writable(op, "running_mean", rm) || check_writable(op, "running_var", rv)))
+    if (rm && (dl_op_check_writable(op, "running_mean", rm) ||
+               dl_op_check_writable(op, "running_var", rv)))
         return -1;
     *m = p->momentum;
     if (p->cumulative) {

@@ -49,16 +49,6 @@ static dl_tensor *moved_to(dl_tensor *t, dl_device dev) {
     return dl_scalar_to(t, dev);
 }
 
-/* In-place ops refuse views whose elements alias each other (expanded). */
-static int check_writable(const char *op, const dl_tensor *t) {
-    for (int d = 0; d < t->ndim; d++)
-        if (t->strides[d] == 0 && t->shape[d] > 1)
-            return dl_error("%s: cannot write in place into a tensor whose elements overlap "
-                            "(an expanded view); clone() it first",
-                            op);
-    return 0;
-}
-
 static int dims_nonempty(const dl_tensor *t) {
     return t->ndim ? t->ndim : 1;
 }
@@ -715,7 +705,7 @@ static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *ind
     }
     if (check_index_shape(op, self, d, idx, src, "self")) goto done;
     if (check_index_tensor(op, idx, size_nonempty(self, d), d, false)) goto done;
-    if (check_writable(op, self)) goto done;
+    if (dl_op_check_writable(op, "self", self)) goto done;
     /* src sharing self's memory is read from a copy, so writes cannot feed
      * reads; a 0-dim CPU src beside CUDA self is moved */
     dl_tensor *s = src->storage == self->storage ? dl_tensor_clone(src) : moved_to(src, dev);
@@ -934,7 +924,8 @@ static int index_write_impl(const char *op, bool copy, dl_tensor *self, int dim,
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data_ptr(idx);
     int rc = (copy && check_src_fits(op, self, other, d, n)) ||
-                     check_indices(op, ip, n, size, d, !copy) || check_writable(op, self)
+                     check_indices(op, ip, n, size, d, !copy) ||
+                     dl_op_check_writable(op, "self", self)
                  ? -1
                  : write_slices(self, d, ip, n, other, copy);
     dl_tensor_release(idx);
@@ -1456,7 +1447,7 @@ dl_tensor *dl_roll(dl_tensor *x, int nshifts, const int64_t *shifts, int ndims, 
 static int tri_inplace(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {
     if (x->ndim < 2)
         return dl_error("%s: input must have at least 2 dimensions, got %d", op, x->ndim);
-    if (check_writable(op, x)) return -1;
+    if (dl_op_check_writable(op, "self", x)) return -1;
     /* beyond +-(rows + cols) every diagonal is the same; clamping keeps the
      * kernel's index arithmetic far from overflow */
     int64_t lim = x->shape[x->ndim - 2] + x->shape[x->ndim - 1];

@@ -67,6 +67,11 @@ int dl_op_finish_view(dl_tensor **t, dl_dtype dt, int ndim, const int64_t *shape
 int dl_op_check_same_shape(const char *op, const char *wa, const dl_tensor *a, const char *wb,
                            const dl_tensor *b);
 
+/* Errors "<op>: <what> is an expanded view and cannot be updated in place
+ * (...)" when elements of t share one memory location (a stride 0 along a
+ * dimension of more than one element); 0 otherwise. */
+int dl_op_check_writable(const char *op, const char *what, const dl_tensor *t);
+
 /* t (consumed) on dev: moved when it is elsewhere (a 0-dim CPU operand
  * beside CUDA ones, or a gradient from another device); NULL passes. */
 dl_tensor *dl_op_onto(dl_tensor *t, dl_device dev);
