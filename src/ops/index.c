@@ -290,10 +290,7 @@ static int stack_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     int d = ((const dim_ctx *)n->ctx)->dim;
     for (int i = 0; i < n->n_inputs; i++) {
         if (!dl_node_needs_grad(n, i)) continue;
-        dl_tensor *slice = dl_tensor_select(gout[0], d, i);
-        gin[i] = slice ? dl_grad_for_input(slice, &n->input_meta[i]) : NULL;
-        dl_tensor_release(slice);
-        if (!gin[i]) return -1;
+        if (dl_grad_give_input(n, gin, i, dl_tensor_select(gout[0], d, i))) return -1;
     }
     return 0;
 }
@@ -784,9 +781,7 @@ static int scatter_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin)
     if (dl_node_needs_grad(n, 0)) {
         dl_tensor *r = c->kind == SCATTER_ADD || empty ? dl_tensor_retain(g)
                                                        : zero_scattered(g, c->dim, index);
-        gin[0] = r ? dl_grad_for_input(r, &n->input_meta[0]) : NULL;
-        dl_tensor_release(r);
-        if (!gin[0]) return -1;
+        if (dl_grad_give_input(n, gin, 0, r)) return -1;
     }
     if (n->n_inputs > 1 && dl_node_needs_grad(n, 1)) {
         dl_tensor *r = empty ? NULL : gather_impl(g, c->dim, index);
@@ -970,9 +965,7 @@ static int index_write_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **
             dl_tensor_release(one);
             dl_tensor_release(mask);
         }
-        gin[1] = r ? dl_grad_for_input(r, &n->input_meta[1]) : NULL;
-        dl_tensor_release(r);
-        if (!gin[1]) goto done;
+        if (dl_grad_give_input(n, gin, 1, r)) goto done;
     }
     rc = 0;
 done:
