@@ -533,10 +533,7 @@ static dl_tensor *index_select_impl(dl_tensor *x, int dim, dl_tensor *index) {
         int rc = !dl_cuda_index || !dl_cuda_index->index_select
                      ? dl_cuda_missing("index_select")
                      : dl_cuda_index->index_select(out, xc, d, dl_tensor_data_ptr(idx), n);
-        if (rc) {
-            dl_tensor_release(out);
-            out = NULL;
-        }
+        out = dl_op_result(out, rc);
     } else {
         dl_cpu_index_select(out, xc, d, dl_tensor_data_ptr(idx), n);
     }
@@ -572,10 +569,7 @@ static int index_select_backward(dl_node *n, dl_tensor *const *gout, dl_tensor *
             rc = dl_cuda_missing("index_select backward");
         else
             rc = dl_cuda_index->index_add(r, d, dl_tensor_data_ptr(idx), nidx, gc);
-        if (rc) {
-            dl_tensor_release(r);
-            r = NULL;
-        }
+        r = dl_op_result(r, rc);
     }
     dl_tensor_release(gc);
     dl_tensor_release(idx);
@@ -1227,10 +1221,7 @@ static dl_tensor *masked_select_impl(dl_tensor *x, dl_tensor *mask) {
             rc = dl_cuda_missing("masked_select");
         else
             rc = dl_cuda_index->masked_select(out, xe, me);
-        if (rc) {
-            dl_tensor_release(out);
-            out = NULL;
-        }
+        out = dl_op_result(out, rc);
     }
     dl_tensor_release(me);
     dl_tensor_release(xe);

@@ -54,6 +54,10 @@ dl_tensor *dl_op_dense(dl_tensor *t, dl_dtype dt);
 /* out (a result in the compute dtype; consumed) as dtype dt; NULL passes. */
 dl_tensor *dl_op_finish_as(dl_tensor *out, dl_dtype dt);
 
+/* The tail of an op that computed into out with status rc: out when rc is 0,
+ * else NULL (out released). */
+dl_tensor *dl_op_result(dl_tensor *out, int rc);
+
 /* Releases ts[0..n) (NULL entries allowed) and sets each to NULL. */
 void dl_op_release_all(dl_tensor **ts, int n);
 
