@@ -368,19 +368,24 @@ L.RMSNorm.extra_repr = L.LayerNorm.extra_repr
 
 -- --- activations ------------------------------------------------------------
 
--- ReLU({inplace=false}) or ReLU(true)
-L.ReLU = Module:extend("ReLU")
-function L.ReLU:__init(opts)
-  if type(opts) == "boolean" then opts = {inplace = opts} end
-  opts = util.check_options(opts, "ReLU", {"inplace"})
-  self.inplace = util.opt_bool(opts.inplace, false, "ReLU", "inplace")
+-- An activation class name({inplace=false}) or name(true) running F[fn].
+local function inplace_layer(name, fn)
+  local cls = Module:extend(name)
+  function cls:__init(opts)
+    if type(opts) == "boolean" then opts = {inplace = opts} end
+    opts = util.check_options(opts, name, {"inplace"})
+    self.inplace = util.opt_bool(opts.inplace, false, name, "inplace")
+  end
+  function cls:forward(x)
+    return F[fn](check_input(x, name), {inplace = self.inplace})
+  end
+  function cls:extra_repr()
+    return self.inplace and "inplace=True" or ""
+  end
+  return cls
 end
-function L.ReLU:forward(x)
-  return F.relu(check_input(x, "ReLU"), {inplace = self.inplace})
-end
-function L.ReLU:extra_repr()
-  return self.inplace and "inplace=True" or ""
-end
+
+L.ReLU = inplace_layer("ReLU", "relu")
 
 -- GELU({approximate="none"}): x * Phi(x); approximate="tanh" is the tanh form
 L.GELU = Module:extend("GELU")
@@ -400,19 +405,8 @@ function L.GELU:extra_repr()
   return "approximate='" .. self.approximate .. "'"
 end
 
--- SiLU({inplace=false}) or SiLU(true): x * sigmoid(x)
-L.SiLU = Module:extend("SiLU")
-function L.SiLU:__init(opts)
-  if type(opts) == "boolean" then opts = {inplace = opts} end
-  opts = util.check_options(opts, "SiLU", {"inplace"})
-  self.inplace = util.opt_bool(opts.inplace, false, "SiLU", "inplace")
-end
-function L.SiLU:forward(x)
-  return F.silu(check_input(x, "SiLU"), {inplace = self.inplace})
-end
-function L.SiLU:extra_repr()
-  return self.inplace and "inplace=True" or ""
-end
+-- SiLU: x * sigmoid(x)
+L.SiLU = inplace_layer("SiLU", "silu")
 
 local function dim_layer(name, fn)
   local cls = Module:extend(name)
