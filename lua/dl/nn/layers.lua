@@ -27,6 +27,21 @@ local function check_input(x, name)
   return x
 end
 
+-- Linear's and the convolutions' parameters: the bias option checked, weight
+-- (weight_shape) and bias (n entries; registered as None with bias=false)
+-- allocated, then self:reset_parameters().  dl.nn.layers_composed uses it too.
+local function weight_bias(self, op, weight_shape, n, opts)
+  if opts.bias ~= nil then util.check_bool(opts.bias, op, "bias") end
+  self.weight = Parameter(dl.empty(weight_shape, factory(opts)))
+  if opts.bias == false then
+    self:register_parameter("bias", nil)
+  else
+    self.bias = Parameter(dl.empty({n}, factory(opts)))
+  end
+  self:reset_parameters()
+end
+L._weight_bias = weight_bias
+
 -- --- Identity ---------------------------------------------------------------
 
 L.Identity = Module:extend("Identity")
@@ -41,14 +56,7 @@ function L.Linear:__init(in_features, out_features, opts)
   opts = util.check_options(opts, "Linear", {"bias", "dtype", "device"})
   self.in_features = util.check_int(in_features, "Linear", "in_features", 0)
   self.out_features = util.check_int(out_features, "Linear", "out_features", 0)
-  if opts.bias ~= nil then util.check_bool(opts.bias, "Linear", "bias") end
-  self.weight = Parameter(dl.empty({self.out_features, self.in_features}, factory(opts)))
-  if opts.bias == false then
-    self:register_parameter("bias", nil)
-  else
-    self.bias = Parameter(dl.empty({self.out_features}, factory(opts)))
-  end
-  self:reset_parameters()
+  weight_bias(self, "Linear", {self.out_features, self.in_features}, self.out_features, opts)
 end
 
 -- kaiming_uniform_(a=sqrt(5)) weight, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) bias
@@ -111,16 +119,8 @@ function L.Conv2d:__init(in_channels, out_channels, kernel_size, opts)
     fail("Conv2d: out_channels (%d) must be divisible by groups (%d)", self.out_channels, self.groups)
   end
   self.padding_mode = util.check_string(opts.padding_mode or "zeros", op, "padding_mode", PADDING_MODES)
-  if opts.bias ~= nil then util.check_bool(opts.bias, op, "bias") end
   local k = self.kernel_size
-  self.weight = Parameter(dl.empty({self.out_channels, self.in_channels // self.groups, k[1], k[2]},
-    factory(opts)))
-  if opts.bias == false then
-    self:register_parameter("bias", nil)
-  else
-    self.bias = Parameter(dl.empty({self.out_channels}, factory(opts)))
-  end
-  self:reset_parameters()
+  weight_bias(self, op, {self.out_channels, self.in_channels // self.groups, k[1], k[2]}, self.out_channels, opts)
 end
 
 L.Conv2d.reset_parameters = reset_weight_bias
