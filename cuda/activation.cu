@@ -51,8 +51,7 @@ int threshold_backward(dl_tensor *gx, dl_tensor *gy, dl_tensor *y, double thresh
 
 } // namespace
 
-extern const dl_cuda_activation_kernels dl_cuda_activation_table;
-const dl_cuda_activation_kernels dl_cuda_activation_table = {
+DL_CUDA_TABLE(activation) = {
     .family = "activation",
     .threshold_backward = threshold_backward,
 };

@@ -516,8 +516,7 @@ int dl_cuda_attention_backward(void *dq, void *dk, void *dv, const void *gout, c
     }
 }
 
-extern const dl_cuda_attention_kernels dl_cuda_attention_table;
-const dl_cuda_attention_kernels dl_cuda_attention_table = {
+DL_CUDA_TABLE(attention) = {
     .family = "attention",
     .forward = dl_cuda_attention_forward,
     .backward = dl_cuda_attention_backward,

@@ -1187,8 +1187,7 @@ static int bn_transform(dl_dtype dt, int64_t C, void *out, const void *v, double
     return 0;
 }
 
-extern const dl_cuda_batchnorm_kernels dl_cuda_batchnorm_table;
-const dl_cuda_batchnorm_kernels dl_cuda_batchnorm_table = {
+DL_CUDA_TABLE(batchnorm) = {
     .family = "batchnorm",
     .batch_norm_forward_train = bn_forward_train,
     .batch_norm_forward_eval = bn_forward_eval,

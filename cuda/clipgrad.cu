@@ -237,8 +237,7 @@ static int cg_clamp(int n, const dl_mt_tensor *ts, double v) {
     return cg_update(n, ts, 1, nullptr, DL_DTYPE_F32, v);
 }
 
-extern const dl_cuda_clipgrad_kernels dl_cuda_clipgrad_table;
-const dl_cuda_clipgrad_kernels dl_cuda_clipgrad_table = {
+DL_CUDA_TABLE(clipgrad) = {
     .family = "clipgrad",
     .total_norm = cg_total_norm,
     .scale_by_norm = cg_scale_by_norm,

@@ -92,6 +92,15 @@ static inline int dl_cuda_launch_status(const char *file, int line) {
 }
 #define DL_CUDA_LAUNCH_STATUS() dl_cuda_launch_status(__FILE__, __LINE__)
 
+// --- a family's kernel table ------------------------------------------------------
+// DL_CUDA_TABLE(pool) = {.family = "pool", ...}; defines dl_cuda_pool_table,
+// the dl_cuda_pool_kernels (kernels/pool.h) that cuda/backend.cu installs.  The
+// extern declaration in front gives the const object external linkage (C++
+// makes a namespace-scope const internal otherwise).
+#define DL_CUDA_TABLE(fam)                                                                         \
+    extern const dl_cuda_##fam##_kernels dl_cuda_##fam##_table;                                    \
+    const dl_cuda_##fam##_kernels dl_cuda_##fam##_table
+
 // --- device, stream, handles ----------------------------------------------------
 int dl_cuda_device(void);          // current device (0-based)
 cudaStream_t dl_cuda_stream(void); // compute stream of the current device (see above)

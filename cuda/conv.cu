@@ -652,8 +652,7 @@ int dl_cuda_conv2d_backward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, void
     return gb ? bias_op(dt, true, gb, gy, s, nhwc) : 0;
 }
 
-extern const dl_cuda_conv_kernels dl_cuda_conv_table;
-const dl_cuda_conv_kernels dl_cuda_conv_table = {
+DL_CUDA_TABLE(conv) = {
     .family = "conv",
     .conv2d_formats = dl_cuda_conv2d_formats,
     .conv2d_forward = dl_cuda_conv2d_forward,

@@ -52,8 +52,7 @@ int mask_scale(dl_tensor *out, dl_tensor *x, dl_tensor *mask, double scale) {
 
 } // namespace
 
-extern const dl_cuda_dropout_kernels dl_cuda_dropout_table;
-const dl_cuda_dropout_kernels dl_cuda_dropout_table = {
+DL_CUDA_TABLE(dropout) = {
     .family = "dropout",
     .mask_scale = mask_scale,
 };

@@ -730,8 +730,7 @@ int ew_isclose(dl_tensor *out, dl_tensor *a, dl_tensor *b, double rtol, double a
 
 } // namespace
 
-extern const dl_cuda_elementwise_kernels dl_cuda_elementwise_table;
-const dl_cuda_elementwise_kernels dl_cuda_elementwise_table = {
+DL_CUDA_TABLE(elementwise) = {
     .family = "elementwise",
     .binary = ew_binary,
     .unary = ew_unary,

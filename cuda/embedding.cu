@@ -333,8 +333,7 @@ static int emb_renorm(dl_dtype dt, void *weight, const int64_t *ids, const dl_em
     return rc;
 }
 
-extern const dl_cuda_embedding_kernels dl_cuda_embedding_table;
-const dl_cuda_embedding_kernels dl_cuda_embedding_table = {
+DL_CUDA_TABLE(embedding) = {
     .family = "embedding",
     .gather = emb_gather,
     .bag_forward = emb_bag_forward,

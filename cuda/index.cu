@@ -560,8 +560,7 @@ int shift_i64(dl_tensor *t, int64_t delta) {
 
 } // namespace
 
-extern const dl_cuda_index_kernels dl_cuda_index_table;
-const dl_cuda_index_kernels dl_cuda_index_table = {
+DL_CUDA_TABLE(index) = {
     .family = "index",
     .index_select = index_select,
     .index_add = index_add,

@@ -308,8 +308,7 @@ static int ln_backward(dl_dtype dt, const dl_ln_shape *s, bool rms, void *gx, vo
     });
 }
 
-extern const dl_cuda_layernorm_kernels dl_cuda_layernorm_table;
-const dl_cuda_layernorm_kernels dl_cuda_layernorm_table = {
+DL_CUDA_TABLE(layernorm) = {
     .family = "layernorm",
     .forward = ln_forward,
     .backward = ln_backward,

@@ -279,8 +279,7 @@ int la_gemm(int device, dl_dtype dt, int64_t batch, int64_t M, int64_t N, int64_
 
 } // namespace
 
-extern const dl_cuda_linalg_kernels dl_cuda_linalg_table;
-const dl_cuda_linalg_kernels dl_cuda_linalg_table = {
+DL_CUDA_TABLE(linalg) = {
     .family = "linalg",
     .gemm = la_gemm,
 };

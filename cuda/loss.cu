@@ -469,8 +469,7 @@ int dl_cuda_pointwise_loss_backward(dl_dtype dt, dl_pointwise_loss op, int64_t n
     });
 }
 
-extern const dl_cuda_loss_kernels dl_cuda_loss_table;
-const dl_cuda_loss_kernels dl_cuda_loss_table = {
+DL_CUDA_TABLE(loss) = {
     .family = "loss",
     .sum = dl_cuda_loss_sum,
     .class_weight_sum = dl_cuda_class_weight_sum,

@@ -244,8 +244,7 @@ int dl_cuda_adam_step(int n, const dl_optim_tensors *ts, const dl_adam_coeffs *c
     return run_step("adam_step", adam_kernel, n, ts, true, amsgrad, false, s);
 }
 
-extern const dl_cuda_optim_kernels dl_cuda_optim_table;
-const dl_cuda_optim_kernels dl_cuda_optim_table = {
+DL_CUDA_TABLE(optim) = {
     .family = "optim",
     .sgd_step = dl_cuda_sgd_step,
     .adam_step = dl_cuda_adam_step,

@@ -133,8 +133,7 @@ int pad_scatter(dl_dtype dt, const dl_pad_shape *s, void *gin, const void *gout)
 
 } // namespace
 
-extern const dl_cuda_pad_kernels dl_cuda_pad_table;
-const dl_cuda_pad_kernels dl_cuda_pad_table = {
+DL_CUDA_TABLE(pad) = {
     .family = "pad",
     .pad_gather = pad_gather,
     .pad_scatter = pad_scatter,

@@ -504,8 +504,7 @@ int dl_cuda_max_pool2d_backward_nhwc(dl_dtype dt, const dl_pool2d_shape *s, void
     return 0;
 }
 
-extern const dl_cuda_pool_kernels dl_cuda_pool_table;
-const dl_cuda_pool_kernels dl_cuda_pool_table = {
+DL_CUDA_TABLE(pool) = {
     .family = "pool",
     .max_pool2d_forward = dl_cuda_max_pool2d_forward,
     .pool2d_scatter_backward = dl_cuda_pool2d_scatter_backward,

@@ -308,8 +308,7 @@ int cuda_random_fill(dl_tensor *out, const dl_random_params *p, uint64_t seed, u
 
 } // namespace
 
-extern const dl_cuda_random_kernels dl_cuda_random_table;
-const dl_cuda_random_kernels dl_cuda_random_table = {
+DL_CUDA_TABLE(random) = {
     .family = "random",
     .random_fill = cuda_random_fill,
 };

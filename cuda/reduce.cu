@@ -612,8 +612,7 @@ static int cuda_reduce_zero_inf(double *a, int64_t n) {
     return 0;
 }
 
-extern const dl_cuda_reduce_kernels dl_cuda_reduce_table;
-const dl_cuda_reduce_kernels dl_cuda_reduce_table = {
+DL_CUDA_TABLE(reduce) = {
     .family = "reduce",
     .reduce_acc = dl_cuda_reduce_acc,
     .reduce_acc_i64 = cuda_reduce_acc_i64,

@@ -364,8 +364,7 @@ int rnn_backward(dl_dtype dt, const dl_rnn_shape *s, const dl_rnn_in *in, const 
 
 } // namespace
 
-extern const dl_cuda_rnn_kernels dl_cuda_rnn_table;
-const dl_cuda_rnn_kernels dl_cuda_rnn_table = {
+DL_CUDA_TABLE(rnn) = {
     .family = "rnn",
     .forward = rnn_forward,
     .backward = rnn_backward,

@@ -177,8 +177,7 @@ int dl_cuda_softmax_backward(dl_dtype dt, const dl_softmax_shape *s, void *gx, c
                     dl_dtype_name(dt));
 }
 
-extern const dl_cuda_softmax_kernels dl_cuda_softmax_table;
-const dl_cuda_softmax_kernels dl_cuda_softmax_table = {
+DL_CUDA_TABLE(softmax) = {
     .family = "softmax",
     .softmax = dl_cuda_softmax_forward,
     .softmax_backward = dl_cuda_softmax_backward,

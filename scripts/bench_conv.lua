@@ -26,7 +26,7 @@ while arg and arg[i] do
 end
 dl.set_num_threads(threads)
 
--- name, C, H, O, k, stride, pad (keep in step with bench_conv.py)
+-- name, C, H, O, k, stride, pad (passed on to bench_conv.py)
 local LAYERS = {
   {"stem7x7s2", 3, 224, 64, 7, 2, 3},
   {"l1_1x1_64", 64, 56, 64, 1, 1, 0},
@@ -67,7 +67,9 @@ local py = os.getenv("DL_TEST_PYTHON") or "/usr/bin/python3"
 local saved = dl._nn.conv2d_layout()
 for _ = 1, runs do
   if with_torch then
-    local p = io.popen(string.format("%s %s/bench_conv.py %d %d", py, dir, threads, batch))
+    local specs = {}
+    for j, l in ipairs(LAYERS) do specs[j] = table.concat(l, ",") end
+    local p = io.popen(string.format("%s %s/bench_conv.py %d %d %s", py, dir, threads, batch, table.concat(specs, " ")))
     for line in p:lines() do
       local name, f, b = line:match("^torch (%S+) (%S+) (%S+)")
       if name and best[name] then

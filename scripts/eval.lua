@@ -11,27 +11,21 @@ local train = require "dl.train"
 local args = train.args
 
 local PROG = "eval"
+local O = train.models.inference_options
 local SPEC = {
-  {name = "weights", metavar = "FILE", help = "checkpoint or safetensors state dict (required)"},
+  O.weights,
   {name = "data", metavar = "DIR", help = "ImageFolder to evaluate (required)"},
-  {name = "arch", metavar = "NAME", default_text = "the checkpoint's", help = "model architecture"},
-  {name = "image-size", type = "int", min = 1, default_text = "the checkpoint's, else 224", help = "input side"},
-  {name = "resize", type = "int", min = 1, default_text = "the checkpoint's, else image-size*256/224",
-   help = "shorter side before the centre crop"},
+  O.arch, O.image_size, O.resize,
   {name = "batch-size", type = "int", min = 1, default = 64, help = "images per batch"},
   {name = "workers", type = "int", min = 0, default = 2, help = "data-loader threads"},
-  {name = "threads", type = "int", min = 1, default_text = "dl's default", help = "compute threads"},
-  {name = "device", default = "auto", metavar = "DEV", help = "auto, cpu, cuda or cuda:N (auto: a GPU when there is one)"},
+  O.threads, O.device,
 }
 
 local function main(o, rest)
   if #rest > 0 then error("unexpected argument '" .. rest[1] .. "' (see --help)", 0) end
   if not o.weights then error("--weights FILE is required (see --help)", 0) end
   if not o.data then error("--data DIR is required (see --help)", 0) end
-  local device = train.device.setup(o.device, o.threads)
-  local model, info = train.models.from_weights(o.weights, o.arch, device)
-  local size = o.image_size or info.image_size or 224
-  local tf = train.data.transform{image_size = size, resize = o.resize or info.resize}
+  local model, info, device, tf = train.models.for_inference(o)
   local ds = train.data.folder("--data", o.data, tf)
   if #ds.classes > info.num_classes then
     error(string.format("--data %s has %d classes, the model only %d", o.data, #ds.classes, info.num_classes), 0)

@@ -1,7 +1,7 @@
 """gpt_torch.py - the PyTorch side of dl.models.GPT, shared by
 scripts/train_gpt.py, scripts/bench_text.py and tests/lua/test_gpt_torch.lua.
 
-    from gpt_torch import GPT, load_safetensors, read_export, spread_starts, lr_at
+    from gpt_torch import GPT, load_safetensors, read_export, twin_setup, spread_starts, lr_at
 
 GPT(vocab_size, block_size, n_layer, n_head, n_embd, dropout, bias) is the
 same model as lua/dl/models/gpt.lua, with the same parameter names
@@ -16,10 +16,13 @@ Attention goes through F.scaled_dot_product_attention where torch has it
 
 load_safetensors(path) -> ({name: tensor}, {metadata}) reads what dl.save
 writes (no `safetensors` package needed); read_export reads a program's
---export-data file (one line and status 2 when it cannot).  spread_starts and lr_at are the
+--export-data file (one line and status 2 when it cannot), twin_setup is the
+start every PyTorch twin shares (options, that file, torch's threads and
+seed).  spread_starts and lr_at are the
 evaluation blocks and the learning-rate schedule of scripts/train_gpt.lua,
 0-based starts here.
 """
+import argparse
 import json
 import math
 import os
@@ -76,6 +79,27 @@ def read_export(path, fmt, prog, program, convert):
         return convert(tensors), json.loads(meta["recipe"])
     except (OSError, ValueError, KeyError) as e:
         die(str(e))
+
+
+def twin_setup(prog, program, fmt, convert, steps, steps_help):
+    """The start of a PyTorch twin of scripts/<program>: its options (--data,
+    the file program wrote with --export-data in format fmt; --seed and
+    --<steps>, an int, overriding the recipe's; --threads), the file read
+    through read_export (convert as there), the overrides applied, torch's
+    threads and seed set.  Returns (converted tensors, recipe, options)."""
+    p = argparse.ArgumentParser(prog=prog, description="The PyTorch twin of scripts/%s." % program)
+    p.add_argument("--data", required=True, help="file from %s --export-data" % program)
+    p.add_argument("--seed", type=int, help="override the recipe's seed")
+    p.add_argument("--" + steps, type=int, help="override the recipe's " + steps_help)
+    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    a = p.parse_args()
+    data, r = read_export(a.data, fmt, prog, program, convert)
+    for key in ("seed", steps.replace("-", "_")):
+        if getattr(a, key) is not None:
+            r[key] = getattr(a, key)
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(r["seed"])
+    return data, r, a
 
 
 def spread_starts(n, length, count):

@@ -14,23 +14,19 @@ local train = require "dl.train"
 local args = train.args
 
 local PROG = "predict"
+local O = train.models.inference_options
 local SPEC = {
-  {name = "weights", metavar = "FILE", help = "checkpoint or safetensors state dict (required)"},
-  {name = "arch", metavar = "NAME", default_text = "the checkpoint's", help = "model architecture"},
+  O.weights, O.arch,
   {name = "classes", metavar = "FILE", default_text = "the checkpoint's", help = "class names, one per line"},
-  {name = "image-size", type = "int", min = 1, default_text = "the checkpoint's, else 224", help = "input side"},
-  {name = "resize", type = "int", min = 1, default_text = "the checkpoint's, else image-size*256/224",
-   help = "shorter side before the centre crop"},
+  O.image_size, O.resize,
   {name = "top", type = "int", min = 1, default = 5, help = "classes to print per image"},
-  {name = "threads", type = "int", min = 1, default_text = "dl's default", help = "compute threads"},
-  {name = "device", default = "auto", metavar = "DEV", help = "auto, cpu, cuda or cuda:N (auto: a GPU when there is one)"},
+  O.threads, O.device,
 }
 
 local function main(o, images)
   if not o.weights then error("--weights FILE is required (see --help)", 0) end
   if #images == 0 then error("no images given (see --help)", 0) end
-  local device = train.device.setup(o.device, o.threads)
-  local model, info = train.models.from_weights(o.weights, o.arch, device)
+  local model, info, device, tf = train.models.for_inference(o)
   local classes = info.classes
   if o.classes then
     local f, err = io.open(o.classes, "r")
@@ -46,8 +42,6 @@ local function main(o, images)
         info.num_classes), 0)
     end
   end
-  local size = o.image_size or info.image_size or 224
-  local tf = train.data.transform{image_size = size, resize = o.resize or info.resize}
   local k = math.min(o.top, info.num_classes)
   local width = 0
   for i = 1, info.num_classes do width = math.max(width, #(classes and classes[i] or ("class " .. i))) end

@@ -16,7 +16,6 @@ the random numbers (initialisation and batch offsets come from torch's
 generator, seeded with the same seed).
 Exit status: 0 done, 2 bad options or data.
 """
-import argparse
 import os
 import sys
 import time
@@ -24,7 +23,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_torch import GPT, lr_at, read_export, spread_starts  # noqa: E402
+from gpt_torch import GPT, lr_at, spread_starts, twin_setup  # noqa: E402
 
 PROG = "train_gpt.py"
 
@@ -50,21 +49,11 @@ def evaluate(model, data, starts, T, B):
 
 
 def main():
-    p = argparse.ArgumentParser(prog=PROG, description="The PyTorch twin of scripts/train_gpt.lua.")
-    p.add_argument("--data", required=True, help="file from train_gpt.lua --export-data")
-    p.add_argument("--seed", type=int, help="override the recipe's seed")
-    p.add_argument("--max-iters", type=int, help="override the recipe's number of steps")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    a = p.parse_args()
-    (train, val), r = read_export(a.data, "dlua-gpt-data-1", PROG, "train_gpt.lua",
-                                  lambda ts: (ts["train"].long() - 1, ts["val"].long() - 1))
-    if a.seed is not None:
-        r["seed"] = a.seed
+    (train, val), r, a = twin_setup(PROG, "train_gpt.lua", "dlua-gpt-data-1",
+                                    lambda ts: (ts["train"].long() - 1, ts["val"].long() - 1),
+                                    "max-iters", "number of steps")
     if a.max_iters is not None:
-        r["max_iters"] = a.max_iters
         r["lr_decay_iters"] = a.max_iters
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(r["seed"])
     T, B = r["block_size"], r["batch_size"]
     model = GPT(r["vocab_size"], T, r["n_layer"], r["n_head"], r["n_embd"], r["dropout"], r["bias"])
     opt = model.configure_optimizers(r["weight_decay"], r["lr"], (0.9, r["beta2"]))

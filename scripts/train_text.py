@@ -15,7 +15,6 @@ numbers differ from the dlua run (initialisation and batch order come from
 torch's generator, seeded with the same seed).
 Exit status: 0 done, 2 bad options or data.
 """
-import argparse
 import math
 import os
 import sys
@@ -26,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt_torch import read_export  # noqa: E402
+from gpt_torch import twin_setup  # noqa: E402
 
 PROG = "train_text.py"
 
@@ -101,20 +100,9 @@ def evaluate(model, seqs, labels, B, pad, C):
 
 
 def main():
-    p = argparse.ArgumentParser(prog=PROG, description="The PyTorch twin of scripts/train_text.lua.")
-    p.add_argument("--data", required=True, help="file from train_text.lua --export-data")
-    p.add_argument("--seed", type=int, help="override the recipe's seed")
-    p.add_argument("--epochs", type=int, help="override the recipe's epochs")
-    p.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
-    a = p.parse_args()
-    (tr_x, tr_y, va_x, va_y), r = read_export(a.data, "dlua-text-data-1", PROG, "train_text.lua",
-                                              lambda ts: split(ts, "train") + split(ts, "val"))
-    if a.seed is not None:
-        r["seed"] = a.seed
-    if a.epochs is not None:
-        r["epochs"] = a.epochs
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(r["seed"])
+    (tr_x, tr_y, va_x, va_y), r, _ = twin_setup(PROG, "train_text.lua", "dlua-text-data-1",
+                                                lambda ts: split(ts, "train") + split(ts, "val"),
+                                                "epochs", "epochs")
     t_start = time.time()
     C, B, pad = r["classes"], r["batch_size"], r["pad"] - 1
     model = Bag(r) if r["model"] == "bag" else Encoder(r)

@@ -63,11 +63,8 @@ dl_node *dl_node_new(const char *name, dl_backward_fn fn, int n_inputs, dl_tenso
             stale_error(name, inputs[i]);
             return NULL;
         }
-    dl_node *n = calloc(1, sizeof *n);
-    if (!n) {
-        dl_error("%s: out of memory recording the graph", name);
-        return NULL;
-    }
+    dl_node *n = dl_zalloc(sizeof *n, "%s: out of memory recording the graph", name);
+    if (!n) return NULL;
     n->refcount = 1;
     n->name = name;
     n->backward = fn;

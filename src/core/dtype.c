@@ -74,6 +74,18 @@ dl_dtype dl_promote_with_scalar(dl_dtype t, bool scalar_is_float, bool scalar_is
     return t;
 }
 
+/* The float whose IEEE bits are `bits`, and back (memcpy: no aliasing UB). */
+static float float_of_bits(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+static uint32_t bits_of_float(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return x;
+}
+
 /* IEEE half <-> float, round to nearest even. */
 float dl_half_to_float(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
@@ -93,14 +105,11 @@ float dl_half_to_float(uint16_t h) {
     } else {
         bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
     }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return float_of_bits(bits);
 }
 
 uint16_t dl_float_to_half(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
+    uint32_t x = bits_of_float(f);
     uint32_t sign = (x >> 16) & 0x8000;
     uint32_t absx = x & 0x7fffffffu;
     if (absx >= 0x7f800000u) /* inf or nan */
@@ -108,9 +117,7 @@ uint16_t dl_float_to_half(float f) {
     if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* rounds to >= 65520: inf */
     if (absx < 0x38800000u) {                                  /* below half's normal range */
         /* value * 2^24 rounded to nearest even gives the subnormal mantissa */
-        float a;
-        memcpy(&a, &absx, 4);
-        float scaled = a * 16777216.0f; /* exact: power of two */
+        float scaled = float_of_bits(absx) * 16777216.0f; /* exact: power of two */
         uint32_t m = (uint32_t)nearbyintf(scaled);
         return (uint16_t)(sign | m);
     }
@@ -123,15 +130,11 @@ uint16_t dl_float_to_half(float f) {
 }
 
 float dl_bf16_to_float(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return float_of_bits((uint32_t)h << 16);
 }
 
 uint16_t dl_float_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
+    uint32_t x = bits_of_float(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
     uint32_t lsb = (x >> 16) & 1;
     x += 0x7fffu + lsb;

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static _Thread_local char dl_errbuf[1024];
@@ -28,6 +29,17 @@ int dl_verror(const char *prefix, const char *fmt, va_list ap) {
     memcpy(dl_errbuf + n, msg, m);
     dl_errbuf[n + m] = '\0';
     return -1;
+}
+
+void *dl_zalloc(size_t size, const char *fmt, ...) {
+    void *p = calloc(1, size);
+    if (!p) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(dl_errbuf, sizeof dl_errbuf, fmt, ap);
+        va_end(ap);
+    }
+    return p;
 }
 
 const char *dl_last_error(void) {

@@ -12,6 +12,7 @@
 #endif
 
 #include <stdarg.h>
+#include <stddef.h>
 
 /* Sets the message (printf-style) and returns -1 so callers can
  * `return dl_error("...")`. */
@@ -19,6 +20,9 @@ int dl_error(const char *fmt, ...) DL_PRINTF(1, 2);
 /* dl_error's va_list form with the message led by "prefix: " (no prefix
  * when NULL): what a file's own failure helper calls ("load: <path>: ..."). */
 int dl_verror(const char *prefix, const char *fmt, va_list ap) DL_PRINTF(2, 0);
+/* calloc(1, size); when that fails, NULL with the message fmt (printf-style,
+ * e.g. "tokenizer: out of memory") set: what an object's constructor calls. */
+void *dl_zalloc(size_t size, const char *fmt, ...) DL_PRINTF(2, 3);
 /* The last message set on this thread ("" when none). */
 const char *dl_last_error(void);
 void dl_clear_error(void);

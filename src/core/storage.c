@@ -45,11 +45,8 @@ dl_storage *dl_storage_new(size_t nbytes, dl_device dev) {
                                               : "device not available");
         return NULL;
     }
-    dl_storage *s = calloc(1, sizeof *s);
-    if (!s) {
-        dl_error("out of memory");
-        return NULL;
-    }
+    dl_storage *s = dl_zalloc(sizeof *s, "out of memory");
+    if (!s) return NULL;
     void *p = raw_alloc(nbytes, dev);
     if (!p && dev.type == DL_DEVICE_CPU && dl_cpu_cache_empty() > 0) p = raw_alloc(nbytes, dev);
     if (!p && low_memory_fn) {
@@ -79,11 +76,8 @@ dl_storage *dl_storage_new(size_t nbytes, dl_device dev) {
 
 dl_storage *dl_storage_wrap(void *data, size_t nbytes, dl_device dev,
                             void (*deleter)(void *, void *), void *ctx) {
-    dl_storage *s = calloc(1, sizeof *s);
-    if (!s) {
-        dl_error("out of memory");
-        return NULL;
-    }
+    dl_storage *s = dl_zalloc(sizeof *s, "out of memory");
+    if (!s) return NULL;
     s->data = data;
     s->nbytes = nbytes;
     s->device = dev;

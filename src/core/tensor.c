@@ -28,11 +28,8 @@ static int check_shape(const char *op, int ndim, const int64_t *shape, int64_t *
 }
 
 static dl_tensor *tensor_alloc(void) {
-    dl_tensor *t = calloc(1, sizeof *t);
-    if (!t)
-        dl_error("out of memory");
-    else
-        t->refcount = 1;
+    dl_tensor *t = dl_zalloc(sizeof *t, "out of memory");
+    if (t) t->refcount = 1;
     return t;
 }
 

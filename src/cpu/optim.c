@@ -13,13 +13,24 @@ static void *data_or_null(dl_tensor *t) {
     return t ? dl_tensor_data_ptr(t) : NULL;
 }
 
+/* One step's kernel on one tensor set; c is the step's coefficients. */
+typedef void (*step_fn)(const dl_optim_tensors *t, const void *c);
+
+/* Runs the float32 or float64 kernel, by each parameter's dtype, on the n
+ * tensor sets one after another. */
+static void each_tensor(int n, const dl_optim_tensors *ts, const void *c, step_fn f32,
+                        step_fn f64) {
+    for (int k = 0; k < n; k++) (ts[k].param->dtype == DL_DTYPE_F64 ? f64 : f32)(&ts[k], c);
+}
+
 /* --- SGD ------------------------------------------------------------------- */
 
 /* Each step is written once as DEFINE_<step>(name, T) and instantiated for
  * float and double by name; coefficients are rounded to T once, as the Lua
  * step's scalars are, and tgmath.h makes sqrt follow T. */
 #define DEFINE_SGD(name, T)                                                                        \
-    static void name(const dl_optim_tensors *t, const dl_sgd_coeffs *c) {                          \
+    static void name(const dl_optim_tensors *t, const void *vc) {                                  \
+        const dl_sgd_coeffs *c = vc;                                                               \
         T *p = dl_tensor_data_ptr(t->param), *buf = data_or_null(t->buf); /* p, buf are (len,) */  \
         const T *g = dl_tensor_data_ptr(t->grad);                         /* g is (len,) */        \
         const T neg_lr = (T)c->neg_lr, mom = (T)c->momentum;                                       \
@@ -56,12 +67,7 @@ DEFINE_SGD(sgd_f32, float)
 DEFINE_SGD(sgd_f64, double)
 
 void dl_cpu_sgd_step(int n, const dl_optim_tensors *ts, const dl_sgd_coeffs *c) {
-    for (int k = 0; k < n; k++) {
-        if (ts[k].param->dtype == DL_DTYPE_F64)
-            sgd_f64(&ts[k], c);
-        else
-            sgd_f32(&ts[k], c);
-    }
+    each_tensor(n, ts, c, sgd_f32, sgd_f64);
 }
 
 /* --- Adam / AdamW ------------------------------------------------------------- */
@@ -75,7 +81,8 @@ DEFINE_MAX_NAN(max_nan_f32, float)
 DEFINE_MAX_NAN(max_nan_f64, double)
 
 #define DEFINE_ADAM(name, T, max_nan)                                                              \
-    static void name(const dl_optim_tensors *t, const dl_adam_coeffs *c) {                         \
+    static void name(const dl_optim_tensors *t, const void *vc) {                                  \
+        const dl_adam_coeffs *c = vc;                                                              \
         T *p = dl_tensor_data_ptr(t->param);      /* p is (len,) */                                \
         const T *g = dl_tensor_data_ptr(t->grad); /* g is (len,) */                                \
         T *m = dl_tensor_data_ptr(t->exp_avg);    /* m is (len,) */                                \
@@ -119,10 +126,5 @@ DEFINE_ADAM(adam_f32, float, max_nan_f32)
 DEFINE_ADAM(adam_f64, double, max_nan_f64)
 
 void dl_cpu_adam_step(int n, const dl_optim_tensors *ts, const dl_adam_coeffs *c) {
-    for (int k = 0; k < n; k++) {
-        if (ts[k].param->dtype == DL_DTYPE_F64)
-            adam_f64(&ts[k], c);
-        else
-            adam_f32(&ts[k], c);
-    }
+    each_tensor(n, ts, c, adam_f32, adam_f64);
 }

@@ -299,18 +299,15 @@ INLINE int64_t scatter_plane(bool f32, int64_t HW, int64_t OHW, void *gx, const 
     return bad;
 }
 
-static int64_t scatter_f32(int64_t P, int64_t HW, int64_t OHW, void *gx, const void *gy,
-                           const int64_t *ind) {
+/* The loops below call their INLINE bodies with a constant f32 on each side
+ * of the branch, so that each dtype gets its own compiled body. */
+static int64_t scatter(bool f32, int64_t P, int64_t HW, int64_t OHW, void *gx, const void *gy,
+                       const int64_t *ind) {
     int64_t bad = 0;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (P * (HW + OHW) >= DL_PARALLEL_GRAIN) reduction(+ : bad)
-    for (int64_t p = 0; p < P; p++) bad += scatter_plane(true, HW, OHW, gx, gy, ind, p);
-    return bad;
-}
-static int64_t scatter_f64(int64_t P, int64_t HW, int64_t OHW, void *gx, const void *gy,
-                           const int64_t *ind) {
-    int64_t bad = 0;
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (P * (HW + OHW) >= DL_PARALLEL_GRAIN) reduction(+ : bad)
-    for (int64_t p = 0; p < P; p++) bad += scatter_plane(false, HW, OHW, gx, gy, ind, p);
+    for (int64_t p = 0; p < P; p++)
+        bad += f32 ? scatter_plane(true, HW, OHW, gx, gy, ind, p)
+                   : scatter_plane(false, HW, OHW, gx, gy, ind, p);
     return bad;
 }
 
@@ -542,39 +539,6 @@ static void spread_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *g
     for (int64_t u = 0; u < units; u++) spread_unit_cl(f32, adaptive, s, gx, gy, u);
 }
 
-/* --- entry points of max pooling ------------------------------------------------------------ */
-
-int dl_cpu_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,
-                              const void *x) {
-    if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64)
-        return dl_error("max_pool2d: no CPU kernel for %s", dl_dtype_name(dt));
-    if (s->C)
-        max_cl(dt == DL_DTYPE_F32, false, s, y, ind, x);
-    else if (dt == DL_DTYPE_F32)
-        max_pool_f32(s, y, ind, x);
-    else
-        max_pool_f64(s, y, ind, x);
-    return 0;
-}
-
-int dl_cpu_pool2d_scatter_backward(dl_dtype dt, int64_t P, int64_t HW, int64_t OHW, int64_t C,
-                                   void *gx, const void *gy, const int64_t *ind) {
-    int64_t bad;
-    if (dt != DL_DTYPE_F32 && dt != DL_DTYPE_F64)
-        return dl_error("max_pool2d_backward: no CPU kernel for %s", dl_dtype_name(dt));
-    if (C)
-        bad = scatter_cl(dt == DL_DTYPE_F32, P, HW, OHW, C, gx, gy, ind);
-    else if (dt == DL_DTYPE_F32)
-        bad = scatter_f32(P, HW, OHW, gx, gy, ind);
-    else
-        bad = scatter_f64(P, HW, OHW, gx, gy, ind);
-    if (bad)
-        return dl_error("max_pool2d_backward: %lld indices are outside the input plane of %lld "
-                        "elements (indices must come from the forward)",
-                        (long long)bad, (long long)HW);
-    return 0;
-}
-
 /* --- average pooling: loops -------------------------------------------------------- */
 
 /* Output row r = (plane, oh). */
@@ -613,23 +577,16 @@ INLINE void avg_backward_plane(bool f32, const dl_pool2d_shape *s, void *gx, con
     }
 }
 
-static void avg_fwd_f32(const dl_pool2d_shape *s, void *y, const void *x) {
+static void avg_fwd(bool f32, const dl_pool2d_shape *s, void *y, const void *x) {
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (POOL_WORK(s) >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < s->P * s->OH; r++) avg_fwd_row(true, s, y, x, r);
+    for (int64_t r = 0; r < s->P * s->OH; r++)
+        f32 ? avg_fwd_row(true, s, y, x, r) : avg_fwd_row(false, s, y, x, r);
 }
-static void avg_fwd_f64(const dl_pool2d_shape *s, void *y, const void *x) {
+static void avg_backward(bool f32, const dl_pool2d_shape *s, void *gx, const void *gy) {
+    memset(gx, 0, (f32 ? sizeof(float) : sizeof(double)) * (size_t)(s->P * s->H * s->W));
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (POOL_WORK(s) >= DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < s->P * s->OH; r++) avg_fwd_row(false, s, y, x, r);
-}
-static void avg_backward_f32(const dl_pool2d_shape *s, void *gx, const void *gy) {
-    memset(gx, 0, sizeof(float) * (size_t)(s->P * s->H * s->W));
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (POOL_WORK(s) >= DL_PARALLEL_GRAIN)
-    for (int64_t p = 0; p < s->P; p++) avg_backward_plane(true, s, gx, gy, p);
-}
-static void avg_backward_f64(const dl_pool2d_shape *s, void *gx, const void *gy) {
-    memset(gx, 0, sizeof(double) * (size_t)(s->P * s->H * s->W));
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (POOL_WORK(s) >= DL_PARALLEL_GRAIN)
-    for (int64_t p = 0; p < s->P; p++) avg_backward_plane(false, s, gx, gy, p);
+    for (int64_t p = 0; p < s->P; p++)
+        f32 ? avg_backward_plane(true, s, gx, gy, p) : avg_backward_plane(false, s, gx, gy, p);
 }
 
 /* --- average pooling: oneDNN (float32) ----------------------------------------------- */
@@ -715,51 +672,36 @@ static int avg_onednn(const dl_pool2d_shape *s, bool bwd, void *out, const void 
     return rc;
 }
 
-int dl_cpu_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, const void *x) {
-    if (dt == DL_DTYPE_F32 && avg_onednn_ok(s)) return avg_onednn(s, false, y, x);
-    if (s->C && (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64)) {
-        mean_cl(dt == DL_DTYPE_F32, false, s, y, x);
-    } else if (dt == DL_DTYPE_F32) {
-        avg_fwd_f32(s, y, x);
-    } else if (dt == DL_DTYPE_F64) {
-        avg_fwd_f64(s, y, x);
-    } else {
-        return dl_error("avg_pool2d: no CPU kernel for %s", dl_dtype_name(dt));
-    }
-    return 0;
-}
-
-int dl_cpu_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx, const void *gy) {
-    if (dt == DL_DTYPE_F32 && avg_onednn_ok(s)) return avg_onednn(s, true, gx, gy);
-    if (s->C && (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64)) {
-        spread_cl(dt == DL_DTYPE_F32, false, s, gx, gy);
-    } else if (dt == DL_DTYPE_F32) {
-        avg_backward_f32(s, gx, gy);
-    } else if (dt == DL_DTYPE_F64) {
-        avg_backward_f64(s, gx, gy);
-    } else {
-        return dl_error("avg_pool2d_backward: no CPU kernel for %s", dl_dtype_name(dt));
-    }
-    return 0;
-}
-
 /* --- adaptive pooling ---------------------------------------------------------------- */
 
-/* Output row r = (plane, oh). */
-INLINE void adaptive_avg_fwd_row(bool f32, const dl_pool2d_shape *s, void *y, const void *x,
-                                 int64_t r) {
-    int64_t H = s->H, W = s->W, HW = H * W;
-    {
-        int64_t p = r / s->OH, oh = r % s->OH;
-        const char *xp = (const char *)x + p * HW * (f32 ? 4 : 8);
-        int64_t h0 = adaptive_start(oh, s->OH, H), h1 = adaptive_end(oh, s->OH, H);
-        for (int64_t ow = 0; ow < s->OW; ow++) {
-            int64_t w0 = adaptive_start(ow, s->OW, W), w1 = adaptive_end(ow, s->OW, W);
+/* Output row r = (plane, oh) of adaptive average (max false) or max pooling
+ * (max true: ind gets the argmax, a NaN wins). */
+INLINE void adaptive_fwd_row(bool f32, bool max, const dl_pool2d_shape *s, void *y, int64_t *ind,
+                             const void *x, int64_t r) {
+    int64_t H = s->H, W = s->W, p = r / s->OH, oh = r % s->OH;
+    const char *xp = (const char *)x + p * H * W * (f32 ? 4 : 8);
+    int64_t h0 = adaptive_start(oh, s->OH, H), h1 = adaptive_end(oh, s->OH, H);
+    for (int64_t ow = 0; ow < s->OW; ow++) {
+        int64_t w0 = adaptive_start(ow, s->OW, W), w1 = adaptive_end(ow, s->OW, W);
+        if (!max) {
             double sum = window_sum(f32, xp, W, h0, h1, w0, w1);
             /* PyTorch divides twice: sum / kh / kw */
             st(f32, y, r * s->OW + ow,
                quot(f32, quot(f32, sum, (double)(h1 - h0)), (double)(w1 - w0)));
+            continue;
         }
+        double best = -INFINITY;
+        int64_t bi = h0 * W + w0;
+        for (int64_t ih = h0; ih < h1; ih++)
+            for (int64_t iw = w0; iw < w1; iw++) {
+                double v = ld(f32, xp, ih * W + iw);
+                if (v > best || isnan(v)) {
+                    best = v;
+                    bi = ih * W + iw;
+                }
+            }
+        st(f32, y, r * s->OW + ow, best);
+        ind[r * s->OW + ow] = bi;
     }
 }
 
@@ -783,100 +725,109 @@ INLINE void adaptive_avg_backward_plane(bool f32, const dl_pool2d_shape *s, void
     }
 }
 
-/* Output row r = (plane, oh). */
-INLINE void adaptive_max_fwd_row(bool f32, const dl_pool2d_shape *s, void *y, int64_t *ind,
-                                 const void *x, int64_t r) {
-    int64_t H = s->H, W = s->W, HW = H * W;
-    {
-        int64_t p = r / s->OH, oh = r % s->OH;
-        const char *xp = (const char *)x + p * HW * (f32 ? 4 : 8);
-        int64_t h0 = adaptive_start(oh, s->OH, H), h1 = adaptive_end(oh, s->OH, H);
-        for (int64_t ow = 0; ow < s->OW; ow++) {
-            int64_t w0 = adaptive_start(ow, s->OW, W), w1 = adaptive_end(ow, s->OW, W);
-            double best = -INFINITY;
-            int64_t bi = h0 * W + w0;
-            for (int64_t ih = h0; ih < h1; ih++)
-                for (int64_t iw = w0; iw < w1; iw++) {
-                    double v = ld(f32, xp, ih * W + iw);
-                    if (v > best || isnan(v)) {
-                        best = v;
-                        bi = ih * W + iw;
-                    }
-                }
-            st(f32, y, r * s->OW + ow, best);
-            ind[r * s->OW + ow] = bi;
-        }
-    }
+static void adaptive_avg_fwd(bool f32, const dl_pool2d_shape *s, void *y, const void *x) {
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
+                                                               DL_PARALLEL_GRAIN)
+    for (int64_t r = 0; r < s->P * s->OH; r++)
+        f32 ? adaptive_fwd_row(true, false, s, y, NULL, x, r)
+            : adaptive_fwd_row(false, false, s, y, NULL, x, r);
+}
+static void adaptive_avg_backward(bool f32, const dl_pool2d_shape *s, void *gx, const void *gy) {
+    memset(gx, 0, (f32 ? sizeof(float) : sizeof(double)) * (size_t)(s->P * s->H * s->W));
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
+                                                               DL_PARALLEL_GRAIN)
+    for (int64_t p = 0; p < s->P; p++)
+        f32 ? adaptive_avg_backward_plane(true, s, gx, gy, p)
+            : adaptive_avg_backward_plane(false, s, gx, gy, p);
+}
+static void adaptive_max(bool f32, const dl_pool2d_shape *s, void *y, int64_t *ind, const void *x) {
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
+                                                               DL_PARALLEL_GRAIN)
+    for (int64_t r = 0; r < s->P * s->OH; r++)
+        f32 ? adaptive_fwd_row(true, true, s, y, ind, x, r)
+            : adaptive_fwd_row(false, true, s, y, ind, x, r);
 }
 
-static void adaptive_avg_fwd_f32(const dl_pool2d_shape *s, void *y, const void *x) {
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
-                                                               DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < s->P * s->OH; r++) adaptive_avg_fwd_row(true, s, y, x, r);
-}
-static void adaptive_avg_fwd_f64(const dl_pool2d_shape *s, void *y, const void *x) {
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
-                                                               DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < s->P * s->OH; r++) adaptive_avg_fwd_row(false, s, y, x, r);
-}
-static void adaptive_avg_backward_f32(const dl_pool2d_shape *s, void *gx, const void *gy) {
-    memset(gx, 0, sizeof(float) * (size_t)(s->P * s->H * s->W));
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
-                                                               DL_PARALLEL_GRAIN)
-    for (int64_t p = 0; p < s->P; p++) adaptive_avg_backward_plane(true, s, gx, gy, p);
-}
-static void adaptive_avg_backward_f64(const dl_pool2d_shape *s, void *gx, const void *gy) {
-    memset(gx, 0, sizeof(double) * (size_t)(s->P * s->H * s->W));
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
-                                                               DL_PARALLEL_GRAIN)
-    for (int64_t p = 0; p < s->P; p++) adaptive_avg_backward_plane(false, s, gx, gy, p);
-}
-static void adaptive_max_f32(const dl_pool2d_shape *s, void *y, int64_t *ind, const void *x) {
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
-                                                               DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < s->P * s->OH; r++) adaptive_max_fwd_row(true, s, y, ind, x, r);
-}
-static void adaptive_max_f64(const dl_pool2d_shape *s, void *y, int64_t *ind, const void *x) {
-#pragma omp parallel for num_threads(dl_get_num_threads()) if (ADAPTIVE_WORK(s) >=                 \
-                                                               DL_PARALLEL_GRAIN)
-    for (int64_t r = 0; r < s->P * s->OH; r++) adaptive_max_fwd_row(false, s, y, ind, x, r);
+/* --- entry points ----------------------------------------------------------------------------- */
+
+/* 0 for float32 and float64, the dtypes the CPU kernels of pooling take;
+ * else -1 with an error naming op. */
+static int float_only(const char *op, dl_dtype dt) {
+    if (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64) return 0;
+    return dl_error("%s: no CPU kernel for %s", op, dl_dtype_name(dt));
 }
 
-int dl_cpu_adaptive_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y,
-                                       const void *x) {
-    if (s->C && (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64))
-        mean_cl(dt == DL_DTYPE_F32, true, s, y, x);
-    else if (dt == DL_DTYPE_F32)
-        adaptive_avg_fwd_f32(s, y, x);
-    else if (dt == DL_DTYPE_F64)
-        adaptive_avg_fwd_f64(s, y, x);
-    else
-        return dl_error("adaptive_avg_pool2d: no CPU kernel for %s", dl_dtype_name(dt));
+int dl_cpu_pool2d_scatter_backward(dl_dtype dt, int64_t P, int64_t HW, int64_t OHW, int64_t C,
+                                   void *gx, const void *gy, const int64_t *ind) {
+    if (float_only("max_pool2d_backward", dt)) return -1;
+    bool f32 = dt == DL_DTYPE_F32;
+    int64_t bad =
+        C ? scatter_cl(f32, P, HW, OHW, C, gx, gy, ind) : scatter(f32, P, HW, OHW, gx, gy, ind);
+    if (bad)
+        return dl_error("max_pool2d_backward: %lld indices are outside the input plane of %lld "
+                        "elements (indices must come from the forward)",
+                        (long long)bad, (long long)HW);
     return 0;
 }
 
-int dl_cpu_adaptive_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx,
-                                        const void *gy) {
-    if (s->C && (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64))
-        spread_cl(dt == DL_DTYPE_F32, true, s, gx, gy);
-    else if (dt == DL_DTYPE_F32)
-        adaptive_avg_backward_f32(s, gx, gy);
-    else if (dt == DL_DTYPE_F64)
-        adaptive_avg_backward_f64(s, gx, gy);
+/* Max pooling (adaptive or not): the channels-last loop, else the planar
+ * one. */
+static int max_entry(const char *op, bool adaptive, dl_dtype dt, const dl_pool2d_shape *s, void *y,
+                     int64_t *ind, const void *x) {
+    if (float_only(op, dt)) return -1;
+    bool f32 = dt == DL_DTYPE_F32;
+    if (s->C)
+        max_cl(f32, adaptive, s, y, ind, x);
+    else if (adaptive)
+        adaptive_max(f32, s, y, ind, x);
+    else if (f32)
+        max_pool_f32(s, y, ind, x);
     else
-        return dl_error("adaptive_avg_pool2d_backward: no CPU kernel for %s", dl_dtype_name(dt));
+        max_pool_f64(s, y, ind, x);
     return 0;
+}
+
+/* Average pooling (adaptive or not), forward (out = y, in = x) or backward
+ * (out = gx, in = gy): oneDNN where it serves, else the channels-last loop,
+ * else the planar one. */
+static int avg_entry(const char *op, bool adaptive, bool bwd, dl_dtype dt, const dl_pool2d_shape *s,
+                     void *out, const void *in) {
+    static void (*const planar[2][2])(bool, const dl_pool2d_shape *, void *, const void *) = {
+        {avg_fwd, avg_backward}, {adaptive_avg_fwd, adaptive_avg_backward}};
+    if (!adaptive && dt == DL_DTYPE_F32 && avg_onednn_ok(s)) return avg_onednn(s, bwd, out, in);
+    if (float_only(op, dt)) return -1;
+    bool f32 = dt == DL_DTYPE_F32;
+    if (s->C)
+        (bwd ? spread_cl : mean_cl)(f32, adaptive, s, out, in);
+    else
+        planar[adaptive][bwd](f32, s, out, in);
+    return 0;
+}
+
+int dl_cpu_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,
+                              const void *x) {
+    return max_entry("max_pool2d", false, dt, s, y, ind, x);
 }
 
 int dl_cpu_adaptive_max_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, int64_t *ind,
                                        const void *x) {
-    if (s->C && (dt == DL_DTYPE_F32 || dt == DL_DTYPE_F64))
-        max_cl(dt == DL_DTYPE_F32, true, s, y, ind, x);
-    else if (dt == DL_DTYPE_F32)
-        adaptive_max_f32(s, y, ind, x);
-    else if (dt == DL_DTYPE_F64)
-        adaptive_max_f64(s, y, ind, x);
-    else
-        return dl_error("adaptive_max_pool2d: no CPU kernel for %s", dl_dtype_name(dt));
-    return 0;
+    return max_entry("adaptive_max_pool2d", true, dt, s, y, ind, x);
+}
+
+int dl_cpu_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y, const void *x) {
+    return avg_entry("avg_pool2d", false, false, dt, s, y, x);
+}
+
+int dl_cpu_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx, const void *gy) {
+    return avg_entry("avg_pool2d_backward", false, true, dt, s, gx, gy);
+}
+
+int dl_cpu_adaptive_avg_pool2d_forward(dl_dtype dt, const dl_pool2d_shape *s, void *y,
+                                       const void *x) {
+    return avg_entry("adaptive_avg_pool2d", true, false, dt, s, y, x);
+}
+
+int dl_cpu_adaptive_avg_pool2d_backward(dl_dtype dt, const dl_pool2d_shape *s, void *gx,
+                                        const void *gy) {
+    return avg_entry("adaptive_avg_pool2d_backward", true, true, dt, s, gx, gy);
 }

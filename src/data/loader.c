@@ -47,17 +47,17 @@ struct dl_loader {
 /* --- slots -------------------------------------------------------------------- */
 
 static void slot_clear(slot *s) {
-    dl_tensor_release(s->data);
-    if (s->items) {
-        for (int64_t i = 0; i < s->size; i++) dl_tensor_release(s->items[i]);
-        free(s->items);
-    }
-    dl_tensor_release(s->labels);
-    dl_tensor_release(s->indices);
+    /* a slot holds the parts of a batch: they are released alike */
+    dl_loader_batch parts = {.data = s->data,
+                             .items = s->items,
+                             .nitems = s->size,
+                             .labels = s->labels,
+                             .indices = s->indices,
+                             .nwarn = s->nwarn,
+                             .warnings = s->warn};
+    dl_loader_batch_clear(&parts);
     free(s->err);
     free(s->bad);
-    for (int i = 0; i < s->nwarn; i++) free(s->warn[i]);
-    free(s->warn);
     memset(s, 0, sizeof *s);
     s->b = -1;
 }
@@ -194,6 +194,17 @@ static int64_t take_task(dl_loader *l, slot **s) {
     return t;
 }
 
+/* Runs task t of slot s outside the lock (held on entry and on return),
+ * counted in l->busy meanwhile; workers and the synchronous loader share it. */
+static void run_task(dl_loader *l, int64_t t, slot *s) {
+    uint64_t gen = l->gen;
+    l->busy++;
+    pthread_mutex_unlock(&l->mu);
+    process(l, t, s, gen);
+    pthread_mutex_lock(&l->mu);
+    l->busy--;
+}
+
 static void *worker(void *arg) {
     dl_loader *l = arg;
     pthread_mutex_lock(&l->mu);
@@ -202,12 +213,7 @@ static void *worker(void *arg) {
         int64_t t = -1;
         while (!l->quit && (t = take_task(l, &s)) < 0) pthread_cond_wait(&l->work, &l->mu);
         if (l->quit) break;
-        uint64_t gen = l->gen;
-        l->busy++;
-        pthread_mutex_unlock(&l->mu);
-        process(l, t, s, gen);
-        pthread_mutex_lock(&l->mu);
-        l->busy--;
+        run_task(l, t, s);
         if (l->busy == 0) pthread_cond_broadcast(&l->done);
     }
     pthread_mutex_unlock(&l->mu);
@@ -414,12 +420,7 @@ int dl_loader_next(dl_loader *l, dl_loader_batch *out) {
             slot *ts;
             int64_t t;
             while ((t = take_task(l, &ts)) >= 0) {
-                uint64_t gen = l->gen;
-                l->busy++;
-                pthread_mutex_unlock(&l->mu);
-                process(l, t, ts, gen);
-                pthread_mutex_lock(&l->mu);
-                l->busy--;
+                run_task(l, t, ts);
                 if (ts->b == b && ts->done == ts->size) break;
             }
         }

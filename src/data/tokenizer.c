@@ -146,11 +146,8 @@ int dl_tok_ids_push(dl_tok_ids *v, int32_t id) {
 /* --- the vocabulary ------------------------------------------------------------------ */
 
 dl_tokenizer *dl_tok_alloc(dl_tok_kind kind) {
-    dl_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) {
-        dl_error("tokenizer: out of memory");
-        return NULL;
-    }
+    dl_tokenizer *t = dl_zalloc(sizeof *t, "tokenizer: out of memory");
+    if (!t) return NULL;
     t->kind = kind;
     t->pretok = DL_PRETOK_GPT2;
     t->unk = -1;

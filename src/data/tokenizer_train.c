@@ -88,11 +88,8 @@ dl_tok_trainer *dl_tok_trainer_new(const dl_tok_train_opts *o, const char *what)
         dl_error("%s: the unk token must be one of the special tokens", what);
         return NULL;
     }
-    dl_tok_trainer *tr = calloc(1, sizeof *tr);
-    if (!tr) {
-        dl_error("%s: out of memory", what);
-        return NULL;
-    }
+    dl_tok_trainer *tr = dl_zalloc(sizeof *tr, "%s: out of memory", what);
+    if (!tr) return NULL;
     tr->o = *o;
     tr->o.special = NULL;
     tr->o.special_len = NULL;
@@ -219,6 +216,15 @@ typedef struct {
     uint32_t stamp;
 } bpe_state;
 
+/* Doubles the array p of *cap elements of `size` bytes (to `first` when
+ * empty); the new array, or NULL (p kept, *cap unchanged) when out of memory. */
+static void *grow(void *p, size_t *cap, size_t size, size_t first) {
+    size_t n = *cap ? *cap * 2 : first;
+    void *q = realloc(p, size * n);
+    if (q) *cap = n;
+    return q;
+}
+
 /* a before b in the heap: the larger count, then the smaller (left, right) */
 static inline int heap_before(const heap_entry *x, const heap_entry *y) {
     if (x->count != y->count) return x->count > y->count;
@@ -228,11 +234,9 @@ static inline int heap_before(const heap_entry *x, const heap_entry *y) {
 
 static int heap_push(bpe_state *st, heap_entry e) {
     if (st->nheap == st->heap_cap) {
-        size_t cap = st->heap_cap ? st->heap_cap * 2 : 4096;
-        heap_entry *h = realloc(st->heap, sizeof *h * cap);
+        heap_entry *h = grow(st->heap, &st->heap_cap, sizeof *h, 4096);
         if (!h) return -1;
         st->heap = h;
-        st->heap_cap = cap;
     }
     size_t i = st->nheap++;
     while (i > 0) {
@@ -265,11 +269,9 @@ static int64_t get_pair(bpe_state *st, int32_t a, int32_t b) {
     int64_t k = dl_pmap_get(&st->index, a, b);
     if (k >= 0) return k;
     if (st->npairs == st->pairs_cap) {
-        size_t cap = st->pairs_cap ? st->pairs_cap * 2 : 4096;
-        pair *p = realloc(st->pairs, sizeof *p * cap);
+        pair *p = grow(st->pairs, &st->pairs_cap, sizeof *p, 4096);
         if (!p) return -1;
         st->pairs = p;
-        st->pairs_cap = cap;
     }
     k = (int64_t)st->npairs;
     if (dl_pmap_put(&st->index, a, b, k)) return -1;
@@ -282,11 +284,9 @@ static int touch(bpe_state *st, int64_t k) {
     if (p->stamp == st->stamp) return 0;
     p->stamp = st->stamp;
     if (st->ntouched == st->touched_cap) {
-        size_t cap = st->touched_cap ? st->touched_cap * 2 : 1024;
-        int32_t *t = realloc(st->touched, sizeof *t * cap);
+        int32_t *t = grow(st->touched, &st->touched_cap, sizeof *t, 1024);
         if (!t) return -1;
         st->touched = t;
-        st->touched_cap = cap;
     }
     st->touched[st->ntouched++] = (int32_t)k;
     return 0;

@@ -546,11 +546,8 @@ static dl_tensor *stage_for(dl_tensor *t, const dl_comm_backend *be) {
  * device tensor goes to a backend taking device buffers, the rest to the
  * boot backend. */
 static dl_dist_work *work_new(const char *what, dl_tensor *t) {
-    dl_dist_work *w = calloc(1, sizeof *w);
-    if (!w) {
-        dl_error("dist.%s: out of memory", what);
-        return NULL;
-    }
+    dl_dist_work *w = dl_zalloc(sizeof *w, "dist.%s: out of memory", what);
+    if (!w) return NULL;
     bool dev = t && dl_tensor_device(t).type != DL_DEVICE_CPU;
     w->be = dev && G.be->device_buffers ? G.be : G.boot_be;
     w->st = w->be == G.be ? G.st : G.boot_st;

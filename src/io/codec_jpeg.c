@@ -65,21 +65,30 @@ static int truncated_msg(const char *msg) {
     return strstr(msg, "Premature end") != NULL || strstr(msg, "missing SOS") != NULL;
 }
 
+/* The error of a failed decode of name: a truncated file (when the decoder
+ * said so, or its message msg does) or corrupt `what`.  Returns -1. */
+static int decode_error(const char *name, const char *msg, int truncated, const char *what) {
+    if (truncated || truncated_msg(msg))
+        return dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
+    return dl_error("image: '%s': corrupt JPEG %s (%s)", name, what, msg);
+}
+
+/* decode_error for the turbojpeg handle tj, which is dropped (a fresh one
+ * serves the next call). */
+static int tj_fail(tjhandle tj, const char *name, const char *what) {
+    decode_error(name, tjGetErrorStr2(tj), 0, what);
+    drop_handle(0);
+    return -1;
+}
+
 static int header(tjhandle tj, const uint8_t *buf, size_t n, const char *name, int *w, int *h,
                   int *cs) {
     int subsamp;
     if (n > (size_t)0xFFFFFFFFul) return dl_error("image: '%s': JPEG file too large", name);
     *w = *h = 0;
     if (tjDecompressHeader3(tj, buf, (unsigned long)n, w, h, &subsamp, cs) != 0 || *w <= 0 ||
-        *h <= 0) {
-        const char *msg = tjGetErrorStr2(tj);
-        if (truncated_msg(msg))
-            dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
-        else
-            dl_error("image: '%s': corrupt JPEG header (%s)", name, msg);
-        drop_handle(0);
-        return -1;
-    }
+        *h <= 0)
+        return tj_fail(tj, name, "header");
     return dl_image_check_limit(name, *w, *h);
 }
 
@@ -157,12 +166,7 @@ int dl_jpeg_decode(const uint8_t *buf, size_t n, const char *name, int channels,
         int fatal = tjGetErrorCode(tj) != TJERR_WARNING || truncated_msg(msg);
         if (fatal) {
             free(pix);
-            if (truncated_msg(msg))
-                dl_error("image: '%s': truncated JPEG file (%s)", name, msg);
-            else
-                dl_error("image: '%s': corrupt JPEG data (%s)", name, msg);
-            drop_handle(0);
-            return -1;
+            return tj_fail(tj, name, "data");
         }
     }
     finish_pixels(&pix, npx, pc, channels);
@@ -272,11 +276,7 @@ int dl_jpeg_decode_region(const uint8_t *buf, size_t n, const char *name, int ch
     r->je.pub.emit_message = jerr_emit;
     int limit_failed = 0, rc = 0;
     if (setjmp(r->je.jb)) {
-        if (r->je.truncated || truncated_msg(r->je.msg))
-            dl_error("image: '%s': truncated JPEG file (%s)", name, r->je.msg);
-        else
-            dl_error("image: '%s': corrupt JPEG data (%s)", name, r->je.msg);
-        rc = -1;
+        rc = decode_error(name, r->je.msg, r->je.truncated, "data");
     } else {
         jpeg_create_decompress(&r->ci);
         region_body(r, buf, n, name, channels, denom, x0, y0, x1, y1, out, ox, oy, &limit_failed);

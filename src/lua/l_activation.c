@@ -30,26 +30,36 @@ static int l_relu_backward(lua_State *L) {
 
 /* --- dl._F --------------------------------------------------------------------------- */
 
-/* F.relu(x [, {inplace=}]) */
-static int F_relu(lua_State *L) {
+/* x at 1 and the options table at 2 (only `keys`), nothing after it */
+static dl_tensor *check_x_opts(lua_State *L, const char *op, const char *const *keys) {
     dl_tensor *x = dlL_checktensor(L, 1);
+    dlL_checkoptions(L, 2, op, keys);
+    dlL_nomore(L, 2, op);
+    return x;
+}
+
+/* F.relu / F.silu(x [, {inplace=}]): the elementwise unary op u, in place when asked */
+static int unary_inplace_opt(lua_State *L, const char *op, dl_unary_op u) {
     static const char *const keys[] = {"inplace", NULL};
-    dlL_checkoptions(L, 2, "relu", keys);
-    dlL_nomore(L, 2, "relu");
+    dl_tensor *x = check_x_opts(L, op, keys);
     if (dlL_optboolean(L, 2, "inplace", 0)) {
-        if (dl_unary_(DL_UNARY_RELU, x)) return dlL_fail(L);
-        lua_settop(L, 1);
-        return 1;
+        return dlL_pushself(L, dl_unary_(u, x));
     }
-    return dlL_pushtensor(L, dl_unary(DL_UNARY_RELU, x));
+    return dlL_pushtensor(L, dl_unary(u, x));
+}
+
+static int F_relu(lua_State *L) {
+    return unary_inplace_opt(L, "relu", DL_UNARY_RELU);
+}
+
+static int F_silu(lua_State *L) {
+    return unary_inplace_opt(L, "silu", DL_UNARY_SILU);
 }
 
 /* F.gelu(x [, {approximate="none"|"tanh"}]) */
 static int F_gelu(lua_State *L) {
-    dl_tensor *x = dlL_checktensor(L, 1);
     static const char *const keys[] = {"approximate", NULL};
-    dlL_checkoptions(L, 2, "gelu", keys);
-    dlL_nomore(L, 2, "gelu");
+    dl_tensor *x = check_x_opts(L, "gelu", keys);
     dl_unary_op op = DL_UNARY_GELU;
     int ty = dlL_optfield(L, 2, "approximate");
     if (ty != LUA_TNIL) {
@@ -64,20 +74,6 @@ static int F_gelu(lua_State *L) {
     }
     lua_pop(L, 1);
     return dlL_pushtensor(L, dl_unary(op, x));
-}
-
-/* F.silu(x [, {inplace=}]) */
-static int F_silu(lua_State *L) {
-    dl_tensor *x = dlL_checktensor(L, 1);
-    static const char *const keys[] = {"inplace", NULL};
-    dlL_checkoptions(L, 2, "silu", keys);
-    dlL_nomore(L, 2, "silu");
-    if (dlL_optboolean(L, 2, "inplace", 0)) {
-        if (dl_unary_(DL_UNARY_SILU, x)) return dlL_fail(L);
-        lua_settop(L, 1);
-        return 1;
-    }
-    return dlL_pushtensor(L, dl_unary(DL_UNARY_SILU, x));
 }
 
 void dlL_open_activation(lua_State *L) {

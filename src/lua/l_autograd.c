@@ -58,8 +58,7 @@ static int t_backward(lua_State *L) {
     engine_state = L;
     int rc = dl_backward(1, &t, &g, retain);
     engine_state = prev;
-    if (rc) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, rc);
 }
 
 /* dl._autograd.backward(tensors, grads_or_nil, retain_graph) */
@@ -82,8 +81,7 @@ static int l_backward(lua_State *L) {
     engine_state = prev;
     free(roots);
     free(grads);
-    if (rc) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, rc);
 }
 
 /* dl._autograd.grad(outputs, inputs, grad_outputs_or_nil, retain_graph, allow_unused)
@@ -300,10 +298,7 @@ static int l_record_function(lua_State *L) {
 
 static int t_grad_fn_name(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
-    if (t->grad_fn)
-        lua_pushstring(L, t->grad_fn->name);
-    else
-        lua_pushnil(L);
+    lua_pushstring(L, t->grad_fn ? t->grad_fn->name : NULL); /* NULL: nil */
     return 1;
 }
 

@@ -96,10 +96,7 @@ static int l_batch_norm_relu_forward(lua_State *L) {
                                    &mask, &impl))
         return dlL_fail(L);
     dlL_pushtensor3(L, y, mean, invstd);
-    if (mask)
-        dlL_pushtensor(L, mask);
-    else
-        lua_pushnil(L);
+    dlL_pushopttensor(L, mask);
     lua_pushinteger(L, impl);
     return 5;
 }
@@ -126,10 +123,7 @@ static int l_batch_norm_relu_backward(lua_State *L) {
                                     need, &gx, &gw, &gb, &gr))
         return dlL_fail(L);
     dlL_pushtensor3(L, gx, gw, gb);
-    if (gr)
-        dlL_pushtensor(L, gr);
-    else
-        lua_pushnil(L);
+    dlL_pushopttensor(L, gr);
     return 4;
 }
 

@@ -31,6 +31,12 @@ dl_tensor *dlL_checktensor(lua_State *L, int idx);
 int dlL_pushtensor(lua_State *L, dl_tensor *t);
 /* Raises dl_last_error() as a Lua error (never returns). */
 int dlL_fail(lua_State *L);
+/* The end of an in-place binding: rc != 0 raises dl_last_error(); else the
+ * tensor changed in place (argument 1) is returned.  Returns 1. */
+int dlL_pushself(lua_State *L, int rc);
+/* The end of a binding that returns nothing: rc != 0 raises dl_last_error().
+ * Returns 0. */
+int dlL_done(lua_State *L, int rc);
 
 /* A tensor, or a number/boolean turned into a 0-dim tensor of the type
  * PyTorch would give the scalar against `like` (NULL: default types).
@@ -59,6 +65,17 @@ void dlL_pushdtype(lua_State *L, dl_dtype t);
  * and sets *next to the first argument after the shape. */
 int dlL_checkshape(lua_State *L, int idx, int64_t *shape, int *next);
 
+/* A new tensor's options {dtype=, device=, requires_grad=} (the creation and
+ * random families).  dlL_checkcreateopts reads them from the table at idx
+ * (none/nil: the defaults given; an unknown key is an error). */
+typedef struct {
+    dl_dtype dtype;
+    dl_device device;
+    int requires_grad;
+} dlL_createopts;
+dlL_createopts dlL_checkcreateopts(lua_State *L, int idx, const char *op, dl_dtype def_dtype,
+                                   dl_device def_device);
+
 /* Raises an error if the table at idx has a key not in the NULL-terminated
  * list `allowed`.  Does nothing when idx is none/nil. */
 void dlL_checkoptions(lua_State *L, int idx, const char *op, const char *const *allowed);
@@ -81,6 +98,8 @@ void dlL_optpair(lua_State *L, int opts, const char *op, const char *key, const 
 void dlL_checkpair(lua_State *L, int idx, const char *op, const char *what, int64_t out[2]);
 void dlL_optneed(lua_State *L, int opts, const char *op, bool need[3]);
 int dlL_pushtensor3(lua_State *L, dl_tensor *a, dl_tensor *b, dl_tensor *c);
+/* Pushes t (taking ownership, as dlL_pushtensor) or nil when t is NULL.  Returns 1. */
+int dlL_pushopttensor(lua_State *L, dl_tensor *t);
 void dlL_nomore(lua_State *L, int last, const char *op);
 /* The tensors of the array at idx (what names it in errors), in a userdata
  * array pushed on the stack (freed with it; the tensors stay referenced by
@@ -90,6 +109,20 @@ dl_tensor **dlL_checktensors(lua_State *L, int idx, const char *op, const char *
 /* Adds functions to the dl module table and methods to the Tensor methods
  * table.  Either list may be NULL. */
 void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods);
+
+/* Bindings that serve several Lua names told apart by a small integer (a
+ * kind, or flags): as luaL_Reg, plus that integer.  dlL_register_kinds adds
+ * each entry as a closure of func to the dl module (functions) and to the
+ * Tensor methods (methods), either may be NULL; inside, dlL_kind(L) is the
+ * entry's integer and dlL_opname(L) its Lua name (for messages). */
+typedef struct {
+    const char *name;
+    lua_CFunction func;
+    int kind;
+} dlL_KindReg;
+void dlL_register_kinds(lua_State *L, const dlL_KindReg *functions, const dlL_KindReg *methods);
+int dlL_kind(lua_State *L);
+const char *dlL_opname(lua_State *L);
 
 /* Registers the userdata class `name` (its metatable in the registry, as
  * luaL_checkudata finds it): the metamethods of meta (__gc, __close, __len,

@@ -11,34 +11,33 @@
 #include "l_bind.h"
 #include "ops/clipgrad.h"
 
+/* The tensors at 1, once the arguments 2..last have been read: nothing may
+ * follow last. */
+static dl_tensor **check_grads(lua_State *L, const char *op, int last, int *n) {
+    dlL_nomore(L, last, op);
+    return dlL_checktensors(L, 1, op, "tensors", n);
+}
+
 static int l_grads_total_norm(lua_State *L) {
-    const char *op = "clip_grad_norm_";
     double p = luaL_checknumber(L, 2);
-    dlL_nomore(L, 2, op);
     int n;
-    dl_tensor **ts = dlL_checktensors(L, 1, op, "tensors", &n);
+    dl_tensor **ts = check_grads(L, "clip_grad_norm_", 2, &n);
     return dlL_pushtensor(L, dl_grads_total_norm(n, ts, p));
 }
 
 static int l_grads_scale_by_norm_(lua_State *L) {
-    const char *op = "clip_grads_with_norm_";
     dl_tensor *total = dlL_checktensor(L, 2);
     double max_norm = luaL_checknumber(L, 3);
-    dlL_nomore(L, 3, op);
     int n;
-    dl_tensor **ts = dlL_checktensors(L, 1, op, "tensors", &n);
-    if (dl_grads_scale_by_norm_(n, ts, total, max_norm)) return dlL_fail(L);
-    return 0;
+    dl_tensor **ts = check_grads(L, "clip_grads_with_norm_", 3, &n);
+    return dlL_done(L, dl_grads_scale_by_norm_(n, ts, total, max_norm));
 }
 
 static int l_grads_clamp_(lua_State *L) {
-    const char *op = "clip_grad_value_";
     double v = luaL_checknumber(L, 2);
-    dlL_nomore(L, 2, op);
     int n;
-    dl_tensor **ts = dlL_checktensors(L, 1, op, "tensors", &n);
-    if (dl_grads_clamp_(n, ts, v)) return dlL_fail(L);
-    return 0;
+    dl_tensor **ts = check_grads(L, "clip_grad_value_", 2, &n);
+    return dlL_done(L, dl_grads_clamp_(n, ts, v));
 }
 
 void dlL_open_clipgrad(lua_State *L) {

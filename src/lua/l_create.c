@@ -7,29 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-typedef struct {
-    dl_dtype dtype;
-    dl_device device;
-    int requires_grad;
-} create_opts;
-
-static const char *const create_keys[] = {"dtype", "device", "requires_grad", NULL};
-
-/* Reads {dtype=, device=, requires_grad=} at idx (none/nil allowed). */
-static create_opts read_opts(lua_State *L, int idx, const char *op, dl_dtype def_dtype,
-                             dl_device def_device) {
-    create_opts o = {def_dtype, def_device, 0};
-    if (lua_isnoneornil(L, idx)) return o;
-    dlL_checkoptions(L, idx, op, create_keys);
-    if (dlL_optfield(L, idx, "dtype") != LUA_TNIL) o.dtype = dlL_checkdtype(L, -1);
-    lua_pop(L, 1);
-    if (dlL_optfield(L, idx, "device") != LUA_TNIL) o.device = dlL_checkdevice(L, -1);
-    lua_pop(L, 1);
-    o.requires_grad = dlL_optboolean(L, idx, "requires_grad", 0);
-    return o;
-}
-
-static int finish(lua_State *L, dl_tensor *t, const create_opts *o) {
+static int finish(lua_State *L, dl_tensor *t, const dlL_createopts *o) {
     if (t && o->requires_grad) {
         if (!dl_dtype_is_floating(t->dtype)) {
             dl_tensor_release(t);
@@ -43,8 +21,21 @@ static int finish(lua_State *L, dl_tensor *t, const create_opts *o) {
     return dlL_pushtensor(L, t);
 }
 
-/* fn(shape..., opts) */
-static int create_filled(lua_State *L, const char *op, int has_value) {
+/* finish for t, filled on the CPU: moved to the device asked for first */
+static int finish_on_device(lua_State *L, dl_tensor *t, const dlL_createopts *o) {
+    if (t && o->device.type != DL_DEVICE_CPU) {
+        dl_tensor *d = dl_tensor_to_device(t, o->device);
+        dl_tensor_release(t);
+        t = d;
+    }
+    return finish(L, t, o);
+}
+
+/* empty / zeros / full(shape... [, value], opts); kind (has_value): -1
+ * empty, 0 zeros, 1 full (a value follows the shape) */
+static int create_filled(lua_State *L) {
+    const char *op = dlL_opname(L);
+    int has_value = dlL_kind(L);
     int64_t shape[DL_MAX_DIMS];
     int next, n = dlL_checkshape(L, 1, shape, &next);
     double value = 0;
@@ -59,7 +50,7 @@ static int create_filled(lua_State *L, const char *op, int has_value) {
     dl_dtype def = DL_DTYPE_F32;
     if (has_value == 1 && lua_isinteger(L, value_idx)) def = DL_DTYPE_I64;
     if (has_value == 1 && lua_isboolean(L, value_idx)) def = DL_DTYPE_BOOL;
-    create_opts o = read_opts(L, next, op, def, DL_CPU);
+    dlL_createopts o = dlL_checkcreateopts(L, next, op, def, DL_CPU);
     if (!lua_isnone(L, next + 1)) return luaL_argerror(L, next + 1, "unexpected argument");
     dl_tensor *t;
     if (has_value == -1)
@@ -82,29 +73,21 @@ static int create_filled(lua_State *L, const char *op, int has_value) {
         dl_tensor_release(s);
     } else
         t = dl_tensor_full(n, shape, value, o.dtype, o.device);
-    (void)op;
     return finish(L, t, &o);
-}
-
-static int l_empty(lua_State *L) {
-    return create_filled(L, "empty", -1);
-}
-static int l_zeros(lua_State *L) {
-    return create_filled(L, "zeros", 0);
-}
-static int l_full(lua_State *L) {
-    return create_filled(L, "full", 1);
 }
 
 static int l_ones(lua_State *L) {
     int64_t shape[DL_MAX_DIMS];
     int next, n = dlL_checkshape(L, 1, shape, &next);
-    create_opts o = read_opts(L, next, "ones", DL_DTYPE_F32, DL_CPU);
+    dlL_createopts o = dlL_checkcreateopts(L, next, "ones", DL_DTYPE_F32, DL_CPU);
     return finish(L, dl_tensor_full(n, shape, 1, o.dtype, o.device), &o);
 }
 
-/* x_like(t [, value], opts) */
-static int create_like(lua_State *L, const char *op, int kind) {
+/* x_like(t [, value], opts); kind: -1 empty, 0 zeros, 1 ones, 2 full (a
+ * value follows t) */
+static int create_like(lua_State *L) {
+    const char *op = dlL_opname(L);
+    int kind = dlL_kind(L);
     dl_tensor *t = dlL_checktensor(L, 1);
     int next = 2;
     double value = kind == 1 ? 1 : 0;
@@ -113,7 +96,7 @@ static int create_like(lua_State *L, const char *op, int kind) {
         value = lua_isboolean(L, 2) ? lua_toboolean(L, 2) : lua_tonumber(L, 2);
         next = 3;
     }
-    create_opts o = read_opts(L, next, op, t->dtype, dl_tensor_device(t));
+    dlL_createopts o = dlL_checkcreateopts(L, next, op, t->dtype, dl_tensor_device(t));
     /* a channels-last t gives a channels-last result (PyTorch's preserve_format) */
     bool keep = dl_is_channels_last(t) && !dl_tensor_is_contiguous(t);
     dl_tensor *r = keep ? dl_tensor_empty_like_layout(t, o.dtype, o.device)
@@ -123,19 +106,6 @@ static int create_like(lua_State *L, const char *op, int kind) {
         r = NULL;
     }
     return finish(L, r, &o);
-}
-
-static int l_empty_like(lua_State *L) {
-    return create_like(L, "empty_like", -1);
-}
-static int l_zeros_like(lua_State *L) {
-    return create_like(L, "zeros_like", 0);
-}
-static int l_ones_like(lua_State *L) {
-    return create_like(L, "ones_like", 1);
-}
-static int l_full_like(lua_State *L) {
-    return create_like(L, "full_like", 2);
 }
 
 /* arange(end) | arange(start, end [, step]) [, opts]; end exclusive as in PyTorch */
@@ -153,7 +123,8 @@ static int l_arange(lua_State *L) {
         end = lua_tonumber(L, 2);
         if (nnum == 3) step = lua_tonumber(L, 3);
     }
-    create_opts o = read_opts(L, nnum + 1, "arange", allint ? DL_DTYPE_I64 : DL_DTYPE_F32, DL_CPU);
+    dlL_createopts o =
+        dlL_checkcreateopts(L, nnum + 1, "arange", allint ? DL_DTYPE_I64 : DL_DTYPE_F32, DL_CPU);
     if (step == 0) return luaL_error(L, "arange: step must be nonzero");
     if (!isfinite(start) || !isfinite(end) || !isfinite(step))
         return luaL_error(L, "arange: start, end and step must be finite");
@@ -174,12 +145,7 @@ static int l_arange(lua_State *L) {
         for (int64_t i = 0; i < n; i++)
             dl_store_f64(p + i * isz, o.dtype, start + (double)i * step);
     }
-    if (o.device.type != DL_DEVICE_CPU) {
-        dl_tensor *d = dl_tensor_to_device(t, o.device);
-        dl_tensor_release(t);
-        t = d;
-    }
-    return finish(L, t, &o);
+    return finish_on_device(L, t, &o);
 }
 
 /* linspace(start, end, steps [, opts]) */
@@ -187,7 +153,7 @@ static int l_linspace(lua_State *L) {
     double a = luaL_checknumber(L, 1), b = luaL_checknumber(L, 2);
     lua_Integer n = luaL_checkinteger(L, 3);
     if (n < 0) return luaL_argerror(L, 3, "linspace: number of steps must be non-negative");
-    create_opts o = read_opts(L, 4, "linspace", DL_DTYPE_F32, DL_CPU);
+    dlL_createopts o = dlL_checkcreateopts(L, 4, "linspace", DL_DTYPE_F32, DL_CPU);
     int64_t len = n;
     dl_tensor *t = dl_tensor_empty(1, &len, o.dtype, DL_CPU);
     if (!t) return dlL_fail(L);
@@ -200,12 +166,7 @@ static int l_linspace(lua_State *L) {
         double v = i < half ? a + step * (double)i : b - step * (double)(n - 1 - i);
         dl_store_f64(p + i * isz, o.dtype, v);
     }
-    if (o.device.type != DL_DEVICE_CPU) {
-        dl_tensor *d = dl_tensor_to_device(t, o.device);
-        dl_tensor_release(t);
-        t = d;
-    }
-    return finish(L, t, &o);
+    return finish_on_device(L, t, &o);
 }
 
 /* eye(n [, m] [, opts]) */
@@ -217,19 +178,14 @@ static int l_eye(lua_State *L) {
         next = 3;
     }
     if (n < 0 || m < 0) return luaL_error(L, "eye: sizes must be non-negative");
-    create_opts o = read_opts(L, next, "eye", DL_DTYPE_F32, DL_CPU);
+    dlL_createopts o = dlL_checkcreateopts(L, next, "eye", DL_DTYPE_F32, DL_CPU);
     int64_t shape[2] = {n, m};
     dl_tensor *t = dl_tensor_zeros(2, shape, o.dtype, DL_CPU);
     if (!t) return dlL_fail(L);
     size_t isz = dl_dtype_size(o.dtype);
     for (int64_t i = 0; i < n && i < m; i++)
         dl_store_f64((char *)t->storage->data + (i * m + i) * isz, o.dtype, 1);
-    if (o.device.type != DL_DEVICE_CPU) {
-        dl_tensor *d = dl_tensor_to_device(t, o.device);
-        dl_tensor_release(t);
-        t = d;
-    }
-    return finish(L, t, &o);
+    return finish_on_device(L, t, &o);
 }
 
 /* --- dl.tensor ------------------------------------------------------------- */
@@ -321,7 +277,7 @@ static void nest_fill(lua_State *L, int idx, const nest_info *ni, int depth, cha
 static int l_tensor(lua_State *L) {
     dl_tensor *src = dlL_totensor(L, 1);
     if (src) { /* dl.tensor(t [, opts]): a copy */
-        create_opts o = read_opts(L, 2, "tensor", src->dtype, dl_tensor_device(src));
+        dlL_createopts o = dlL_checkcreateopts(L, 2, "tensor", src->dtype, dl_tensor_device(src));
         dl_tensor *a = dl_tensor_to_dtype(src, o.dtype);
         dl_tensor *b = a ? (a == src ? dl_tensor_clone(a) : dl_tensor_retain(a)) : NULL;
         dl_tensor_release(a);
@@ -344,34 +300,25 @@ static int l_tensor(lua_State *L) {
                    : ni.has_int  ? DL_DTYPE_I64
                    : ni.has_bool ? DL_DTYPE_BOOL
                                  : DL_DTYPE_F32;
-    create_opts o = read_opts(L, 2, "tensor", def, DL_CPU);
+    dlL_createopts o = dlL_checkcreateopts(L, 2, "tensor", def, DL_CPU);
     dl_tensor *t = dl_tensor_empty(ni.ndim, ni.shape, o.dtype, DL_CPU);
     if (!t) return dlL_fail(L);
     char *p = t->storage->data;
     nest_fill(L, 1, &ni, 0, &p, o.dtype);
-    if (o.device.type != DL_DEVICE_CPU) {
-        dl_tensor *d = dl_tensor_to_device(t, o.device);
-        dl_tensor_release(t);
-        t = d;
-    }
-    return finish(L, t, &o);
+    return finish_on_device(L, t, &o);
 }
 
 void dlL_open_create(lua_State *L) {
     static const luaL_Reg functions[] = {
-        {"empty", l_empty},
-        {"zeros", l_zeros},
-        {"ones", l_ones},
-        {"full", l_full},
-        {"empty_like", l_empty_like},
-        {"zeros_like", l_zeros_like},
-        {"ones_like", l_ones_like},
-        {"full_like", l_full_like},
-        {"arange", l_arange},
-        {"linspace", l_linspace},
-        {"eye", l_eye},
-        {"tensor", l_tensor},
-        {NULL, NULL},
+        {"ones", l_ones}, {"arange", l_arange}, {"linspace", l_linspace},
+        {"eye", l_eye},   {"tensor", l_tensor}, {NULL, NULL},
     };
     dlL_register(L, functions, NULL);
+    static const dlL_KindReg kinds[] = {
+        {"empty", create_filled, -1},   {"zeros", create_filled, 0},
+        {"full", create_filled, 1},     {"empty_like", create_like, -1},
+        {"zeros_like", create_like, 0}, {"ones_like", create_like, 1},
+        {"full_like", create_like, 2},  {NULL, NULL, 0},
+    };
+    dlL_register_kinds(L, kinds, NULL);
 }

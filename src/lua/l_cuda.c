@@ -114,8 +114,7 @@ static int l_get_device_name(lua_State *L) {
 static int l_set_device(lua_State *L) {
     if (lua_isnoneornil(L, 1)) return luaL_argerror(L, 1, "cuda.set_device: a device is required");
     int d = opt_ordinal(L, 1, "cuda.set_device");
-    if (dl_cuda_rt->set_device(d)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_cuda_rt->set_device(d));
 }
 
 static int l_current_device(lua_State *L) {
@@ -125,8 +124,7 @@ static int l_current_device(lua_State *L) {
 
 static int l_synchronize(lua_State *L) {
     int d = opt_ordinal(L, 1, "cuda.synchronize");
-    if (dl_cuda_rt->synchronize(d)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_cuda_rt->synchronize(d));
 }
 
 /* One Philox generator serves both devices: seeding CUDA seeds it. */
@@ -167,8 +165,7 @@ static int l_empty_cache(lua_State *L) {
     const dl_cuda_runtime *rt = need_rt(L, "cuda.empty_cache");
     lua_gc(L, LUA_GCCOLLECT); /* unreachable tensors give their blocks back first */
     host_cache_clear();
-    if (rt->empty_cache()) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, rt->empty_cache());
 }
 
 /* --- events ---------------------------------------------------------------- */
@@ -222,8 +219,7 @@ static int event_record(lua_State *L) {
 
 static int event_synchronize(lua_State *L) {
     event_box *b = check_event(L, 1);
-    if (b->recorded && dl_cuda_rt->event_synchronize(b->ev)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, b->recorded && dl_cuda_rt->event_synchronize(b->ev));
 }
 
 /* start:elapsed_time(stop): milliseconds between two recorded events. */
@@ -346,8 +342,7 @@ static int graph_capture_end(lua_State *L) {
     if (!b->capturing) return luaL_error(L, "CUDAGraph:capture_end: the graph is not capturing");
     b->capturing = false;
     set_capturing(L, 0);
-    if (dl_cuda_rt->graph_capture_end(b->g)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_cuda_rt->graph_capture_end(b->g));
 }
 
 /* g:replay(): the hooks, then one launch of the captured work. */
@@ -361,8 +356,7 @@ static int graph_replay(lua_State *L) {
         lua_call(L, 0, 0);
     }
     lua_pop(L, 1);
-    if (dl_cuda_rt->graph_replay(b->g)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_cuda_rt->graph_replay(b->g));
 }
 
 /* g:reset(): drops the capture (and its memory pool); the graph can capture again. */
@@ -373,8 +367,7 @@ static int graph_reset(lua_State *L) {
     dl_cuda_rt->graph_free(b->g);
     b->g = dl_cuda_rt->graph_new();
     new_hooks(L, 1);
-    if (!b->g) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, !b->g);
 }
 
 static int graph_add_hook(lua_State *L) {
@@ -524,11 +517,8 @@ static host_block *host_get(size_t n) {
         host_settle(b);
         return b;
     }
-    b = calloc(1, sizeof *b);
-    if (!b) {
-        dl_error("pin_memory: out of memory");
-        return NULL;
-    }
+    b = dl_zalloc(sizeof *b, "pin_memory: out of memory");
+    if (!b) return NULL;
     b->size = n ? n : 1;
     b->p = dl_cuda_rt->host_alloc(b->size);
     if (!b->p) {

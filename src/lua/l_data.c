@@ -239,8 +239,7 @@ static int l_loader(lua_State *L) {
 static int ld_start(lua_State *L) {
     loader_box *b = check_loader(L, 1);
     lua_Integer e = luaL_checkinteger(L, 2);
-    if (dl_loader_start(b->l, (uint64_t)e)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_loader_start(b->l, (uint64_t)e));
 }
 
 static int ld_stop(lua_State *L) {
@@ -339,8 +338,7 @@ static int l_idx_read(lua_State *L) {
 static int l_idx_write(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     dl_tensor *t = dlL_checktensor(L, 2);
-    if (dl_idx_write(path, t, lua_toboolean(L, 3))) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_idx_write(path, t, lua_toboolean(L, 3)));
 }
 
 /* _data.listdir(path) -> {folder names}, {other names}, both sorted */

@@ -22,13 +22,11 @@
 static int l_init(lua_State *L) {
     const char *backend = luaL_checkstring(L, 1);
     double timeout = luaL_checknumber(L, 2);
-    if (dl_dist_init(backend, timeout)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_dist_init(backend, timeout));
 }
 
 static int l_destroy(lua_State *L) {
-    if (dl_dist_destroy()) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_dist_destroy());
 }
 
 static int l_is_initialized(lua_State *L) {
@@ -56,11 +54,7 @@ static int l_local_rank(lua_State *L) {
     return push_int(L, "get_local_rank", dl_dist_local_rank());
 }
 static int l_backend(lua_State *L) {
-    const char *b = dl_dist_backend();
-    if (b)
-        lua_pushstring(L, b);
-    else
-        lua_pushnil(L);
+    lua_pushstring(L, dl_dist_backend()); /* NULL: nil */
     return 1;
 }
 static int l_wait_seconds(lua_State *L) {
@@ -77,9 +71,7 @@ static int l_all_reduce(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     static const char *const ops[] = {"sum", "avg", "max", "min", NULL};
     int op = luaL_checkoption(L, 2, "sum", ops);
-    if (dl_dist_all_reduce(t, (dl_reduce_op)op)) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_dist_all_reduce(t, (dl_reduce_op)op));
 }
 
 static int l_broadcast(lua_State *L) {
@@ -88,9 +80,7 @@ static int l_broadcast(lua_State *L) {
     if (src < 0 || src > 1 << 30)
         return luaL_error(L, "dist.broadcast: src rank %d is out of range (ranks are 0-based)",
                           (int)src);
-    if (dl_dist_broadcast(t, (int)src)) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_dist_broadcast(t, (int)src));
 }
 
 static int l_all_gather(lua_State *L) {
@@ -111,14 +101,11 @@ static int l_all_gather(lua_State *L) {
             return luaL_error(L, "dist.all_gather: tensor_list[%d] is not a tensor", i + 1);
         lua_pop(L, 1); /* the list keeps it alive */
     }
-    if (dl_dist_all_gather(out, t)) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_dist_all_gather(out, t));
 }
 
 static int l_barrier(lua_State *L) {
-    if (dl_dist_barrier()) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_dist_barrier());
 }
 
 /* --- the reducer ---------------------------------------------------------------- */

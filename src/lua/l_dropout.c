@@ -31,10 +31,7 @@ static int l_dropout_forward(lua_State *L) {
     dl_tensor *out, *mask;
     if (dl_dropout(x, p, training, &out, &mask)) return dlL_fail(L);
     dlL_pushtensor(L, out);
-    if (mask)
-        dlL_pushtensor(L, mask);
-    else
-        lua_pushnil(L);
+    dlL_pushopttensor(L, mask);
     return 2;
 }
 

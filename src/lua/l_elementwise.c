@@ -157,9 +157,7 @@ static int l_unary(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     no_more_args(L, 2, name);
     if (!inplace) return dlL_pushtensor(L, dl_unary(op, t));
-    if (dl_unary_(op, t)) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_unary_(op, t));
 }
 
 /* --- clamp ------------------------------------------------------------------------------ */
@@ -211,9 +209,7 @@ static int l_clamp(lua_State *L) {
         int rc = dl_clamp_(x, lo, hi);
         dl_tensor_release(lo);
         dl_tensor_release(hi);
-        if (rc) return dlL_fail(L);
-        lua_settop(L, 1);
-        return 1;
+        return dlL_pushself(L, rc);
     }
     dl_tensor *r = dl_clamp(x, lo, hi);
     dl_tensor_release(lo);
@@ -267,9 +263,7 @@ static int l_masked_fill(lua_State *L) {
     if (inplace) {
         int rc = dl_masked_fill_(x, mask, v);
         dl_tensor_release(v);
-        if (rc) return dlL_fail(L);
-        lua_settop(L, 1);
-        return 1;
+        return dlL_pushself(L, rc);
     }
     dl_tensor *r = dl_masked_fill(x, mask, v);
     dl_tensor_release(v);

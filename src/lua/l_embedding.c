@@ -186,9 +186,7 @@ static int l_embedding_renorm_(lua_State *L) {
     dl_tensor *z = zero_based(ids);
     int rc = z ? dl_embedding_renorm_(w, z, max_norm, norm_type) : -1;
     dl_tensor_release(z);
-    if (rc) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, rc);
 }
 
 void dlL_open_embedding(lua_State *L) {

@@ -151,8 +151,7 @@ static int encode(lua_State *L, dl_tensor *t, int format, int opts, const char *
     int rc =
         format == 0 ? dl_image_encode_png(&im, buf, n) : dl_image_encode_jpeg(&im, (int)q, buf, n);
     dl_image_free(&im);
-    if (rc) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, rc);
 }
 
 static int l_save(lua_State *L) {
@@ -171,8 +170,7 @@ static int l_save(lua_State *L) {
     encode(L, t, format, 3, "image.save", &buf, &n);
     int rc = dl_file_write(path, buf, n);
     free(buf);
-    if (rc) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, rc);
 }
 
 static int l_encode(lua_State *L) {

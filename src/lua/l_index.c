@@ -213,34 +213,42 @@ static int l_unbind(lua_State *L) {
 
 /* --- gathering and scattering ------------------------------------------------------------ */
 
-/* t:index_select(dim, index) */
-static int l_index_select(lua_State *L) {
+/* t:index_select(dim, index) (kind 1; int32 indices too) / t:gather(dim, index) */
+static int l_index_read(lua_State *L) {
+    int select = dlL_kind(L);
     dl_tensor *t = dlL_checktensor(L, 1);
     int dim = dlL_checkdim(L, 2);
-    dl_tensor *idx = check_index(L, 3, "index_select", 1, 0);
-    dl_tensor *r = dl_index_select(t, dim, idx);
+    dl_tensor *idx = check_index(L, 3, dlL_opname(L), select, 0);
+    dl_tensor *r = select ? dl_index_select(t, dim, idx) : dl_gather(t, dim, idx);
     dl_tensor_release(idx);
     return dlL_pushtensor(L, r);
 }
 
-/* t:gather(dim, index) */
-static int l_gather(lua_State *L) {
-    dl_tensor *t = dlL_checktensor(L, 1);
-    int dim = dlL_checkdim(L, 2);
-    dl_tensor *idx = check_index(L, 3, "gather", 0, 0);
-    dl_tensor *r = dl_gather(t, dim, idx);
-    dl_tensor_release(idx);
-    return dlL_pushtensor(L, r);
-}
-
-/* t:scatter(dim, index, src | value), in place or not; add: scatter_add */
-static int scatter_common(lua_State *L, const char *op, int inplace, int add) {
-    dl_tensor *t = dlL_checktensor(L, 1);
-    int dim = dlL_checkdim(L, 2);
-    if (add && !dlL_totensor(L, 4))
-        return luaL_error(L, "%s: src must be a tensor, got %s", op, luaL_typename(L, 4));
+/* The arguments scatter, index_fill and index_copy share: self at 1, dim at
+ * 2, the index at 3 (negatives allowed when allow_negative) and a src tensor
+ * (src_only) or src/value at 4.  Returns the index (a new reference: every
+ * other argument has been checked by then). */
+static dl_tensor *check_write_args(lua_State *L, const char *op, int src_only, int allow_negative,
+                                   dl_tensor **t, int *dim) {
+    *t = dlL_checktensor(L, 1);
+    *dim = dlL_checkdim(L, 2);
+    if (src_only && !dlL_totensor(L, 4))
+        luaL_error(L, "%s: src must be a tensor, got %s", op, luaL_typename(L, 4));
     check_value(L, 4, op);
-    dl_tensor *idx = check_index(L, 3, op, 0, 0);
+    return check_index(L, 3, op, 0, allow_negative);
+}
+
+/* The kinds of the index writes (flags): in place; src must be a tensor
+ * (scatter_add, index_copy). */
+enum { WRITE_INPLACE = 1, WRITE_SRC = 2 };
+
+/* t:scatter(dim, index, src | value) (scatter_add: WRITE_SRC), in place or not */
+static int l_scatter(lua_State *L) {
+    const char *op = dlL_opname(L);
+    int inplace = dlL_kind(L) & WRITE_INPLACE, add = dlL_kind(L) & WRITE_SRC;
+    dl_tensor *t;
+    int dim;
+    dl_tensor *idx = check_write_args(L, op, add, 0, &t, &dim);
     dl_tensor *src = dlL_totensor(L, 4);
     dl_tensor *val = src ? NULL : value_tensor(L, 4, t);
     if (!src && !val) {
@@ -260,65 +268,31 @@ static int scatter_common(lua_State *L, const char *op, int inplace, int add) {
     }
     dl_tensor_release(val);
     dl_tensor_release(idx);
-    if (inplace) {
-        if (rc) return dlL_fail(L);
-        lua_settop(L, 1);
-        return 1;
-    }
-    return dlL_pushtensor(L, r);
+    return inplace ? dlL_pushself(L, rc) : dlL_pushtensor(L, r);
 }
 
-static int l_scatter(lua_State *L) {
-    return scatter_common(L, "scatter", 0, 0);
-}
-static int l_scatter_(lua_State *L) {
-    return scatter_common(L, "scatter_", 1, 0);
-}
-static int l_scatter_add(lua_State *L) {
-    return scatter_common(L, "scatter_add", 0, 1);
-}
-static int l_scatter_add_(lua_State *L) {
-    return scatter_common(L, "scatter_add_", 1, 1);
-}
-
-/* t:index_fill(dim, index, value) / t:index_copy(dim, index, src), (_ in place) */
-static int index_write(lua_State *L, const char *op, int inplace, int copy) {
-    dl_tensor *t = dlL_checktensor(L, 1);
-    int dim = dlL_checkdim(L, 2);
-    if (copy && !dlL_totensor(L, 4))
-        return luaL_error(L, "%s: src must be a tensor, got %s", op, luaL_typename(L, 4));
-    check_value(L, 4, op);
-    dl_tensor *idx = check_index(L, 3, op, 0, !copy);
+/* t:index_fill(dim, index, value) / t:index_copy(dim, index, src) (WRITE_SRC),
+ * in place or not */
+static int l_index_write(lua_State *L) {
+    const char *op = dlL_opname(L);
+    int inplace = dlL_kind(L) & WRITE_INPLACE, copy = dlL_kind(L) & WRITE_SRC;
+    dl_tensor *t;
+    int dim;
+    dl_tensor *idx = check_write_args(L, op, copy, !copy, &t, &dim);
     dl_tensor *val = value_tensor(L, 4, t);
     if (!val) {
         dl_tensor_release(idx);
         return dlL_fail(L);
     }
-    if (inplace) {
-        int rc = copy ? dl_index_copy_(t, dim, idx, val) : dl_index_fill_(t, dim, idx, val);
-        dl_tensor_release(val);
-        dl_tensor_release(idx);
-        if (rc) return dlL_fail(L);
-        lua_settop(L, 1);
-        return 1;
-    }
-    dl_tensor *r = copy ? dl_index_copy(t, dim, idx, val) : dl_index_fill(t, dim, idx, val);
+    int rc = 0;
+    dl_tensor *r = NULL;
+    if (inplace)
+        rc = copy ? dl_index_copy_(t, dim, idx, val) : dl_index_fill_(t, dim, idx, val);
+    else
+        r = copy ? dl_index_copy(t, dim, idx, val) : dl_index_fill(t, dim, idx, val);
     dl_tensor_release(val);
     dl_tensor_release(idx);
-    return dlL_pushtensor(L, r);
-}
-
-static int l_index_fill(lua_State *L) {
-    return index_write(L, "index_fill", 0, 0);
-}
-static int l_index_fill_(lua_State *L) {
-    return index_write(L, "index_fill_", 1, 0);
-}
-static int l_index_copy(lua_State *L) {
-    return index_write(L, "index_copy", 0, 1);
-}
-static int l_index_copy_(lua_State *L) {
-    return index_write(L, "index_copy_", 1, 1);
+    return inplace ? dlL_pushself(L, rc) : dlL_pushtensor(L, r);
 }
 
 /* --- ordering ----------------------------------------------------------------------------- */
@@ -516,28 +490,17 @@ static lua_Integer opt_diagonal(lua_State *L, const char *op) {
     return lua_tointeger(L, 2);
 }
 
-static int l_tril(lua_State *L) {
-    dl_tensor *t = dlL_checktensor(L, 1);
-    return dlL_pushtensor(L, dl_tril(t, opt_diagonal(L, "tril")));
-}
+/* The kinds of tril/triu (flags): the upper triangle; in place. */
+enum { TRI_UPPER = 1, TRI_INPLACE = 2 };
 
-static int l_triu(lua_State *L) {
+/* t:tril / triu([diagonal]), in place or not */
+static int l_tri(lua_State *L) {
+    int kind = dlL_kind(L);
     dl_tensor *t = dlL_checktensor(L, 1);
-    return dlL_pushtensor(L, dl_triu(t, opt_diagonal(L, "triu")));
-}
-
-static int l_tril_(lua_State *L) {
-    dl_tensor *t = dlL_checktensor(L, 1);
-    if (dl_tril_(t, opt_diagonal(L, "tril_"))) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
-}
-
-static int l_triu_(lua_State *L) {
-    dl_tensor *t = dlL_checktensor(L, 1);
-    if (dl_triu_(t, opt_diagonal(L, "triu_"))) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    lua_Integer d = opt_diagonal(L, dlL_opname(L));
+    if (kind & TRI_INPLACE)
+        return dlL_pushself(L, kind & TRI_UPPER ? dl_triu_(t, d) : dl_tril_(t, d));
+    return dlL_pushtensor(L, kind & TRI_UPPER ? dl_triu(t, d) : dl_tril(t, d));
 }
 
 void dlL_open_index(lua_State *L) {
@@ -548,12 +511,6 @@ void dlL_open_index(lua_State *L) {
         {"split", l_split},
         {"chunk", l_chunk},
         {"unbind", l_unbind},
-        {"index_select", l_index_select},
-        {"gather", l_gather},
-        {"scatter", l_scatter},
-        {"scatter_add", l_scatter_add},
-        {"index_fill", l_index_fill},
-        {"index_copy", l_index_copy},
         {"sort", l_sort},
         {"argsort", l_argsort},
         {"topk", l_topk},
@@ -562,37 +519,44 @@ void dlL_open_index(lua_State *L) {
         {"nonzero", l_nonzero},
         {"flip", l_flip},
         {"roll", l_roll},
-        {"tril", l_tril},
-        {"triu", l_triu},
         {NULL, NULL},
     };
     static const luaL_Reg methods[] = {
-        {"split", l_split},
-        {"chunk", l_chunk},
-        {"unbind", l_unbind},
-        {"index_select", l_index_select},
-        {"gather", l_gather},
-        {"scatter", l_scatter},
-        {"scatter_", l_scatter_},
-        {"scatter_add", l_scatter_add},
-        {"scatter_add_", l_scatter_add_},
-        {"index_fill", l_index_fill},
-        {"index_fill_", l_index_fill_},
-        {"index_copy", l_index_copy},
-        {"index_copy_", l_index_copy_},
-        {"sort", l_sort},
-        {"argsort", l_argsort},
-        {"topk", l_topk},
-        {"one_hot", l_one_hot},
-        {"masked_select", l_masked_select},
-        {"nonzero", l_nonzero},
-        {"flip", l_flip},
-        {"roll", l_roll},
-        {"tril", l_tril},
-        {"triu", l_triu},
-        {"tril_", l_tril_},
-        {"triu_", l_triu_},
-        {NULL, NULL},
+        {"split", l_split},     {"chunk", l_chunk},
+        {"unbind", l_unbind},   {"sort", l_sort},
+        {"argsort", l_argsort}, {"topk", l_topk},
+        {"one_hot", l_one_hot}, {"masked_select", l_masked_select},
+        {"nonzero", l_nonzero}, {"flip", l_flip},
+        {"roll", l_roll},       {NULL, NULL},
     };
     dlL_register(L, functions, methods);
+    static const dlL_KindReg kind_functions[] = {
+        {"index_select", l_index_read, 1},
+        {"gather", l_index_read, 0},
+        {"scatter", l_scatter, 0},
+        {"scatter_add", l_scatter, WRITE_SRC},
+        {"index_fill", l_index_write, 0},
+        {"index_copy", l_index_write, WRITE_SRC},
+        {"tril", l_tri, 0},
+        {"triu", l_tri, TRI_UPPER},
+        {NULL, NULL, 0},
+    };
+    static const dlL_KindReg kind_methods[] = {
+        {"index_select", l_index_read, 1},
+        {"gather", l_index_read, 0},
+        {"scatter", l_scatter, 0},
+        {"scatter_", l_scatter, WRITE_INPLACE},
+        {"scatter_add", l_scatter, WRITE_SRC},
+        {"scatter_add_", l_scatter, WRITE_SRC | WRITE_INPLACE},
+        {"index_fill", l_index_write, 0},
+        {"index_fill_", l_index_write, WRITE_INPLACE},
+        {"index_copy", l_index_write, WRITE_SRC},
+        {"index_copy_", l_index_write, WRITE_SRC | WRITE_INPLACE},
+        {"tril", l_tri, 0},
+        {"triu", l_tri, TRI_UPPER},
+        {"tril_", l_tri, TRI_INPLACE},
+        {"triu_", l_tri, TRI_UPPER | TRI_INPLACE},
+        {NULL, NULL, 0},
+    };
+    dlL_register_kinds(L, kind_functions, kind_methods);
 }

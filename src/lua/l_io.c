@@ -86,10 +86,8 @@ static int l_save(lua_State *L) {
             i++;
         }
     }
-    if (dl_safetensors_save(path, n, names, name_lens, tensors, nmeta, keys, key_lens, values,
-                            value_lens))
-        return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_safetensors_save(path, n, names, name_lens, tensors, nmeta, keys,
+                                           key_lens, values, value_lens));
 }
 
 static int result_gc(lua_State *L) {

@@ -37,11 +37,7 @@
 #define DL_ONNX_ARENA_MT "dl.onnx_arena"
 
 static int l_missing(lua_State *L) {
-    const char *m = dl_onnx_missing();
-    if (m)
-        lua_pushstring(L, m);
-    else
-        lua_pushnil(L);
+    lua_pushstring(L, dl_onnx_missing()); /* NULL: nil */
     return 1;
 }
 

@@ -90,8 +90,7 @@ static int l_sgd_step(lua_State *L) {
             lua_pop(L, 1);
         }
     }
-    if (dl_sgd_step(n, params, grads, bufs, fresh, &o)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_sgd_step(n, params, grads, bufs, fresh, &o));
 }
 
 static int l_adam_step(lua_State *L) {
@@ -123,8 +122,7 @@ static int l_adam_step(lua_State *L) {
         if (!ok) return luaL_argerror(L, 6, "adam_step: step counts must be integers");
         lua_pop(L, 1);
     }
-    if (dl_adam_step(n, params, grads, m, v, mx, steps, &o)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_adam_step(n, params, grads, m, v, mx, steps, &o));
 }
 
 void dlL_open_optim(lua_State *L) {

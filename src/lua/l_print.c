@@ -57,8 +57,7 @@ static int l_set_printoptions(lua_State *L) {
     else
         return luaL_error(L, "set_printoptions: sci_mode must be a boolean or nil");
     lua_pop(L, 1);
-    if (dl_print_options_set(&o)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_print_options_set(&o));
 }
 
 static int l_get_printoptions(lua_State *L) {

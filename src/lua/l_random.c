@@ -20,18 +20,9 @@
 #include "ops/elementwise.h"
 #include "ops/random.h"
 
-typedef struct {
-    dl_dtype dtype;
-    dl_device device;
-    int requires_grad;
-} random_opts;
-
-static const char *const option_keys[] = {"dtype", "device", "requires_grad", NULL};
-
 /* Reads {dtype=, device=, requires_grad=} at idx and checks nothing follows. */
-static random_opts read_opts(lua_State *L, int idx, const char *op, dl_dtype dtype,
-                             dl_device device) {
-    random_opts o = {dtype, device, 0};
+static dlL_createopts read_opts(lua_State *L, int idx, const char *op, dl_dtype dtype,
+                                dl_device device) {
     if (!lua_isnone(L, idx + 1) || (!lua_isnoneornil(L, idx) && !lua_istable(L, idx))) {
         int bad = lua_isnone(L, idx + 1) ? idx : idx + 1;
         luaL_argerror(L, bad,
@@ -40,12 +31,7 @@ static random_opts read_opts(lua_State *L, int idx, const char *op, dl_dtype dty
                                       "a trailing table",
                                       op, luaL_typename(L, bad)));
     }
-    dlL_checkoptions(L, idx, op, option_keys);
-    if (dlL_optfield(L, idx, "dtype") != LUA_TNIL) o.dtype = dlL_checkdtype(L, -1);
-    lua_pop(L, 1);
-    if (dlL_optfield(L, idx, "device") != LUA_TNIL) o.device = dlL_checkdevice(L, -1);
-    lua_pop(L, 1);
-    o.requires_grad = dlL_optboolean(L, idx, "requires_grad", 0);
+    dlL_createopts o = dlL_checkcreateopts(L, idx, op, dtype, device);
     if (o.requires_grad && !dl_dtype_is_floating(o.dtype))
         luaL_error(L, "%s: only floating-point tensors can require gradients (dtype %s)", op,
                    dl_dtype_name(o.dtype));
@@ -57,28 +43,23 @@ static void need_floating(lua_State *L, const char *op, dl_dtype dt) {
         luaL_error(L, "%s: expected a floating-point dtype, got %s", op, dl_dtype_name(dt));
 }
 
-static int push_new(lua_State *L, dl_tensor *t, const random_opts *o) {
+static int push_new(lua_State *L, dl_tensor *t, const dlL_createopts *o) {
     if (t && o->requires_grad) t->requires_grad = true;
     return dlL_pushtensor(L, t);
 }
 
 /* --- creation ----------------------------------------------------------- */
 
-static int rand_or_randn(lua_State *L, const char *op, int normal) {
+/* rand / randn(shape..., opts); kind: 1 for randn */
+static int rand_or_randn(lua_State *L) {
+    const char *op = dlL_opname(L);
     int64_t shape[DL_MAX_DIMS];
     int next, n = dlL_checkshape(L, 1, shape, &next);
-    random_opts o = read_opts(L, next, op, DL_DTYPE_F32, DL_CPU);
+    dlL_createopts o = read_opts(L, next, op, DL_DTYPE_F32, DL_CPU);
     need_floating(L, op, o.dtype);
-    dl_tensor *t = normal ? dl_randn(n, shape, o.dtype, o.device, NULL)
-                          : dl_rand(n, shape, o.dtype, o.device, NULL);
+    dl_tensor *t = dlL_kind(L) == 1 ? dl_randn(n, shape, o.dtype, o.device, NULL)
+                                    : dl_rand(n, shape, o.dtype, o.device, NULL);
     return push_new(L, t, &o);
-}
-
-static int l_rand(lua_State *L) {
-    return rand_or_randn(L, "rand", 0);
-}
-static int l_randn(lua_State *L) {
-    return rand_or_randn(L, "randn", 1);
 }
 
 /* [low,] high at idx: returns the index after them. */
@@ -108,37 +89,31 @@ static int l_randint(lua_State *L) {
                                              luaL_typename(L, sidx)));
     int64_t shape[DL_MAX_DIMS];
     int n = dlL_checkshape(L, sidx, shape, NULL);
-    random_opts o = read_opts(L, sidx + 1, "randint", DL_DTYPE_I64, DL_CPU);
+    dlL_createopts o = read_opts(L, sidx + 1, "randint", DL_DTYPE_I64, DL_CPU);
     return push_new(L, dl_randint(low, high, n, shape, o.dtype, o.device, NULL), &o);
 }
 
 static int l_randperm(lua_State *L) {
     lua_Integer n = luaL_checkinteger(L, 1);
-    random_opts o = read_opts(L, 2, "randperm", DL_DTYPE_I64, DL_CPU);
+    dlL_createopts o = read_opts(L, 2, "randperm", DL_DTYPE_I64, DL_CPU);
     return push_new(L, dl_randperm(n, 1, o.dtype, o.device, NULL), &o);
 }
 
-static int like(lua_State *L, const char *op, int kind) {
+/* rand_like / randn_like(t, opts), randint_like(t, [low,] high, opts); kind:
+ * 0, 1, 2 in that order */
+static int like(lua_State *L) {
+    const char *op = dlL_opname(L);
+    int kind = dlL_kind(L);
     dl_tensor *t = dlL_checktensor(L, 1);
     lua_Integer low = 0, high = 0;
     int next = kind == 2 ? read_range(L, 2, op, &low, &high) : 2;
-    random_opts o = read_opts(L, next, op, t->dtype, dl_tensor_device(t));
+    dlL_createopts o = read_opts(L, next, op, t->dtype, dl_tensor_device(t));
     if (kind == 2)
         return push_new(L, dl_randint(low, high, t->ndim, t->shape, o.dtype, o.device, NULL), &o);
     need_floating(L, op, o.dtype);
     dl_tensor *r = kind == 1 ? dl_randn(t->ndim, t->shape, o.dtype, o.device, NULL)
                              : dl_rand(t->ndim, t->shape, o.dtype, o.device, NULL);
     return push_new(L, r, &o);
-}
-
-static int l_rand_like(lua_State *L) {
-    return like(L, "rand_like", 0);
-}
-static int l_randn_like(lua_State *L) {
-    return like(L, "randn_like", 1);
-}
-static int l_randint_like(lua_State *L) {
-    return like(L, "randint_like", 2);
 }
 
 static int l_bernoulli(lua_State *L) {
@@ -161,7 +136,7 @@ static int l_normal(lua_State *L) {
                                                  luaL_typename(L, 3)));
         int64_t shape[DL_MAX_DIMS];
         int n = dlL_checkshape(L, 3, shape, NULL);
-        random_opts o = read_opts(L, 4, op, DL_DTYPE_F32, DL_CPU);
+        dlL_createopts o = read_opts(L, 4, op, DL_DTYPE_F32, DL_CPU);
         need_floating(L, op, o.dtype);
         dl_tensor *t = dl_tensor_empty(n, shape, o.dtype, o.device);
         if (!t) return dlL_fail(L);
@@ -193,53 +168,42 @@ static int l_normal(lua_State *L) {
 
 /* --- in place ------------------------------------------------------------- */
 
-static int done_inplace(lua_State *L, int rc) {
-    if (rc) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
-}
-
 static int t_uniform_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     double a = luaL_optnumber(L, 2, 0), b = luaL_optnumber(L, 3, 1);
-    return done_inplace(L, dl_uniform_(t, a, b, NULL));
+    return dlL_pushself(L, dl_uniform_(t, a, b, NULL));
 }
 
 static int t_normal_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     double mean = luaL_optnumber(L, 2, 0), std = luaL_optnumber(L, 3, 1);
-    return done_inplace(L, dl_normal_(t, mean, std, NULL));
+    return dlL_pushself(L, dl_normal_(t, mean, std, NULL));
 }
 
 static int t_random_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     lua_Integer low, high;
     read_range(L, 2, "random_", &low, &high);
-    return done_inplace(L, dl_random_(t, low, high, NULL));
+    return dlL_pushself(L, dl_random_(t, low, high, NULL));
 }
 
 static int t_bernoulli_(lua_State *L) {
     dl_tensor *t = dlL_checktensor(L, 1);
     dl_tensor *p = dlL_totensor(L, 2);
-    if (p) return done_inplace(L, dl_bernoulli_tensor_(t, p, NULL));
+    if (p) return dlL_pushself(L, dl_bernoulli_tensor_(t, p, NULL));
     if (!lua_isnoneornil(L, 2) && lua_type(L, 2) != LUA_TNUMBER)
         return luaL_argerror(L, 2,
                              lua_pushfstring(L,
                                              "bernoulli_: probability (number or "
                                              "tensor) expected, got %s",
                                              luaL_typename(L, 2)));
-    return done_inplace(L, dl_bernoulli_(t, luaL_optnumber(L, 2, 0.5), NULL));
+    return dlL_pushself(L, dl_bernoulli_(t, luaL_optnumber(L, 2, 0.5), NULL));
 }
 
 void dlL_open_random(lua_State *L) {
     static const luaL_Reg functions[] = {
-        {"rand", l_rand},
-        {"randn", l_randn},
         {"randint", l_randint},
         {"randperm", l_randperm},
-        {"rand_like", l_rand_like},
-        {"randn_like", l_randn_like},
-        {"randint_like", l_randint_like},
         {"bernoulli", l_bernoulli},
         {"normal", l_normal},
         {NULL, NULL},
@@ -249,4 +213,9 @@ void dlL_open_random(lua_State *L) {
         {"bernoulli_", t_bernoulli_}, {"bernoulli", l_bernoulli}, {NULL, NULL},
     };
     dlL_register(L, functions, methods);
+    static const dlL_KindReg kinds[] = {
+        {"rand", rand_or_randn, 0}, {"randn", rand_or_randn, 1}, {"rand_like", like, 0},
+        {"randn_like", like, 1},    {"randint_like", like, 2},   {NULL, NULL, 0},
+    };
+    dlL_register_kinds(L, kinds, NULL);
 }

@@ -222,11 +222,8 @@ static int open_libs(lua_State *L) {
 }
 
 dl_state *dl_state_open(void) {
-    dl_state *S = calloc(1, sizeof *S);
-    if (!S) {
-        dl_error("dl_state_open: out of memory");
-        return NULL;
-    }
+    dl_state *S = dl_zalloc(sizeof *S, "dl_state_open: out of memory");
+    if (!S) return NULL;
     S->gen.seed = DL_DEFAULT_SEED;
     S->grad_enabled = true;
     S->L = luaL_newstate();
@@ -305,10 +302,7 @@ typedef struct {
 
 static int set_global(lua_State *L) {
     global_args *a = lua_touserdata(L, 1);
-    if (a->tensor)
-        dlL_pushtensor(L, dl_tensor_retain(a->tensor));
-    else
-        lua_pushnil(L);
+    dlL_pushopttensor(L, dl_tensor_retain(a->tensor));
     lua_setglobal(L, a->name);
     return 0;
 }
@@ -409,12 +403,7 @@ static int call_function(lua_State *L) {
         return luaL_error(L, "dl_state_call: '%s' is not a function (a %s value)", a->function,
                           lua_isnil(L, 1) ? "nil" : luaL_typename(L, 1));
     luaL_checkstack(L, a->nargs + a->nresults + 4, "dl_state_call: too many arguments");
-    for (int i = 0; i < a->nargs; i++) {
-        if (a->args[i])
-            dlL_pushtensor(L, dl_tensor_retain(a->args[i]));
-        else
-            lua_pushnil(L);
-    }
+    for (int i = 0; i < a->nargs; i++) dlL_pushopttensor(L, dl_tensor_retain(a->args[i]));
     lua_call(L, self + a->nargs, a->nresults);
     /* results at 1..nresults: check them all (numbers become tensors, still
      * owned by Lua), then take references - nothing can fail after that */

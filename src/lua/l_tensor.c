@@ -34,6 +34,16 @@ int dlL_fail(lua_State *L) {
     return luaL_error(L, "%s", msg[0] ? msg : "unknown error");
 }
 
+int dlL_pushself(lua_State *L, int rc) {
+    if (rc) return dlL_fail(L);
+    lua_settop(L, 1);
+    return 1;
+}
+
+int dlL_done(lua_State *L, int rc) {
+    return rc ? dlL_fail(L) : 0;
+}
+
 /* Collection pacing: a full collection whenever the bytes allocated (by the
  * process) since this state's last one exceed the larger of 64 MB and an
  * eighth of the bytes alive after it.  Garbage tensors then add at most about
@@ -344,14 +354,18 @@ void dlL_optneed(lua_State *L, int opts, const char *op, bool need[3]) {
     lua_pop(L, 1);
 }
 
-int dlL_pushtensor3(lua_State *L, dl_tensor *a, dl_tensor *b, dl_tensor *c) {
-    dl_tensor *t[3] = {a, b, c};
-    for (int i = 0; i < 3; i++) {
-        if (t[i])
-            dlL_pushtensor(L, t[i]);
-        else
-            lua_pushnil(L);
+int dlL_pushopttensor(lua_State *L, dl_tensor *t) {
+    if (!t) {
+        lua_pushnil(L);
+        return 1;
     }
+    return dlL_pushtensor(L, t);
+}
+
+int dlL_pushtensor3(lua_State *L, dl_tensor *a, dl_tensor *b, dl_tensor *c) {
+    dlL_pushopttensor(L, a);
+    dlL_pushopttensor(L, b);
+    dlL_pushopttensor(L, c);
     return 3;
 }
 
@@ -379,13 +393,31 @@ dl_tensor **dlL_checktensors(lua_State *L, int idx, const char *op, const char *
     return ts;
 }
 
-lua_Number dlL_optnumber(lua_State *L, int idx, const char *key, lua_Number def) {
+dlL_createopts dlL_checkcreateopts(lua_State *L, int idx, const char *op, dl_dtype def_dtype,
+                                   dl_device def_device) {
+    static const char *const keys[] = {"dtype", "device", "requires_grad", NULL};
+    dlL_createopts o = {def_dtype, def_device, 0};
+    if (lua_isnoneornil(L, idx)) return o;
+    dlL_checkoptions(L, idx, op, keys);
+    if (dlL_optfield(L, idx, "dtype") != LUA_TNIL) o.dtype = dlL_checkdtype(L, -1);
+    lua_pop(L, 1);
+    if (dlL_optfield(L, idx, "device") != LUA_TNIL) o.device = dlL_checkdevice(L, -1);
+    lua_pop(L, 1);
+    o.requires_grad = dlL_optboolean(L, idx, "requires_grad", 0);
+    return o;
+}
+
+/* Pushes option key of the table at idx (nil when absent); true when present,
+ * where it must be of Lua type `want` (else an error: it must be `what`). */
+static bool opt_present(lua_State *L, int idx, const char *key, int want, const char *what) {
     int ty = dlL_optfield(L, idx, key);
-    lua_Number v = def;
-    if (ty == LUA_TNUMBER)
-        v = lua_tonumber(L, -1);
-    else if (ty != LUA_TNIL)
-        luaL_error(L, "option '%s' must be a number, got %s", key, lua_typename(L, ty));
+    if (ty != LUA_TNIL && ty != want)
+        luaL_error(L, "option '%s' must be %s, got %s", key, what, lua_typename(L, ty));
+    return ty != LUA_TNIL;
+}
+
+lua_Number dlL_optnumber(lua_State *L, int idx, const char *key, lua_Number def) {
+    lua_Number v = opt_present(L, idx, key, LUA_TNUMBER, "a number") ? lua_tonumber(L, -1) : def;
     lua_pop(L, 1);
     return v;
 }
@@ -402,28 +434,48 @@ lua_Integer dlL_optinteger(lua_State *L, int idx, const char *key, lua_Integer d
 }
 
 int dlL_optboolean(lua_State *L, int idx, const char *key, int def) {
-    int ty = dlL_optfield(L, idx, key);
-    int v = def;
-    if (ty == LUA_TBOOLEAN)
-        v = lua_toboolean(L, -1);
-    else if (ty != LUA_TNIL)
-        luaL_error(L, "option '%s' must be a boolean, got %s", key, lua_typename(L, ty));
+    int v = opt_present(L, idx, key, LUA_TBOOLEAN, "a boolean") ? lua_toboolean(L, -1) : def;
     lua_pop(L, 1);
     return v;
 }
 
-void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods) {
-    if (functions) {
-        lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
-        luaL_setfuncs(L, functions, 0);
-        lua_pop(L, 1);
-    }
+/* Adds the functions of regs and the closures of kinds (either may be NULL)
+ * to the dl module table, or (methods) to the Tensor methods table. */
+static void register_into(lua_State *L, bool methods, const luaL_Reg *regs,
+                          const dlL_KindReg *kinds) {
+    if (!regs && !kinds) return;
     if (methods) {
         luaL_getmetatable(L, DL_TENSOR_MT);
         lua_getfield(L, -1, "methods");
-        luaL_setfuncs(L, methods, 0);
-        lua_pop(L, 2);
+    } else {
+        lua_getfield(L, LUA_REGISTRYINDEX, DL_MODULE_KEY);
     }
+    if (regs) luaL_setfuncs(L, regs, 0);
+    for (const dlL_KindReg *k = kinds; k && k->name; k++) {
+        lua_pushinteger(L, k->kind);
+        lua_pushstring(L, k->name);
+        lua_pushcclosure(L, k->func, 2);
+        lua_setfield(L, -2, k->name);
+    }
+    lua_pop(L, methods ? 2 : 1);
+}
+
+void dlL_register(lua_State *L, const luaL_Reg *functions, const luaL_Reg *methods) {
+    register_into(L, false, functions, NULL);
+    register_into(L, true, methods, NULL);
+}
+
+void dlL_register_kinds(lua_State *L, const dlL_KindReg *functions, const dlL_KindReg *methods) {
+    register_into(L, false, NULL, functions);
+    register_into(L, true, NULL, methods);
+}
+
+int dlL_kind(lua_State *L) {
+    return (int)lua_tointeger(L, lua_upvalueindex(1));
+}
+
+const char *dlL_opname(lua_State *L) {
+    return lua_tostring(L, lua_upvalueindex(2));
 }
 
 void dlL_newclass(lua_State *L, const char *name, const luaL_Reg *meta, const luaL_Reg *methods) {
@@ -497,10 +549,7 @@ static int t_index(lua_State *L) {
     } else if (strcmp(k, "requires_grad") == 0) {
         lua_pushboolean(L, t->requires_grad);
     } else if (strcmp(k, "grad") == 0) {
-        if (t->grad)
-            dlL_pushtensor(L, dl_tensor_retain(t->grad));
-        else
-            lua_pushnil(L);
+        dlL_pushopttensor(L, dl_tensor_retain(t->grad));
     } else if (strcmp(k, "data") == 0) {
         dlL_pushtensor(L, dl_detach(t));
     } else if (strcmp(k, "is_leaf") == 0) {
@@ -521,8 +570,7 @@ static int set_property(lua_State *L, dl_tensor *t, const char *k) {
     if (strcmp(k, "data") == 0) {
         dl_tensor *src = dlL_totensor(L, 3);
         if (!src) return luaL_error(L, "data must be a tensor, got %s", luaL_typename(L, 3));
-        if (dl_set_data(t, src)) return dlL_fail(L);
-        return 0;
+        return dlL_done(L, dl_set_data(t, src));
     }
     if (strcmp(k, "grad") == 0) {
         dl_tensor *g = lua_isnil(L, 3) ? NULL : dlL_totensor(L, 3);
@@ -562,8 +610,7 @@ static int t_newindex(lua_State *L) {
     dl_tensor *src = dlL_checktensorish(L, 3, t);
     int rc = dl_select_assign_(t, i, src);
     dl_tensor_release(src);
-    if (rc) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, rc);
 }
 
 static int t_len(lua_State *L) {
@@ -840,9 +887,7 @@ static int t_copy_(lua_State *L) {
     dl_tensor *src = dlL_checktensorish(L, 2, t);
     int rc = dl_copy_(t, src);
     dl_tensor_release(src);
-    if (rc) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, rc);
 }
 
 static int t_fill_(lua_State *L) {
@@ -864,9 +909,7 @@ static int t_fill_(lua_State *L) {
 }
 
 static int t_zero_(lua_State *L) {
-    if (dl_fill_(dlL_checktensor(L, 1), 0)) return dlL_fail(L);
-    lua_settop(L, 1);
-    return 1;
+    return dlL_pushself(L, dl_fill_(dlL_checktensor(L, 1), 0));
 }
 
 static int t_storage_offset(lua_State *L) {

@@ -30,6 +30,11 @@ static int tb_fail(lua_State *L) {
     return lua_error(L);
 }
 
+/* rc != 0: tb_fail; else no results */
+static int tb_done(lua_State *L, int rc) {
+    return rc ? tb_fail(L) : 0;
+}
+
 static dl_tfevent_writer *check_open(lua_State *L, const char *op) {
     writer_box *b = luaL_checkudata(L, 1, DL_TFWRITER_MT);
     if (!b->w) luaL_error(L, "SummaryWriter.%s: the writer is closed", op);
@@ -62,8 +67,7 @@ static int w_close(lua_State *L) {
     writer_box *b = luaL_checkudata(L, 1, DL_TFWRITER_MT);
     dl_tfevent_writer *w = b->w;
     b->w = NULL;
-    if (dl_tfevent_close(w)) return tb_fail(L);
-    return 0;
+    return tb_done(L, dl_tfevent_close(w));
 }
 
 static int w_gc(lua_State *L) {
@@ -79,8 +83,7 @@ static int w_path(lua_State *L) {
 }
 
 static int w_flush(lua_State *L) {
-    if (dl_tfevent_flush(check_open(L, "flush"))) return tb_fail(L);
-    return 0;
+    return tb_done(L, dl_tfevent_flush(check_open(L, "flush")));
 }
 
 /* w:scalar(tag, value, step, wall) */
@@ -88,9 +91,7 @@ static int w_scalar(lua_State *L) {
     dl_tfevent_writer *w = check_open(L, "add_scalar");
     const char *tag = luaL_checkstring(L, 2);
     float v = (float)luaL_checknumber(L, 3);
-    if (dl_tfevent_add_scalar(w, tag, v, luaL_checkinteger(L, 4), opt_wall(L, 5)))
-        return tb_fail(L);
-    return 0;
+    return tb_done(L, dl_tfevent_add_scalar(w, tag, v, luaL_checkinteger(L, 4), opt_wall(L, 5)));
 }
 
 /* w:image(tag, png, height, width, channels, step, wall) */
@@ -101,10 +102,8 @@ static int w_image(lua_State *L) {
     const char *png = luaL_checklstring(L, 3, &n);
     int h = (int)luaL_checkinteger(L, 4), wd = (int)luaL_checkinteger(L, 5);
     int c = (int)luaL_checkinteger(L, 6);
-    if (dl_tfevent_add_image(w, tag, h, wd, c, (const uint8_t *)png, n, luaL_checkinteger(L, 7),
-                             opt_wall(L, 8)))
-        return tb_fail(L);
-    return 0;
+    return tb_done(L, dl_tfevent_add_image(w, tag, h, wd, c, (const uint8_t *)png, n,
+                                           luaL_checkinteger(L, 7), opt_wall(L, 8)));
 }
 
 /* w:histogram(tag, values (contiguous float64 CPU tensor), step, wall) */
@@ -115,10 +114,9 @@ static int w_histogram(lua_State *L) {
     if (t->dtype != DL_DTYPE_F64 || !dl_tensor_is_contiguous(t) ||
         dl_tensor_device(t).type != DL_DEVICE_CPU)
         return luaL_argerror(L, 3, "add_histogram: values must be a contiguous float64 CPU tensor");
-    if (dl_tfevent_add_histogram(w, tag, dl_tensor_data_ptr(t), (size_t)dl_tensor_numel(t),
-                                 luaL_checkinteger(L, 4), opt_wall(L, 5)))
-        return tb_fail(L);
-    return 0;
+    return tb_done(L, dl_tfevent_add_histogram(w, tag, dl_tensor_data_ptr(t),
+                                               (size_t)dl_tensor_numel(t), luaL_checkinteger(L, 4),
+                                               opt_wall(L, 5)));
 }
 
 /* w:text(tag, text, step, wall) */
@@ -127,9 +125,7 @@ static int w_text(lua_State *L) {
     const char *tag = luaL_checkstring(L, 2);
     size_t n;
     const char *s = luaL_checklstring(L, 3, &n);
-    if (dl_tfevent_add_text(w, tag, s, n, luaL_checkinteger(L, 4), opt_wall(L, 5)))
-        return tb_fail(L);
-    return 0;
+    return tb_done(L, dl_tfevent_add_text(w, tag, s, n, luaL_checkinteger(L, 4), opt_wall(L, 5)));
 }
 
 /* v at idx (number, string or boolean; checked by the Lua side) */
@@ -196,8 +192,7 @@ static int w_hparams(lua_State *L) {
         metrics[i] = luaL_checkstring(L, -1);
         lua_pop(L, 1);
     }
-    if (dl_tfevent_add_hparams(w, hp, n, metrics, nm, step, wall)) return tb_fail(L);
-    return 0;
+    return tb_done(L, dl_tfevent_add_hparams(w, hp, n, metrics, nm, step, wall));
 }
 
 /* --- reading ------------------------------------------------------------------------- */

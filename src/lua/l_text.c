@@ -106,8 +106,7 @@ static int tr_feed(lua_State *L) {
     dl_tok_trainer *tr = check_trainer(L, 1);
     size_t n;
     const char *s = luaL_checklstring(L, 2, &n);
-    if (dl_tok_trainer_feed(tr, s, n)) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_tok_trainer_feed(tr, s, n));
 }
 
 static int tr_finish(lua_State *L) {
@@ -152,11 +151,27 @@ static int tok_to_json(lua_State *L) {
 
 static int tok_save(lua_State *L) {
     dl_tokenizer *t = check_tok(L, 1);
-    if (dl_tokenizer_save(t, luaL_checkstring(L, 2))) return dlL_fail(L);
-    return 0;
+    return dlL_done(L, dl_tokenizer_save(t, luaL_checkstring(L, 2)));
 }
 
 /* --- encode / decode --------------------------------------------------------------------- */
+
+/* The 0-based token id as a 1-based one, or nil when negative (none). */
+static void push_id(lua_State *L, int32_t id) {
+    if (id < 0)
+        lua_pushnil(L);
+    else
+        lua_pushinteger(L, (lua_Integer)id + 1);
+}
+
+/* A Lua array of the n 0-based ids as 1-based ones. */
+static void push_id_table(lua_State *L, const int32_t *ids, size_t n) {
+    lua_createtable(L, n > INT32_MAX ? 0 : (int)n, 0);
+    for (size_t k = 0; k < n; k++) {
+        lua_pushinteger(L, (lua_Integer)ids[k] + 1);
+        lua_rawseti(L, -2, (lua_Integer)k + 1);
+    }
+}
 
 /* A 1-D int64 tensor of ids + 1 (ownership passed to Lua); frees v either way. */
 static int push_ids(lua_State *L, dl_tok_ids *v, size_t from, size_t n) {
@@ -187,11 +202,7 @@ static int tok_encode(lua_State *L) {
             dl_tok_ids_free(&v);
             return luaL_error(L, "encode: out of stack");
         }
-        lua_createtable(L, v.n > INT32_MAX ? 0 : (int)v.n, 0); /* may raise: v leaks on OOM */
-        for (size_t k = 0; k < v.n; k++) {
-            lua_pushinteger(L, (lua_Integer)v.ids[k] + 1);
-            lua_rawseti(L, -2, (lua_Integer)k + 1);
-        }
+        push_id_table(L, v.ids, v.n); /* may raise: v leaks on OOM */
         dl_tok_ids_free(&v);
         return 1;
     }
@@ -326,11 +337,7 @@ static int tok_token_id(lua_State *L) {
     dl_tokenizer *t = check_tok(L, 1);
     size_t n;
     const char *s = luaL_checklstring(L, 2, &n);
-    int32_t id = dl_tokenizer_token_id(t, s, n);
-    if (id < 0)
-        lua_pushnil(L);
-    else
-        lua_pushinteger(L, (lua_Integer)id + 1);
+    push_id(L, dl_tokenizer_token_id(t, s, n));
     return 1;
 }
 
@@ -353,11 +360,7 @@ static int tok_specials(lua_State *L) {
 }
 
 static int tok_unk(lua_State *L) {
-    int32_t u = dl_tokenizer_unk(check_tok(L, 1));
-    if (u < 0)
-        lua_pushnil(L);
-    else
-        lua_pushinteger(L, (lua_Integer)u + 1);
+    push_id(L, dl_tokenizer_unk(check_tok(L, 1)));
     return 1;
 }
 
@@ -374,11 +377,7 @@ static int tok_merges(lua_State *L) {
     for (int32_t k = 0; k < n; k++) {
         int32_t m[3];
         dl_tokenizer_merge(t, k, m);
-        lua_createtable(L, 3, 0);
-        for (int j = 0; j < 3; j++) {
-            lua_pushinteger(L, (lua_Integer)m[j] + 1);
-            lua_rawseti(L, -2, j + 1);
-        }
+        push_id_table(L, m, 3);
         lua_rawseti(L, -2, k + 1);
     }
     return 1;

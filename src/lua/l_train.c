@@ -202,29 +202,36 @@ static void check_color(lua_State *L, int idx, const char *op, uint8_t rgb[3]) {
     }
 }
 
-static int l_plot_rect(lua_State *L) {
-    const char *op = "plot_rect";
-    dl_tensor *img = check_image(L, 1, op);
-    double x = check_coord(L, 2, op), y = check_coord(L, 3, op);
-    double w = check_coord(L, 4, op), h = check_coord(L, 5, op);
+/* The arguments plot_rect and plot_line share: (image, four coordinates,
+ * colour [, a number that defaults to 1]). */
+typedef struct {
+    dl_tensor *img;
+    double c[4];
     uint8_t rgb[3];
-    check_color(L, 6, op, rgb);
-    double alpha = luaL_optnumber(L, 7, 1.0);
-    if (dl_plot_fill_rect(img, x, y, w, h, rgb, alpha)) return dlL_fail(L);
-    return 0;
+    double extra;
+} shape_args;
+
+static shape_args check_shape_args(lua_State *L, const char *op) {
+    shape_args a;
+    a.img = check_image(L, 1, op);
+    for (int i = 0; i < 4; i++) a.c[i] = check_coord(L, 2 + i, op);
+    check_color(L, 6, op, a.rgb);
+    a.extra = luaL_optnumber(L, 7, 1.0);
+    return a;
 }
 
+/* plot_rect(img, x, y, w, h, rgb [, alpha]) */
+static int l_plot_rect(lua_State *L) {
+    shape_args a = check_shape_args(L, "plot_rect");
+    return dlL_done(L, dl_plot_fill_rect(a.img, a.c[0], a.c[1], a.c[2], a.c[3], a.rgb, a.extra));
+}
+
+/* plot_line(img, x0, y0, x1, y1, rgb [, width]) */
 static int l_plot_line(lua_State *L) {
-    const char *op = "plot_line";
-    dl_tensor *img = check_image(L, 1, op);
-    double x0 = check_coord(L, 2, op), y0 = check_coord(L, 3, op);
-    double x1 = check_coord(L, 4, op), y1 = check_coord(L, 5, op);
-    uint8_t rgb[3];
-    check_color(L, 6, op, rgb);
-    double width = luaL_optnumber(L, 7, 1.0);
-    if (!(width > 0 && width <= 64)) return luaL_error(L, "plot_line: width must be in (0, 64]");
-    if (dl_plot_line(img, x0, y0, x1, y1, rgb, width)) return dlL_fail(L);
-    return 0;
+    shape_args a = check_shape_args(L, "plot_line");
+    if (!(a.extra > 0 && a.extra <= 64))
+        return luaL_error(L, "plot_line: width must be in (0, 64]");
+    return dlL_done(L, dl_plot_line(a.img, a.c[0], a.c[1], a.c[2], a.c[3], a.rgb, a.extra));
 }
 
 static int check_scale(lua_State *L, int idx, const char *op) {
@@ -244,9 +251,8 @@ static int l_plot_text(lua_State *L) {
     int scale = check_scale(L, 6, op);
     int vertical = lua_toboolean(L, 7);
     if (!isfinite(x) || !isfinite(y) || fabs(x) > 1e9 || fabs(y) > 1e9) return 0;
-    if (dl_plot_text(img, (int64_t)floor(x), (int64_t)floor(y), s, n, rgb, scale, vertical))
-        return dlL_fail(L);
-    return 0;
+    return dlL_done(
+        L, dl_plot_text(img, (int64_t)floor(x), (int64_t)floor(y), s, n, rgb, scale, vertical));
 }
 
 static int l_text_width(lua_State *L) {

@@ -32,11 +32,7 @@ dl_tensor *dl_relu_backward(dl_tensor *gy, dl_tensor *y) {
                  ? dl_cuda_activation->threshold_backward(gx, g, y, 0.0)
                  : dl_cuda_missing(op);
     dl_tensor_release(g);
-    if (rc) {
-        dl_tensor_release(gx);
-        return NULL;
-    }
-    return gx;
+    return dl_op_result(gx, rc);
 }
 
 /* --- GELU / SiLU / sigmoid / tanh backward ------------------------------------------------------

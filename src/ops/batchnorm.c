@@ -67,13 +67,6 @@ static int bn_check(const char *op, const dl_tensor *x, dl_tensor *const *vecs,
     return 0;
 }
 
-static int check_writable(const char *op, const char *what, const dl_tensor *t) {
-    for (int d = 0; d < t->ndim; d++)
-        if (t->strides[d] == 0 && t->shape[d] > 1)
-            return dl_error("%s: %s is an expanded view and cannot be updated in place", op, what);
-    return 0;
-}
-
 /* running = (1 - m) * running + m * stat * factor, in place (any dtype/layout;
  * running and stat on one device, made current by the caller when CUDA). */
 static int update_running(dl_tensor *running, dl_tensor *stat, double m, double factor) {
@@ -208,7 +201,8 @@ static int check_training(const char *op, const dl_tensor *x, dl_tensor *rm, dl_
     if (!(p->eps >= 0)) return dl_error("%s: eps must be non-negative, got %g", op, p->eps);
     if ((rm == NULL) != (rv == NULL))
         return dl_error("%s: running_mean and running_var must be given together", op);
-    if (rm && (check_writable(op, "running_mean", rm) || check_writable(op, "running_var", rv)))
+    if (rm && (dl_op_check_writable(op, "running_mean", rm) ||
+               dl_op_check_writable(op, "running_var", rv)))
         return -1;
     *m = p->momentum;
     if (p->cumulative) {
@@ -336,30 +330,36 @@ done:
     return rc;
 }
 
+/* The arguments of a plain batch norm forward (no activation). */
+static bn_fwd bn_fwd_of(dl_tensor *x, dl_tensor *weight, dl_tensor *bias, dl_tensor *rm,
+                        dl_tensor *rv, bool training, const dl_batch_norm_params *p) {
+    return (bn_fwd){
+        .x = x, .weight = weight, .bias = bias, .rm = rm, .rv = rv, .training = training, .p = p};
+}
+
+/* bn_forward, its results handed out (NULL on failure). */
+static int bn_forward_out(bn_fwd *f, dl_tensor **y, dl_tensor **save_mean,
+                          dl_tensor **save_invstd) {
+    int rc = bn_forward(f);
+    *y = f->y;
+    *save_mean = f->mean;
+    *save_invstd = f->invstd;
+    return rc;
+}
+
 int dl_batch_norm_forward_train(dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
                                 dl_tensor *running_mean, dl_tensor *running_var,
                                 const dl_batch_norm_params *p, dl_tensor **y, dl_tensor **save_mean,
                                 dl_tensor **save_invstd) {
-    bn_fwd f = {.x = x,
-                .weight = weight,
-                .bias = bias,
-                .rm = running_mean,
-                .rv = running_var,
-                .training = true,
-                .p = p};
-    int rc = bn_forward(&f);
-    *y = f.y;
-    *save_mean = f.mean;
-    *save_invstd = f.invstd;
-    return rc;
+    bn_fwd f = bn_fwd_of(x, weight, bias, running_mean, running_var, true, p);
+    return bn_forward_out(&f, y, save_mean, save_invstd);
 }
 
 dl_tensor *dl_batch_norm_forward_eval(dl_tensor *x, dl_tensor *weight, dl_tensor *bias,
                                       dl_tensor *running_mean, dl_tensor *running_var, double eps) {
     dl_batch_norm_params p = dl_batch_norm_default_params();
     p.eps = eps;
-    bn_fwd f = {
-        .x = x, .weight = weight, .bias = bias, .rm = running_mean, .rv = running_var, .p = &p};
+    bn_fwd f = bn_fwd_of(x, weight, bias, running_mean, running_var, false, &p);
     return bn_forward(&f) ? NULL : f.y;
 }
 
@@ -368,20 +368,11 @@ int dl_batch_norm_relu_forward(dl_tensor *x, dl_tensor *residual, dl_tensor *wei
                                bool training, const dl_batch_norm_params *p, bool keep_mask,
                                dl_tensor **y, dl_tensor **save_mean, dl_tensor **save_invstd,
                                dl_tensor **mask, int *impl) {
-    bn_fwd f = {.act = residual ? ACT_ADD_RELU : ACT_RELU,
-                .x = x,
-                .res = residual,
-                .weight = weight,
-                .bias = bias,
-                .rm = running_mean,
-                .rv = running_var,
-                .training = training,
-                .keep_mask = keep_mask,
-                .p = p};
-    int rc = bn_forward(&f);
-    *y = f.y;
-    *save_mean = f.mean;
-    *save_invstd = f.invstd;
+    bn_fwd f = bn_fwd_of(x, weight, bias, running_mean, running_var, training, p);
+    f.act = residual ? ACT_ADD_RELU : ACT_RELU;
+    f.res = residual;
+    f.keep_mask = keep_mask;
+    int rc = bn_forward_out(&f, y, save_mean, save_invstd);
     *mask = f.mask;
     *impl = f.impl;
     return rc;

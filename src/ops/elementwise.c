@@ -178,12 +178,7 @@ static int check_inplace_shape(const char *op, const dl_tensor *self, int nd,
                         dl_shape_str(self->ndim, self->shape, b1, sizeof b1),
                         dl_shape_str(nd, shape, b2, sizeof b2));
     }
-    for (int i = 0; i < self->ndim; i++)
-        if (self->strides[i] == 0 && self->shape[i] > 1)
-            return dl_error("%s: cannot write in place into an expanded tensor (several "
-                            "elements share one memory location); clone it first",
-                            op);
-    return 0;
+    return dl_op_check_writable(op, "self", self);
 }
 
 /* Converts each of n tensors to the compute dtype (NULL entries stay NULL)

@@ -41,6 +41,12 @@ dl_tensor *dl_grad_for_input(dl_tensor *g, const dl_tensor_meta *m) {
     return r;
 }
 
+int dl_grad_give_input(dl_node *n, dl_tensor **gin, int i, dl_tensor *g) {
+    gin[i] = g ? dl_grad_for_input(g, &n->input_meta[i]) : NULL;
+    dl_tensor_release(g);
+    return gin[i] ? 0 : -1;
+}
+
 int dl_check_inplace(const char *op, dl_tensor *self) {
     if (dl_grad_enabled() && self->requires_grad && !self->grad_fn)
         return dl_error("%s: a leaf tensor that requires grad is used in an in-place operation "

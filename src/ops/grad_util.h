@@ -16,6 +16,10 @@ static inline dl_tensor *dl_sum_to_meta(dl_tensor *g, const dl_tensor_meta *m) {
  * each input had), then summed to its shape. */
 dl_tensor *dl_grad_for_input(dl_tensor *g, const dl_tensor_meta *m);
 
+/* gin[i] = dl_grad_for_input(g, input i's meta) for node n; g (NULL after
+ * a failure upstream) is consumed.  0, or -1 when g is NULL or that fails. */
+int dl_grad_give_input(dl_node *n, dl_tensor **gin, int i, dl_tensor *g);
+
 /* Errors for an in-place op on a leaf that requires grad while grad mode is
  * on (its gradient would be wrong); 0 otherwise. */
 int dl_check_inplace(const char *op, dl_tensor *self);

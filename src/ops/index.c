@@ -49,16 +49,6 @@ static dl_tensor *moved_to(dl_tensor *t, dl_device dev) {
     return dl_scalar_to(t, dev);
 }
 
-/* In-place ops refuse views whose elements alias each other (expanded). */
-static int check_writable(const char *op, const dl_tensor *t) {
-    for (int d = 0; d < t->ndim; d++)
-        if (t->strides[d] == 0 && t->shape[d] > 1)
-            return dl_error("%s: cannot write in place into a tensor whose elements overlap "
-                            "(an expanded view); clone() it first",
-                            op);
-    return 0;
-}
-
 static int dims_nonempty(const dl_tensor *t) {
     return t->ndim ? t->ndim : 1;
 }
@@ -300,10 +290,7 @@ static int stack_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
     int d = ((const dim_ctx *)n->ctx)->dim;
     for (int i = 0; i < n->n_inputs; i++) {
         if (!dl_node_needs_grad(n, i)) continue;
-        dl_tensor *slice = dl_tensor_select(gout[0], d, i);
-        gin[i] = slice ? dl_grad_for_input(slice, &n->input_meta[i]) : NULL;
-        dl_tensor_release(slice);
-        if (!gin[i]) return -1;
+        if (dl_grad_give_input(n, gin, i, dl_tensor_select(gout[0], d, i))) return -1;
     }
     return 0;
 }
@@ -546,10 +533,7 @@ static dl_tensor *index_select_impl(dl_tensor *x, int dim, dl_tensor *index) {
         int rc = !dl_cuda_index || !dl_cuda_index->index_select
                      ? dl_cuda_missing("index_select")
                      : dl_cuda_index->index_select(out, xc, d, dl_tensor_data_ptr(idx), n);
-        if (rc) {
-            dl_tensor_release(out);
-            out = NULL;
-        }
+        out = dl_op_result(out, rc);
     } else {
         dl_cpu_index_select(out, xc, d, dl_tensor_data_ptr(idx), n);
     }
@@ -585,10 +569,7 @@ static int index_select_backward(dl_node *n, dl_tensor *const *gout, dl_tensor *
             rc = dl_cuda_missing("index_select backward");
         else
             rc = dl_cuda_index->index_add(r, d, dl_tensor_data_ptr(idx), nidx, gc);
-        if (rc) {
-            dl_tensor_release(r);
-            r = NULL;
-        }
+        r = dl_op_result(r, rc);
     }
     dl_tensor_release(gc);
     dl_tensor_release(idx);
@@ -715,7 +696,7 @@ static int scatter_impl(const char *op, dl_tensor *self, int dim, dl_tensor *ind
     }
     if (check_index_shape(op, self, d, idx, src, "self")) goto done;
     if (check_index_tensor(op, idx, size_nonempty(self, d), d, false)) goto done;
-    if (check_writable(op, self)) goto done;
+    if (dl_op_check_writable(op, "self", self)) goto done;
     /* src sharing self's memory is read from a copy, so writes cannot feed
      * reads; a 0-dim CPU src beside CUDA self is moved */
     dl_tensor *s = src->storage == self->storage ? dl_tensor_clone(src) : moved_to(src, dev);
@@ -794,9 +775,7 @@ static int scatter_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin)
     if (dl_node_needs_grad(n, 0)) {
         dl_tensor *r = c->kind == SCATTER_ADD || empty ? dl_tensor_retain(g)
                                                        : zero_scattered(g, c->dim, index);
-        gin[0] = r ? dl_grad_for_input(r, &n->input_meta[0]) : NULL;
-        dl_tensor_release(r);
-        if (!gin[0]) return -1;
+        if (dl_grad_give_input(n, gin, 0, r)) return -1;
     }
     if (n->n_inputs > 1 && dl_node_needs_grad(n, 1)) {
         dl_tensor *r = empty ? NULL : gather_impl(g, c->dim, index);
@@ -897,17 +876,35 @@ static int write_slices(dl_tensor *self, int d, const int64_t *ip, int64_t n, dl
     return rc;
 }
 
-static int index_fill_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index,
-                           dl_tensor *value) {
-    dl_tensor *all[3] = {self, index, value};
+/* src (index_copy) must have self's shape but n slices along d. */
+static int check_src_fits(const char *op, dl_tensor *self, dl_tensor *src, int d, int64_t n) {
+    bool fits = dims_nonempty(src) == dims_nonempty(self) && size_nonempty(src, d) == n;
+    for (int k = 0; fits && k < self->ndim; k++)
+        if (k != d && src->shape[k] != self->shape[k]) fits = false;
+    if (fits) return 0;
+    char b1[128], b2[128];
+    return dl_error("%s: src shape %s does not fit self shape %s with %lld indices along "
+                    "dimension %d",
+                    op, dl_shape_str(src->ndim, src->shape, b1, sizeof b1),
+                    dl_shape_str(self->ndim, self->shape, b2, sizeof b2), (long long)n, d + 1);
+}
+
+/* index_copy (copy: other is src, one slice per index) and index_fill (other
+ * is the 0-dim value written to every indexed slice), in place on self. */
+static int index_write_impl(const char *op, bool copy, dl_tensor *self, int dim, dl_tensor *index,
+                            dl_tensor *other) {
+    dl_tensor *all[3] = {self, index, other};
     dl_device dev;
     if (device_of(op, 3, all, &dev)) return -1;
-    if (value->ndim != 0)
+    if (!copy && other->ndim != 0)
         return dl_error("%s: the value must be a number or a 0-dimensional tensor, got "
                         "%d dimensions",
-                        op, value->ndim);
+                        op, other->ndim);
     if (index->ndim > 1)
         return dl_error("%s: index must be a 1-D tensor, got %d dimensions", op, index->ndim);
+    if (copy && other->dtype != self->dtype)
+        return dl_error("%s: src dtype %s does not match self dtype %s", op,
+                        dl_dtype_name(other->dtype), dl_dtype_name(self->dtype));
     int d = dl_wrap_dim(op, dim, self->ndim);
     if (d < 0) return -1;
     /* the slices are written one by one from the host, so the indices are read there */
@@ -915,45 +912,11 @@ static int index_fill_impl(const char *op, dl_tensor *self, int dim, dl_tensor *
     if (!idx) return -1;
     int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
     const int64_t *ip = dl_tensor_data_ptr(idx);
-    int rc = check_indices(op, ip, n, size, d, true) || check_writable(op, self)
+    int rc = (copy && check_src_fits(op, self, other, d, n)) ||
+                     check_indices(op, ip, n, size, d, !copy) ||
+                     dl_op_check_writable(op, "self", self)
                  ? -1
-                 : write_slices(self, d, ip, n, value, false);
-    dl_tensor_release(idx);
-    return rc;
-}
-
-static int index_copy_impl(const char *op, dl_tensor *self, int dim, dl_tensor *index,
-                           dl_tensor *src) {
-    dl_tensor *all[3] = {self, index, src};
-    dl_device dev;
-    if (device_of(op, 3, all, &dev)) return -1;
-    if (index->ndim > 1)
-        return dl_error("%s: index must be a 1-D tensor, got %d dimensions", op, index->ndim);
-    if (src->dtype != self->dtype)
-        return dl_error("%s: src dtype %s does not match self dtype %s", op,
-                        dl_dtype_name(src->dtype), dl_dtype_name(self->dtype));
-    int d = dl_wrap_dim(op, dim, self->ndim);
-    if (d < 0) return -1;
-    /* the slices are copied one by one from the host, so the indices are read there */
-    dl_tensor *idx = index_prepare(op, index, false, DL_CPU);
-    if (!idx) return -1;
-    int64_t n = dl_tensor_numel(idx), size = size_nonempty(self, d);
-    const int64_t *ip = dl_tensor_data_ptr(idx);
-    int rc = -1;
-    char b1[128], b2[128];
-    bool fits = dims_nonempty(src) == dims_nonempty(self) && size_nonempty(src, d) == n;
-    for (int k = 0; fits && k < self->ndim; k++)
-        if (k != d && src->shape[k] != self->shape[k]) fits = false;
-    if (!fits) {
-        dl_error("%s: src shape %s does not fit self shape %s with %lld indices along "
-                 "dimension %d",
-                 op, dl_shape_str(src->ndim, src->shape, b1, sizeof b1),
-                 dl_shape_str(self->ndim, self->shape, b2, sizeof b2), (long long)n, d + 1);
-        goto done;
-    }
-    if (check_indices(op, ip, n, size, d, false) || check_writable(op, self)) goto done;
-    rc = write_slices(self, d, ip, n, src, true);
-done:
+                 : write_slices(self, d, ip, n, other, copy);
     dl_tensor_release(idx);
     return rc;
 }
@@ -976,7 +939,7 @@ static int index_write_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **
     int rc = -1;
     if (dl_node_needs_grad(n, 0)) {
         dl_tensor *r = dl_tensor_clone(g);
-        if (r && index_fill_impl(op, r, c->dim, index, zero) == 0)
+        if (r && index_write_impl(op, false, r, c->dim, index, zero) == 0)
             gin[0] = dl_grad_for_input(r, &n->input_meta[0]);
         dl_tensor_release(r);
         if (!gin[0]) goto done;
@@ -988,16 +951,15 @@ static int index_write_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **
         } else { /* sum(g * mask of the filled slices) */
             dl_tensor *mask = dl_tensor_zeros(g->ndim, g->shape, g->dtype, dl_tensor_device(g));
             dl_tensor *one = mask ? dl_tensor_scalar(1, g->dtype) : NULL;
-            dl_tensor *p =
-                one && index_fill_impl(op, mask, c->dim, index, one) == 0 ? dl_mul(g, mask) : NULL;
+            dl_tensor *p = one && index_write_impl(op, false, mask, c->dim, index, one) == 0
+                               ? dl_mul(g, mask)
+                               : NULL;
             r = p ? dl_sum(p, 0, NULL, false, DL_REDUCE_DTYPE_NONE) : NULL;
             dl_tensor_release(p);
             dl_tensor_release(one);
             dl_tensor_release(mask);
         }
-        gin[1] = r ? dl_grad_for_input(r, &n->input_meta[1]) : NULL;
-        dl_tensor_release(r);
-        if (!gin[1]) goto done;
+        if (dl_grad_give_input(n, gin, 1, r)) goto done;
     }
     rc = 0;
 done:
@@ -1014,8 +976,7 @@ static int index_write_inplace(bool copy, dl_tensor *self, int dim, dl_tensor *i
     dl_node *node = inplace_begin(op, self, copy ? "IndexCopyBackward" : "IndexFillBackward",
                                   index_write_backward, 2, ins, &c, sizeof c, 1, &index, &failed);
     if (failed) return -1;
-    int rc = copy ? index_copy_impl(op, self, dim, index, other)
-                  : index_fill_impl(op, self, dim, index, other);
+    int rc = index_write_impl(op, copy, self, dim, index, other);
     return dl_op_inplace_end(node, self, rc, false);
 }
 
@@ -1023,9 +984,7 @@ static dl_tensor *index_write_copy(bool copy, dl_tensor *self, int dim, dl_tenso
                                    dl_tensor *other) {
     const char *op = copy ? "index_copy" : "index_fill";
     dl_tensor *out = dl_tensor_clone(self);
-    int rc = !out   ? -1
-             : copy ? index_copy_impl(op, out, dim, index, other)
-                    : index_fill_impl(op, out, dim, index, other);
+    int rc = out ? index_write_impl(op, copy, out, dim, index, other) : -1;
     if (rc) {
         dl_tensor_release(out);
         return NULL;
@@ -1262,10 +1221,7 @@ static dl_tensor *masked_select_impl(dl_tensor *x, dl_tensor *mask) {
             rc = dl_cuda_missing("masked_select");
         else
             rc = dl_cuda_index->masked_select(out, xe, me);
-        if (rc) {
-            dl_tensor_release(out);
-            out = NULL;
-        }
+        out = dl_op_result(out, rc);
     }
     dl_tensor_release(me);
     dl_tensor_release(xe);
@@ -1475,7 +1431,7 @@ dl_tensor *dl_roll(dl_tensor *x, int nshifts, const int64_t *shifts, int ndims, 
 static int tri_inplace(const char *op, dl_tensor *x, int64_t diagonal, bool upper) {
     if (x->ndim < 2)
         return dl_error("%s: input must have at least 2 dimensions, got %d", op, x->ndim);
-    if (check_writable(op, x)) return -1;
+    if (dl_op_check_writable(op, "self", x)) return -1;
     /* beyond +-(rows + cols) every diagonal is the same; clamping keeps the
      * kernel's index arithmetic far from overflow */
     int64_t lim = x->shape[x->ndim - 2] + x->shape[x->ndim - 1];

@@ -363,9 +363,7 @@ static int mm_backward(dl_node *n, dl_tensor *const *gout, dl_tensor **gin) {
             s = k ? dl_mul(g, k) : NULL;
             dl_tensor_release(k);
         }
-        gin[2] = s ? dl_grad_for_input(s, &n->input_meta[2]) : NULL;
-        dl_tensor_release(s);
-        if (!gin[2]) goto done;
+        if (dl_grad_give_input(n, gin, 2, s)) goto done;
     }
     rc = 0;
 done:

@@ -255,11 +255,7 @@ static dl_tensor *checked_target(const char *op, dl_tensor *target, const class_
         rc = dl_error("%s: target %lld is out of bounds for %lld classes (0-based; "
                       "ignore_index is %lld)",
                       op, (long long)td[first], (long long)L->s.C, (long long)L->s.ignore_index);
-    if (rc) {
-        dl_tensor_release(t);
-        return NULL;
-    }
-    return t;
+    return dl_op_result(t, rc);
 }
 
 /* The sum of the weights of the non-ignored targets (t and w dense, on L's

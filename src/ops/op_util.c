@@ -81,6 +81,21 @@ int dl_op_check_same_shape(const char *op, const char *wa, const dl_tensor *a, c
                     dl_shape_str(b->ndim, b->shape, s2, sizeof s2));
 }
 
+dl_tensor *dl_op_result(dl_tensor *out, int rc) {
+    if (rc == 0) return out;
+    dl_tensor_release(out);
+    return NULL;
+}
+
+int dl_op_check_writable(const char *op, const char *what, const dl_tensor *t) {
+    for (int d = 0; d < t->ndim; d++)
+        if (t->strides[d] == 0 && t->shape[d] > 1)
+            return dl_error("%s: %s is an expanded view and cannot be updated in place (its "
+                            "elements overlap; clone() it first)",
+                            op, what);
+    return 0;
+}
+
 dl_tensor *dl_op_onto(dl_tensor *t, dl_device dev) {
     if (!t || dl_device_equal(dl_tensor_device(t), dev)) return t;
     dl_tensor *m = dl_tensor_to_device(t, dev);

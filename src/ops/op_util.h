@@ -54,6 +54,10 @@ dl_tensor *dl_op_dense(dl_tensor *t, dl_dtype dt);
 /* out (a result in the compute dtype; consumed) as dtype dt; NULL passes. */
 dl_tensor *dl_op_finish_as(dl_tensor *out, dl_dtype dt);
 
+/* The tail of an op that computed into out with status rc: out when rc is 0,
+ * else NULL (out released). */
+dl_tensor *dl_op_result(dl_tensor *out, int rc);
+
 /* Releases ts[0..n) (NULL entries allowed) and sets each to NULL. */
 void dl_op_release_all(dl_tensor **ts, int n);
 
@@ -66,6 +70,11 @@ int dl_op_finish_view(dl_tensor **t, dl_dtype dt, int ndim, const int64_t *shape
  * a and b have one shape; 0 otherwise. */
 int dl_op_check_same_shape(const char *op, const char *wa, const dl_tensor *a, const char *wb,
                            const dl_tensor *b);
+
+/* Errors "<op>: <what> is an expanded view and cannot be updated in place
+ * (...)" when elements of t share one memory location (a stride 0 along a
+ * dimension of more than one element); 0 otherwise. */
+int dl_op_check_writable(const char *op, const char *what, const dl_tensor *t);
 
 /* t (consumed) on dev: moved when it is elsewhere (a 0-dim CPU operand
  * beside CUDA ones, or a gradient from another device); NULL passes. */

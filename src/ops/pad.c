@@ -139,11 +139,7 @@ static dl_tensor *copy_region(dl_tensor *dst, dl_tensor *src, bool to_padded, in
     int rc = d ? dl_tensor_copy_(d, s) : -1;
     dl_tensor_release(s);
     dl_tensor_release(d);
-    if (rc) {
-        dl_tensor_release(dst);
-        return NULL;
-    }
-    return dst;
+    return dl_op_result(dst, rc);
 }
 
 /* The (outer, D2, D1, D0) view and index maps of a non-constant pad (the

@@ -201,6 +201,25 @@ static bool pool_cl(const dl_tensor *x, dl_device dev) {
     return dev.type == DL_DEVICE_CPU && x->ndim == 4 && dl_op_is_channels_last(x);
 }
 
+/* How a pooling op of this kind runs on x (on dev, whose CUDA table is
+ * ready): *s = *shape_in with C set for a channels-last layout (*cl); *ct
+ * becomes x's dtype for CUDA's channels-last max pooling, whose use it
+ * returns. */
+static bool pool_layout(pool_kind kind, const dl_tensor *x, dl_device dev,
+                        const dl_pool2d_shape *shape_in, dl_pool2d_shape *s, bool *cl,
+                        dl_dtype *ct) {
+    *cl = pool_cl(x, dev);
+    /* CUDA's channels-last max pooling: x's dtype and layout */
+    bool nhwc = kind == POOL_MAX && max_nhwc(x, dev.type == DL_DEVICE_CUDA);
+    if (nhwc) {
+        *cl = true;
+        *ct = x->dtype;
+    }
+    *s = *shape_in;
+    s->C = *cl ? x->shape[1] : 0;
+    return nhwc;
+}
+
 /* finish() for a pooling result; a channels-last one (4-D) keeps its
  * layout through the dtype conversion. */
 static int pool_finish(dl_tensor **t, dl_dtype dt, int ndim, const int64_t *shape, bool cl) {
@@ -221,16 +240,10 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x,
     int64_t shape[4];
     pooled_shape(x, shape_in->OH, shape_in->OW, shape);
     dl_device dev = dl_tensor_device(x);
-    bool cuda = dev.type == DL_DEVICE_CUDA, cl = pool_cl(x, dev);
+    bool cuda = dev.type == DL_DEVICE_CUDA, cl;
     if (cuda && dl_op_cuda_ready(op, dev, pool_cuda_has(kind, false))) return -1;
-    /* CUDA's channels-last max pooling: x's dtype and layout */
-    bool nhwc = kind == POOL_MAX && max_nhwc(x, cuda);
-    if (nhwc) {
-        cl = true;
-        ct = dt;
-    }
-    dl_pool2d_shape sv = *shape_in, *s = &sv;
-    s->C = cl ? x->shape[1] : 0;
+    dl_pool2d_shape sv, *s = &sv;
+    bool nhwc = pool_layout(kind, x, dev, shape_in, s, &cl, &ct);
     bool with_ind = kind == POOL_MAX || kind == POOL_ADAPTIVE_MAX;
     dl_tensor *t[3] = {dl_op_dense_layout(x, ct, cl),
                        dl_op_empty_layout(x->ndim, shape, ct, dev, cl),
@@ -238,29 +251,29 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x,
     int rc = -1;
     if (!t[0] || !t[1] || (with_ind && !t[2])) goto done;
     rc = 0;
-    if (dl_tensor_numel(t[1]) > 0 && nhwc) {
-        rc = dl_cuda_pool->max_pool2d_forward_nhwc(
-            dt, s, dl_tensor_data_ptr(t[1]), dl_tensor_data_ptr(t[2]), dl_tensor_data_ptr(t[0]));
-    } else if (dl_tensor_numel(t[1]) > 0 && cuda) {
-        const dl_cuda_pool_kernels *k = dl_cuda_pool;
+    if (dl_tensor_numel(t[1]) > 0) {
         void *yp = dl_tensor_data_ptr(t[1]);
         const void *xp = dl_tensor_data_ptr(t[0]);
         int64_t *ip = with_ind ? dl_tensor_data_ptr(t[2]) : NULL;
-        switch (kind) {
-        case POOL_MAX: rc = k->max_pool2d_forward(ct, s, yp, ip, xp); break;
-        case POOL_AVG: rc = k->avg_pool2d_forward(ct, s, yp, xp); break;
-        case POOL_ADAPTIVE_AVG: rc = k->adaptive_avg_pool2d_forward(ct, s, yp, xp); break;
-        case POOL_ADAPTIVE_MAX: rc = k->adaptive_max_pool2d_forward(ct, s, yp, ip, xp); break;
-        }
-    } else if (dl_tensor_numel(t[1]) > 0) {
-        void *yp = dl_tensor_data_ptr(t[1]);
-        const void *xp = dl_tensor_data_ptr(t[0]);
-        int64_t *ip = with_ind ? dl_tensor_data_ptr(t[2]) : NULL;
-        switch (kind) {
-        case POOL_MAX: rc = dl_cpu_max_pool2d_forward(ct, s, yp, ip, xp); break;
-        case POOL_AVG: rc = dl_cpu_avg_pool2d_forward(ct, s, yp, xp); break;
-        case POOL_ADAPTIVE_AVG: rc = dl_cpu_adaptive_avg_pool2d_forward(ct, s, yp, xp); break;
-        case POOL_ADAPTIVE_MAX: rc = dl_cpu_adaptive_max_pool2d_forward(ct, s, yp, ip, xp); break;
+        if (nhwc) {
+            rc = dl_cuda_pool->max_pool2d_forward_nhwc(dt, s, yp, ip, xp);
+        } else if (cuda) {
+            const dl_cuda_pool_kernels *k = dl_cuda_pool;
+            switch (kind) {
+            case POOL_MAX: rc = k->max_pool2d_forward(ct, s, yp, ip, xp); break;
+            case POOL_AVG: rc = k->avg_pool2d_forward(ct, s, yp, xp); break;
+            case POOL_ADAPTIVE_AVG: rc = k->adaptive_avg_pool2d_forward(ct, s, yp, xp); break;
+            case POOL_ADAPTIVE_MAX: rc = k->adaptive_max_pool2d_forward(ct, s, yp, ip, xp); break;
+            }
+        } else {
+            switch (kind) {
+            case POOL_MAX: rc = dl_cpu_max_pool2d_forward(ct, s, yp, ip, xp); break;
+            case POOL_AVG: rc = dl_cpu_avg_pool2d_forward(ct, s, yp, xp); break;
+            case POOL_ADAPTIVE_AVG: rc = dl_cpu_adaptive_avg_pool2d_forward(ct, s, yp, xp); break;
+            case POOL_ADAPTIVE_MAX:
+                rc = dl_cpu_adaptive_max_pool2d_forward(ct, s, yp, ip, xp);
+                break;
+            }
         }
     }
     if (rc || pool_finish(&t[1], dt, x->ndim, shape, cl) || keep_channels_last(x, &t[1])) {
@@ -289,15 +302,10 @@ static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, d
     dl_device dev;
     dl_tensor *ops[3] = {gy, x, ind};
     if (dl_common_device(op, 3, ops, &dev)) return NULL;
-    bool cuda = dev.type == DL_DEVICE_CUDA, cl = pool_cl(x, dev);
+    bool cuda = dev.type == DL_DEVICE_CUDA, cl;
     if (cuda && dl_op_cuda_ready(op, dev, pool_cuda_has(kind, true))) return NULL;
-    bool nhwc = kind == POOL_MAX && max_nhwc(x, cuda);
-    if (nhwc) {
-        cl = true;
-        ct = dt;
-    }
-    dl_pool2d_shape sv = *shape_in, *s = &sv;
-    s->C = cl ? x->shape[1] : 0;
+    dl_pool2d_shape sv, *s = &sv;
+    bool nhwc = pool_layout(kind, x, dev, shape_in, s, &cl, &ct);
     dl_tensor *t[3] = {dl_op_dense_layout(gy, ct, cl),
                        ind ? dl_op_dense_layout(ind, DL_DTYPE_I64, cl) : NULL,
                        dl_op_empty_layout(x->ndim, xshape, ct, dev, cl)};
@@ -305,33 +313,32 @@ static dl_tensor *pool_backward(const char *op, pool_kind kind, dl_tensor *gy, d
     int rc = -1;
     if (!t[0] || (ind && !t[1]) || !t[2]) goto done;
     rc = 0;
-    if (dl_tensor_numel(t[2]) > 0 && nhwc) {
-        rc = dl_cuda_pool->max_pool2d_backward_nhwc(
-            dt, s, dl_tensor_data_ptr(t[2]), dl_tensor_data_ptr(t[0]), dl_tensor_data_ptr(t[1]));
-    } else if (dl_tensor_numel(t[2]) > 0 && cuda) {
-        const dl_cuda_pool_kernels *k = dl_cuda_pool;
+    if (dl_tensor_numel(t[2]) > 0) {
         void *gp = dl_tensor_data_ptr(t[2]);
         const void *yp = dl_tensor_data_ptr(t[0]);
-        switch (kind) {
-        case POOL_MAX:
-        case POOL_ADAPTIVE_MAX:
-            rc = k->pool2d_scatter_backward(ct, s->P, s->H * s->W, s->OH * s->OW, gp, yp,
-                                            dl_tensor_data_ptr(t[1]));
-            break;
-        case POOL_AVG: rc = k->avg_pool2d_backward(ct, s, gp, yp); break;
-        case POOL_ADAPTIVE_AVG: rc = k->adaptive_avg_pool2d_backward(ct, s, gp, yp); break;
-        }
-    } else if (dl_tensor_numel(t[2]) > 0) {
-        void *gp = dl_tensor_data_ptr(t[2]);
-        const void *yp = dl_tensor_data_ptr(t[0]);
-        switch (kind) {
-        case POOL_MAX:
-        case POOL_ADAPTIVE_MAX:
-            rc = dl_cpu_pool2d_scatter_backward(ct, s->P, s->H * s->W, s->OH * s->OW, s->C, gp, yp,
-                                                dl_tensor_data_ptr(t[1]));
-            break;
-        case POOL_AVG: rc = dl_cpu_avg_pool2d_backward(ct, s, gp, yp); break;
-        case POOL_ADAPTIVE_AVG: rc = dl_cpu_adaptive_avg_pool2d_backward(ct, s, gp, yp); break;
+        const int64_t *ip = t[1] ? dl_tensor_data_ptr(t[1]) : NULL; /* max pooling only */
+        if (nhwc) {
+            rc = dl_cuda_pool->max_pool2d_backward_nhwc(dt, s, gp, yp, ip);
+        } else if (cuda) {
+            const dl_cuda_pool_kernels *k = dl_cuda_pool;
+            switch (kind) {
+            case POOL_MAX:
+            case POOL_ADAPTIVE_MAX:
+                rc = k->pool2d_scatter_backward(ct, s->P, s->H * s->W, s->OH * s->OW, gp, yp, ip);
+                break;
+            case POOL_AVG: rc = k->avg_pool2d_backward(ct, s, gp, yp); break;
+            case POOL_ADAPTIVE_AVG: rc = k->adaptive_avg_pool2d_backward(ct, s, gp, yp); break;
+            }
+        } else {
+            switch (kind) {
+            case POOL_MAX:
+            case POOL_ADAPTIVE_MAX:
+                rc = dl_cpu_pool2d_scatter_backward(ct, s->P, s->H * s->W, s->OH * s->OW, s->C, gp,
+                                                    yp, ip);
+                break;
+            case POOL_AVG: rc = dl_cpu_avg_pool2d_backward(ct, s, gp, yp); break;
+            case POOL_ADAPTIVE_AVG: rc = dl_cpu_adaptive_avg_pool2d_backward(ct, s, gp, yp); break;
+            }
         }
     }
     if (rc) goto done;

@@ -272,10 +272,7 @@ static int select_assign_backward(dl_node *n, dl_tensor *const *gout, dl_tensor 
     int64_t i = ((select_assign_ctx *)n->ctx)->index;
     gin[0] = gin[1] = NULL;
     if (dl_node_needs_grad(n, 1)) {
-        dl_tensor *slice = dl_tensor_select(gout[0], 0, i);
-        gin[1] = slice ? dl_grad_for_input(slice, &n->input_meta[1]) : NULL;
-        dl_tensor_release(slice);
-        if (!gin[1]) return -1;
+        if (dl_grad_give_input(n, gin, 1, dl_tensor_select(gout[0], 0, i))) return -1;
     }
     if (dl_node_needs_grad(n, 0)) {
         dl_tensor *g = dl_tensor_clone(gout[0]);

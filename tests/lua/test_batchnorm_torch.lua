@@ -9,12 +9,6 @@ local T = require "testlib"
 local dl = require "dl"
 local nn = dl._nn
 
--- long sums: T.torch_tol(dtype, "sum")
-local function tol(dt) return T.torch_tol(dt, "sum") end
-
--- Inputs: T.from_torch_view(rec, "t") is the record's tensor with its last
--- two dims swapped back, a non-contiguous view with the right values.
-
 -- --- batch norm ----------------------------------------------------------------
 
 local bn = T.torch([[
@@ -80,7 +74,7 @@ end
 T.case("batch_norm training forward, running stats and backward vs torch", function()
   for i, c in ipairs(bn) do
     local msg = string.format("bn case %d (%s, %s)", i, c.dtype, T.fmt(c.x.shape))
-    local rtol, atol = tol(c.dtype)
+    local rtol, atol = T.torch_tol(c.dtype, "sum")
     local x = T.from_torch_view(c.x, c.lay)
     local w = c.w and T.from_torch(c.w) or nil
     local b = c.b and T.from_torch(c.b) or nil
@@ -107,7 +101,7 @@ T.case("batch_norm evaluation forward and backward vs torch", function()
   for i, c in ipairs(bn) do
     if c.track then
       local msg = string.format("bn eval case %d (%s)", i, c.dtype)
-      local rtol, atol = tol(c.dtype)
+      local rtol, atol = T.torch_tol(c.dtype, "sum")
       local x = T.from_torch_view(c.x, c.lay)
       local w = c.w and T.from_torch(c.w) or nil
       local b = c.b and T.from_torch(c.b) or nil

@@ -11,12 +11,6 @@ local T = require "testlib"
 local dl = require "dl"
 local nn = dl._nn
 
--- long sums: T.torch_tol(dtype, "sum")
-local function tol(dt) return T.torch_tol(dt, "sum") end
-
--- Inputs: T.from_torch_view(rec, "t") is the record's tensor with its last
--- two dims swapped back, a non-contiguous view with the right values.
-
 -- --- conv2d ------------------------------------------------------------------
 
 local conv = T.torch([[
@@ -67,7 +61,7 @@ T.case("conv2d forward and backward vs torch", function()
   for i, c in ipairs(conv) do
     local msg = string.format("conv case %d (%s, stride %s, groups %d)", i, c.dtype,
       T.fmt(c.s), c.g)
-    local rtol, atol = tol(c.dtype)
+    local rtol, atol = T.torch_tol(c.dtype, "sum")
     local x, w = T.from_torch_view(c.x, c.lx), T.from_torch_view(c.w, c.lw)
     local b = c.b and T.from_torch(c.b) or nil
     local o = {stride = c.s, padding = c.p, dilation = c.d, groups = c.g}

@@ -10,12 +10,6 @@ local T = require "testlib"
 local dl = require "dl"
 local nn = dl._nn
 
--- long sums: T.torch_tol(dtype, "sum")
-local function tol(dt) return T.torch_tol(dt, "sum") end
-
--- Inputs: T.from_torch_view(rec, "t") is the record's tensor with its last
--- two dims swapped back, a non-contiguous view with the right values.
-
 -- --- pooling ------------------------------------------------------------------------
 
 local pool = T.torch([[
@@ -92,7 +86,7 @@ emit(dict(maxp=maxp, avgp=avgp, adap=adap, half=half))
 T.case("max_pool2d forward (values and indices) and backward vs torch", function()
   for i, c in ipairs(pool.maxp) do
     local msg = string.format("max pool case %d (%s)", i, c.dtype)
-    local rtol, atol = tol(c.dtype)
+    local rtol, atol = T.torch_tol(c.dtype, "sum")
     local x = T.from_torch_view(c.x, c.lay)
     local o = {stride = c.s, padding = c.p, dilation = c.d, ceil_mode = c.ceil}
     local y, ind = nn.max_pool2d_forward(x, c.k, o)
@@ -106,7 +100,7 @@ end)
 T.case("avg_pool2d forward and backward vs torch", function()
   for i, c in ipairs(pool.avgp) do
     local msg = string.format("avg pool case %d (%s)", i, c.dtype)
-    local rtol, atol = tol(c.dtype)
+    local rtol, atol = T.torch_tol(c.dtype, "sum")
     local x = T.from_torch_view(c.x, c.lay)
     local o = {stride = c.s, padding = c.p, ceil_mode = c.ceil,
       count_include_pad = c.cip, divisor_override = c.div}
@@ -120,7 +114,7 @@ end)
 T.case("adaptive_avg_pool2d and adaptive_max_pool2d vs torch", function()
   for i, c in ipairs(pool.adap) do
     local msg = string.format("adaptive case %d (%s, %s)", i, c.dtype, T.fmt(c.o))
-    local rtol, atol = tol(c.dtype)
+    local rtol, atol = T.torch_tol(c.dtype, "sum")
     local x = T.from_torch(c.x)
     -- (torch takes a mean() for a 1x1 output: another summation order)
     T.match_torch(nn.adaptive_avg_pool2d_forward(x, c.o), c.ya, rtol, atol, msg .. " avg y")
@@ -140,8 +134,8 @@ T.case("pooling in float16/bfloat16 computes in float32 and rounds once", functi
     local y, ind = nn.max_pool2d_forward(x, 3, {stride = 2, padding = 1})
     T.match_torch(y, c.y, 0, 0, c.dtype .. " max")
     T.match_torch(ind, c.ind, 0, 0, c.dtype .. " max indices")
-    T.match_torch(nn.avg_pool2d_forward(x, 3, {stride = 2, padding = 1}), c.ya, tol(c.dtype))
-    T.match_torch(nn.adaptive_avg_pool2d_forward(x, {4, 3}), c.yad, tol(c.dtype))
+    T.match_torch(nn.avg_pool2d_forward(x, 3, {stride = 2, padding = 1}), c.ya, T.torch_tol(c.dtype, "sum"))
+    T.match_torch(nn.adaptive_avg_pool2d_forward(x, {4, 3}), c.yad, T.torch_tol(c.dtype, "sum"))
   end
 end)
 

@@ -235,6 +235,18 @@ function T.match_torch(t, rec, rtol, atol, msg)
   end
 end
 
+-- Gradients against an oracle's, input by input: wants[i] is a record, or
+-- "none" where torch gave input i no gradient (got[i] must then be nil).
+function T.match_grads(got, wants, rtol, atol, what)
+  for i, want in ipairs(wants) do
+    if want == "none" then
+      T.eq(got[i], nil, what .. ": input " .. i .. " gets no gradient")
+    else
+      T.match_torch(got[i], want, rtol, atol, what .. ": gradient of input " .. i)
+    end
+  end
+end
+
 -- 1..n as a tensor of the given shape and dtype: T.seq(dl.float64, 2, 3).
 function T.seq(dtype, ...)
   local n = 1

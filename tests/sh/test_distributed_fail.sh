@@ -30,17 +30,24 @@ source "$(dirname "$0")/dist_lib.sh"
 RUN_TIMEOUT=30
 FAIL="$ROOT/tests/dist/fail.lua"
 elapsed() { echo $(($(date +%s) - t0)); }
+# mpi's run, timed: elapsed counts from its start.
+timed_mpi() {
+    t0=$(date +%s)
+    mpi "$@"
+}
+# Checks that the job just run failed on its own (not at the run's timeout)
+# within $2 seconds: "$1", then "  $3 (N s)".
+failed_within() {
+    check "$1" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
+    check "  $3 ($(elapsed) s)" "[ \$(elapsed) -le $2 ]"
+}
 
-t0=$(date +%s)
-DL_TEST_MODE=hang mpi 2 "$DLUA" "$FAIL"
-check "a rank that stops issuing collectives: the job fails" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
-check "  within the timeout ($(elapsed) s)" '[ $(elapsed) -le 15 ]'
+DL_TEST_MODE=hang timed_mpi 2 "$DLUA" "$FAIL"
+failed_within "a rank that stops issuing collectives: the job fails" 15 "within the timeout"
 check "  naming rank, collective and number" '[[ "$err" == *"rank 0 of 2: collective #"*" (all_reduce) timed out after 2 s: rank 1 died or did not issue it"* ]]'
 
-t0=$(date +%s)
-DL_TEST_TIMEOUT=60 DL_TEST_MODE=exit mpi 2 "$DLUA" "$FAIL"
-check "a rank that exits mid-training: the job fails" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
-check "  at once, not at the 60 s timeout ($(elapsed) s)" '[ $(elapsed) -le 15 ]'
+DL_TEST_TIMEOUT=60 DL_TEST_MODE=exit timed_mpi 2 "$DLUA" "$FAIL"
+failed_within "a rank that exits mid-training: the job fails" 15 "at once, not at the 60 s timeout"
 check "  naming the rank" '[[ "$err" == *"[rank 0/2] dlua: "*"rank 0: collective #"*" cannot complete: rank 1 left the group after collective #"*" (its process ended without destroy_process_group)"* ]]'
 
 # a rank that fails alone on an error: the other fails at once (the
@@ -49,10 +56,8 @@ BAD_BATCH="Linear: input has 5 features in its last dimension (shape [4, 5]), ex
 for mode in error guard late; do
     ERROR=$BAD_BATCH
     [ $mode = guard ] && ERROR="rank 1 gave up: Linear: input has 3 features"
-    t0=$(date +%s)
-    DL_TEST_TIMEOUT=60 DL_TEST_MODE=$mode mpi 2 "$DLUA" "$FAIL"
-    check "$mode: a rank failing alone ends the job" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
-    check "  at once, not at the 60 s timeout ($(elapsed) s)" '[ $(elapsed) -le 20 ]'
+    DL_TEST_TIMEOUT=60 DL_TEST_MODE=$mode timed_mpi 2 "$DLUA" "$FAIL"
+    failed_within "$mode: a rank failing alone ends the job" 20 "at once, not at the 60 s timeout"
     check "  the other names it and its error" '[[ "$err" == *"[rank 0/2] dlua: "*"rank 0: collective #"*" cannot complete: rank 1 failed: $ERROR"* ]]'
     if [ $mode = guard ]; then
         check "  the failing rank printed its own message" '[[ "$err" == *"fail.lua: $ERROR"* ]]'
@@ -61,14 +66,11 @@ for mode in error guard late; do
     fi
 done
 
-t0=$(date +%s)
-DL_TEST_MODE=kill mpi 2 "$DLUA" "$FAIL"
-check "a rank killed mid-training: the job fails" '[ $rc -ne 0 ] && [ $rc -ne 124 ]'
-check "  within the timeout ($(elapsed) s)" '[ $(elapsed) -le 15 ]'
+DL_TEST_MODE=kill timed_mpi 2 "$DLUA" "$FAIL"
+failed_within "a rank killed mid-training: the job fails" 15 "within the timeout"
 check "  naming the rank" '[[ "$out$err" == *"rank 1"* ]]'
 
-t0=$(date +%s)
-DL_TEST_TIMEOUT=60 DL_TEST_MODE=error mpi 4 "$DLUA" "$FAIL"
+DL_TEST_TIMEOUT=60 DL_TEST_MODE=error timed_mpi 4 "$DLUA" "$FAIL"
 check "error at -np 4: the job ends at once ($(elapsed) s)" '[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $(elapsed) -le 20 ]'
 check "  naming rank 1 and its error" '[[ "$err" == *"cannot complete: rank 1 failed: $BAD_BATCH"* ]]'
 

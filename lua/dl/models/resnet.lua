@@ -46,13 +46,25 @@ local function conv1x1(in_planes, out_planes, stride)
   return nn.Conv2d(in_planes, out_planes, 1, {stride = stride or 1, bias = false})
 end
 
--- BasicBlock(inplanes, planes, stride, downsample, groups, base_width, dilation)
-local BasicBlock = nn.Module:extend("BasicBlock")
-BasicBlock.expansion = 1
-R.BasicBlock = BasicBlock
+-- R[name], a residual block class constructed as (inplanes, planes, stride,
+-- downsample, groups, base_width, dilation): build(self, inplanes, planes,
+-- stride, groups, base_width, dilation) makes its layers, torchvision's
+-- defaults filled in; downsample and stride are kept after them.
+local function block_class(name, expansion, build)
+  local cls = nn.Module:extend(name)
+  cls.expansion = expansion
+  R[name] = cls
+  function cls:__init(inplanes, planes, stride, downsample, groups, base_width, dilation)
+    stride = stride or 1
+    build(self, inplanes, planes, stride, groups or 1, base_width or 64, dilation or 1)
+    self.downsample = downsample -- nil stays a plain (absent) attribute, as in torchvision
+    self.stride = stride
+  end
+  return cls
+end
 
-function BasicBlock:__init(inplanes, planes, stride, downsample, groups, base_width, dilation)
-  stride, groups, base_width, dilation = stride or 1, groups or 1, base_width or 64, dilation or 1
+-- BasicBlock: two 3x3 convolutions
+local BasicBlock = block_class("BasicBlock", 1, function(self, inplanes, planes, stride, groups, base_width, dilation)
   if groups ~= 1 or base_width ~= 64 then fail("BasicBlock only supports groups=1 and base_width=64") end
   if dilation > 1 then fail("BasicBlock: dilation > 1 not supported") end
   self.conv1 = conv3x3(inplanes, planes, stride)
@@ -60,15 +72,18 @@ function BasicBlock:__init(inplanes, planes, stride, downsample, groups, base_wi
   self.relu = nn.ReLU({inplace = true})
   self.conv2 = conv3x3(planes, planes)
   self.bn2 = nn.BatchNorm2d(planes)
-  self.downsample = downsample -- nil stays a plain (absent) attribute, as in torchvision
-  self.stride = stride
+end)
+
+-- A model folded for inference (dl.models.fuse) runs its part through fwd
+-- (fuse.block_forward, fuse.stem_forward) when no gradient is needed; nil
+-- when that does not apply.
+local function folded_forward(self, x, fwd)
+  if self._folded and fuse.no_grad_needed(self, x) then return fwd(self, x) end
 end
 
 function BasicBlock:forward(x)
-  if self._folded and fuse.no_grad_needed(self, x) then
-    local y = fuse.block_forward(self, x)
-    if y then return y end
-  end
+  local y = folded_forward(self, x, fuse.block_forward)
+  if y then return y end
   local out = bn_relu(self.bn1, self.relu, self.conv1(x))
   out = self.conv2(out)
   local identity = self.downsample and self.downsample(x) or x
@@ -76,12 +91,7 @@ function BasicBlock:forward(x)
 end
 
 -- Bottleneck: 1x1 reduce, 3x3 (stride, groups), 1x1 expand (x4)
-local Bottleneck = nn.Module:extend("Bottleneck")
-Bottleneck.expansion = 4
-R.Bottleneck = Bottleneck
-
-function Bottleneck:__init(inplanes, planes, stride, downsample, groups, base_width, dilation)
-  stride, groups, base_width, dilation = stride or 1, groups or 1, base_width or 64, dilation or 1
+local Bottleneck = block_class("Bottleneck", 4, function(self, inplanes, planes, stride, groups, base_width, dilation)
   local width = math.floor(planes * (base_width / 64.0)) * groups
   self.conv1 = conv1x1(inplanes, width)
   self.bn1 = nn.BatchNorm2d(width)
@@ -90,15 +100,11 @@ function Bottleneck:__init(inplanes, planes, stride, downsample, groups, base_wi
   self.conv3 = conv1x1(width, planes * self.expansion)
   self.bn3 = nn.BatchNorm2d(planes * self.expansion)
   self.relu = nn.ReLU({inplace = true})
-  self.downsample = downsample -- nil stays a plain (absent) attribute, as in torchvision
-  self.stride = stride
-end
+end)
 
 function Bottleneck:forward(x)
-  if self._folded and fuse.no_grad_needed(self, x) then
-    local y = fuse.block_forward(self, x)
-    if y then return y end
-  end
+  local y = folded_forward(self, x, fuse.block_forward)
+  if y then return y end
   local out = bn_relu(self.bn1, self.relu, self.conv1(x))
   out = bn_relu(self.bn2, self.relu, self.conv2(out))
   out = self.conv3(out)
@@ -185,7 +191,7 @@ function ResNet:_make_layer(block, planes, blocks, stride, dilate)
 end
 
 function ResNet:forward(x)
-  local stem = self._folded and fuse.no_grad_needed(self, x) and fuse.stem_forward(self, x)
+  local stem = folded_forward(self, x, fuse.stem_forward)
   if stem then
     x = self.maxpool(stem)
   else

@@ -190,19 +190,20 @@ end
 
 -- --- pooling ------------------------------------------------------------------------------
 
-local function pool_opts(opts, op, n, avg)
+-- What both pooling paths check first: the input, the options, and
+-- kernel_size (n ints); gives the options and the kernel size.
+local function pool_args(x, k, opts, op, n, avg)
+  check_tensor(x, op, "input")
   local keys = avg and {"stride", "padding", "ceil_mode", "count_include_pad"} or
     {"stride", "padding", "dilation", "ceil_mode"}
-  opts = util.check_options(opts, op, keys)
-  return opts
+  return util.check_options(opts, op, keys), ints(k, n, op, "kernel_size", 1)
 end
 
 local function pool1d(kind)
   local op = kind .. "_pool1d"
   return function(x, k, opts)
-    check_tensor(x, op, "input")
-    opts = pool_opts(opts, op, 1, kind == "avg")
-    local kk = ints(k, 1, op, "kernel_size", 1)
+    local kk
+    opts, kk = pool_args(x, k, opts, op, 1, kind == "avg")
     local o = {stride = {1, ints(opts.stride, 1, op, "stride", 1, kk[1])[1]},
       padding = {0, ints(opts.padding, 1, op, "padding", 0, 0)[1]}, ceil_mode = opts.ceil_mode}
     if kind == "max" then o.dilation = {1, ints(opts.dilation, 1, op, "dilation", 1, 1)[1]}
@@ -219,9 +220,8 @@ M.avg_pool1d = pool1d("avg")
 local function pool3d(kind)
   local op = kind .. "_pool3d"
   return function(x, k, opts)
-    check_tensor(x, op, "input")
-    opts = pool_opts(opts, op, 3, kind == "avg")
-    local kk = ints(k, 3, op, "kernel_size", 1)
+    local kk
+    opts, kk = pool_args(x, k, opts, op, 3, kind == "avg")
     local s = ints(opts.stride, 3, op, "stride", 1, kk)
     local p = ints(opts.padding, 3, op, "padding", 0, 0)
     local d = kind == "max" and ints(opts.dilation, 3, op, "dilation", 1, 1) or {1, 1, 1}
@@ -267,43 +267,40 @@ function M.prelu(x, w)
   return x:clamp_min(0) + x:clamp_max(0) * w
 end
 
-function M.pixel_shuffle(x, r)
-  check_tensor(x, "pixel_shuffle", "input")
-  if math.type(r) ~= "integer" or r < 1 then fail("pixel_shuffle: upscale_factor must be a positive integer") end
-  if x:dim() < 3 then fail("pixel_shuffle: expected at least 3 dims (*, C, H, W), got %d", x:dim()) end
+-- pixel_shuffle / pixel_unshuffle: x (*, C, H, W) is taken as (B, C, H, W),
+-- B the product of the leading dims; rearrange(B, C, H, W) checks the sizes
+-- and gives the (B, C', H', W') result, returned with the leading dims back.
+local function pixel_rearrange(x, r, op, factor, rearrange)
+  check_tensor(x, op, "input")
+  if math.type(r) ~= "integer" or r < 1 then fail("%s: %s must be a positive integer", op, factor) end
+  if x:dim() < 3 then fail("%s: expected at least 3 dims (*, C, H, W), got %d", op, x:dim()) end
   local s = x.shape
   local n = #s
-  local C, H, W = s[n - 2], s[n - 1], s[n]
-  if C % (r * r) ~= 0 then fail("pixel_shuffle: %d channels are not divisible by upscale_factor^2 = %d", C, r * r) end
-  local lead = {}
-  for i = 1, n - 3 do lead[i] = s[i] end
-  local B = 1
-  for _, v in ipairs(lead) do B = B * v end
-  local c = C // (r * r)
-  local y = x:reshape(B, c, r, r, H, W):permute(1, 2, 5, 3, 6, 4):reshape(B, c, H * r, W * r)
-  local out = {table.unpack(lead)}
-  out[#out + 1], out[#out + 2], out[#out + 3] = c, H * r, W * r
+  local out, B = {}, 1
+  for i = 1, n - 3 do
+    out[i] = s[i]
+    B = B * s[i]
+  end
+  local y = rearrange(B, s[n - 2], s[n - 1], s[n])
+  for d = 2, 4 do out[#out + 1] = y.shape[d] end
   return y:reshape(out)
 end
 
+function M.pixel_shuffle(x, r)
+  return pixel_rearrange(x, r, "pixel_shuffle", "upscale_factor", function(B, C, H, W)
+    if C % (r * r) ~= 0 then fail("pixel_shuffle: %d channels are not divisible by upscale_factor^2 = %d", C, r * r) end
+    local c = C // (r * r)
+    return x:reshape(B, c, r, r, H, W):permute(1, 2, 5, 3, 6, 4):reshape(B, c, H * r, W * r)
+  end)
+end
+
 function M.pixel_unshuffle(x, r)
-  check_tensor(x, "pixel_unshuffle", "input")
-  if math.type(r) ~= "integer" or r < 1 then fail("pixel_unshuffle: downscale_factor must be a positive integer") end
-  if x:dim() < 3 then fail("pixel_unshuffle: expected at least 3 dims (*, C, H, W), got %d", x:dim()) end
-  local s = x.shape
-  local n = #s
-  local C, H, W = s[n - 2], s[n - 1], s[n]
-  if H % r ~= 0 or W % r ~= 0 then
-    fail("pixel_unshuffle: H=%d and W=%d must be divisible by downscale_factor=%d", H, W, r)
-  end
-  local lead = {}
-  for i = 1, n - 3 do lead[i] = s[i] end
-  local B = 1
-  for _, v in ipairs(lead) do B = B * v end
-  local y = x:reshape(B, C, H // r, r, W // r, r):permute(1, 2, 4, 6, 3, 5):reshape(B, C * r * r, H // r, W // r)
-  local out = {table.unpack(lead)}
-  out[#out + 1], out[#out + 2], out[#out + 3] = C * r * r, H // r, W // r
-  return y:reshape(out)
+  return pixel_rearrange(x, r, "pixel_unshuffle", "downscale_factor", function(B, C, H, W)
+    if H % r ~= 0 or W % r ~= 0 then
+      fail("pixel_unshuffle: H=%d and W=%d must be divisible by downscale_factor=%d", H, W, r)
+    end
+    return x:reshape(B, C, H // r, r, W // r, r):permute(1, 2, 4, 6, 3, 5):reshape(B, C * r * r, H // r, W // r)
+  end)
 end
 
 -- instance_norm(x, running_mean, running_var, weight, bias,

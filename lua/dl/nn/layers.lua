@@ -27,6 +27,21 @@ local function check_input(x, name)
   return x
 end
 
+-- Linear's and the convolutions' parameters: the bias option checked, weight
+-- (weight_shape) and bias (n entries; registered as None with bias=false)
+-- allocated, then self:reset_parameters().  dl.nn.layers_composed uses it too.
+local function weight_bias(self, op, weight_shape, n, opts)
+  if opts.bias ~= nil then util.check_bool(opts.bias, op, "bias") end
+  self.weight = Parameter(dl.empty(weight_shape, factory(opts)))
+  if opts.bias == false then
+    self:register_parameter("bias", nil)
+  else
+    self.bias = Parameter(dl.empty({n}, factory(opts)))
+  end
+  self:reset_parameters()
+end
+L._weight_bias = weight_bias
+
 -- --- Identity ---------------------------------------------------------------
 
 L.Identity = Module:extend("Identity")
@@ -41,14 +56,7 @@ function L.Linear:__init(in_features, out_features, opts)
   opts = util.check_options(opts, "Linear", {"bias", "dtype", "device"})
   self.in_features = util.check_int(in_features, "Linear", "in_features", 0)
   self.out_features = util.check_int(out_features, "Linear", "out_features", 0)
-  if opts.bias ~= nil then util.check_bool(opts.bias, "Linear", "bias") end
-  self.weight = Parameter(dl.empty({self.out_features, self.in_features}, factory(opts)))
-  if opts.bias == false then
-    self:register_parameter("bias", nil)
-  else
-    self.bias = Parameter(dl.empty({self.out_features}, factory(opts)))
-  end
-  self:reset_parameters()
+  weight_bias(self, "Linear", {self.out_features, self.in_features}, self.out_features, opts)
 end
 
 -- kaiming_uniform_(a=sqrt(5)) weight, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) bias
@@ -111,16 +119,8 @@ function L.Conv2d:__init(in_channels, out_channels, kernel_size, opts)
     fail("Conv2d: out_channels (%d) must be divisible by groups (%d)", self.out_channels, self.groups)
   end
   self.padding_mode = util.check_string(opts.padding_mode or "zeros", op, "padding_mode", PADDING_MODES)
-  if opts.bias ~= nil then util.check_bool(opts.bias, op, "bias") end
   local k = self.kernel_size
-  self.weight = Parameter(dl.empty({self.out_channels, self.in_channels // self.groups, k[1], k[2]},
-    factory(opts)))
-  if opts.bias == false then
-    self:register_parameter("bias", nil)
-  else
-    self.bias = Parameter(dl.empty({self.out_channels}, factory(opts)))
-  end
-  self:reset_parameters()
+  weight_bias(self, op, {self.out_channels, self.in_channels // self.groups, k[1], k[2]}, self.out_channels, opts)
 end
 
 L.Conv2d.reset_parameters = reset_weight_bias
@@ -368,19 +368,24 @@ L.RMSNorm.extra_repr = L.LayerNorm.extra_repr
 
 -- --- activations ------------------------------------------------------------
 
--- ReLU({inplace=false}) or ReLU(true)
-L.ReLU = Module:extend("ReLU")
-function L.ReLU:__init(opts)
-  if type(opts) == "boolean" then opts = {inplace = opts} end
-  opts = util.check_options(opts, "ReLU", {"inplace"})
-  self.inplace = util.opt_bool(opts.inplace, false, "ReLU", "inplace")
+-- An activation class name({inplace=false}) or name(true) running F[fn].
+local function inplace_layer(name, fn)
+  local cls = Module:extend(name)
+  function cls:__init(opts)
+    if type(opts) == "boolean" then opts = {inplace = opts} end
+    opts = util.check_options(opts, name, {"inplace"})
+    self.inplace = util.opt_bool(opts.inplace, false, name, "inplace")
+  end
+  function cls:forward(x)
+    return F[fn](check_input(x, name), {inplace = self.inplace})
+  end
+  function cls:extra_repr()
+    return self.inplace and "inplace=True" or ""
+  end
+  return cls
 end
-function L.ReLU:forward(x)
-  return F.relu(check_input(x, "ReLU"), {inplace = self.inplace})
-end
-function L.ReLU:extra_repr()
-  return self.inplace and "inplace=True" or ""
-end
+
+L.ReLU = inplace_layer("ReLU", "relu")
 
 -- GELU({approximate="none"}): x * Phi(x); approximate="tanh" is the tanh form
 L.GELU = Module:extend("GELU")
@@ -400,19 +405,8 @@ function L.GELU:extra_repr()
   return "approximate='" .. self.approximate .. "'"
 end
 
--- SiLU({inplace=false}) or SiLU(true): x * sigmoid(x)
-L.SiLU = Module:extend("SiLU")
-function L.SiLU:__init(opts)
-  if type(opts) == "boolean" then opts = {inplace = opts} end
-  opts = util.check_options(opts, "SiLU", {"inplace"})
-  self.inplace = util.opt_bool(opts.inplace, false, "SiLU", "inplace")
-end
-function L.SiLU:forward(x)
-  return F.silu(check_input(x, "SiLU"), {inplace = self.inplace})
-end
-function L.SiLU:extra_repr()
-  return self.inplace and "inplace=True" or ""
-end
+-- SiLU: x * sigmoid(x)
+L.SiLU = inplace_layer("SiLU", "silu")
 
 local function dim_layer(name, fn)
   local cls = Module:extend(name)

@@ -60,18 +60,11 @@ local function conv_class(name, n, transposed, fn)
     end
     self.padding_mode = opts.padding_mode or "zeros"
     if self.padding_mode ~= "zeros" then fail("%s: only padding_mode='zeros' is supported", name) end
-    if opts.bias ~= nil then util.check_bool(opts.bias, name, "bias") end
     local shape
     if transposed then shape = {self.in_channels, self.out_channels // self.groups}
     else shape = {self.out_channels, self.in_channels // self.groups} end
     for i = 1, n do shape[#shape + 1] = self.kernel_size[i] end
-    self.weight = Parameter(dl.empty(shape, factory(opts)))
-    if opts.bias == false then
-      self:register_parameter("bias", nil)
-    else
-      self.bias = Parameter(dl.empty({self.out_channels}, factory(opts)))
-    end
-    self:reset_parameters()
+    layers._weight_bias(self, name, shape, self.out_channels, opts)
   end
   cls.reset_parameters = reset_weight_bias
   function cls:forward(x)

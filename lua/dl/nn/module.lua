@@ -227,14 +227,20 @@ local function check_free(self, what, name, own)
   end
 end
 
+-- The checks before t (a tensor, or nil) is registered as a `what`
+-- (parameter or buffer) called name in the dict self[store].
+local function check_tensor_member(self, what, name, store, t)
+  check_name(self, what, name)
+  check_free(self, what, name, store)
+  if t ~= nil and not dl.is_tensor(t) then
+    fail("%s: cannot assign '%s' object to %s '%s' (a tensor or nil required)", self:_get_name(),
+      typename(t), what, name)
+  end
+end
+
 -- Registers t (a tensor, or nil for None) as parameter `name`.
 function Module:register_parameter(name, t)
-  check_name(self, "parameter", name)
-  check_free(self, "parameter", name, "_parameters")
-  if t ~= nil and not dl.is_tensor(t) then
-    fail("%s: cannot assign '%s' object to parameter '%s' (a tensor or nil required)", self:_get_name(),
-      typename(t), name)
-  end
+  check_tensor_member(self, "parameter", name, "_parameters", t)
   rawget(self, "_parameters"):set(name, t)
 end
 
@@ -242,12 +248,7 @@ end
 -- it out of state_dict().
 function Module:register_buffer(name, t, opts)
   opts = util.check_options(opts, "register_buffer", {"persistent"})
-  check_name(self, "buffer", name)
-  check_free(self, "buffer", name, "_buffers")
-  if t ~= nil and not dl.is_tensor(t) then
-    fail("%s: cannot assign '%s' object to buffer '%s' (a tensor or nil required)", self:_get_name(),
-      typename(t), name)
-  end
+  check_tensor_member(self, "buffer", name, "_buffers", t)
   rawget(self, "_buffers"):set(name, t)
   rawget(self, "_non_persistent")[name] = (opts.persistent == false) or nil
 end
@@ -326,27 +327,26 @@ local function named_members(self, field, opts, op)
   return out
 end
 
+-- The members of one kind, without their names (each once, registration order).
+local function members(self, kind, opts, what)
+  local out = {}
+  for i, e in ipairs(named_members(self, kind, opts, what)) do out[i] = e[2] end
+  return out
+end
+
 -- for name, p in m:named_parameters() do ... end   ({prefix=, recurse=})
 function Module:named_parameters(opts)
   return list_iter(named_members(self, "_parameters", opts, "named_parameters"))
 end
 
 -- An array of the parameters (each once, registration order).
-function Module:parameters(opts)
-  local out = {}
-  for i, e in ipairs(named_members(self, "_parameters", opts, "parameters")) do out[i] = e[2] end
-  return out
-end
+function Module:parameters(opts) return members(self, "_parameters", opts, "parameters") end
 
 function Module:named_buffers(opts)
   return list_iter(named_members(self, "_buffers", opts, "named_buffers"))
 end
 
-function Module:buffers(opts)
-  local out = {}
-  for i, e in ipairs(named_members(self, "_buffers", opts, "buffers")) do out[i] = e[2] end
-  return out
-end
+function Module:buffers(opts) return members(self, "_buffers", opts, "buffers") end
 
 function Module:named_children()
   local out, memo = {}, {}

@@ -103,14 +103,19 @@ local function check_layer_input(x, op, what)
   return x
 end
 
+-- TR[name], a class whose constructor (a, b, opts) is build(self, name, a, b,
+-- opts, extra): build_layer (d_model, nhead; extra the norm count) or
+-- build_stack (layer, num_layers; extra the layer class).
+local function class_of(name, build, extra)
+  local cls = Module:extend(name)
+  TR[name] = cls
+  function cls:__init(a, b, opts) build(self, name, a, b, opts, extra) end
+  return cls
+end
+
 -- --- TransformerEncoderLayer -------------------------------------------------------------
 
-local EncoderLayer = Module:extend("TransformerEncoderLayer")
-TR.TransformerEncoderLayer = EncoderLayer
-
-function EncoderLayer:__init(d_model, nhead, opts)
-  build_layer(self, "TransformerEncoderLayer", d_model, nhead, opts, 2)
-end
+local EncoderLayer = class_of("TransformerEncoderLayer", build_layer, 2)
 
 function EncoderLayer:forward(src, opts)
   local op = "TransformerEncoderLayer"
@@ -130,12 +135,7 @@ end
 
 -- --- TransformerDecoderLayer -------------------------------------------------------------
 
-local DecoderLayer = Module:extend("TransformerDecoderLayer")
-TR.TransformerDecoderLayer = DecoderLayer
-
-function DecoderLayer:__init(d_model, nhead, opts)
-  build_layer(self, "TransformerDecoderLayer", d_model, nhead, opts, 3)
-end
+local DecoderLayer = class_of("TransformerDecoderLayer", build_layer, 3)
 
 local DECODER_FWD = {"tgt_mask", "memory_mask", "tgt_key_padding_mask", "memory_key_padding_mask",
   "tgt_is_causal", "memory_is_causal"}
@@ -166,7 +166,7 @@ end
 -- --- TransformerEncoder, TransformerDecoder ------------------------------------------------
 
 -- layers = num_layers deep copies of layer; norm optional.
-local function build_stack(self, op, layer, cls, num_layers, opts)
+local function build_stack(self, op, layer, num_layers, opts, cls)
   opts = util.check_options(opts, op, {"norm", "enable_nested_tensor", "mask_check"})
   if not (Module.is_module(layer) and layer:isinstance(cls)) then
     fail("%s: the layer must be a %s, got %s", op, cls.__name,
@@ -182,12 +182,7 @@ local function build_stack(self, op, layer, cls, num_layers, opts)
   end
 end
 
-local Encoder = Module:extend("TransformerEncoder")
-TR.TransformerEncoder = Encoder
-
-function Encoder:__init(encoder_layer, num_layers, opts)
-  build_stack(self, "TransformerEncoder", encoder_layer, EncoderLayer, num_layers, opts)
-end
+local Encoder = class_of("TransformerEncoder", build_stack, EncoderLayer)
 
 function Encoder:forward(src, opts)
   local op = "TransformerEncoder"
@@ -201,12 +196,7 @@ function Encoder:forward(src, opts)
   return x
 end
 
-local Decoder = Module:extend("TransformerDecoder")
-TR.TransformerDecoder = Decoder
-
-function Decoder:__init(decoder_layer, num_layers, opts)
-  build_stack(self, "TransformerDecoder", decoder_layer, DecoderLayer, num_layers, opts)
-end
+local Decoder = class_of("TransformerDecoder", build_stack, DecoderLayer)
 
 function Decoder:forward(tgt, memory, opts)
   local op = "TransformerDecoder"

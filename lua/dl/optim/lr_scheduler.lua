@@ -114,10 +114,19 @@ local function group_lrs(self, fn)
   return out
 end
 
+-- Every group's lr as it stands (a step that changes nothing).
+local function current_lrs(self) return group_lrs(self, function(g) return g.lr end) end
+
+-- S[name], a scheduler class.
+local function scheduler(name)
+  local cls = util.class(name, LRScheduler)
+  S[name] = cls
+  return cls
+end
+
 -- --- StepLR -----------------------------------------------------------------
 
-local StepLR = util.class("StepLR", LRScheduler)
-S.StepLR = StepLR
+local StepLR = scheduler("StepLR")
 
 -- StepLR(optimizer, step_size, {gamma=0.1, last_epoch=-1}): lr * gamma every
 -- step_size steps.
@@ -130,7 +139,7 @@ end
 
 function StepLR:get_lr()
   if self.last_epoch == 0 or self.last_epoch % self.step_size ~= 0 then
-    return group_lrs(self, function(g) return g.lr end)
+    return current_lrs(self)
   end
   return group_lrs(self, function(g) return g.lr * self.gamma end)
 end
@@ -141,8 +150,7 @@ end
 
 -- --- MultiStepLR ------------------------------------------------------------
 
-local MultiStepLR = util.class("MultiStepLR", LRScheduler)
-S.MultiStepLR = MultiStepLR
+local MultiStepLR = scheduler("MultiStepLR")
 
 -- MultiStepLR(optimizer, milestones, {gamma=0.1, last_epoch=-1}): lr * gamma
 -- at each milestone (a step count; repeated milestones multiply again).
@@ -162,7 +170,7 @@ end
 
 function MultiStepLR:get_lr()
   local c = self.milestones[self.last_epoch]
-  if c == nil then return group_lrs(self, function(g) return g.lr end) end
+  if c == nil then return current_lrs(self) end
   return group_lrs(self, function(g) return g.lr * self.gamma ^ c end)
 end
 
@@ -176,8 +184,7 @@ end
 
 -- --- CosineAnnealingLR --------------------------------------------------------
 
-local CosineAnnealingLR = util.class("CosineAnnealingLR", LRScheduler)
-S.CosineAnnealingLR = CosineAnnealingLR
+local CosineAnnealingLR = scheduler("CosineAnnealingLR")
 
 -- CosineAnnealingLR(optimizer, T_max, {eta_min=0, last_epoch=-1})
 function CosineAnnealingLR:__init(optimizer, T_max, opts)
@@ -189,7 +196,7 @@ end
 
 function CosineAnnealingLR:get_lr()
   local e, T, eta_min = self.last_epoch, self.T_max, self.eta_min
-  if e == 0 then return group_lrs(self, function(g) return g.lr end) end
+  if e == 0 then return current_lrs(self) end
   if self._step_count == 1 and e > 0 then
     return group_lrs(self, function(_, base)
       return eta_min + (base - eta_min) * (1 + math.cos(e * math.pi / T)) / 2
@@ -214,8 +221,7 @@ end
 
 -- --- LinearLR ---------------------------------------------------------------
 
-local LinearLR = util.class("LinearLR", LRScheduler)
-S.LinearLR = LinearLR
+local LinearLR = scheduler("LinearLR")
 
 -- LinearLR(optimizer, {start_factor=1/3, end_factor=1, total_iters=5,
 -- last_epoch=-1}): the factor moves linearly over total_iters steps.
@@ -233,7 +239,7 @@ end
 function LinearLR:get_lr()
   local e, sf, ef, n = self.last_epoch, self.start_factor, self.end_factor, self.total_iters
   if e == 0 then return group_lrs(self, function(g) return g.lr * sf end) end
-  if e > n then return group_lrs(self, function(g) return g.lr end) end
+  if e > n then return current_lrs(self) end
   return group_lrs(self, function(g)
     return g.lr * (1.0 + (ef - sf) / (n * sf + (e - 1) * (ef - sf)))
   end)
@@ -248,8 +254,7 @@ end
 
 -- --- SequentialLR -------------------------------------------------------------
 
-local SequentialLR = util.class("SequentialLR", LRScheduler)
-S.SequentialLR = SequentialLR
+local SequentialLR = scheduler("SequentialLR")
 
 -- SequentialLR(optimizer, schedulers, milestones, {last_epoch=-1}): runs
 -- schedulers[i+1] from step milestones[i] on (milestones are step counts).
@@ -307,8 +312,7 @@ end
 
 -- --- OneCycleLR -----------------------------------------------------------------
 
-local OneCycleLR = util.class("OneCycleLR", LRScheduler)
-S.OneCycleLR = OneCycleLR
+local OneCycleLR = scheduler("OneCycleLR")
 
 local function anneal(strategy, start, stop, pct)
   if strategy == "cos" then

@@ -88,4 +88,31 @@ function M.from_weights(path, arch, device)
     resize = meta.resize, meta = meta}
 end
 
+-- The options of the inference scripts (scripts/eval.lua, predict.lua) that
+-- say which trained model to run and where, as dl.train.args spec entries
+-- by key (each script lists them in its SPEC in its own order).
+M.inference_options = {
+  weights = {name = "weights", metavar = "FILE", help = "checkpoint or safetensors state dict (required)"},
+  arch = {name = "arch", metavar = "NAME", default_text = "the checkpoint's", help = "model architecture"},
+  image_size = {name = "image-size", type = "int", min = 1, default_text = "the checkpoint's, else 224",
+    help = "input side"},
+  resize = {name = "resize", type = "int", min = 1, default_text = "the checkpoint's, else image-size*256/224",
+    help = "shorter side before the centre crop"},
+  threads = {name = "threads", type = "int", min = 1, default_text = "dl's default", help = "compute threads"},
+  device = {name = "device", default = "auto", metavar = "DEV",
+    help = "auto, cpu, cuda or cuda:N (auto: a GPU when there is one)"},
+}
+
+-- for_inference(o) -> model, info, device, transform, from those options
+-- (o.weights given): the device set up, the model loaded (from_weights) and
+-- the evaluation transform at --image-size / --resize, else the
+-- checkpoint's sizes, else 224.
+function M.for_inference(o)
+  local device = require("dl.train.device").setup(o.device, o.threads)
+  local model, info = M.from_weights(o.weights, o.arch, device)
+  local tf = require("dl.train.data").transform{image_size = o.image_size or info.image_size or 224,
+    resize = o.resize or info.resize}
+  return model, info, device, tf
+end
+
 return M
