@@ -532,7 +532,8 @@ end
 -- at once (not at their timeout).
 cli.run(PROG, main, arg, function(msg, status)
   pcall(dl._train.sigint_watch, false)
-  io.stderr:write(tdist.prefix(ctx), PROG, ": ", msg, "\n")
+  -- one write: ranks sharing a log must not interleave within a line
+  io.stderr:write(tdist.prefix(ctx) .. PROG .. ": " .. msg .. "\n")
   pcall(tdist.report_failure, ctx, PROG .. ": " .. msg)
   os.exit(status, true)
 end)

@@ -332,7 +332,7 @@ DataLoader.__close = DataLoader.close
 DataLoader.__gc = DataLoader.close
 
 local function warn(msgs)
-  for _, m in ipairs(msgs) do io.stderr:write("DataLoader: warning: skipped a sample: ", m, "\n") end
+  for _, m in ipairs(msgs) do io.stderr:write("DataLoader: warning: skipped a sample: " .. m .. "\n") end
 end
 
 -- v with every tensor in it (through plain tables) copied into pinned memory.

@@ -220,7 +220,7 @@ function A.run(prog, spec, info, main)
   end
   local ok, res = xpcall(entry, handler, arg or {})
   if not ok then
-    io.stderr:write(prog, ": ", tostring(res), "\n")
+    io.stderr:write(prog .. ": " .. tostring(res) .. "\n")
     os.exit(tostring(res):find("stack traceback", 1, true) and 1 or 2, true)
   end
   os.exit(res, true)

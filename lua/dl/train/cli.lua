@@ -66,7 +66,7 @@ function cli.run(prog, main, argv, fail)
   local ok, res = xpcall(main, handler, argv or {})
   if not ok then
     fail = fail or function(msg, status)
-      io.stderr:write(prog, ": ", msg, "\n")
+      io.stderr:write(prog .. ": " .. msg .. "\n")
       os.exit(status, true)
     end
     if getmetatable(res) == UserError then fail(res.msg, 2) end
