@@ -18,13 +18,16 @@ int dl_get_num_threads(void);
 
 /* A hot CPU loop compiled once per listed target and picked at load time
  * (GCC function multiversioning: the build itself targets plain x86-64), e.g.
- * DL_TARGET_CLONES("avx512f", "arch=haswell", "default").  Each user lists the
- * targets it was measured with; elsewhere (clang, other architectures) the
- * function is compiled once. */
+ * DL_CPU_CLONES below.  Elsewhere (clang, other architectures) the function
+ * is compiled once.  Name AVX2 as "arch=x86-64-v3" (AVX2, FMA, F16C), which
+ * the loader picks by CPU features: "arch=haswell" is picked by CPU model, so
+ * never on AMD or on Intel cores newer than Haswell. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define DL_TARGET_CLONES(...) __attribute__((target_clones(__VA_ARGS__)))
 #else
 #define DL_TARGET_CLONES(...)
 #endif
+/* the usual set: AVX-512, AVX2, plain x86-64 */
+#define DL_CPU_CLONES DL_TARGET_CLONES("avx512f", "arch=x86-64-v3", "default")
 
 #endif

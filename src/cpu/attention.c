@@ -50,7 +50,7 @@ enum { BR = 64, BC = 64 };
 
 /* the float32 row loops in AVX-512, AVX2 and baseline builds, picked at load
  * time (no FMA contraction in this file, so every variant rounds alike) */
-#define ATTN_CLONES DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+#define ATTN_CLONES DL_CPU_CLONES
 
 static int64_t min64(int64_t a, int64_t b) {
     return a < b ? a : b;

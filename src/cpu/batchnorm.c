@@ -53,7 +53,7 @@
 #define NACC 16
 
 /* sum over the channel of x, and of (x - m)^2 */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_moments(const dl_bn_shape *s, const float *x, double m, double *sum, double *sq) {
     double a[NACC] = {0}, b[NACC] = {0};
     double ta = 0, tb = 0;
@@ -98,7 +98,7 @@ static inline float masked(float g, uint32_t bit) {
 /* sum over the channel of gz, and of gz * (x - m): gz = gy, or with the fused
  * ReLU's mask mk (channel c's first word; see f32_affine_relu)
  * gz = (mask ? gy : 0) */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_grad_sums(const dl_bn_shape *s, const float *gy, const float *x, const uint32_t *mk,
                           double m, double *sdy, double *sdyx) {
     double a[NACC] = {0}, b[NACC] = {0};
@@ -138,7 +138,7 @@ static void f32_grad_sums(const dl_bn_shape *s, const float *gy, const float *x,
 }
 
 /* y = x * a + b over the channel, one rounding (PyTorch's) */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_affine(const dl_bn_shape *s, float *y, const float *x, float a, float b) {
     for (int64_t n = 0; n < s->N; n++) {
         const float *r = x + n * s->C * s->S;
@@ -148,7 +148,7 @@ static void f32_affine(const dl_bn_shape *s, float *y, const float *x, float a, 
 }
 
 /* gx = (gy - mdy - (x - m) * k) * a over the channel, in float */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_grad_input(const dl_bn_shape *s, float *gx, const float *gy, const float *x,
                            float m, float mdy, float k, float a) {
     for (int64_t n = 0; n < s->N; n++) {
@@ -167,7 +167,7 @@ static void f32_grad_input(const dl_bn_shape *s, float *gx, const float *gy, con
 
 /* y = relu(fmaf(x, a, b) + r) over the channel (r may be NULL), its mask
  * into m (may be NULL) */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_affine_relu(const dl_bn_shape *s, float *y, const float *x, float a, float b,
                             const float *r, uint32_t *m) {
     int64_t W = (s->S + 31) / 32;
@@ -193,7 +193,7 @@ static void f32_affine_relu(const dl_bn_shape *s, float *y, const float *x, floa
 
 /* gz = (mask ? gy : 0) over the channel into gr (may be NULL), and gx (may
  * be NULL) = (gz - mdy - (x - m) * k) * a (training) or fmaf(gz, a, 0) */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_grad_input_relu(const dl_bn_shape *s, bool training, float *gx, float *gr,
                                 const float *gy, const float *x, const uint32_t *mk, float m,
                                 float mdy, float k, float a) {
@@ -440,7 +440,7 @@ typedef struct cl_job {
 } cl_job;
 
 /* float32 sums over rows of a tile: n channels, rows ld apart */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_moments_cl(int64_t ld, int64_t rows, int64_t n, const float *restrict x,
                            const double *restrict m, double *restrict a, double *restrict b) {
     for (int64_t r = 0; r < rows; r++)
@@ -451,7 +451,7 @@ static void f32_moments_cl(int64_t ld, int64_t rows, int64_t n, const float *res
         }
 }
 
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_grad_sums_cl(int64_t ld, int64_t rows, int64_t n, const float *restrict gy,
                              const float *restrict x, const double *restrict m, double *restrict a,
                              double *restrict b) {
@@ -464,14 +464,14 @@ static void f32_grad_sums_cl(int64_t ld, int64_t rows, int64_t n, const float *r
 }
 
 /* float32 maps over whole rows */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_affine_cl(int64_t C, int64_t rows, float *restrict y, const float *restrict x,
                           const float *restrict a, const float *restrict b) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < C; c++) y[r * C + c] = fmaf(x[r * C + c], a[c], b[c]);
 }
 
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_grad_input_cl(int64_t C, int64_t rows, float *restrict gx, const float *restrict gy,
                               const float *restrict x, const float *restrict m,
                               const float *restrict mdy, const float *restrict k,
@@ -488,7 +488,7 @@ static void f32_grad_input_cl(int64_t C, int64_t rows, float *restrict gx, const
 
 /* CL_F32_GRAD_SUMS under a mask, for a tile of n channels starting at a word
  * (mk: the tile's first row's first word) */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_grad_sums_relu_cl(int64_t ld, int64_t W, int64_t rows, int64_t n,
                                   const float *restrict gy, const float *restrict x,
                                   const uint32_t *restrict mk, const double *restrict m,
@@ -507,7 +507,7 @@ static void f32_grad_sums_relu_cl(int64_t ld, int64_t W, int64_t rows, int64_t n
 }
 
 /* CL_F32_AFFINE_RELU over whole rows (res, mk may be NULL) */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_affine_relu_cl(int64_t C, int64_t rows, float *restrict y, const float *restrict x,
                                const float *restrict a, const float *restrict b,
                                const float *restrict res, uint32_t *restrict mk) {
@@ -530,7 +530,7 @@ static void f32_affine_relu_cl(int64_t C, int64_t rows, float *restrict y, const
 }
 
 /* CL_F32_GRAD_RELU over whole rows (gx, gr may be NULL) */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void f32_grad_input_relu_cl(int64_t C, int64_t rows, bool training, float *restrict gx,
                                    float *restrict gr, const float *restrict gy,
                                    const float *restrict x, const uint32_t *restrict mk,

@@ -69,7 +69,7 @@ static inline double pick(double acc, double a, int sign) {
 }
 
 /* sum of squares of float32 x (len), in double over NACC lanes */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static double f32_sumsq(const float *x, int64_t len) {
     double a[NACC] = {0}, s = 0;
     int64_t i = 0;

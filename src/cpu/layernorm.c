@@ -32,7 +32,7 @@
 
 #define NACC 16  /* lanes of a sum */
 #define FLUSH 32 /* float terms a lane adds before they go into double */
-#define LN_CLONES DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+#define LN_CLONES DL_CPU_CLONES
 
 /* --- float32: one row -------------------------------------------------------------- */
 

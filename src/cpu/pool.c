@@ -360,7 +360,7 @@ INLINE void max_window_cl(bool f32, const void *x, int64_t W, int64_t C, int64_t
 
 /* Unit u = (n, oh, channel block) of max pooling, or of adaptive max
  * pooling when adaptive. */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void max_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *y, int64_t *ind,
                         const void *x, int64_t u) {
     int64_t nb = cl_blocks(s->C), row = u / nb, n = row / s->OH, oh = row % s->OH;
@@ -404,7 +404,7 @@ static void max_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *y, i
 /* Unit u = (n, channel block) of the channels-last scatter: zeroes its
  * block of gx, then adds in order of j.  Returns the out-of-range count.
  * (AVX-512 gather/scatter across the channels measured slower than this.) */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static int64_t scatter_unit_cl(bool f32, int64_t HW, int64_t OHW, int64_t C, void *gx,
                                const void *gy, const int64_t *ind, int64_t u) {
     int64_t nb = cl_blocks(C), n = u / nb, c0 = (u % nb) * CB, nc = min64(CB, C - c0);
@@ -485,7 +485,7 @@ static void mean_window(bool adaptive, const dl_pool2d_shape *s, int64_t oh, int
 }
 
 /* Unit u = (n, oh, channel block) of average pooling's forward. */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void mean_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *y, const void *x,
                          int64_t u) {
     int64_t nb = cl_blocks(s->C), row = u / nb, n = row / s->OH, oh = row % s->OH;
@@ -505,7 +505,7 @@ static void mean_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void
 
 /* Unit u = (n, channel block) of average pooling's backward: zeroes its
  * block of gx, then spreads the outputs' gradients in output order. */
-DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+DL_CPU_CLONES
 static void spread_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *gx,
                            const void *gy, int64_t u) {
     int64_t nb = cl_blocks(s->C), n = u / nb, c0 = (u % nb) * CB, nc = min64(CB, s->C - c0);

@@ -55,11 +55,12 @@
 /* the block folds built for AVX-512 and AVX2 too, picked at load time (the
  * sums' order is fixed by LANES and COL_BLOCK, not by the vector width:
  * every accumulator is its own chain) */
-#define REDUCE_CLONES DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
-/* the float32 row folds stream faster in 256-bit vectors: AVX-512 loads took
- * 15-25% longer over a 64 MiB tensor on the Zen 4 cores measured (memory
- * bound either way; the order of the sums is the same) */
-#define REDUCE_ROW_CLONES DL_TARGET_CLONES("arch=haswell", "default")
+#define REDUCE_CLONES DL_CPU_CLONES
+/* the float32 row folds in 256-bit vectors: AVX-512 took 15-25% longer over
+ * a 64 MiB tensor on the Zen 4 cores measured, against what was then the
+ * plain x86-64 clone (an "arch=haswell" clone is never picked on AMD, see
+ * core/parallel.h); memory bound either way, the order of the sums is the same */
+#define REDUCE_ROW_CLONES DL_TARGET_CLONES("arch=x86-64-v3", "default")
 
 /* --- splitting the work ------------------------------------------------------ */
 

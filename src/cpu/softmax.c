@@ -39,7 +39,7 @@
  * time (no FMA contraction in this file, so every variant rounds each
  * product alike; the sums' vector width, and so their order, is the
  * variant's) */
-#define SOFTMAX_CLONES DL_TARGET_CLONES("avx512f", "arch=haswell", "default")
+#define SOFTMAX_CLONES DL_CPU_CLONES
 
 /* --- float32 ------------------------------------------------------------------------------ */
 
