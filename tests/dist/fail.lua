@@ -40,7 +40,7 @@ for step = 1, 20 do
     if mode == "guard" then
       local ok, err = pcall(model, x:narrow(2, 1, 3))
       assert(not ok)
-      io.stderr:write("fail.lua: rank 1 gave up: ", tostring(err), "\n")
+      io.stderr:write("fail.lua: rank 1 gave up: " .. tostring(err) .. "\n") -- one write: no interleaving with rank 0
       dist.report_failure("rank 1 gave up: " .. tostring(err))
       os.exit(1)
     end
