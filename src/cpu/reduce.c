@@ -487,6 +487,16 @@ ALWAYS_INLINE double lanes_combine(dl_acc_kind k, double *a) {
     return a[0];
 }
 
+/* lanes_combine for a kind known at run time only: the switch taken once,
+ * not per pair (the same operations in the same order) */
+static double lanes_combine_any(dl_acc_kind k, double *a) {
+    double r = 0;
+#define LCOMB(K) r = lanes_combine(K, a)
+    FFOLD_SWITCH(k, LCOMB);
+#undef LCOMB
+    return r;
+}
+
 /* a float32 row folded into the FLANES lanes acc: the sums and the product
  * in 256-bit vectors (see REDUCE_ROW_CLONES), the extremes in the widest */
 REDUCE_ROW_CLONES static void frow_sum_f32(dl_acc_kind k, const float *x, int64_t n, double *acc) {
@@ -608,7 +618,7 @@ static void acc_item_half(void *vc, int64_t o, int64_t c0, int64_t nc, int64_t r
             }
         double r = a[0];
         for (int j = 1; j < LANES && !c->ffold; j++) r = acc_combine(k, r, a[j]);
-        c->part[slot] = c->ffold ? lanes_combine(k, a) : r;
+        c->part[slot] = c->ffold ? lanes_combine_any(k, a) : r;
         return;
     }
     double acc[WIDE_COLS];
