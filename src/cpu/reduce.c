@@ -275,6 +275,9 @@ typedef float v16f __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
 typedef double v8d __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef double v4d __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
 
 /* The kinds folded in float32 lanes: the extremes throughout (exact), the
  * sums and the product over FBLK rows at a time, then in double. */
@@ -348,6 +351,43 @@ ALWAYS_INLINE void fflush(dl_acc_kind k, v8d *d, const v16f *f) {
     }
 }
 
+/* The sums' and product's step on 8 lanes: *a folded with *v */
+ALWAYS_INLINE void fstep8(dl_acc_kind k, v8f *a, const v8f *v) {
+    v8f t = *v;
+    if (fabs_kind(k)) t = (v8f)((v8i)t & 0x7fffffff);
+    switch (k) {
+    case DL_ACC_SUM:
+    case DL_ACC_SUMABS: *a += t; break;
+    case DL_ACC_SUMSQ: *a += t * t; break;
+    case DL_ACC_PROD: *a *= t; break;
+    default: break;
+    }
+}
+
+/* the 8 doubles at d folded with the 8 floats of *f in double (fflush's
+ * operations on memory) */
+ALWAYS_INLINE void fflush8(dl_acc_kind k, double *d, const v8f *f) {
+    v4d lo = __builtin_convertvector(__builtin_shufflevector(*f, *f, 0, 1, 2, 3), v4d);
+    v4d hi = __builtin_convertvector(__builtin_shufflevector(*f, *f, 4, 5, 6, 7), v4d);
+    v4d t0, t1;
+    memcpy(&t0, d, sizeof t0);
+    memcpy(&t1, d + 4, sizeof t1);
+    if (k == DL_ACC_PROD) {
+        t0 *= lo;
+        t1 *= hi;
+    } else {
+        t0 += lo;
+        t1 += hi;
+    }
+    memcpy(d, &t0, sizeof t0);
+    memcpy(d + 4, &t1, sizeof t1);
+}
+
+/* 8 floats from p */
+ALWAYS_INLINE void ld8(v8f *v, const float *p) {
+    memcpy(v, p, sizeof *v);
+}
+
 /* One element's term, in double (the tails) */
 ALWAYS_INLINE double fterm(dl_acc_kind k, float v) {
     double d = fabs_kind(k) ? fabs((double)v) : (double)v;
@@ -358,33 +398,57 @@ ALWAYS_INLINE double fterm(dl_acc_kind k, float v) {
  * lane i % FLANES for the whole rows of FLANES (four vectors, four
  * independent chains), the tail to lanes 0... */
 ALWAYS_INLINE void frow(dl_acc_kind k, const float *restrict x, int64_t n, double *restrict acc) {
-    const bool ext = fext(k);
     const float id = (float)acc_identity(k);
-    v16f a[4];
-    v16i nn[4];
-    v8d d[FLANES / 8];
-    memcpy(d, acc, sizeof d);
-    for (int q = 0; q < 4; q++) {
-        a[q] = (v16f){0} + id;
-        nn[q] = (v16i){0};
-    }
     int64_t i = 0, rows = n / FLANES;
-    for (int64_t r0 = 0; r0 < rows; r0 += FBLK) {
-        int64_t nr = rows - r0 < FBLK ? rows - r0 : FBLK;
-        for (int64_t r = 0; r < nr; r++, i += FLANES)
+    if (!fext(k)) {
+        /* eight named 8-float accumulators (lane j of a<q> takes element
+         * 8q + j of each FLANES): 256-bit vectors stay in AVX2's registers,
+         * where 512-bit generic vectors went through the stack on every
+         * add; the double lanes are touched only at the flushes */
+        for (int64_t r0 = 0; r0 < rows; r0 += FBLK) {
+            int64_t nr = rows - r0 < FBLK ? rows - r0 : FBLK;
+            v8f a0 = (v8f){0} + id, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+            for (int64_t r = 0; r < nr; r++, i += FLANES) {
+                v8f v0, v1, v2, v3, v4, v5, v6, v7;
+                ld8(&v0, x + i);
+                ld8(&v1, x + i + 8);
+                ld8(&v2, x + i + 16);
+                ld8(&v3, x + i + 24);
+                ld8(&v4, x + i + 32);
+                ld8(&v5, x + i + 40);
+                ld8(&v6, x + i + 48);
+                ld8(&v7, x + i + 56);
+                fstep8(k, &a0, &v0);
+                fstep8(k, &a1, &v1);
+                fstep8(k, &a2, &v2);
+                fstep8(k, &a3, &v3);
+                fstep8(k, &a4, &v4);
+                fstep8(k, &a5, &v5);
+                fstep8(k, &a6, &v6);
+                fstep8(k, &a7, &v7);
+            }
+            fflush8(k, acc, &a0);
+            fflush8(k, acc + 8, &a1);
+            fflush8(k, acc + 16, &a2);
+            fflush8(k, acc + 24, &a3);
+            fflush8(k, acc + 32, &a4);
+            fflush8(k, acc + 40, &a5);
+            fflush8(k, acc + 48, &a6);
+            fflush8(k, acc + 56, &a7);
+        }
+    } else {
+        v16f a[4];
+        v16i nn[4];
+        for (int q = 0; q < 4; q++) {
+            a[q] = (v16f){0} + id;
+            nn[q] = (v16i){0};
+        }
+        for (; i < rows * FLANES; i += FLANES)
             for (int q = 0; q < 4; q++) {
                 v16f v;
                 ld16(&v, x + i + 16 * q);
                 fstep(k, &a[q], &nn[q], &v);
             }
-        if (!ext)
-            for (int q = 0; q < 4; q++) {
-                fflush(k, d + 2 * q, &a[q]);
-                a[q] = (v16f){0} + id;
-            }
-    }
-    memcpy(acc, d, sizeof d);
-    if (ext) {
         float e[FLANES];
         int32_t m[FLANES];
         memcpy(e, a, sizeof e);
