@@ -1,7 +1,8 @@
 /* vecmath.c (cpu) - the transcendental unary functions of the elementwise
  * family on AVX-512 and AVX2 vectors, through SLEEF's u10 kernels (at most
- * 1 ulp from the correctly rounded result), chosen once per process from
- * the CPU's features.
+ * 1 ulp from the correctly rounded result) and, for erf and GELU's normal
+ * CDF, own polynomials with an inlined exp (below), chosen once per process
+ * from the CPU's features.
  *
  * Invariants:
  *  - a value's result does not depend on where it sits: contiguous rows run
@@ -53,6 +54,40 @@ static const float NCDF_P[10] = {-1.26551223f, 1.00002368f, 0.37409196f,  0.0967
                                  -0.18628806f, 0.27886807f, -1.13520398f, 1.48851587f,
                                  -0.82215223f, 0.17087277f};
 
+/* erf without SLEEF's u10 kernel (three times the cost of exp): |x| < 0.75
+ * as x + x R(x^2); 0.75 <= |x| < 4.25 on seven intervals of width 0.5
+ * around c = 1, 1.5, ..., 4 as hi + (lo + s Q(s)), s = |x| - c, where hi +
+ * lo is erf(c) in two floats and Q of degree 6 (lane by lane from ERF_TAB's
+ * rows, one permute per coefficient); 1 beyond (erf rounds to 1 from
+ * 3.92).  Coefficients fitted here in double (near-minimax, then rounded);
+ * a float evaluation of either piece stays within 0.7 ulp over its range
+ * (tests/lua/test_elementwise_ulp.lua holds it to 1). */
+static const float ERF_R[7] = {1.283791661e-01f,  -3.761263788e-01f, 1.128377020e-01f,
+                               -2.686421014e-02f, 5.215102807e-03f,  -8.333235746e-04f,
+                               9.344267892e-05f};
+#define ERF_SMALL 0.75f
+#define ERF_ONE 4.25f
+static const float ERF_TAB[9][8] __attribute__((aligned(32))) = {
+    {8.427007794e-01f, 9.661051631e-01f, 9.953222871e-01f, 9.995930195e-01f, 9.999778867e-01f,
+     9.999992847e-01f, 1.000000000e+00f, 1.000000000e+00f},
+    {1.351169576e-08f, -1.662207083e-08f, -2.206371974e-08f, 2.849708203e-08f, 2.282621381e-08f,
+     -2.784263486e-08f, -1.541725858e-08f, -1.541725858e-08f},
+    {4.151074886e-01f, 1.189302877e-01f, 2.066698484e-02f, 2.178284340e-03f, 1.392530394e-04f,
+     5.399415841e-06f, 1.269809928e-07f, 1.269809928e-07f},
+    {-4.151076972e-01f, -1.783955395e-01f, -4.133390263e-02f, -5.445698276e-03f,
+     -4.177650844e-04f, -1.889955456e-05f, -5.080661936e-07f, -5.080661936e-07f},
+    {1.383688897e-01f, 1.387522519e-01f, 4.822295904e-02f, 8.350052871e-03f, 7.891024579e-04f,
+     4.229777551e-05f, 1.312434506e-06f, 1.312434506e-06f},
+    {6.920472533e-02f, -4.458855465e-02f, -3.445176035e-02f, -8.623545989e-03f,
+     -1.043819822e-03f, -6.756651419e-05f, -2.441773631e-06f, -2.441773631e-06f},
+    {-6.916999817e-02f, -1.487934962e-02f, 1.308937464e-02f, 6.119295023e-03f, 1.016450115e-03f,
+     8.199619333e-05f, 3.519365237e-06f, 3.519365237e-06f},
+    {4.051647149e-03f, 1.904179342e-02f, 6.475197151e-04f, -2.766415244e-03f, -7.540551014e-04f,
+     -8.190454537e-05f, -4.419223842e-06f, -4.419223842e-06f},
+    {1.486879494e-02f, -4.486268852e-03f, -3.384946613e-03f, 5.043193814e-04f, 3.925253986e-04f,
+     6.053805919e-05f, 4.086551144e-06f, 4.086551144e-06f},
+};
+
 /* --- which ISA ---------------------------------------------------------------------- */
 
 typedef enum { ISA_UNKNOWN, ISA_NONE, ISA_AVX2, ISA_AVX512 } isa_kind;
@@ -98,6 +133,32 @@ static float (*beyond_f32(dl_unary_op op, float *lim))(float) {
 typedef __m512 (*f16_fn)(__m512);
 typedef __m512d (*d8_fn)(__m512d);
 
+/* erf(x) from ERF_R and ERF_TAB (above) */
+AVX512 static __m512 erf16(__m512 x) {
+    __m512 ax = _mm512_abs_ps(x), u = _mm512_mul_ps(x, x);
+    __m512 r = _mm512_set1_ps(ERF_R[6]);
+    for (int k = 5; k >= 0; k--) r = _mm512_fmadd_ps(r, u, _mm512_set1_ps(ERF_R[k]));
+    __m512 small = _mm512_fmadd_ps(x, r, x);
+    /* the interval: NaN converts to INT_MIN, clamped to 0, and stays NaN in s */
+    __m512i i = _mm512_cvttps_epi32(
+        _mm512_mul_ps(_mm512_sub_ps(ax, _mm512_set1_ps(ERF_SMALL)), _mm512_set1_ps(2.0f)));
+    i = _mm512_min_epi32(_mm512_max_epi32(i, _mm512_setzero_si512()), _mm512_set1_epi32(6));
+    __m512 s = _mm512_sub_ps(
+        ax, _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(0.5f), _mm512_set1_ps(1.0f)));
+#define ERF_COL(k) _mm512_permutexvar_ps(i, _mm512_castps256_ps512(_mm256_load_ps(ERF_TAB[k])))
+    __m512 q = ERF_COL(8);
+    for (int k = 7; k >= 2; k--) q = _mm512_fmadd_ps(q, s, ERF_COL(k));
+    __m512 big = _mm512_add_ps(ERF_COL(0), _mm512_fmadd_ps(s, q, ERF_COL(1)));
+#undef ERF_COL
+    big = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(ERF_ONE), _CMP_GE_OQ), big,
+                               _mm512_set1_ps(1.0f));
+    big = _mm512_castsi512_ps(_mm512_or_si512(
+        _mm512_castps_si512(big),
+        _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(ERF_SMALL), _CMP_LT_OQ), big,
+                                small);
+}
+
 AVX512 static f16_fn pick_f16(dl_unary_op op, finish_kind *fin) {
     *fin = FIN_PLAIN;
     switch (op) {
@@ -117,7 +178,7 @@ AVX512 static f16_fn pick_f16(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_SINH: return Sleef_sinhf16_u10avx512f;
     case DL_UNARY_COSH: return Sleef_coshf16_u10avx512f;
     case DL_UNARY_TANH: return Sleef_tanhf16_u10avx512f;
-    case DL_UNARY_ERF: return Sleef_erff16_u10avx512f;
+    case DL_UNARY_ERF: return erf16;
     case DL_UNARY_ERFC: return Sleef_erfcf16_u15avx512f; /* SLEEF has erfc at 1.5 ulp only */
     case DL_UNARY_SQRT: return Sleef_sqrtf16_u05avx512f;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expf16_u10avx512f;
@@ -157,7 +218,7 @@ AVX512 static inline __m512 ncdf16(__m512 x) {
     __m512 p = _mm512_set1_ps(NCDF_P[9]);
     for (int i = 8; i >= 0; i--) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(NCDF_P[i]));
     __m512 h =
-        _mm512_mul_ps(_mm512_mul_ps(t, Sleef_expf16_u10avx512f(_mm512_fnmadd_ps(z, z, p))), half);
+        _mm512_mul_ps(_mm512_mul_ps(t, nexp16(_mm512_fnmadd_ps(z, z, p))), half);
     __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
     return _mm512_mask_blend_ps(pos, h, _mm512_sub_ps(one, h));
 }
@@ -316,6 +377,30 @@ AVX512 static bool run_f64_avx512(dl_unary_op op, char **data, const int64_t *st
 typedef __m256 (*f8_fn)(__m256);
 typedef __m256d (*d4_fn)(__m256d);
 
+/* erf(x) from ERF_R and ERF_TAB (above) */
+AVX2 static __m256 erf8(__m256 x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 ax = _mm256_andnot_ps(sign, x), u = _mm256_mul_ps(x, x);
+    __m256 r = _mm256_set1_ps(ERF_R[6]);
+    for (int k = 5; k >= 0; k--) r = _mm256_fmadd_ps(r, u, _mm256_set1_ps(ERF_R[k]));
+    __m256 small = _mm256_fmadd_ps(x, r, x);
+    /* the interval: NaN converts to INT_MIN, clamped to 0, and stays NaN in s */
+    __m256i i = _mm256_cvttps_epi32(
+        _mm256_mul_ps(_mm256_sub_ps(ax, _mm256_set1_ps(ERF_SMALL)), _mm256_set1_ps(2.0f)));
+    i = _mm256_min_epi32(_mm256_max_epi32(i, _mm256_setzero_si256()), _mm256_set1_epi32(6));
+    __m256 s = _mm256_sub_ps(
+        ax, _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(0.5f), _mm256_set1_ps(1.0f)));
+#define ERF_COL(k) _mm256_permutevar8x32_ps(_mm256_load_ps(ERF_TAB[k]), i)
+    __m256 q = ERF_COL(8);
+    for (int k = 7; k >= 2; k--) q = _mm256_fmadd_ps(q, s, ERF_COL(k));
+    __m256 big = _mm256_add_ps(ERF_COL(0), _mm256_fmadd_ps(s, q, ERF_COL(1)));
+#undef ERF_COL
+    big = _mm256_blendv_ps(big, _mm256_set1_ps(1.0f),
+                           _mm256_cmp_ps(ax, _mm256_set1_ps(ERF_ONE), _CMP_GE_OQ));
+    big = _mm256_or_ps(big, _mm256_and_ps(x, sign));
+    return _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(ERF_SMALL), _CMP_LT_OQ));
+}
+
 AVX2 static f8_fn pick_f8(dl_unary_op op, finish_kind *fin) {
     *fin = FIN_PLAIN;
     switch (op) {
@@ -335,7 +420,7 @@ AVX2 static f8_fn pick_f8(dl_unary_op op, finish_kind *fin) {
     case DL_UNARY_SINH: return Sleef_sinhf8_u10avx2;
     case DL_UNARY_COSH: return Sleef_coshf8_u10avx2;
     case DL_UNARY_TANH: return Sleef_tanhf8_u10avx2;
-    case DL_UNARY_ERF: return Sleef_erff8_u10avx2;
+    case DL_UNARY_ERF: return erf8;
     case DL_UNARY_ERFC: return Sleef_erfcf8_u15avx2;
     case DL_UNARY_SQRT: return Sleef_sqrtf8_u05avx2;
     case DL_UNARY_SIGMOID: *fin = FIN_SIGMOID; return Sleef_expf8_u10avx2;
@@ -370,7 +455,7 @@ AVX2 static inline __m256 ncdf8(__m256 x) {
     __m256 p = _mm256_set1_ps(NCDF_P[9]);
     for (int i = 8; i >= 0; i--) p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(NCDF_P[i]));
     __m256 h =
-        _mm256_mul_ps(_mm256_mul_ps(t, Sleef_expf8_u10avx2(_mm256_fnmadd_ps(z, z, p))), half);
+        _mm256_mul_ps(_mm256_mul_ps(t, nexp8(_mm256_fnmadd_ps(z, z, p))), half);
     __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
     return _mm256_blendv_ps(h, _mm256_sub_ps(one, h), pos);
 }
