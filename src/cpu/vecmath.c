@@ -74,12 +74,12 @@ static const float ERF_TAB[9][8] __attribute__((aligned(32))) = {
      -2.784263486e-08f, -1.541725858e-08f, -1.541725858e-08f},
     {4.151074886e-01f, 1.189302877e-01f, 2.066698484e-02f, 2.178284340e-03f, 1.392530394e-04f,
      5.399415841e-06f, 1.269809928e-07f, 1.269809928e-07f},
-    {-4.151076972e-01f, -1.783955395e-01f, -4.133390263e-02f, -5.445698276e-03f,
-     -4.177650844e-04f, -1.889955456e-05f, -5.080661936e-07f, -5.080661936e-07f},
+    {-4.151076972e-01f, -1.783955395e-01f, -4.133390263e-02f, -5.445698276e-03f, -4.177650844e-04f,
+     -1.889955456e-05f, -5.080661936e-07f, -5.080661936e-07f},
     {1.383688897e-01f, 1.387522519e-01f, 4.822295904e-02f, 8.350052871e-03f, 7.891024579e-04f,
      4.229777551e-05f, 1.312434506e-06f, 1.312434506e-06f},
-    {6.920472533e-02f, -4.458855465e-02f, -3.445176035e-02f, -8.623545989e-03f,
-     -1.043819822e-03f, -6.756651419e-05f, -2.441773631e-06f, -2.441773631e-06f},
+    {6.920472533e-02f, -4.458855465e-02f, -3.445176035e-02f, -8.623545989e-03f, -1.043819822e-03f,
+     -6.756651419e-05f, -2.441773631e-06f, -2.441773631e-06f},
     {-6.916999817e-02f, -1.487934962e-02f, 1.308937464e-02f, 6.119295023e-03f, 1.016450115e-03f,
      8.199619333e-05f, 3.519365237e-06f, 3.519365237e-06f},
     {4.051647149e-03f, 1.904179342e-02f, 6.475197151e-04f, -2.766415244e-03f, -7.540551014e-04f,
@@ -152,9 +152,9 @@ AVX512 static __m512 erf16(__m512 x) {
 #undef ERF_COL
     big = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(ERF_ONE), _CMP_GE_OQ), big,
                                _mm512_set1_ps(1.0f));
-    big = _mm512_castsi512_ps(_mm512_or_si512(
-        _mm512_castps_si512(big),
-        _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))));
+    big = _mm512_castsi512_ps(
+        _mm512_or_si512(_mm512_castps_si512(big),
+                        _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))));
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(ERF_SMALL), _CMP_LT_OQ), big,
                                 small);
 }
@@ -217,8 +217,7 @@ AVX512 static inline __m512 ncdf16(__m512 x) {
     __m512 t = _mm512_div_ps(one, _mm512_fmadd_ps(z, half, one));
     __m512 p = _mm512_set1_ps(NCDF_P[9]);
     for (int i = 8; i >= 0; i--) p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(NCDF_P[i]));
-    __m512 h =
-        _mm512_mul_ps(_mm512_mul_ps(t, nexp16(_mm512_fnmadd_ps(z, z, p))), half);
+    __m512 h = _mm512_mul_ps(_mm512_mul_ps(t, nexp16(_mm512_fnmadd_ps(z, z, p))), half);
     __mmask16 pos = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
     return _mm512_mask_blend_ps(pos, h, _mm512_sub_ps(one, h));
 }
@@ -454,8 +453,7 @@ AVX2 static inline __m256 ncdf8(__m256 x) {
     __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(z, half, one));
     __m256 p = _mm256_set1_ps(NCDF_P[9]);
     for (int i = 8; i >= 0; i--) p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(NCDF_P[i]));
-    __m256 h =
-        _mm256_mul_ps(_mm256_mul_ps(t, nexp8(_mm256_fnmadd_ps(z, z, p))), half);
+    __m256 h = _mm256_mul_ps(_mm256_mul_ps(t, nexp8(_mm256_fnmadd_ps(z, z, p))), half);
     __m256 pos = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GE_OQ);
     return _mm256_blendv_ps(h, _mm256_sub_ps(one, h), pos);
 }
