@@ -2,12 +2,13 @@
  * layernorm.h).  Rows run in parallel; each row is one fused pass for its
  * statistics and one for its outputs, while it sits in the core's cache.
  *
- * float32 (vectorised; clones for AVX-512, Haswell's AVX2 and baseline
- * x86-64, built without FMA contraction, every sum over NACC lanes added in
+ * float32 (vectorised; clones for AVX-512, AVX2 and baseline x86-64,
+ * built without FMA contraction, every sum over NACC lanes added in
  * a written order, so every clone gives the same bits):
- *  - forward: the sums of x - x0 and its square (x0 the row's first element;
- *    0 for RMS norm, which wants the mean square), in double, give mean and
- *    variance in one pass; y = (x * a + c) * w + b with a = rstd,
+ *  - forward: the sums of d = x - k and d^2 (k the mean of the row's first
+ *    NACC elements; 0 for RMS norm, which wants the mean square), in float
+ *    lanes added into double every FLUSH steps, give mean and variance in
+ *    one pass; y = (x * a + c) * w + b with a = rstd,
  *    c = -mean * rstd rounded to float, PyTorch's vectorised formula.
  *  - backward: with g = gy * w and xhat = (x - mean) * rstd (float), the sums
  *    of g and g * xhat, then
@@ -29,6 +30,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define NACC 16  /* lanes of a sum */
 #define FLUSH 32 /* float terms a lane adds before they go into double */
@@ -36,18 +38,45 @@
 
 /* --- float32: one row -------------------------------------------------------------- */
 
-/* s1 = sum of x - k, s2 = sum of (x - k)^2 over the row x (D) */
-LN_CLONES static void f32_moments(const float *x, int64_t D, double k, double *s1, double *s2) {
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef double v4d __attribute__((vector_size(32)));
+
+/* the 8 doubles at p += the 8 floats of v */
+static inline __attribute__((always_inline)) void add8(double *p, v8f v) {
+    v4d lo, hi;
+    memcpy(&lo, p, sizeof lo);
+    memcpy(&hi, p + 4, sizeof hi);
+    lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), v4d);
+    hi += __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), v4d);
+    memcpy(p, &lo, sizeof lo);
+    memcpy(p + 4, &hi, sizeof hi);
+}
+
+/* s1 = sum of d, s2 = sum of d^2, d = x - k over the row x (D): d, d^2 and
+ * their sums in NACC float lanes (two named 256-bit vectors each, kept in
+ * registers by every clone), added into double every FLUSH steps; k near
+ * the row's mean (below), so s2 / D - (s1 / D)^2 does not cancel. */
+LN_CLONES static void f32_moments(const float *x, int64_t D, float k, double *s1, double *s2) {
     double a[NACC] = {0}, b[NACC] = {0};
     double ta = 0, tb = 0;
-    int64_t i = 0;
-    for (; i + NACC <= D; i += NACC)
-        for (int j = 0; j < NACC; j++) {
-            double d = (double)x[i + j] - k;
-            a[j] += d;
-            b[j] += d * d;
+    const int64_t steps = D / NACC;
+    for (int64_t k0 = 0; k0 < steps; k0 += FLUSH) {
+        const int64_t k1 = steps - k0 < FLUSH ? steps : k0 + FLUSH;
+        v8f a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, x0, x1;
+        for (int64_t s = k0; s < k1; s++) {
+            memcpy(&x0, x + s * NACC, sizeof x0);
+            memcpy(&x1, x + s * NACC + 8, sizeof x1);
+            x0 -= k;
+            x1 -= k;
+            a0 += x0;
+            a1 += x1;
+            b0 += x0 * x0;
+            b1 += x1 * x1;
         }
-    for (; i < D; i++) {
+        add8(a, a0), add8(a + 8, a1), add8(b, b0), add8(b + 8, b1);
+    }
+    for (int64_t i = steps * NACC; i < D; i++) {
         double d = (double)x[i] - k;
         ta += d;
         tb += d * d;
@@ -72,8 +101,15 @@ LN_CLONES static void f32_affine(float *y, const float *x, const float *w, const
 
 static void f32_row_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
                             const float *b, int64_t D, double eps, bool rms) {
-    double k = rms ? 0 : x[0], s1, s2;
-    f32_moments(x, D, k, &s1, &s2);
+    /* the shift: 0 for RMS norm (it wants the mean square), else the mean
+     * of the row's first NACC elements */
+    double k = 0, s1, s2;
+    if (!rms) {
+        int64_t n = D < NACC ? D : NACC;
+        for (int64_t i = 0; i < n; i++) k += x[i];
+        k = (float)(k / (double)n);
+    }
+    f32_moments(x, D, (float)k, &s1, &s2);
     double mu = s1 / (double)D, var = s2 / (double)D;
     if (!rms) var -= mu * mu;
     if (var < 0) var = 0; /* rounding; NaN stays */
