@@ -40,6 +40,8 @@
  * product alike; the sums' vector width, and so their order, is the
  * variant's) */
 #define SOFTMAX_CLONES DL_CPU_CLONES
+/* exponentials summed in float this many at a time, then in double */
+#define SUM_BLOCK 256
 
 /* --- float32 ------------------------------------------------------------------------------ */
 
@@ -49,16 +51,21 @@
 SOFTMAX_CLONES __attribute__((noinline)) static double
 row_sumexp_f32(float *y, const float *x, int64_t D, float m, bool store) {
     double sum = 0;
-    if (!store) {
-#pragma omp simd reduction(+ : sum)
-        for (int64_t d = 0; d < D; d++) sum += dl_cpu_expf(x[d] - m);
-    } else {
-#pragma omp simd reduction(+ : sum)
-        for (int64_t d = 0; d < D; d++) {
-            float e = dl_cpu_expf(x[d] - m);
-            y[d] = e;
-            sum += e;
+    for (int64_t d0 = 0; d0 < D; d0 += SUM_BLOCK) {
+        const int64_t d1 = D - d0 < SUM_BLOCK ? D : d0 + SUM_BLOCK;
+        float part = 0;
+        if (!store) {
+#pragma omp simd reduction(+ : part)
+            for (int64_t d = d0; d < d1; d++) part += dl_cpu_expf(x[d] - m);
+        } else {
+#pragma omp simd reduction(+ : part)
+            for (int64_t d = d0; d < d1; d++) {
+                float e = dl_cpu_expf(x[d] - m);
+                y[d] = e;
+                part += e;
+            }
         }
+        sum += part;
     }
     return sum;
 }
