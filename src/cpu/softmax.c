@@ -7,8 +7,9 @@
  *    neighbouring inner positions; it keeps per-column maxima and sums in
  *    small arrays and sweeps D rows of COLS contiguous elements, so every
  *    inner loop is unit-stride.
- * Either way one column is: max, sum of exp(x - max) (accumulated in double),
- * then the outputs.  float32 uses dl_cpu_expf under `omp simd`; float64 uses
+ * Either way one column is: max, sum of exp(x - max) (rows: in float lanes
+ * SUM_BLOCK terms at a time, then in double; columns: in double), then the
+ * outputs.  float32 uses dl_cpu_expf under `omp simd`; float64 uses
  * libm's exp.  Each output depends only on its own column, so results do not
  * depend on the thread count.
  *
