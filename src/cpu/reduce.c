@@ -46,6 +46,7 @@
 #define LSE_SUPER 16384 /* logsumexp over inner dims: elements per max-then-exp step */
 #define COL_BLOCK 256   /* columns (or short rows) folded together */
 #define WIDE_COLS 2048  /* columns folded together by the float32 folds */
+#define PF_DIST 2048    /* row folds: floats ahead a cache line is prefetched (8 KiB) */
 #define FBLK 8          /* float32 sums and products: rows of lanes or columns per flush */
 #define SHORT_ROW 32    /* rows this short are folded side by side */
 #define MIN_CHUNK 16384 /* elements in a row chunk, at least */
@@ -410,6 +411,10 @@ ALWAYS_INLINE void frow(dl_acc_kind k, const float *restrict x, int64_t n, doubl
             v8f a0 = (v8f){0} + id, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
             for (int64_t r = 0; r < nr; r++, i += FLANES) {
                 v8f v0, v1, v2, v3, v4, v5, v6, v7;
+                __builtin_prefetch(x + i + PF_DIST);
+                __builtin_prefetch(x + i + PF_DIST + 16);
+                __builtin_prefetch(x + i + PF_DIST + 32);
+                __builtin_prefetch(x + i + PF_DIST + 48);
                 ld8(&v0, x + i);
                 ld8(&v1, x + i + 8);
                 ld8(&v2, x + i + 16);
@@ -446,6 +451,7 @@ ALWAYS_INLINE void frow(dl_acc_kind k, const float *restrict x, int64_t n, doubl
         for (; i < rows * FLANES; i += FLANES)
             for (int q = 0; q < 4; q++) {
                 v16f v;
+                __builtin_prefetch(x + i + PF_DIST + 16 * q);
                 ld16(&v, x + i + 16 * q);
                 fstep(k, &a[q], &nn[q], &v);
             }
