@@ -130,5 +130,7 @@ if rank == 0 then
   print(string.format("all-reduce of all gradients alone %.1f ms; waited after backward %.1f ms/step; hidden %.0f%%; "
     .. "added by DDP (ddp - parallel) %.1f ms/step", 1e3 * allreduce, 1e3 * waited,
     allreduce > 0 and 100 * math.max(0, 1 - waited / allreduce) or 100, 1e3 * math.max(0, step_ddp - parallel)))
+  print(string.format("gradient copies into and out of the buckets %.1f ms/step (rank 0, mean over every DDP step)",
+    1e3 * st.copy_s / math.max(1, st.iterations)))
 end
 dist.destroy_process_group()
