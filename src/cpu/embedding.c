@@ -11,6 +11,7 @@
 #include "cpu/embedding.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "cpu/index.h"
 
 #include <math.h>
 #include <omp.h>
@@ -48,8 +49,11 @@ void dl_cpu_embedding_gather(void *out, const void *weight, size_t esz, const in
                              const dl_emb_shape *s) {
     const size_t row = (size_t)s->dim * esz;
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (s->n * s->dim >= DL_PARALLEL_GRAIN)
-    for (int64_t k = 0; k < s->n; k++)
+    for (int64_t k = 0; k < s->n; k++) {
+        if (k + 2 < s->n)
+            dl_cpu_prefetch_bytes((const char *)weight + (size_t)ids[k + 2] * row, row);
         memcpy((char *)out + (size_t)k * row, (const char *)weight + (size_t)ids[k] * row, row);
+    }
 }
 
 /* --- bags ------------------------------------------------------------------------------ */

@@ -74,6 +74,10 @@ void dl_cpu_index_select(dl_tensor *out, const dl_tensor *x, int dim, const int6
 #pragma omp parallel for num_threads(nthr) if (nthr > 1)
     for (int64_t r = 0; r < rows; r++) {
         int64_t o = r / nidx, k = r % nidx;
+        if (r + 2 < rows) {
+            int64_t o2 = (r + 2) / nidx, k2 = (r + 2) % nidx;
+            dl_cpu_prefetch_bytes(src + (o2 * size + idx[k2]) * row_bytes, row_bytes);
+        }
         memcpy(dst + r * row_bytes, src + (o * size + idx[k]) * row_bytes, row_bytes);
     }
 }

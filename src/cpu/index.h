@@ -9,6 +9,15 @@
 #include "core/tensor.h"
 
 #include <stdbool.h>
+#include <stddef.h>
+
+/* Asks for the n bytes at p in cache, a prefetch per 64-byte line: the
+ * row gathers (index_select, embedding) fetch the row after next while
+ * they copy one, since rows picked by index defeat the hardware's stream
+ * prefetcher at every row start. */
+static inline void dl_cpu_prefetch_bytes(const void *p, size_t n) {
+    for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b);
+}
 
 /* out is (outer, nidx, inner) of x's dtype; x is contiguous (outer, S, inner)
  * with S = x.shape[dim] (a 0-dim x counts as [1]). */
