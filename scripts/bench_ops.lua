@@ -5,7 +5,8 @@
 -- threads.  Unless --no-torch is given
 -- it also runs scripts/bench_ops.py (same ops, same shapes) under each of
 -- --torch-python (comma-separated interpreters; default Debian's
--- /usr/bin/python3), the frameworks taking turns --rounds times.  The ratio
+-- /usr/bin/python3), each op timed by dlua and then by PyTorch, the list
+-- gone through --rounds times (the twins stay up between ops).  The ratio
 -- is the fastest PyTorch's best time over dlua's best (above 1: dlua
 -- faster); the last line is their geometric mean.
 -- --only a,b,c times just the named rows (the names of OPS below, as the
@@ -119,46 +120,84 @@ if opts.only ~= "" then
 end
 
 local ours, theirs, who = {}, {}, {}
-local function time_ours()
-  for _, op in ipairs(OPS) do
-    local r <close> = op[3]() -- warm-up (and the result's buffer in the cache)
-    local best = math.huge
-    for _ = 1, opts.runs do
-      local t0 = dl.clock()
-      local out <close> = op[3]()
-      best = math.min(best, dl.clock() - t0)
-    end
-    ours[op[1]] = math.min(ours[op[1]] or math.huge, best * 1e3)
+
+-- dlua's best time of op
+local function time_ours(op)
+  local r <close> = op[3]() -- warm-up (and the result's buffer in the cache)
+  local best = math.huge
+  for _ = 1, opts.runs do
+    local t0 = dl.clock()
+    local out <close> = op[3]()
+    best = math.min(best, dl.clock() - t0)
   end
+  ours[op[1]] = math.min(ours[op[1]] or math.huge, best * 1e3)
 end
 
-local function time_theirs()
-  if opts["no-torch"] then return end
+-- One twin per interpreter, serving op names written to its named pipe.
+-- The pipes are opened read-write here, which never blocks, and only after
+-- every twin has started, so no twin inherits another's pipe: closing it
+-- ends its twin, and a twin that fails shows as the end of its output.
+local twins = {}
+if not opts["no-torch"] then
   for py in opts["torch-python"]:gmatch("[^,]+") do
+    local fifo = os.tmpname()
+    os.remove(fifo)
+    assert(os.execute("mkfifo '" .. fifo .. "'"), "bench_ops: mkfifo failed")
     -- THP_MEM_ALLOC_ENABLE=1: PyTorch 2.x's huge-page allocation, as dlua's
     -- host cache advises huge pages (1.13 ignores it)
-    local cmd = string.format("THP_MEM_ALLOC_ENABLE=1 %s %s/bench_ops.py --threads %d --runs %d --only '%s' 2>&1", py,
-      dir, opts.threads, opts.runs, opts.only)
-    local p = assert(io.popen(cmd))
-    local text = p:read("a")
-    p:close()
-    local got = 0
-    for name, ms in text:gmatch("(%S+) ([%d.]+)\n") do
-      ms = tonumber(ms)
-      got = got + 1
-      if not theirs[name] or ms < theirs[name] then theirs[name], who[name] = ms, py end
+    local cmd = string.format("THP_MEM_ALLOC_ENABLE=1 %s %s/bench_ops.py --threads %d --runs %d --serve '%s' 2>&1",
+      py, dir, opts.threads, opts.runs, fifo)
+    twins[#twins + 1] = {py = py, fifo = fifo, out = assert(io.popen(cmd))}
+  end
+  for _, t in ipairs(twins) do t.cmd = assert(io.open(t.fifo, "r+")) end
+end
+
+local function stop(t)
+  t.cmd:close()
+  local rest = t.out:read("a")
+  t.out:close()
+  os.remove(t.fifo)
+  return rest
+end
+
+-- PyTorch's best time of op under each twin, right after dlua's (lines
+-- that are not figures, warnings say, are passed to stderr)
+local function time_theirs(op)
+  for _, t in ipairs(twins) do
+    if not t.dead then
+      t.cmd:write(op[1], "\n")
+      t.cmd:flush()
+      local ms
+      repeat
+        local line = t.out:read("l")
+        if not line then break end
+        ms = tonumber(line:match("^" .. op[1] .. " ([%d.]+)$"))
+        if not ms then io.stderr:write("bench_ops: ", t.py, ": ", line, "\n") end
+      until ms
+      if ms then
+        if not theirs[op[1]] or ms < theirs[op[1]] then theirs[op[1]], who[op[1]] = ms, t.py end
+      else
+        t.dead = true
+        io.stderr:write("bench_ops: " .. t.py .. " gave no figure for " .. op[1] .. "\n" .. stop(t) .. "\n")
+      end
     end
-    if got == 0 then io.stderr:write("bench_ops: " .. py .. " gave no figures:\n" .. text) end
   end
 end
 
--- the frameworks take turns, --rounds times; each op's best time counts
+-- each op timed by dlua and then by every twin, --rounds times over the
+-- list, so both sides of a ratio run within a second of each other (this
+-- machine's memory bandwidth changes speed on a scale of minutes)
 for _ = 1, opts.rounds do
-  time_ours()
-  time_theirs()
+  for _, op in ipairs(OPS) do
+    time_ours(op)
+    time_theirs(op)
+  end
+end
+for _, t in ipairs(twins) do
+  if not t.dead then stop(t) end
 end
 
-print(string.format("bench_ops: %d threads, best of %d runs in each of %d alternating rounds",
+print(string.format("bench_ops: %d threads, best of %d runs in each of %d rounds, dlua and PyTorch alternating op by op",
   opts.threads, opts.runs, opts.rounds))
 print("| op (size) | dlua ms | PyTorch ms | ratio |")
 print("|---|---|---|---|")

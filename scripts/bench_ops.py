@@ -1,10 +1,13 @@
 """bench_ops.py - PyTorch's twin of bench_ops.lua: the same single ops on the
 same shapes, best of --runs after a warm-up, one line per op: "name ms".
-PyTorch 1.13 has no public scaled_dot_product_attention: its rows time the
-math path two ways (baddbmm with a causal -inf bias, softmax, bmm; and the
-private F._scaled_dot_product_attention) and report the faster.
---only a,b,c times just the named rows.
-Usage: python3 scripts/bench_ops.py [--threads 2] [--runs 5] [--only sum,sum_dim]"""
+The attention rows time the math path (baddbmm with a causal -inf bias,
+softmax, bmm), the private F._scaled_dot_product_attention of 1.13 and the
+public fused F.scaled_dot_product_attention of 2.x, whichever the version
+has, and report the fastest.
+--only a,b,c times just the named rows; --serve PIPE times the rows named
+one per line on the named pipe PIPE as they come, until it closes (how
+bench_ops.lua runs it: each op timed right after dlua's).
+Usage: python3 scripts/bench_ops.py [--threads 2] [--runs 5] [--only sum,sum_dim] [--serve PIPE]"""
 import argparse
 import time
 
@@ -14,6 +17,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--runs", type=int, default=5)
 p.add_argument("--only", default="")
+p.add_argument("--serve", default="")
 a = p.parse_args()
 torch.set_num_threads(a.threads)
 torch.manual_seed(0)
@@ -64,8 +68,12 @@ def sdpa_bmm(q, k, v):
     return torch.bmm(w, vb).view(16, 6, 256, 64)
 
 
-def sdpa_private(q, k, v):
+def sdpa_private(q, k, v):  # 1.13 only
     return torch.nn.functional._scaled_dot_product_attention(q, k, v, None, 0.0, False, True)[0]
+
+
+def sdpa_public(q, k, v):  # 2.x: the fused kernel (flash attention on the CPU)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def logsumexp_fwd_bwd(t=None, g=None):
@@ -125,20 +133,45 @@ OPS = [
     ("layer_norm_fwd_bwd", layer_norm_fwd_bwd),
     ("embedding", lambda: torch.nn.functional.embedding(eids, ew)),
     ("embedding_fwd_bwd", embedding_fwd_bwd),
-    ("sdpa", [lambda: sdpa_bmm(aq, ak, av), lambda: sdpa_private(aq, ak, av)]),
-    ("sdpa_fwd_bwd", [lambda: fwd_bwd(sdpa_bmm), lambda: fwd_bwd(sdpa_private)]),
+    ("sdpa", [lambda: sdpa_bmm(aq, ak, av), lambda: sdpa_private(aq, ak, av),
+              lambda: sdpa_public(aq, ak, av)]),
+    ("sdpa_fwd_bwd", [lambda: fwd_bwd(sdpa_bmm), lambda: fwd_bwd(sdpa_private),
+                      lambda: fwd_bwd(sdpa_public)]),
 ]
 
-with torch.no_grad():
-    only = set(a.only.split(",")) if a.only else None
-    for name, fs in OPS:
-        if only is not None and name not in only:
-            continue
-        best = float("inf")
-        for f in fs if isinstance(fs, list) else [fs]:  # the fastest of the variants
+def best_ms(fs):
+    """the best of --runs after a warm-up; of the fastest variant (a variant
+    whose function this version lacks is skipped)"""
+    best = float("inf")
+    for f in fs if isinstance(fs, list) else [fs]:
+        try:
             f()
-            for _ in range(a.runs):
-                t0 = time.perf_counter()
-                f()
-                best = min(best, time.perf_counter() - t0)
-        print(f"{name} {best * 1e3:.3f}", flush=True)
+        except AttributeError:
+            if not isinstance(fs, list):
+                raise
+            continue
+        for _ in range(a.runs):
+            t0 = time.perf_counter()
+            f()
+            best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+with torch.no_grad():
+    if a.serve:  # names from the pipe, one timing per name, until it closes
+        table = dict(OPS)
+        with open(a.serve) as cmds:
+            while True:
+                name = cmds.readline()
+                if not name:
+                    break
+                name = name.strip()
+                if name in table:
+                    print(f"{name} {best_ms(table[name]):.3f}", flush=True)
+                else:
+                    print(f"{name} unknown", flush=True)
+    else:
+        only = set(a.only.split(",")) if a.only else None
+        for name, fs in OPS:
+            if only is None or name in only:
+                print(f"{name} {best_ms(fs):.3f}", flush=True)
