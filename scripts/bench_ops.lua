@@ -134,25 +134,34 @@ local function time_ours(op)
 end
 
 -- One twin per interpreter, serving op names written to its named pipe.
--- The pipes are opened read-write here, which never blocks, and only after
--- every twin has started, so no twin inherits another's pipe: closing it
--- ends its twin, and a twin that fails shows as the end of its output.
+-- Every pipe is made before any twin starts (a failure then leaves no twin
+-- waiting), and opened read-write, which never blocks, only after every
+-- twin has started, so no twin inherits another's pipe: closing a pipe ends
+-- its twin, and a twin that fails shows as the end of its output.
 local twins = {}
 if not opts["no-torch"] then
   for py in opts["torch-python"]:gmatch("[^,]+") do
     local fifo = os.tmpname()
     os.remove(fifo)
-    assert(os.execute("mkfifo '" .. fifo .. "'"), "bench_ops: mkfifo failed")
+    if not os.execute("mkfifo '" .. fifo .. "'") then
+      for _, t in ipairs(twins) do os.remove(t.fifo) end
+      error("bench_ops: mkfifo " .. fifo .. " failed")
+    end
+    twins[#twins + 1] = {py = py, fifo = fifo}
+  end
+  for _, t in ipairs(twins) do
     -- THP_MEM_ALLOC_ENABLE=1: PyTorch 2.x's huge-page allocation, as dlua's
     -- host cache advises huge pages (1.13 ignores it)
     local cmd = string.format("THP_MEM_ALLOC_ENABLE=1 %s %s/bench_ops.py --threads %d --runs %d --serve '%s' 2>&1",
-      py, dir, opts.threads, opts.runs, fifo)
-    twins[#twins + 1] = {py = py, fifo = fifo, out = assert(io.popen(cmd))}
+      t.py, dir, opts.threads, opts.runs, t.fifo)
+    t.out = assert(io.popen(cmd))
   end
   for _, t in ipairs(twins) do t.cmd = assert(io.open(t.fifo, "r+")) end
 end
 
 local function stop(t)
+  if t.stopped then return "" end
+  t.stopped = true
   t.cmd:close()
   local rest = t.out:read("a")
   t.out:close()
@@ -160,25 +169,32 @@ local function stop(t)
   return rest
 end
 
--- PyTorch's best time of op under each twin, right after dlua's (lines
--- that are not figures, warnings say, are passed to stderr)
+-- PyTorch's best time of op under each twin, right after dlua's.  The
+-- twin answers "NAME ms" or "NAME <why not>"; other lines (warnings) are
+-- passed to stderr.
 local function time_theirs(op)
+  local name = op[1]
   for _, t in ipairs(twins) do
-    if not t.dead then
-      t.cmd:write(op[1], "\n")
+    if not t.stopped then
+      t.cmd:write(name, "\n")
       t.cmd:flush()
-      local ms
+      local answer
       repeat
         local line = t.out:read("l")
         if not line then break end
-        ms = tonumber(line:match("^" .. op[1] .. " ([%d.]+)$"))
-        if not ms then io.stderr:write("bench_ops: ", t.py, ": ", line, "\n") end
-      until ms
-      if ms then
-        if not theirs[op[1]] or ms < theirs[op[1]] then theirs[op[1]], who[op[1]] = ms, t.py end
+        if line:sub(1, #name + 1) == name .. " " then
+          answer = line:sub(#name + 2)
+        else
+          io.stderr:write("bench_ops: ", t.py, ": ", line, "\n")
+        end
+      until answer
+      local ms = answer and tonumber(answer)
+      if ms and ms < math.huge then
+        if not theirs[name] or ms < theirs[name] then theirs[name], who[name] = ms, t.py end
+      elseif answer then
+        io.stderr:write("bench_ops: " .. t.py .. " gave no figure for " .. name .. ": " .. answer .. "\n")
       else
-        t.dead = true
-        io.stderr:write("bench_ops: " .. t.py .. " gave no figure for " .. op[1] .. "\n" .. stop(t) .. "\n")
+        io.stderr:write("bench_ops: " .. t.py .. " ended at " .. name .. "\n" .. stop(t) .. "\n")
       end
     end
   end
@@ -186,16 +202,18 @@ end
 
 -- each op timed by dlua and then by every twin, --rounds times over the
 -- list, so both sides of a ratio run within a second of each other (this
--- machine's memory bandwidth changes speed on a scale of minutes)
-for _ = 1, opts.rounds do
-  for _, op in ipairs(OPS) do
-    time_ours(op)
-    time_theirs(op)
+-- machine's memory bandwidth changes speed on a scale of minutes); the
+-- twins are stopped whatever happens
+local ok, err = pcall(function()
+  for _ = 1, opts.rounds do
+    for _, op in ipairs(OPS) do
+      time_ours(op)
+      time_theirs(op)
+    end
   end
-end
-for _, t in ipairs(twins) do
-  if not t.dead then stop(t) end
-end
+end)
+for _, t in ipairs(twins) do stop(t) end
+if not ok then error(err, 0) end
 
 print(string.format("bench_ops: %d threads, best of %d runs in each of %d rounds, dlua and PyTorch alternating op by op",
   opts.threads, opts.runs, opts.rounds))

@@ -15,7 +15,9 @@
  * row gathers (index_select, embedding) fetch the row after next while
  * they copy one, since rows picked by index defeat the hardware's stream
  * prefetcher at every row start. */
+#define DL_CPU_PREFETCH_MAX ((size_t)64 << 10)
 static inline void dl_cpu_prefetch_bytes(const void *p, size_t n) {
+    if (n > DL_CPU_PREFETCH_MAX) n = DL_CPU_PREFETCH_MAX; /* the rest streams in anyway */
     for (size_t b = 0; b < n; b += 64) __builtin_prefetch((const char *)p + b);
 }
 

@@ -5,11 +5,11 @@
  * float32 (vectorised; clones for AVX-512, AVX2 and baseline x86-64,
  * built without FMA contraction, every sum over NACC lanes added in
  * a written order, so every clone gives the same bits):
- *  - forward: the sums of d = x - k and d^2 (k the mean of the row's first
- *    NACC elements; 0 for RMS norm, which wants the mean square), in float
- *    lanes added into double every FLUSH steps, give mean and variance in
- *    one pass; y = (x * a + c) * w + b with a = rstd,
- *    c = -mean * rstd rounded to float, PyTorch's vectorised formula.
+ *  - forward: the sums of d = x - k and d^2 (k the mean of NACC elements
+ *    spread over the row; 0 for RMS norm, which wants the mean square), in
+ *    float lanes added into double every FLUSH steps (in double throughout
+ *    for a row where those overflow), give mean and variance in one pass; y = (x * a + c) * w + b
+ * with a = rstd, c = -mean * rstd rounded to float, PyTorch's vectorised formula.
  *  - backward: with g = gy * w and xhat = (x - mean) * rstd (float), the sums
  *    of g and g * xhat, then
  *      gx = (g - mean(g) - xhat * mean(g * xhat)) * rstd
@@ -39,7 +39,6 @@
 /* --- float32: one row -------------------------------------------------------------- */
 
 typedef float v8f __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
 typedef double v4d __attribute__((vector_size(32)));
 
 /* the 8 doubles at p += the 8 floats of v */
@@ -89,6 +88,19 @@ LN_CLONES static void f32_moments(const float *x, int64_t D, float k, double *s1
     *s2 = tb;
 }
 
+/* f32_moments in double throughout: rows whose float sums overflow (|x - k|
+ * beyond ~1e18) or hold inf/NaN, which then give what double gives */
+static void f64_moments(const float *x, int64_t D, double k, double *s1, double *s2) {
+    double a = 0, b = 0;
+    for (int64_t i = 0; i < D; i++) {
+        double d = (double)x[i] - k;
+        a += d;
+        b += d * d;
+    }
+    *s1 = a;
+    *s2 = b;
+}
+
 /* y = (x * a + c) * w + b over the row (b NULL: 0); y, x, w, b are (D) */
 LN_CLONES static void f32_affine(float *y, const float *x, const float *w, const float *b,
                                  int64_t D, float a, float c) {
@@ -102,14 +114,15 @@ LN_CLONES static void f32_affine(float *y, const float *x, const float *w, const
 static void f32_row_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
                             const float *b, int64_t D, double eps, bool rms) {
     /* the shift: 0 for RMS norm (it wants the mean square), else the mean
-     * of the row's first NACC elements */
+     * of NACC elements spread over the row */
     double k = 0, s1, s2;
     if (!rms) {
         int64_t n = D < NACC ? D : NACC;
-        for (int64_t i = 0; i < n; i++) k += x[i];
+        for (int64_t j = 0; j < n; j++) k += x[j * D / n];
         k = (float)(k / (double)n);
     }
     f32_moments(x, D, (float)k, &s1, &s2);
+    if (!isfinite(s1) || !isfinite(s2)) f64_moments(x, D, k, &s1, &s2);
     double mu = s1 / (double)D, var = s2 / (double)D;
     if (!rms) var -= mu * mu;
     if (var < 0) var = 0; /* rounding; NaN stays */

@@ -19,15 +19,14 @@
  * always-inline body serves both through a constant `f64` flag, and small
  * non-inline wrappers (_f32/_f64, _lanes/_cols) pin the constants.
  * float32 sums, sums of squares and of |x|, products and extremes have their
- * own folds (ffold_item): float vector lanes (four independent chains along
- * a row; a register tile of 64 columns across rows) take FBLK rows at a time
- * and are then flushed into double accumulators, so a float rounding error
- * spans at most FBLK terms (PyTorch's float cascade spans more); extremes
- * stay in float to the end (exact), NaN lanes noted on the way.  Columns come
- * in WIDE_COLS blocks so each row is read in long runs.
- * max/min with indices along a row scan MM_CHUNK elements for their extreme
- * (and any NaN) in vector lanes, then look up its first index only when the
- * chunk beats the best so far. */
+ * own folds (ffold_item): float vector lanes (64 along a row, in eight
+ * 8-float chains for the sums and four 16-float ones for the extremes; a register tile of 64
+ * columns across rows) take FBLK rows at a time and are then flushed into double accumulators, so a
+ * float rounding error spans at most FBLK terms (PyTorch's float cascade spans more); extremes stay
+ * in float to the end (exact), NaN lanes noted on the way.  Columns come in WIDE_COLS blocks so
+ * each row is read in long runs. max/min with indices along a row scan MM_CHUNK elements for their
+ * extreme (and any NaN) in vector lanes, then look up its first index only when the chunk beats the
+ * best so far. */
 #include "cpu/reduce.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -37,6 +36,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #define LANES 8         /* accumulators along a contiguous row (general kinds) */
@@ -53,6 +53,10 @@
 #define FEW_ITEMS 64    /* fewer (o, block) items than this: cut rows into chunks */
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
+/* a prefetch of the line PF_DIST floats past p (in integer arithmetic: the
+ * address may lie past the array's end, harmless for a prefetch) */
+#define PREFETCH_AHEAD(p)                                                                          \
+    __builtin_prefetch((const void *)((uintptr_t)(p) + PF_DIST * sizeof(float)))
 /* the block folds built for AVX-512 and AVX2 too, picked at load time (the
  * sums' order is fixed by LANES and COL_BLOCK, not by the vector width:
  * every accumulator is its own chain) */
@@ -276,7 +280,6 @@ typedef float v16f __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
 typedef double v8d __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
-typedef float v4f __attribute__((vector_size(16)));
 typedef double v4d __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
@@ -396,8 +399,9 @@ ALWAYS_INLINE double fterm(dl_acc_kind k, float v) {
 }
 
 /* Folds the n floats at x into the FLANES double lanes acc: x[i] goes to
- * lane i % FLANES for the whole rows of FLANES (four vectors, four
- * independent chains), the tail to lanes 0... */
+ * lane i % FLANES for the whole rows of FLANES (independent vector chains:
+ * eight of 8 floats for the sums and the product, four of 16 for the
+ * extremes), the tail to lanes 0... */
 ALWAYS_INLINE void frow(dl_acc_kind k, const float *restrict x, int64_t n, double *restrict acc) {
     const float id = (float)acc_identity(k);
     int64_t i = 0, rows = n / FLANES;
@@ -411,10 +415,10 @@ ALWAYS_INLINE void frow(dl_acc_kind k, const float *restrict x, int64_t n, doubl
             v8f a0 = (v8f){0} + id, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
             for (int64_t r = 0; r < nr; r++, i += FLANES) {
                 v8f v0, v1, v2, v3, v4, v5, v6, v7;
-                __builtin_prefetch(x + i + PF_DIST);
-                __builtin_prefetch(x + i + PF_DIST + 16);
-                __builtin_prefetch(x + i + PF_DIST + 32);
-                __builtin_prefetch(x + i + PF_DIST + 48);
+                PREFETCH_AHEAD(x + i);
+                PREFETCH_AHEAD(x + i + 16);
+                PREFETCH_AHEAD(x + i + 32);
+                PREFETCH_AHEAD(x + i + 48);
                 ld8(&v0, x + i);
                 ld8(&v1, x + i + 8);
                 ld8(&v2, x + i + 16);
@@ -451,7 +455,7 @@ ALWAYS_INLINE void frow(dl_acc_kind k, const float *restrict x, int64_t n, doubl
         for (; i < rows * FLANES; i += FLANES)
             for (int q = 0; q < 4; q++) {
                 v16f v;
-                __builtin_prefetch(x + i + PF_DIST + 16 * q);
+                PREFETCH_AHEAD(x + i + 16 * q);
                 ld16(&v, x + i + 16 * q);
                 fstep(k, &a[q], &nn[q], &v);
             }

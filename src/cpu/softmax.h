@@ -5,8 +5,8 @@
  * float64, or float16/bfloat16 storage (computed in float32, the float32
  * kernels' exact result rounded once per element).  Exponentials are
  * computed in float32 (float64 for float64); the sum of exponentials
- * accumulates in double (along rows, over float sums of short blocks).  Results do not depend on
- * the thread count. */
+ * accumulates in double (along rows, over float sums of short blocks).
+ * Results do not depend on the thread count. */
 #ifndef DL_CPU_SOFTMAX_H
 #define DL_CPU_SOFTMAX_H
 

@@ -60,7 +60,8 @@ static const float NCDF_P[10] = {-1.26551223f, 1.00002368f, 0.37409196f,  0.0967
  * lo is erf(c) in two floats and Q of degree 6 (lane by lane from ERF_TAB's
  * rows, one permute per coefficient); 1 beyond (erf rounds to 1 from
  * 3.92).  Coefficients fitted here in double (near-minimax, then rounded);
- * a float evaluation of either piece stays within 0.7 ulp over its range
+ * a float evaluation stays within 0.82 ulp of the exact value (every float
+ * in [0.75, 4.25) checked: 0.811; below 0.75: 0.71)
  * (tests/lua/test_elementwise_ulp.lua holds it to 1). */
 static const float ERF_R[7] = {1.283791661e-01f,  -3.761263788e-01f, 1.128377020e-01f,
                                -2.686421014e-02f, 5.215102807e-03f,  -8.333235746e-04f,
