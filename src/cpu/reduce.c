@@ -474,6 +474,44 @@ ALWAYS_INLINE void frow(dl_acc_kind k, const float *restrict x, int64_t n, doubl
 ALWAYS_INLINE void fcols_tile(dl_acc_kind k, const float *restrict x, int64_t n, int64_t ld, int nv,
                               double *restrict acc, float *restrict fe, int32_t *restrict fn) {
     const float id = (float)acc_identity(k);
+    if (!fext(k)) {
+        /* the sums and the product in named 8-float vectors, which the AVX2
+         * clone keeps in registers (see frow); the extremes below stay in
+         * 16-float lanes, which the AVX-512 clone runs as vmaxps/vminps */
+        v8f a0 = (v8f){0} + id, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, v;
+        for (int64_t r = 0; r < n; r++) {
+            const float *p = x + r * ld;
+            ld8(&v, p);
+            fstep8(k, &a0, &v);
+            ld8(&v, p + 8);
+            fstep8(k, &a1, &v);
+            if (nv == 4) {
+                ld8(&v, p + 16);
+                fstep8(k, &a2, &v);
+                ld8(&v, p + 24);
+                fstep8(k, &a3, &v);
+                ld8(&v, p + 32);
+                fstep8(k, &a4, &v);
+                ld8(&v, p + 40);
+                fstep8(k, &a5, &v);
+                ld8(&v, p + 48);
+                fstep8(k, &a6, &v);
+                ld8(&v, p + 56);
+                fstep8(k, &a7, &v);
+            }
+        }
+        fflush8(k, acc, &a0);
+        fflush8(k, acc + 8, &a1);
+        if (nv == 4) {
+            fflush8(k, acc + 16, &a2);
+            fflush8(k, acc + 24, &a3);
+            fflush8(k, acc + 32, &a4);
+            fflush8(k, acc + 40, &a5);
+            fflush8(k, acc + 48, &a6);
+            fflush8(k, acc + 56, &a7);
+        }
+        return;
+    }
     v16f a[4];
     v16i nn[4];
     for (int q = 0; q < nv; q++) {
