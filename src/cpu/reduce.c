@@ -278,7 +278,6 @@ typedef struct {
 
 typedef float v16f __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
-typedef double v8d __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 typedef double v4d __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
@@ -312,46 +311,19 @@ ALWAYS_INLINE void ld16(v16f *v, const float *p) {
     memcpy(v, p, sizeof *v);
 }
 
-/* *a = *a folded with the 16 elements *v (NaN lanes of the extremes noted in
- * *nn).  The extremes go element by element, which every clone vectorises
- * (a vector select written with masks was scalarised on AVX2). */
+/* The extremes' step: *a = *a folded with the 16 elements *v (NaN lanes
+ * noted in *nn).  Element by element, which every clone vectorises (a
+ * vector select written with masks was scalarised on AVX2). */
 ALWAYS_INLINE void fstep(dl_acc_kind k, v16f *a, v16i *nn, const v16f *v) {
-    if (fext(k)) {
-        float *pa = (float *)a;
-        int32_t *pn = (int32_t *)nn;
-        const float *pv = (const float *)v;
-        const bool mx = k == DL_ACC_MAX || k == DL_ACC_MAXABS;
+    float *pa = (float *)a;
+    int32_t *pn = (int32_t *)nn;
+    const float *pv = (const float *)v;
+    const bool mx = k == DL_ACC_MAX || k == DL_ACC_MAXABS;
 #pragma omp simd
-        for (int j = 0; j < 16; j++) {
-            float t = fabs_kind(k) ? fabsf(pv[j]) : pv[j];
-            pn[j] |= t != t;
-            pa[j] = mx ? (t > pa[j] ? t : pa[j]) : (t < pa[j] ? t : pa[j]);
-        }
-        return;
-    }
-    v16f t = *v;
-    if (fabs_kind(k)) t = (v16f)((v16i)t & 0x7fffffff);
-    switch (k) {
-    case DL_ACC_SUM:
-    case DL_ACC_SUMABS: *a += t; break;
-    case DL_ACC_SUMSQ: *a += t * t; break;
-    case DL_ACC_PROD: *a *= t; break;
-    default: break;
-    }
-}
-
-/* d[0..1] folded with the 16 floats of *f in double: added, or multiplied
- * for the product */
-ALWAYS_INLINE void fflush(dl_acc_kind k, v8d *d, const v16f *f) {
-    v8f lo, hi;
-    memcpy(&lo, f, sizeof lo);
-    memcpy(&hi, (const char *)f + sizeof lo, sizeof hi);
-    if (k == DL_ACC_PROD) {
-        d[0] *= __builtin_convertvector(lo, v8d);
-        d[1] *= __builtin_convertvector(hi, v8d);
-    } else {
-        d[0] += __builtin_convertvector(lo, v8d);
-        d[1] += __builtin_convertvector(hi, v8d);
+    for (int j = 0; j < 16; j++) {
+        float t = fabs_kind(k) ? fabsf(pv[j]) : pv[j];
+        pn[j] |= t != t;
+        pa[j] = mx ? (t > pa[j] ? t : pa[j]) : (t < pa[j] ? t : pa[j]);
     }
 }
 
@@ -368,8 +340,8 @@ ALWAYS_INLINE void fstep8(dl_acc_kind k, v8f *a, const v8f *v) {
     }
 }
 
-/* the 8 doubles at d folded with the 8 floats of *f in double (fflush's
- * operations on memory) */
+/* the 8 doubles at d folded with the 8 floats of *f in double: added, or
+ * multiplied for the product */
 ALWAYS_INLINE void fflush8(dl_acc_kind k, double *d, const v8f *f) {
     v4d lo = __builtin_convertvector(__builtin_shufflevector(*f, *f, 0, 1, 2, 3), v4d);
     v4d hi = __builtin_convertvector(__builtin_shufflevector(*f, *f, 4, 5, 6, 7), v4d);
@@ -392,6 +364,17 @@ ALWAYS_INLINE void ld8(v8f *v, const float *p) {
     memcpy(v, p, sizeof *v);
 }
 
+/* the eight accumulators a[0..8) folded with the 64 floats at p; unrolled,
+ * so a stays in registers */
+ALWAYS_INLINE void fstep64(dl_acc_kind k, v8f *a, const float *p) {
+#pragma GCC unroll 8
+    for (int q = 0; q < 8; q++) {
+        v8f v;
+        ld8(&v, p + 8 * q);
+        fstep8(k, &a[q], &v);
+    }
+}
+
 /* One element's term, in double (the tails) */
 ALWAYS_INLINE double fterm(dl_acc_kind k, float v) {
     double d = fabs_kind(k) ? fabs((double)v) : (double)v;
@@ -406,44 +389,19 @@ ALWAYS_INLINE void frow(dl_acc_kind k, const float *restrict x, int64_t n, doubl
     const float id = (float)acc_identity(k);
     int64_t i = 0, rows = n / FLANES;
     if (!fext(k)) {
-        /* eight named 8-float accumulators (lane j of a<q> takes element
-         * 8q + j of each FLANES): 256-bit vectors stay in AVX2's registers,
+        /* eight 8-float accumulators (lane j of a[q] takes element 8q + j
+         * of each FLANES): 256-bit vectors stay in AVX2's registers,
          * where 512-bit generic vectors went through the stack on every
          * add; the double lanes are touched only at the flushes */
         for (int64_t r0 = 0; r0 < rows; r0 += FBLK) {
             int64_t nr = rows - r0 < FBLK ? rows - r0 : FBLK;
-            v8f a0 = (v8f){0} + id, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+            v8f a[8];
+            for (int q = 0; q < 8; q++) a[q] = (v8f){0} + id;
             for (int64_t r = 0; r < nr; r++, i += FLANES) {
-                v8f v0, v1, v2, v3, v4, v5, v6, v7;
-                PREFETCH_AHEAD(x + i);
-                PREFETCH_AHEAD(x + i + 16);
-                PREFETCH_AHEAD(x + i + 32);
-                PREFETCH_AHEAD(x + i + 48);
-                ld8(&v0, x + i);
-                ld8(&v1, x + i + 8);
-                ld8(&v2, x + i + 16);
-                ld8(&v3, x + i + 24);
-                ld8(&v4, x + i + 32);
-                ld8(&v5, x + i + 40);
-                ld8(&v6, x + i + 48);
-                ld8(&v7, x + i + 56);
-                fstep8(k, &a0, &v0);
-                fstep8(k, &a1, &v1);
-                fstep8(k, &a2, &v2);
-                fstep8(k, &a3, &v3);
-                fstep8(k, &a4, &v4);
-                fstep8(k, &a5, &v5);
-                fstep8(k, &a6, &v6);
-                fstep8(k, &a7, &v7);
+                for (int q = 0; q < 4; q++) PREFETCH_AHEAD(x + i + 16 * q);
+                fstep64(k, a, x + i);
             }
-            fflush8(k, acc, &a0);
-            fflush8(k, acc + 8, &a1);
-            fflush8(k, acc + 16, &a2);
-            fflush8(k, acc + 24, &a3);
-            fflush8(k, acc + 32, &a4);
-            fflush8(k, acc + 40, &a5);
-            fflush8(k, acc + 48, &a6);
-            fflush8(k, acc + 56, &a7);
+            for (int q = 0; q < 8; q++) fflush8(k, acc + 8 * q, &a[q]);
         }
     } else {
         v16f a[4];
@@ -475,9 +433,10 @@ ALWAYS_INLINE void fcols_tile(dl_acc_kind k, const float *restrict x, int64_t n,
                               double *restrict acc, float *restrict fe, int32_t *restrict fn) {
     const float id = (float)acc_identity(k);
     if (!fext(k)) {
-        /* the sums and the product in named 8-float vectors, which the AVX2
-         * clone keeps in registers (see frow); the extremes below stay in
-         * 16-float lanes, which the AVX-512 clone runs as vmaxps/vminps */
+        /* the sums and the product in 8-float vectors, which the AVX2 clone
+         * keeps in registers (see frow; named here: frow's array form was
+         * 15% slower on sum(1)); the extremes below stay in 16-float lanes,
+         * which the AVX-512 clone runs as vmaxps/vminps */
         v8f a0 = (v8f){0} + id, a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, v;
         for (int64_t r = 0; r < n; r++) {
             const float *p = x + r * ld;
@@ -524,22 +483,15 @@ ALWAYS_INLINE void fcols_tile(dl_acc_kind k, const float *restrict x, int64_t n,
             ld16(&v, x + r * ld + 16 * q);
             fstep(k, &a[q], &nn[q], &v);
         }
-    for (int q = 0; q < nv; q++) {
-        if (fext(k)) { /* the block's extreme against the state so far */
-            v16f e;
-            v16i m;
-            memcpy(&e, fe + 16 * q, sizeof e);
-            memcpy(&m, fn + 16 * q, sizeof m);
-            m |= nn[q];
-            fstep(k, &e, &m, &a[q]);
-            memcpy(fe + 16 * q, &e, sizeof e);
-            memcpy(fn + 16 * q, &m, sizeof m);
-        } else {
-            v8d d[2];
-            memcpy(d, acc + 16 * q, sizeof d);
-            fflush(k, d, &a[q]);
-            memcpy(acc + 16 * q, d, sizeof d);
-        }
+    for (int q = 0; q < nv; q++) { /* the block's extreme against the state so far */
+        v16f e;
+        v16i m;
+        memcpy(&e, fe + 16 * q, sizeof e);
+        memcpy(&m, fn + 16 * q, sizeof m);
+        m |= nn[q];
+        fstep(k, &e, &m, &a[q]);
+        memcpy(fe + 16 * q, &e, sizeof e);
+        memcpy(fn + 16 * q, &m, sizeof m);
     }
 }
 
