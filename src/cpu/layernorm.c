@@ -27,6 +27,7 @@
 #include "cpu/layernorm.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "cpu/vec8.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -37,20 +38,6 @@
 #define LN_CLONES DL_CPU_CLONES
 
 /* --- float32: one row -------------------------------------------------------------- */
-
-typedef float v8f __attribute__((vector_size(32)));
-typedef double v4d __attribute__((vector_size(32)));
-
-/* the 8 doubles at p += the 8 floats of v */
-static inline __attribute__((always_inline)) void add8(double *p, v8f v) {
-    v4d lo, hi;
-    memcpy(&lo, p, sizeof lo);
-    memcpy(&hi, p + 4, sizeof hi);
-    lo += __builtin_convertvector(__builtin_shufflevector(v, v, 0, 1, 2, 3), v4d);
-    hi += __builtin_convertvector(__builtin_shufflevector(v, v, 4, 5, 6, 7), v4d);
-    memcpy(p, &lo, sizeof lo);
-    memcpy(p + 4, &hi, sizeof hi);
-}
 
 /* s1 = sum of d, s2 = sum of d^2, d = x - k over the row x (D): d, d^2 and
  * their sums in NACC float lanes (two named 256-bit vectors each, kept in
@@ -73,7 +60,8 @@ LN_CLONES static void f32_moments(const float *x, int64_t D, float k, double *s1
             b0 += x0 * x0;
             b1 += x1 * x1;
         }
-        add8(a, a0), add8(a + 8, a1), add8(b, b0), add8(b + 8, b1);
+        dl_cpu_flush8(a, &a0, 0), dl_cpu_flush8(a + 8, &a1, 0);
+        dl_cpu_flush8(b, &b0, 0), dl_cpu_flush8(b + 8, &b1, 0);
     }
     for (int64_t i = steps * NACC; i < D; i++) {
         double d = (double)x[i] - k;

@@ -30,6 +30,7 @@
 #include "cpu/reduce.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "cpu/vec8.h"
 #include "core/storage.h"
 #include "cpu/half.h"
 #include "cpu/vecmath.h"
@@ -277,10 +278,7 @@ typedef struct {
 /* --- float32 folds ------------------------------------------------------------------ */
 
 typedef float v16f __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v16i __attribute__((vector_size(64)));
-typedef double v4d __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
 
 /* The kinds folded in float32 lanes: the extremes throughout (exact), the
  * sums and the product over FBLK rows at a time, then in double. */
@@ -343,20 +341,7 @@ ALWAYS_INLINE void fstep8(dl_acc_kind k, v8f *a, const v8f *v) {
 /* the 8 doubles at d folded with the 8 floats of *f in double: added, or
  * multiplied for the product */
 ALWAYS_INLINE void fflush8(dl_acc_kind k, double *d, const v8f *f) {
-    v4d lo = __builtin_convertvector(__builtin_shufflevector(*f, *f, 0, 1, 2, 3), v4d);
-    v4d hi = __builtin_convertvector(__builtin_shufflevector(*f, *f, 4, 5, 6, 7), v4d);
-    v4d t0, t1;
-    memcpy(&t0, d, sizeof t0);
-    memcpy(&t1, d + 4, sizeof t1);
-    if (k == DL_ACC_PROD) {
-        t0 *= lo;
-        t1 *= hi;
-    } else {
-        t0 += lo;
-        t1 += hi;
-    }
-    memcpy(d, &t0, sizeof t0);
-    memcpy(d + 4, &t1, sizeof t1);
+    dl_cpu_flush8(d, f, k == DL_ACC_PROD);
 }
 
 /* 8 floats from p */
