@@ -83,6 +83,20 @@ end)
 
 -- --- shapes and dtypes --------------------------------------------------------------------
 
+T.case("layer_norm, rms_norm: float32 rows whose float sums would overflow", function()
+  -- |x| = 2e19 over 64 elements: the squares overflow float, so the kernel
+  -- takes its moments in double; the float64 op is the reference
+  local v = {}
+  for i = 1, 64 do v[i] = i % 2 == 0 and 2e19 or -2e19 end
+  local x = dl.tensor({v}, {dtype = F32})
+  local y, mean, rstd = nn.layer_norm_forward(x, 64, nil, nil, {eps = 1e-5})
+  T.near(mean[1][1]:item(), 0, 1e-6, "mean")
+  T.near(rstd[1][1]:item() * 2e19, 1, 1e-6, "rstd")
+  T.tensor_eq(y:narrow(2, 1, 4), {{-1, 1, -1, 1}}, 1e-6)
+  local r = F.rms_norm(x, 64)
+  T.close(r, F.rms_norm(x:double(), 64):float(), 1e-6, 1e-7)
+end)
+
 T.case("layer_norm: normalized_shape over several dims is one row of their product", function()
   local x = T.randn(2, 3, 4, {seed = 1})
   local w, b = T.randn(3, 4, {seed = 2}), T.randn(3, 4, {seed = 3})
