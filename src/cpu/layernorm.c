@@ -5,10 +5,11 @@
  * float32 (vectorised; clones for AVX-512, AVX2 and baseline x86-64,
  * built without FMA contraction, every sum over NACC lanes added in
  * a written order, so every clone gives the same bits):
- *  - forward: the sums of d = x - k and d^2 (k the mean of NACC elements
- *    spread over the row; 0 for RMS norm, which wants the mean square), in
- *    float lanes added into double every FLUSH steps (in double throughout
- *    for a row where those overflow), give mean and variance in one pass; y = (x * a + c) * w + b
+ *  - forward: the sums of d = x - k and d^2, in float lanes added into
+ *    double every FLUSH steps (in double throughout for a row where those
+ *    overflow), give mean and variance: k = 0 first; a row whose mean is
+ *    large against its spread is summed again, from the cache, with k =
+ *    that mean (so s2 / D - mean^2 does not cancel); y = (x * a + c) * w + b
  * with a = rstd, c = -mean * rstd rounded to float, PyTorch's vectorised formula.
  *  - backward: with g = gy * w and xhat = (x - mean) * rstd (float), the sums
  *    of g and g * xhat, then
@@ -99,20 +100,30 @@ LN_CLONES static void f32_affine(float *y, const float *x, const float *w, const
     }
 }
 
+/* s1, s2 of x - k over the row (f32_moments; in double where the float
+ * sums overflow) */
+static void row_moments(const float *x, int64_t D, float k, double *s1, double *s2) {
+    f32_moments(x, D, k, s1, s2);
+    if (!isfinite(*s1) || !isfinite(*s2)) f64_moments(x, D, k, s1, s2);
+}
+
 static void f32_row_forward(float *y, float *mean, float *rstd, const float *x, const float *w,
                             const float *b, int64_t D, double eps, bool rms) {
-    /* the shift: 0 for RMS norm (it wants the mean square), else the mean
-     * of NACC elements spread over the row */
+    /* one pass with k = 0; when the mean is large against the spread
+     * (mu^2 > var / 4, so s2 / D - mu^2 would lose more than a bit or two)
+     * a second pass from the cache with k = that mean */
     double k = 0, s1, s2;
-    if (!rms) {
-        int64_t n = D < NACC ? D : NACC;
-        for (int64_t j = 0; j < n; j++) k += x[j * D / n];
-        k = (float)(k / (double)n);
-    }
-    f32_moments(x, D, (float)k, &s1, &s2);
-    if (!isfinite(s1) || !isfinite(s2)) f64_moments(x, D, k, &s1, &s2);
+    row_moments(x, D, 0, &s1, &s2);
     double mu = s1 / (double)D, var = s2 / (double)D;
-    if (!rms) var -= mu * mu;
+    if (!rms) {
+        var -= mu * mu;
+        if (mu * mu > 0.25 * var) {
+            k = (float)mu;
+            row_moments(x, D, (float)k, &s1, &s2);
+            mu = s1 / (double)D;
+            var = s2 / (double)D - mu * mu;
+        }
+    }
     if (var < 0) var = 0; /* rounding; NaN stays */
     double m = rms ? 0 : k + mu, r = 1 / sqrt(var + eps);
     if (mean) *mean = (float)m;
