@@ -85,17 +85,20 @@ static bool dense_non_overlapping(const dl_tensor *t, int *order) {
     return true;
 }
 
-dl_tensor *dl_tensor_empty_like_layout(const dl_tensor *like, dl_dtype dtype, dl_device dev) {
+void dl_tensor_layout_strides(const dl_tensor *like, int64_t *strides) {
     int order[DL_MAX_DIMS];
-    if (dl_tensor_is_contiguous(like) || !dense_non_overlapping(like, order))
-        return dl_tensor_empty(like->ndim, like->shape, dtype, dev);
-    dl_tensor *t = dl_tensor_empty(like->ndim, like->shape, dtype, dev);
-    if (!t) return NULL;
+    dl_contiguous_strides(like->ndim, like->shape, strides);
+    if (dl_tensor_is_contiguous(like) || !dense_non_overlapping(like, order)) return;
     /* same strides as like for every dimension longer than 1; a size-1
      * dimension takes the stride a contiguous tensor would give it, which no
      * index ever multiplies */
     for (int i = 0; i < like->ndim; i++)
-        if (like->shape[i] != 1) t->strides[i] = like->strides[i];
+        if (like->shape[i] != 1) strides[i] = like->strides[i];
+}
+
+dl_tensor *dl_tensor_empty_like_layout(const dl_tensor *like, dl_dtype dtype, dl_device dev) {
+    dl_tensor *t = dl_tensor_empty(like->ndim, like->shape, dtype, dev);
+    if (t) dl_tensor_layout_strides(like, t->strides);
     return t;
 }
 

@@ -45,6 +45,9 @@ dl_tensor *dl_tensor_scalar(double value, dl_dtype dtype); /* 0-dim, CPU */
  * NCHW tensor, a transposed matrix); contiguous strides otherwise.  PyTorch's
  * empty_like with memory_format=preserve_format. */
 dl_tensor *dl_tensor_empty_like_layout(const dl_tensor *like, dl_dtype dtype, dl_device dev);
+/* The strides (like->ndim of them) that dl_tensor_empty_like_layout gives:
+ * like's layout over a block of its numel elements. */
+void dl_tensor_layout_strides(const dl_tensor *like, int64_t *strides);
 /* A tensor over an existing storage (retained). */
 dl_tensor *dl_tensor_new_view(dl_storage *s, int64_t offset, int ndim, const int64_t *shape,
                               const int64_t *strides, dl_dtype dtype);

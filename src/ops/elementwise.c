@@ -436,25 +436,31 @@ static dl_tensor *binary_fwd(dl_binary_op op, dl_tensor *a, dl_tensor *b, double
     return finish_as(out, ty.result);
 }
 
+/* out = a op b into out (in place: out is a); name is the op's in messages */
+static int binary_into(const char *name, dl_binary_op op, dl_tensor *out, dl_tensor *a,
+                       dl_tensor *b, double alpha) {
+    op_types ty;
+    dl_device dev;
+    if (op_device(name, a, b, NULL, &dev) || check_self_device(name, out, dev) ||
+        binary_types(name, op, a, b, alpha, &ty) || check_cast(name, ty.result, out))
+        return -1;
+    int64_t shape[DL_MAX_DIMS];
+    int nd = dl_broadcast_shapes(name, a->ndim, a->shape, b->ndim, b->shape, shape);
+    if (nd < 0 || check_inplace_shape(name, out, nd, shape)) return -1;
+    if (!kernel_takes(dev, out->dtype, ty.compute) || ty.kernel_out != ty.compute)
+        return copy_into(out, binary_fwd(op, a, b, alpha));
+    dl_tensor *in[2] = {a, b}, *ops[2];
+    if (prepare(2, in, ty.common, ty.compute, nd, shape, dev, ops)) return -1;
+    int rc = run_binary(name, op, out, ops[0], ops[1], alpha);
+    dl_op_release_all(ops, 2);
+    dl_tensor_bump_version(out);
+    return rc;
+}
+
 static int binary_fwd_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha) {
     char name[40];
     snprintf(name, sizeof name, "%s_", dl_binary_op_name(op));
-    op_types ty;
-    dl_device dev;
-    if (op_device(name, self, other, NULL, &dev) || check_self_device(name, self, dev) ||
-        binary_types(name, op, self, other, alpha, &ty) || check_cast(name, ty.result, self))
-        return -1;
-    int64_t shape[DL_MAX_DIMS];
-    int nd = dl_broadcast_shapes(name, self->ndim, self->shape, other->ndim, other->shape, shape);
-    if (nd < 0 || check_inplace_shape(name, self, nd, shape)) return -1;
-    if (!kernel_takes(dev, self->dtype, ty.compute) || ty.kernel_out != ty.compute)
-        return copy_into(self, binary_fwd(op, self, other, alpha));
-    dl_tensor *eo;
-    if (prepare(1, &other, ty.common, ty.compute, nd, shape, dev, &eo)) return -1;
-    int rc = run_binary(name, op, self, self, eo, alpha);
-    dl_tensor_release(eo);
-    dl_tensor_bump_version(self);
-    return rc;
+    return binary_into(name, op, self, self, other, alpha);
 }
 
 /* --- binary: backward formulas and recording ------------------------------------------ */
@@ -622,6 +628,10 @@ int dl_binary_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha)
                                     sv & SAVE_A, &c, sizeof c);
     if (!n) return -1;
     return dl_op_inplace_end(n, self, binary_fwd_(op, self, other, alpha), sv & SAVE_OUT);
+}
+
+int dl_binary_out(dl_binary_op op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha) {
+    return binary_into(dl_binary_op_name(op), op, out, a, b, alpha);
 }
 
 dl_tensor *dl_add(dl_tensor *a, dl_tensor *b, double alpha) {

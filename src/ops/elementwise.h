@@ -40,6 +40,10 @@ const char *dl_unary_op_name(dl_unary_op op);
  * integral alpha. */
 dl_tensor *dl_binary(dl_binary_op op, dl_tensor *a, dl_tensor *b, double alpha);
 int dl_binary_(dl_binary_op op, dl_tensor *self, dl_tensor *other, double alpha);
+/* out = a op b into an existing tensor (PyTorch's out=): a and b broadcast
+ * to out's shape, the result dtype casts to out's as in place; out may be a
+ * or b; never recorded by autograd.  0 or -1. */
+int dl_binary_out(dl_binary_op op, dl_tensor *out, dl_tensor *a, dl_tensor *b, double alpha);
 
 dl_tensor *dl_add(dl_tensor *a, dl_tensor *b, double alpha);
 dl_tensor *dl_sub(dl_tensor *a, dl_tensor *b, double alpha);
