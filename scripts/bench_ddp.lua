@@ -13,6 +13,8 @@
 --   parallel every rank at once, no DDP, no communication (shared cores,
 --            memory bandwidth: what the hardware alone costs)
 --   ddp      every rank at once with DistributedDataParallel
+--   ddp view the same with gradient_as_bucket_view (no copy out of the
+--            buckets)
 -- scaling efficiency = single / ddp (1.0: N ranks do N times the work in
 -- the same time).  all-reduce: the time to all-reduce every gradient once,
 -- alone; waited: the time backward blocked for buckets after its last
@@ -76,7 +78,11 @@ end
 local plain = new_model()
 local model = new_model()
 local ddp = dl.nn.parallel.DistributedDataParallel(model, {bucket_cap_mb = opts.bucket})
+local model_v = new_model()
+local ddp_v = dl.nn.parallel.DistributedDataParallel(model_v, {bucket_cap_mb = opts.bucket,
+  gradient_as_bucket_view = true})
 local single, parallel, step_ddp, waited = math.huge, math.huge, math.huge, math.huge
+local step_view = math.huge
 for _ = 1, opts.rounds do
   dist.barrier()
   local t = dl.tensor({rank == 0 and time_steps(plain, plain) or 0}, {dtype = dl.float64})
@@ -91,6 +97,8 @@ for _ = 1, opts.rounds do
   local wait0 = ddp:reducer_stats().wait_s
   step_ddp = math.min(step_ddp, slowest(time_steps(ddp, model)))
   waited = math.min(waited, slowest((ddp:reducer_stats().wait_s - wait0) / (opts.warmup + opts.steps)))
+  dist.barrier()
+  step_view = math.min(step_view, slowest(time_steps(ddp_v, model_v)))
 end
 if world == 1 then parallel = single end
 local st = ddp:reducer_stats()
@@ -108,7 +116,7 @@ dist.barrier()
 local reps = 5
 local t0 = dl.clock()
 for _ = 1, reps do
-  for b = 1, #flat do dist.all_reduce(flat[b], {op = dist.ReduceOp.AVG}) end
+  for b = 1, #flat do dist.all_reduce(flat[b], {op = dist.ReduceOp.SUM}) end
 end
 sync()
 local allreduce = slowest((dl.clock() - t0) / reps)
@@ -124,13 +132,18 @@ if rank == 0 then
       ips(parallel), world))
   end
   print(string.format("ddp       %8.1f ms/step  %7.1f img/s  (%d ranks)", 1e3 * step_ddp, ips(step_ddp), world))
-  print(string.format("scaling efficiency %.3f (single / ddp)%s", single / step_ddp,
+  print(string.format("ddp view  %8.1f ms/step  %7.1f img/s  (%d ranks, gradient_as_bucket_view)", 1e3 * step_view,
+    ips(step_view), world))
+  print(string.format("scaling efficiency %.3f (single / ddp), %.3f with gradient_as_bucket_view%s",
+    single / step_ddp, single / step_view,
     world > 1 and string.format("; hardware alone %.3f (single / parallel)", single / parallel) or
     string.format("; DDP overhead at world size 1: %+.1f%%", 100 * (step_ddp / single - 1))))
   print(string.format("all-reduce of all gradients alone %.1f ms; waited after backward %.1f ms/step; hidden %.0f%%; "
     .. "added by DDP (ddp - parallel) %.1f ms/step", 1e3 * allreduce, 1e3 * waited,
     allreduce > 0 and 100 * math.max(0, 1 - waited / allreduce) or 100, 1e3 * math.max(0, step_ddp - parallel)))
-  print(string.format("gradient copies into and out of the buckets %.1f ms/step (rank 0, mean over every DDP step)",
-    1e3 * st.copy_s / math.max(1, st.iterations)))
+  local sv = ddp_v:reducer_stats()
+  print(string.format("gradient copies into and out of the buckets %.1f ms/step, %.1f with gradient_as_bucket_view "
+    .. "(rank 0, mean over every DDP step)", 1e3 * st.copy_s / math.max(1, st.iterations),
+    1e3 * sv.copy_s / math.max(1, sv.iterations)))
 end
 dist.destroy_process_group()

@@ -10,6 +10,7 @@
 
 #include "autograd/autograd.h"
 #include "dist.h"
+#include "ops/elementwise.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ struct dl_reducer {
     int next_launch;
     int64_t cap, first_cap;
     bool find_unused, armed, active, rebuilt;
+    bool as_view; /* gradient_as_bucket_view: each .grad left as its bucket view */
     bool solo;    /* world size 1: gradients are final as they are, nothing is copied */
     int *arrival; /* order in which gradients became ready (first iteration) */
     int n_arrived;
@@ -121,13 +123,31 @@ static int build_buckets(dl_reducer *r, const int *order) {
     return 0;
 }
 
-/* The view of bucket memory that holds parameter i's gradient. */
+/* The view of bucket memory that holds parameter i's gradient, laid out as
+ * the parameter is (a channels-last weight's gradient copies in as one flat
+ * block, and a .grad left as this view has the layout autograd gives). */
 static dl_tensor *grad_view(dl_reducer *r, int i) {
     param *p = &r->p[i];
-    dl_tensor *flat = dl_tensor_narrow(r->b[p->bucket].buf, 0, p->offset, dl_tensor_numel(p->t));
-    dl_tensor *v = flat ? dl_tensor_view(flat, p->t->ndim, p->t->shape) : NULL;
-    dl_tensor_release(flat);
-    return v;
+    int64_t strides[DL_MAX_DIMS];
+    dl_tensor_layout_strides(p->t, strides);
+    return dl_tensor_as_strided(r->b[p->bucket].buf, p->t->ndim, p->t->shape, strides, p->offset);
+}
+
+/* Whether g is v: same memory, same steps (a .grad still left as its view). */
+static bool is_view(const dl_tensor *g, const dl_tensor *v) {
+    if (g->storage != v->storage || g->offset != v->offset || g->ndim != v->ndim) return false;
+    for (int d = 0; d < g->ndim; d++)
+        if (g->shape[d] != v->shape[d] || g->strides[d] != v->strides[d]) return false;
+    return true;
+}
+
+/* v = g / world size: the average is taken on the way in (PyTorch's order),
+ * so the all-reduce is a plain sum and no pass over the buckets follows. */
+static int copy_scaled(dl_tensor *v, dl_tensor *g) {
+    dl_tensor *n = dl_tensor_scalar((double)dl_dist_world_size(), v->dtype);
+    int rc = n ? dl_binary_out(DL_BINARY_DIV, v, g, n, 1) : -1;
+    dl_tensor_release(n);
+    return rc;
 }
 
 /* --- one synchronised backward -------------------------------------------- */
@@ -141,7 +161,7 @@ static int progress(dl_reducer *r) {
 static int launch_ready(dl_reducer *r) {
     while (r->next_launch < r->nb && r->b[r->next_launch].pending == 0) {
         bucket *b = &r->b[r->next_launch];
-        if (!r->solo && !(b->work = dl_dist_all_reduce_start(b->buf, DL_REDUCE_AVG))) return -1;
+        if (!r->solo && !(b->work = dl_dist_all_reduce_start(b->buf, DL_REDUCE_SUM))) return -1;
         r->next_launch++;
     }
     return progress(r);
@@ -156,7 +176,7 @@ static int mark_ready(dl_reducer *r, int i) {
     int rc = 0;
     if (!r->solo) {
         dl_tensor *v = grad_view(r, i);
-        rc = !v ? -1 : p->t->grad ? dl_tensor_copy_(v, p->t->grad) : dl_tensor_fill_(v, 0);
+        rc = !v ? -1 : p->t->grad ? copy_scaled(v, p->t->grad) : dl_tensor_fill_(v, 0);
         dl_tensor_release(v);
     }
     r->stats.copy_s += now_s() - t0;
@@ -267,11 +287,17 @@ static int finish(dl_reducer *r) {
         dl_tensor *v = grad_view(r, i); /* solo: zeros, for a parameter that got no gradient */
         if (!v) return -1;
         int rc = 0;
-        if (p->t->grad) {
+        if (r->as_view || !p->t->grad) {
+            /* the view itself (its reference moves to .grad), or a copy */
+            dl_tensor *g = r->as_view ? v : dl_tensor_clone(v);
+            if (g) {
+                if (g == v) v = NULL;
+                dl_tensor_release(p->t->grad);
+                p->t->grad = g;
+            }
+            rc = g ? 0 : -1;
+        } else if (!is_view(p->t->grad, v)) {
             rc = dl_tensor_copy_(p->t->grad, v);
-        } else {
-            p->t->grad = dl_tensor_clone(v);
-            rc = p->t->grad ? 0 : -1;
         }
         dl_tensor_release(v);
         if (rc) return -1;
@@ -310,7 +336,8 @@ static int by_address(const void *a, const void *b) {
 }
 
 dl_reducer *dl_reducer_new(int n, dl_tensor *const *params, const char *const *names,
-                           int64_t cap_bytes, int64_t first_cap_bytes, bool find_unused) {
+                           int64_t cap_bytes, int64_t first_cap_bytes, bool find_unused,
+                           bool as_view) {
     if (!dl_dist_is_initialized()) {
         dl_error("DistributedDataParallel: the process group is not initialized (call "
                  "dist.init_process_group first)");
@@ -326,6 +353,7 @@ dl_reducer *dl_reducer_new(int n, dl_tensor *const *params, const char *const *n
     r->cap = cap_bytes > 0 ? cap_bytes : 1;
     r->first_cap = first_cap_bytes < r->cap ? first_cap_bytes : r->cap;
     r->find_unused = find_unused;
+    r->as_view = as_view;
     r->solo = dl_dist_world_size() == 1;
     r->p = calloc((size_t)n, sizeof *r->p);
     r->sorted = calloc((size_t)n, sizeof *r->sorted);

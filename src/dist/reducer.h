@@ -1,11 +1,12 @@
 /* reducer.h - DistributedDataParallel's gradient reducer: parameters'
- * gradients are copied into flat bucket buffers as the autograd engine
- * reports them final (autograd.h's gradient-ready hooks); a full bucket
- * starts a non-blocking all-reduce (AVG), buckets are launched in index
- * order on every rank, progress is driven after every backward node, and the
+ * gradients, divided by the world size, are copied into flat bucket buffers
+ * (each laid out as its parameter) as the autograd engine reports them
+ * final (autograd.h's gradient-ready hooks); a full bucket starts a
+ * non-blocking all-reduce (SUM), buckets are launched in index order on
+ * every rank, progress is driven after every backward node, and the
  * backward that was armed with dl_reducer_prepare waits for the last bucket
- * and writes the averaged gradients back into each parameter's .grad before
- * it returns.
+ * and writes the averaged gradients back into each parameter's .grad (or
+ * makes .grad the bucket's view, as_view) before it returns.
  *
  * Buckets: reverse parameter order, the first one at most first_cap bytes,
  * the others at most cap bytes, one dtype and device per bucket; rebuilt once
@@ -20,9 +21,13 @@
 
 typedef struct dl_reducer dl_reducer;
 
-/* params[i] (retained) named names[i] (copied). */
+/* params[i] (retained) named names[i] (copied).  as_view: after a
+ * synchronised backward each .grad is its parameter's view of bucket
+ * memory (PyTorch's gradient_as_bucket_view: no copy out of the buckets,
+ * and the .grad of the next synchronised backward is overwritten by it). */
 dl_reducer *dl_reducer_new(int n, dl_tensor *const *params, const char *const *names,
-                           int64_t cap_bytes, int64_t first_cap_bytes, bool find_unused);
+                           int64_t cap_bytes, int64_t first_cap_bytes, bool find_unused,
+                           bool as_view);
 void dl_reducer_free(dl_reducer *r);
 /* Arms r: the next backward that reaches its parameters synchronises them. */
 void dl_reducer_prepare(dl_reducer *r);

@@ -120,7 +120,7 @@ static int l_reducer(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_Integer cap = luaL_checkinteger(L, 3), first = luaL_checkinteger(L, 4);
-    int find_unused = lua_toboolean(L, 5);
+    int find_unused = lua_toboolean(L, 5), as_view = lua_toboolean(L, 6);
     int n = (int)luaL_len(L, 1);
     if (n < 0 || n > 1 << 24 || luaL_len(L, 2) != n)
         return luaL_error(L, "DistributedDataParallel: params and names differ in length");
@@ -142,7 +142,7 @@ static int l_reducer(lua_State *L) {
         if (!names[i])
             return luaL_error(L, "DistributedDataParallel: names[%d] is not a string", i + 1);
     }
-    *slot = dl_reducer_new(n, ps, names, cap, first, find_unused);
+    *slot = dl_reducer_new(n, ps, names, cap, first, find_unused, as_view);
     if (!*slot) return dlL_fail(L);
     lua_settop(L, ud);
     return 1;

@@ -4,7 +4,9 @@
 -- 10 SGD and 10 Adam steps for tiny, default and huge buckets (float32 within
 -- 1e-5, parameters bit-identical across ranks after every step); no_sync
 -- accumulation over K micro-batches equals one step at K times the batch;
--- unused parameters are named (or reduced with find_unused_parameters).
+-- unused parameters are named (or reduced with find_unused_parameters);
+-- gradient_as_bucket_view gives the same steps with .grad in bucket memory;
+-- channels-last weights keep channels-last gradients.
 local dl = require "dl"
 local T = require "testlib"
 local dist = dl.distributed
@@ -87,6 +89,79 @@ for _, oname in ipairs {"SGD", "Adam"} do
       if cname == "huge" then T.eq(s.buckets, 1, "one bucket") end
     end)
   end
+end
+
+-- gradient_as_bucket_view: the same steps; each .grad is its bucket's
+-- memory, so a .grad kept from one step holds the next step's gradient
+-- once the buckets are rebuilt (whether zero_grad drops the .grad or zeroes
+-- it in place)
+for _, oname in ipairs {"SGD", "Adam"} do
+  for _, none in ipairs {true, false} do
+    T.case(string.format("gradient_as_bucket_view (%s, zero_grad set_to_none=%s)", oname, none), function()
+      local ref = make_net(9)
+      local net = make_net(9 + rank)
+      local model = DDP(net, {bucket_cap_mb = 1000, gradient_as_bucket_view = true})
+      local ro, o = optims[oname](ref:parameters()), optims[oname](model:parameters())
+      local per, kept = B // world, {}
+      for step = 1, 4 do
+        local x, y = batch(step, 1, B)
+        ro:zero_grad()
+        crit(ref(x), y):backward()
+        ro:step()
+        local xs, ys = batch(step, rank * per + 1, per)
+        o:zero_grad({set_to_none = none})
+        crit(model(xs), ys):backward()
+        local ps = params_of(net)
+        -- (the buckets are rebuilt after the first step; at world size 1
+        -- there are none: gradients are final as autograd leaves them)
+        if step > 2 and world > 1 then
+          for i = 1, #ps do T.tensor_eq(kept[i], ps[i].grad, 0, "a kept .grad is the bucket's, step " .. step) end
+        end
+        kept = {}
+        local offsets = 0
+        for i = 1, #ps do kept[i], offsets = ps[i].grad, offsets + ps[i].grad:storage_offset() end
+        T.truthy(world == 1 or offsets > 0, "the gradients sit at their offsets in one bucket")
+        o:step()
+        same_across_ranks(ps, oname .. " step " .. step)
+        close_to(ps, params_of(ref), oname .. " step " .. step)
+      end
+    end)
+  end
+end
+
+-- a channels-last convolution: the bucket holds each gradient in its
+-- parameter's layout, copied in and (or, as a view) handed back so
+for _, as_view in ipairs {false, true} do
+  T.case("channels-last weights, gradient_as_bucket_view=" .. tostring(as_view), function()
+    local function conv_net(seed)
+      dl.manual_seed(seed)
+      local m = nn.Sequential(nn.Conv2d(2, 4, 3, {padding = 1}), nn.ReLU(), nn.Conv2d(4, 3, 3),
+        nn.Flatten(), nn.Linear(12, 4))
+      return m:to({memory_format = "channels_last"})
+    end
+    dl.manual_seed(77)
+    local xa = dl.randn(2 * world, 2, 4, 4):contiguous({memory_format = "channels_last"})
+    local ya = dl.randint(1, 5, {2 * world}, {dtype = dl.int64})
+    local ref, net = conv_net(21), conv_net(21 + rank)
+    local model = DDP(net, {gradient_as_bucket_view = as_view})
+    local ro = dl.optim.SGD(ref:parameters(), {lr = 0.1, momentum = 0.9})
+    local o = dl.optim.SGD(model:parameters(), {lr = 0.1, momentum = 0.9})
+    for step = 1, 3 do
+      ro:zero_grad()
+      crit(ref(xa), ya):backward()
+      ro:step()
+      o:zero_grad()
+      crit(model(xa:narrow(1, rank * 2 + 1, 2)), ya:narrow(1, rank * 2 + 1, 2)):backward()
+      for i, p in ipairs(params_of(net)) do
+        if p:dim() == 4 then
+          T.truthy(p.grad:is_contiguous({memory_format = "channels_last"}), "grad " .. i .. " channels-last")
+        end
+      end
+      o:step()
+      same_across_ranks(params_of(net), "step " .. step)
+      close_to(params_of(net), params_of(ref), "step " .. step)
+    end
+  end)
 end
 
 T.case("no_sync over K micro-batches = one step at K times the batch", function()

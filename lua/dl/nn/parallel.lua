@@ -10,7 +10,10 @@
 -- averaged during backward by the C reducer (src/dist/reducer.c): flat
 -- buckets in reverse parameter order (first ~1 MB, then bucket_cap_mb),
 -- each all-reduced as soon as its last gradient is ready, the last one
--- waited for before backward returns.  forward arms the reducer when grad
+-- waited for before backward returns.  gradient_as_bucket_view = true (as
+-- in PyTorch; default false) leaves each .grad as a view of its bucket
+-- instead of a copy: one pass over the gradients less a step, but the next
+-- synchronised backward overwrites a .grad kept from the step before.  forward arms the reducer when grad
 -- mode is on and no no_sync() is open.  broadcast_buffers (default true)
 -- sends rank 0's buffers (batch-norm statistics) before every forward.
 -- The wrapped net is self.module, so names and state_dict keys start with
@@ -102,7 +105,8 @@ end
 
 function DDP:__init(net, opts)
   opts = util.check_options(opts, "DistributedDataParallel",
-    {"bucket_cap_mb", "find_unused_parameters", "broadcast_buffers", "first_bucket_mb"})
+    {"bucket_cap_mb", "find_unused_parameters", "broadcast_buffers", "first_bucket_mb",
+     "gradient_as_bucket_view"})
   if not Module.is_module(net) then util.fail("DistributedDataParallel: a Module is required, got %s", type(net)) end
   if not dist.is_initialized() then
     util.fail("DistributedDataParallel: the process group is not initialized (call dist.init_process_group first)")
@@ -128,9 +132,11 @@ function DDP:__init(net, opts)
   self._attrs.bucket_cap_mb = cap
   self._attrs.find_unused_parameters = opts.find_unused_parameters == true
   self._attrs.broadcast_buffers = opts.broadcast_buffers ~= false
+  self._attrs.gradient_as_bucket_view = opts.gradient_as_bucket_view == true
   self._attrs._sync = true
   self._attrs._reducer = dl._dist.reducer(params, names, math.max(1, math.floor(cap * 2^20)),
-    math.max(1, math.floor(first * 2^20)), opts.find_unused_parameters == true)
+    math.max(1, math.floor(first * 2^20)), opts.find_unused_parameters == true,
+    opts.gradient_as_bucket_view == true)
 end
 
 function DDP:forward(...)
