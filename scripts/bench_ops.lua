@@ -8,7 +8,10 @@
 -- /usr/bin/python3), each op timed by dlua and then by PyTorch, the list
 -- gone through --rounds times (the twins stay up between ops).  The ratio
 -- is the fastest PyTorch's best time over dlua's best (above 1: dlua
--- faster); the last line is their geometric mean.
+-- faster), then the lowest and highest ratio of one round's best times
+-- (how far the figure moves from round to round; the first round left out
+-- when there are three or more); the last line is the
+-- geometric mean of the ratios.
 -- --only a,b,c times just the named rows (the names of OPS below, as the
 -- twin prints them).
 -- Usage: dlua scripts/bench_ops.lua [--threads 2] [--runs 5] [--rounds 3] [--no-torch]
@@ -119,7 +122,11 @@ if opts.only ~= "" then
   OPS = sel
 end
 
+-- best times over all rounds, and per round (name -> {round -> ms}) for
+-- the range of the ratio from round to round
 local ours, theirs, who = {}, {}, {}
+local ours_r, theirs_r = {}, {}
+local round = 0
 
 -- dlua's best time of op
 local function time_ours(op)
@@ -131,6 +138,8 @@ local function time_ours(op)
     best = math.min(best, dl.clock() - t0)
   end
   ours[op[1]] = math.min(ours[op[1]] or math.huge, best * 1e3)
+  ours_r[op[1]] = ours_r[op[1]] or {}
+  ours_r[op[1]][round] = best * 1e3
 end
 
 -- One twin per interpreter, serving op names written to its named pipe.
@@ -191,6 +200,9 @@ local function time_theirs(op)
       local ms = answer and tonumber(answer)
       if ms and ms < math.huge then
         if not theirs[name] or ms < theirs[name] then theirs[name], who[name] = ms, t.py end
+        local tr = theirs_r[name] or {}
+        theirs_r[name] = tr
+        tr[round] = math.min(tr[round] or math.huge, ms)
       elseif answer then
         io.stderr:write("bench_ops: " .. t.py .. " gave no figure for " .. name .. ": " .. answer .. "\n")
       else
@@ -205,7 +217,8 @@ end
 -- machine's memory bandwidth changes speed on a scale of minutes); the
 -- twins are stopped whatever happens
 local ok, err = pcall(function()
-  for _ = 1, opts.rounds do
+  for r = 1, opts.rounds do
+    round = r
     for _, op in ipairs(OPS) do
       time_ours(op)
       time_theirs(op)
@@ -217,16 +230,26 @@ if not ok then error(err, 0) end
 
 print(string.format("bench_ops: %d threads, best of %d runs in each of %d rounds, dlua and PyTorch alternating op by op",
   opts.threads, opts.runs, opts.rounds))
-print("| op (size) | dlua ms | PyTorch ms | ratio |")
-print("|---|---|---|---|")
+print("| op (size) | dlua ms | PyTorch ms | ratio | ratio by round |")
+print("|---|---|---|---|---|")
 local logsum, count = 0, 0
 for _, op in ipairs(OPS) do
   local a, b = ours[op[1]], theirs[op[1]]
   if b then
     logsum, count = logsum + math.log(b / a), count + 1
-    print(string.format("| `%s` | %.2f | %.2f | %.2fx |", op[2], a, b, b / a))
+    -- the lowest and highest of the rounds' own ratios, past the first
+    -- round when there are three or more (PyTorch's first calls of an op
+    -- can still be taking fresh pages from the system, up to 10x slower)
+    local lo, hi = math.huge, 0
+    for r, ms in pairs(theirs_r[op[1]]) do
+      if r > 1 or opts.rounds < 3 then
+        local q = ms / ours_r[op[1]][r]
+        lo, hi = math.min(lo, q), math.max(hi, q)
+      end
+    end
+    print(string.format("| `%s` | %.2f | %.2f | %.2fx | %.2f-%.2f |", op[2], a, b, b / a, lo, hi))
   else
-    print(string.format("| `%s` | %.2f | - | - |", op[2], a))
+    print(string.format("| `%s` | %.2f | - | - | - |", op[2], a))
   end
 end
 if count > 0 then print(string.format("geometric mean: %.2fx over %d ops", math.exp(logsum / count), count)) end
