@@ -122,11 +122,16 @@ if opts.only ~= "" then
   OPS = sel
 end
 
--- best times over all rounds, and per round (name -> {round -> ms}) for
--- the range of the ratio from round to round
-local ours, theirs, who = {}, {}, {}
+-- each round's best time (name -> {round -> ms}); the table's figures are
+-- their minimum and the range of their ratios
 local ours_r, theirs_r = {}, {}
 local round = 0
+
+local function min_of(t)
+  local m = math.huge
+  for _, v in pairs(t) do m = math.min(m, v) end
+  return m
+end
 
 -- dlua's best time of op
 local function time_ours(op)
@@ -137,7 +142,6 @@ local function time_ours(op)
     local out <close> = op[3]()
     best = math.min(best, dl.clock() - t0)
   end
-  ours[op[1]] = math.min(ours[op[1]] or math.huge, best * 1e3)
   ours_r[op[1]] = ours_r[op[1]] or {}
   ours_r[op[1]][round] = best * 1e3
 end
@@ -199,7 +203,6 @@ local function time_theirs(op)
       until answer
       local ms = answer and tonumber(answer)
       if ms and ms < math.huge then
-        if not theirs[name] or ms < theirs[name] then theirs[name], who[name] = ms, t.py end
         local tr = theirs_r[name] or {}
         theirs_r[name] = tr
         tr[round] = math.min(tr[round] or math.huge, ms)
@@ -234,7 +237,7 @@ print("| op (size) | dlua ms | PyTorch ms | ratio | ratio by round |")
 print("|---|---|---|---|---|")
 local logsum, count = 0, 0
 for _, op in ipairs(OPS) do
-  local a, b = ours[op[1]], theirs[op[1]]
+  local a, b = min_of(ours_r[op[1]]), theirs_r[op[1]] and min_of(theirs_r[op[1]])
   if b then
     logsum, count = logsum + math.log(b / a), count + 1
     -- the lowest and highest of the rounds' own ratios, past the first

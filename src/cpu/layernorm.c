@@ -42,8 +42,8 @@
 
 /* s1 = sum of d, s2 = sum of d^2, d = x - k over the row x (D): d, d^2 and
  * their sums in NACC float lanes (two named 256-bit vectors each, kept in
- * registers by every clone), added into double every FLUSH steps; k near
- * the row's mean (below), so s2 / D - (s1 / D)^2 does not cancel. */
+ * registers by every clone), added into double every FLUSH steps; k is 0,
+ * or the row's mean where s2 / D - (s1 / D)^2 would cancel (f32_row_forward). */
 LN_CLONES static void f32_moments(const float *x, int64_t D, float k, double *s1, double *s2) {
     double a[NACC] = {0}, b[NACC] = {0};
     double ta = 0, tb = 0;
@@ -112,14 +112,15 @@ static void f32_row_forward(float *y, float *mean, float *rstd, const float *x, 
     /* one pass with k = 0; when the mean is large against the spread
      * (mu^2 > var / 4, so s2 / D - mu^2 would lose more than a bit or two)
      * a second pass from the cache with k = that mean */
-    double k = 0, s1, s2;
+    float k = 0;
+    double s1, s2;
     row_moments(x, D, 0, &s1, &s2);
     double mu = s1 / (double)D, var = s2 / (double)D;
     if (!rms) {
         var -= mu * mu;
         if (mu * mu > 0.25 * var) {
             k = (float)mu;
-            row_moments(x, D, (float)k, &s1, &s2);
+            row_moments(x, D, k, &s1, &s2);
             mu = s1 / (double)D;
             var = s2 / (double)D - mu * mu;
         }

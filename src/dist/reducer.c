@@ -133,14 +133,6 @@ static dl_tensor *grad_view(dl_reducer *r, int i) {
     return dl_tensor_as_strided(r->b[p->bucket].buf, p->t->ndim, p->t->shape, strides, p->offset);
 }
 
-/* Whether g is v: same memory, same steps (a .grad still left as its view). */
-static bool is_view(const dl_tensor *g, const dl_tensor *v) {
-    if (g->storage != v->storage || g->offset != v->offset || g->ndim != v->ndim) return false;
-    for (int d = 0; d < g->ndim; d++)
-        if (g->shape[d] != v->shape[d] || g->strides[d] != v->strides[d]) return false;
-    return true;
-}
-
 /* v = g / world size: the average is taken on the way in (PyTorch's order),
  * so the all-reduce is a plain sum and no pass over the buckets follows. */
 static int copy_scaled(dl_tensor *v, dl_tensor *g) {
@@ -287,17 +279,16 @@ static int finish(dl_reducer *r) {
         dl_tensor *v = grad_view(r, i); /* solo: zeros, for a parameter that got no gradient */
         if (!v) return -1;
         int rc = 0;
-        if (r->as_view || !p->t->grad) {
-            /* the view itself (its reference moves to .grad), or a copy */
-            dl_tensor *g = r->as_view ? v : dl_tensor_clone(v);
-            if (g) {
-                if (g == v) v = NULL;
-                dl_tensor_release(p->t->grad);
-                p->t->grad = g;
-            }
-            rc = g ? 0 : -1;
-        } else if (!is_view(p->t->grad, v)) {
+        if (r->as_view) { /* the view itself: its reference moves to .grad */
+            dl_tensor_release(p->t->grad);
+            p->t->grad = v;
+            continue;
+        }
+        if (p->t->grad) {
             rc = dl_tensor_copy_(p->t->grad, v);
+        } else {
+            p->t->grad = dl_tensor_clone(v);
+            rc = p->t->grad ? 0 : -1;
         }
         dl_tensor_release(v);
         if (rc) return -1;

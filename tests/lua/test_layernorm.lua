@@ -97,6 +97,17 @@ T.case("layer_norm, rms_norm: float32 rows whose float sums would overflow", fun
   T.close(r, F.rms_norm(x:double(), 64):float(), 1e-6, 1e-7)
 end)
 
+T.case("layer_norm: float32 rows far from 0 against their spread (mean 1e4, std 1)", function()
+  -- one unshifted pass would lose the variance to cancellation (s2/D and
+  -- mean^2 both ~1e8); the kernel sums such rows again around their mean.
+  -- Reference: the float64 kernel on the same float32 values.
+  local x = (T.randn(4, 256, {seed = 4}) + 1e4):float()
+  local _, mean, rstd = nn.layer_norm_forward(x, 256, nil, nil, {eps = 1e-5})
+  local _, mean64, rstd64 = nn.layer_norm_forward(x:double(), 256, nil, nil, {eps = 1e-5})
+  T.close(mean, mean64:float(), 1e-7, 0)
+  T.close(rstd, rstd64:float(), 1e-6, 0)
+end)
+
 T.case("layer_norm: normalized_shape over several dims is one row of their product", function()
   local x = T.randn(2, 3, 4, {seed = 1})
   local w, b = T.randn(3, 4, {seed = 2}), T.randn(3, 4, {seed = 3})

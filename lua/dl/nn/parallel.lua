@@ -13,8 +13,8 @@
 -- waited for before backward returns.  gradient_as_bucket_view = true (as
 -- in PyTorch; default false) leaves each .grad as a view of its bucket
 -- instead of a copy: one pass over the gradients less a step, but the next
--- synchronised backward overwrites a .grad kept from the step before.  forward arms the reducer when grad
--- mode is on and no no_sync() is open.  broadcast_buffers (default true)
+-- synchronised backward overwrites a .grad kept from the step before.
+-- forward arms the reducer when grad mode is on and no no_sync() is open.  broadcast_buffers (default true)
 -- sends rank 0's buffers (batch-norm statistics) before every forward.
 -- The wrapped net is self.module, so names and state_dict keys start with
 -- "module." as in PyTorch; save model.module:state_dict() to get the net's.
@@ -165,8 +165,9 @@ function DDP:reducer_stats() return self._attrs._reducer:stats() end
 function DDP:bucket(b) return self._attrs._reducer:bucket(b) end
 
 function DDP:extra_repr()
-  return string.format("bucket_cap_mb=%s, find_unused_parameters=%s", util.pyrepr(self._attrs.bucket_cap_mb),
-    tostring(self._attrs.find_unused_parameters))
+  return string.format("bucket_cap_mb=%s, find_unused_parameters=%s, gradient_as_bucket_view=%s",
+    util.pyrepr(self._attrs.bucket_cap_mb), tostring(self._attrs.find_unused_parameters),
+    tostring(self._attrs.gradient_as_bucket_view))
 end
 
 P.DistributedDataParallel = DDP
