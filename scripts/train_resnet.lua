@@ -95,6 +95,8 @@ local SPEC = {
   {name = "max-steps", type = "int", min = 0, default = 0, help = "stop after this many optimizer steps in all (0: no limit); writes a checkpoint"},
   {name = "distributed", type = "flag", default = false,
    help = "data-parallel over dl.distributed (implied when mpirun/srun started several processes)"},
+  {name = "sync-bn", type = "flag", default = false,
+   help = "with several ranks: batch norms use the global batch's statistics (dl.nn.SyncBatchNorm)"},
   {name = "dist-backend", type = "choice", choices = {"auto", "mpi", "nccl", "local"}, default = "auto",
    help = "dl.distributed backend (auto: mpi)"},
   {name = "dist-timeout", type = "number", min = 1, default = 1800, help = "seconds before a collective that a rank never joins fails"},
@@ -334,6 +336,13 @@ local function main(argv)
   end
 
   -- data-parallel: gradients averaged over the ranks during backward
+  local n_sync = 0
+  if ctx and o.sync_bn then
+    dl.nn.SyncBatchNorm.convert(model) -- in place: the root is no batch norm
+    for _, m in model:named_modules() do
+      if m:isinstance(dl.nn.SyncBatchNorm) then n_sync = n_sync + 1 end
+    end
+  end
   local net = ctx and dl.nn.parallel.DistributedDataParallel(model) or model
   print(device_note)
   print(string.format("%s: %d classes, %d training images (%d batches of %d)%s; %s on %s%s, %d threads",
@@ -341,8 +350,9 @@ local function main(argv)
     val_set and string.format(", %d validation images", #val_set) or "",
     o.arch, device, amp_dtype and (", " .. o.amp) or "", dl.get_num_threads()))
   if ctx then
-    print(string.format("distributed: %d ranks (%s), %d images per rank per step", ctx.world,
-      dl.distributed.get_backend(), loader.batch_size))
+    print(string.format("distributed: %d ranks (%s), %d images per rank per step%s", ctx.world,
+      dl.distributed.get_backend(), loader.batch_size,
+      o.sync_bn and string.format(", %d SyncBatchNorm layers", n_sync) or ""))
   end
 
   -- TensorBoard (--tensorboard): loss, lr, images/s, inputs, validation, weight histograms

@@ -4,7 +4,8 @@
 # rank (tests/dist/collectives.lua); DistributedDataParallel against one
 # process at the whole batch, with SGD and Adam, tiny/default/huge buckets,
 # no_sync accumulation, unused and mismatched parameters (ddp.lua);
-# DistributedSampler (sampler.lua); each once more alone on the "local"
+# DistributedSampler (sampler.lua); SyncBatchNorm against one process's
+# BatchNorm (syncbn.lua); each once more alone on the "local"
 # backend.  Skipped (77) only when mpirun is absent.
 # Usage: bash test_distributed.sh <path-to-dlua> [build-dir]
 DLUA=$(realpath "${1:?usage: test_distributed.sh <path-to-dlua> [build-dir]}")
@@ -16,7 +17,7 @@ test_tmpdir distributed
 cd "$ROOT/tests/lua" || exit 1 # testlib.lua
 RUN_TIMEOUT=90
 
-for script in collectives ddp sampler; do
+for script in collectives ddp sampler syncbn; do
     for np in 2 4; do
         mpi "$np" "$DLUA" "$ROOT/tests/dist/$script.lua"
         check "$script.lua at -np $np" '[ $rc -eq 0 ] && [ "$(grep -c "passed, 0 failed" <<<"$out")" -eq '"$np"' ]'

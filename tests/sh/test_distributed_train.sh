@@ -3,7 +3,8 @@
 # tiny generated ImageFolder (tinycnn, 8x8): trains to the end with output
 # from rank 0 only, the checkpoint is written by rank 0, and a run stopped by
 # --max-steps then resumed on both ranks reaches the uninterrupted run's
-# losses and weights exactly; a rank failing alone (a corrupt image) ends
+# losses and weights exactly; --sync-bn converts tinycnn's two batch norms
+# and trains; a rank failing alone (a corrupt image) ends
 # the job at once, the other naming it.  Skipped (77) only when mpirun is
 # absent.
 # Usage: bash test_distributed_train.sh <path-to-dlua> [build-dir]
@@ -39,6 +40,9 @@ check "trains to the end on 2 ranks" '[ $rc -eq 0 ] && [[ "$out" == *"distribute
 check "  output from rank 0 only" '[ "$(grep -c "Finished Training" <<<"$out")" -eq 1 ] && [ "$(grep -c "^train_resnet: 3 classes" <<<"$out")" -eq 1 ]'
 check "  rank 0 wrote the checkpoint and the plot" '[ -s A/last.safetensors ] && [ -s A/curves.png ]'
 check "  5 steps an epoch (36 images / 8)" '[[ "$out" == *"stopped"* ]] || [[ "$out" == *"[2,     5] loss"* ]]'
+
+mpi 2 "$DLUA" "$TRAIN" "${COMMON[@]}" --save-dir E --max-steps 2 --sync-bn
+check "--sync-bn trains with SyncBatchNorm on 2 ranks" '[ $rc -eq 0 ] && [[ "$out" == *"per rank per step, 2 SyncBatchNorm layers"* ]] && [[ "$out" == *"stopped after 2 steps"* ]]'
 
 mpi 2 "$DLUA" "$TRAIN" "${COMMON[@]}" --save-dir B --max-steps 3
 check "--max-steps 3 stops both ranks with a checkpoint" '[ $rc -eq 0 ] && [[ "$out" == *"stopped after 3 steps"* ]] && [ -s B/last.safetensors ]'

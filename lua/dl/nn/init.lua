@@ -36,8 +36,9 @@ end
 -- true when v is a Module instance
 nn.is_module = Module.is_module
 
--- DistributedDataParallel (lua/dl/nn/parallel.lua)
+-- DistributedDataParallel, SyncBatchNorm (lua/dl/nn/parallel.lua)
 nn.parallel = require "dl.nn.parallel"
+nn.SyncBatchNorm = nn.parallel.SyncBatchNorm
 
 nn.utils = {}
 

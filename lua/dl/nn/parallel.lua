@@ -1,4 +1,5 @@
--- dl.nn.parallel: DistributedDataParallel (PyTorch's torch.nn.parallel).
+-- dl.nn.parallel: DistributedDataParallel (PyTorch's torch.nn.parallel) and
+-- SyncBatchNorm (torch.nn.SyncBatchNorm; also dl.nn.SyncBatchNorm).
 --
 --   local model = dl.nn.parallel.DistributedDataParallel(net, {bucket_cap_mb = 25})
 --   local loss = crit(model(x), y); loss:backward()   -- gradients averaged over ranks
@@ -171,5 +172,141 @@ function DDP:extra_repr()
 end
 
 P.DistributedDataParallel = DDP
+
+-- --- SyncBatchNorm ------------------------------------------------------------------
+-- Batch normalisation whose training statistics are the global batch's
+-- (PyTorch's torch.nn.SyncBatchNorm): in training, with the process group
+-- initialised, the per-channel sums are all-reduced (the mean first, then
+-- the squared deviations from it, each in float64), so every rank
+-- normalises with the same mean and variance and updates the same running
+-- statistics; backward all-reduces the sums of gy and gy * xhat that the
+-- input gradient needs.  The weight and bias gradients stay the rank's own
+-- (DistributedDataParallel averages them, as it does every gradient).
+-- Otherwise (evaluation with running statistics, no process group) it is
+-- plain batch normalisation.  Any input of 2 or more dims, channels second.
+--   local net = dl.nn.SyncBatchNorm.convert_sync_batchnorm(net)   -- also .convert
+
+local SUM = dist.ReduceOp.SUM
+
+-- every dim of x but the channels (the second)
+local function reduce_dims(x)
+  local d = {1}
+  for i = 3, x:dim() do d[#d + 1] = i end
+  return d
+end
+
+-- (1, C, 1, ...) for x's dims: a per-channel vector broadcast against x
+local function channel_shape(x)
+  local s = {1, x.shape[2]}
+  for i = 3, x:dim() do s[i] = 1 end
+  return s
+end
+
+local sync_bn = dl.autograd.Function{
+  name = "SyncBatchNormBackward",
+  -- stats (a table) receives the global mean, biased variance (float64) and
+  -- element count per channel, for the running statistics
+  forward = function(ctx, x, w, b, eps, stats)
+    local dims, shape, C = reduce_dims(x), channel_shape(x), x.shape[2]
+    local count = dl.tensor({x:numel() // C}, {dtype = dl.float64, device = x.device})
+    local sums = dl.cat({x:sum(dims):double(), count})
+    dist.all_reduce(sums, {op = SUM})
+    local n = sums[C + 1]:item()
+    local mean = sums:narrow(1, 1, C) / n
+    local xc = x - mean:to(x.dtype):view(shape)
+    local sq = (xc * xc):sum(dims):double()
+    dist.all_reduce(sq, {op = SUM})
+    local var = sq / n
+    local invstd = (var + eps):rsqrt():to(x.dtype)
+    local xhat = xc * invstd:view(shape)
+    local y = xhat
+    if w then y = y * w:view(shape) end
+    if b then y = y + b:view(shape) end
+    stats.mean, stats.var, stats.n = mean, var, n
+    ctx:save_for_backward(xhat, invstd, w)
+    ctx.n, ctx.dims, ctx.shape = n, dims, shape
+    return y
+  end,
+  backward = function(ctx, gy)
+    local xhat, invstd, w = table.unpack(ctx.saved_tensors)
+    local dims, shape, n, C = ctx.dims, ctx.shape, ctx.n, gy.shape[2]
+    local sdy, sdyx = gy:sum(dims), (gy * xhat):sum(dims)
+    local need = ctx.needs_input_grad
+    local gx
+    if need[1] then
+      local both = dl.cat({sdy, sdyx}):double()
+      dist.all_reduce(both, {op = SUM})
+      local mdy = (both:narrow(1, 1, C) / n):to(gy.dtype):view(shape)
+      local mdyx = (both:narrow(1, C + 1, C) / n):to(gy.dtype):view(shape)
+      local scale = invstd:view(shape)
+      if w then scale = scale * w:view(shape) end
+      gx = (gy - mdy - xhat * mdyx) * scale
+    end
+    return gx, need[2] and sdyx or nil, need[3] and sdy or nil
+  end,
+}
+
+local layers = require "dl.nn.layers"
+local F = require "dl.nn.functional"
+local SyncBN = layers._BatchNorm:extend("SyncBatchNorm")
+
+function SyncBN:_check_input_dim(x)
+  if not dl.is_tensor(x) then util.fail("SyncBatchNorm: expected a tensor, got %s", type(x)) end
+  if x:dim() < 2 then util.fail("SyncBatchNorm: expected at least 2D input (got %dD input)", x:dim()) end
+end
+
+function SyncBN:forward(x)
+  local rm, rv, w, b, training, factor, eps = self:_bn_args(x)
+  if not (training and dist.is_initialized()) then
+    return F.batch_norm(x, rm, rv, w, b, training, factor, eps)
+  end
+  local stats = {}
+  local y = sync_bn(x, w, b, eps, stats)
+  if self.training and rm ~= nil then
+    dl.no_grad(function()
+      local unbiased = stats.n > 1 and stats.var * (stats.n / (stats.n - 1)) or stats.var
+      rm:mul_(1 - factor):add_(stats.mean:to(rm.dtype) * factor)
+      rv:mul_(1 - factor):add_(unbiased:to(rv.dtype) * factor)
+    end)
+  end
+  return y
+end
+
+-- what the ResNet blocks call (BatchNorm's fused form, unfused here)
+function SyncBN:forward_relu(x, residual)
+  local y = self:forward(x)
+  if residual ~= nil then y = y + residual end
+  return F.relu(y)
+end
+
+-- module with every BatchNorm1d/2d in it (module itself too) replaced by a
+-- SyncBatchNorm holding the same parameters, buffers and mode; returns the
+-- (possibly new) root.
+function SyncBN.convert_sync_batchnorm(module)
+  if not Module.is_module(module) then
+    util.fail("SyncBatchNorm.convert_sync_batchnorm: a Module is required, got %s", type(module))
+  end
+  local out = module
+  if module:isinstance(layers._BatchNorm) and not module:isinstance(SyncBN) then
+    out = SyncBN(module.num_features, {eps = module.eps, momentum = module.momentum,
+      affine = module.affine, track_running_stats = module.track_running_stats})
+    if module.affine then
+      out.weight, out.bias = module.weight, module.bias
+    end
+    if module.track_running_stats then
+      out.running_mean, out.running_var = module.running_mean, module.running_var
+      out.num_batches_tracked = module.num_batches_tracked
+    end
+    out.training = module.training
+  end
+  for name, child in module:named_children() do
+    local c = SyncBN.convert_sync_batchnorm(child)
+    if c ~= child then out[name] = c end
+  end
+  return out
+end
+SyncBN.convert = SyncBN.convert_sync_batchnorm
+
+P.SyncBatchNorm = SyncBN
 
 return P
