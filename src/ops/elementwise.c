@@ -449,10 +449,13 @@ static int binary_into(const char *name, dl_binary_op op, dl_tensor *out, dl_ten
     if (nd < 0 || check_inplace_shape(name, out, nd, shape)) return -1;
     if (!kernel_takes(dev, out->dtype, ty.compute) || ty.kernel_out != ty.compute)
         return copy_into(out, binary_fwd(op, a, b, alpha));
-    dl_tensor *in[2] = {a, b}, *ops[2];
-    if (prepare(2, in, ty.common, ty.compute, nd, shape, dev, ops)) return -1;
+    /* in place (a is out) only b is prepared: out is already of the
+     * kernel's dtype and shape */
+    const int skip = a == out;
+    dl_tensor *in[2] = {a, b}, *ops[2] = {out, NULL};
+    if (prepare(2 - skip, in + skip, ty.common, ty.compute, nd, shape, dev, ops + skip)) return -1;
     int rc = run_binary(name, op, out, ops[0], ops[1], alpha);
-    dl_op_release_all(ops, 2);
+    dl_op_release_all(ops + skip, 2 - skip);
     dl_tensor_bump_version(out);
     return rc;
 }
