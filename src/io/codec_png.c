@@ -69,6 +69,14 @@ static int decode(png_ctx *c, png_structp png, png_infop info, int channels, dl_
     if (setjmp(png_jmpbuf(png))) return -1;
     png_set_read_fn(png, c, read_mem);
     png_set_user_limits(png, 0x7FFFFFFF, 0x7FFFFFFF);
+    /* ancillary chunks the decoder never uses are skipped as they are read,
+     * never held: libpng 1.6.39 allocates (and fills) a buffer of the
+     * chunk's stated length for sPLT, text or iCCP data before reading it,
+     * so a length field far past the end of the file cost up to 2 GB
+     * (a fuzzer's find; png_set_chunk_malloc_max does not bound it there) */
+    static const png_byte skip[] = "sPLT\0tEXt\0zTXt\0iTXt\0iCCP\0eXIf\0hIST\0pCAL\0sCAL\0"
+                                   "tIME\0pHYs\0oFFs\0sTER\0bKGD\0cHRM\0gAMA\0sRGB\0sBIT";
+    png_set_keep_unknown_chunks(png, PNG_HANDLE_CHUNK_NEVER, skip, (int)(sizeof skip / 5));
     png_read_info(png, info);
     png_uint_32 w, h;
     int depth, ct, interlace;
