@@ -2,6 +2,7 @@
 #include "storage.h"
 #include "error.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,8 +92,84 @@ void dl_storage_retain(dl_storage *s) {
     __atomic_add_fetch(&s->refcount, 1, __ATOMIC_RELAXED);
 }
 
+/* --- derived data ---------------------------------------------------------------
+ * One lock for every storage's list: lookups are one per kernel call and
+ * lists are short (a few entries per weight). */
+
+static pthread_mutex_t derived_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Drops one reference; the caller holds derived_mu.  Returns d when that
+ * was the last (the caller frees it after unlocking), else NULL. */
+static dl_derived *derived_unref(dl_derived *d) {
+    return --d->refs == 0 ? d : NULL;
+}
+
+dl_derived *dl_storage_derived_find(dl_storage *s, const void *owner,
+                                    int (*match)(const dl_derived *d, const void *ctx),
+                                    const void *ctx) {
+    dl_derived *found = NULL, *dead = NULL;
+    uint64_t version = __atomic_load_n(&s->version, __ATOMIC_ACQUIRE);
+    pthread_mutex_lock(&derived_mu);
+    for (dl_derived **pp = &s->derived; *pp;) {
+        dl_derived *d = *pp;
+        if (d->owner == owner && d->version != version) {
+            *pp = d->next; /* stale: off the list */
+            if (derived_unref(d)) {
+                d->next = dead;
+                dead = d;
+            }
+            continue;
+        }
+        if (!found && d->owner == owner && match(d, ctx)) {
+            found = d;
+            d->refs++;
+        }
+        pp = &d->next;
+    }
+    pthread_mutex_unlock(&derived_mu);
+    while (dead) {
+        dl_derived *next = dead->next;
+        dead->free_fn(dead);
+        dead = next;
+    }
+    return found;
+}
+
+uint64_t dl_storage_version(const dl_storage *s) {
+    return __atomic_load_n(&s->version, __ATOMIC_ACQUIRE);
+}
+
+void dl_storage_derived_add(dl_storage *s, dl_derived *d) {
+    d->refs = 2; /* the list's and the caller's */
+    pthread_mutex_lock(&derived_mu);
+    d->next = s->derived;
+    s->derived = d;
+    pthread_mutex_unlock(&derived_mu);
+}
+
+void dl_derived_put(dl_derived *d) {
+    if (!d) return;
+    pthread_mutex_lock(&derived_mu);
+    dl_derived *dead = derived_unref(d);
+    pthread_mutex_unlock(&derived_mu);
+    if (dead) dead->free_fn(dead);
+}
+
+/* Drops the list's references of a dying storage (no other thread can
+ * reach its list now, but a user may still hold an entry). */
+static void derived_release_all(dl_storage *s) {
+    dl_derived *d = s->derived;
+    s->derived = NULL;
+    while (d) {
+        dl_derived *next = d->next;
+        dl_derived_put(d);
+        d = next;
+    }
+}
+
 void dl_storage_release(dl_storage *s) {
     if (!s || __atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
+    if (s->derived) derived_release_all(s);
     if (s->deleter) {
         s->deleter(s->data, s->deleter_ctx);
     } else if (s->data || s->nbytes) {

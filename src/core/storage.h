@@ -22,6 +22,20 @@ typedef struct {
     void (*free)(void *ptr, int device_index);
 } dl_allocator;
 
+/* Data a kernel derives from a storage's bytes and keeps with the storage
+ * (the CPU convolution's weights prepacked into oneDNN's layout): a node the
+ * owner embeds as the first member of its own struct.  It records the
+ * storage's version it was made from; the owner checks that on lookup.  The
+ * storage's list holds one reference, each user one more; free_fn runs when
+ * the last goes (the storage died, or the entry was dropped as stale). */
+typedef struct dl_derived {
+    struct dl_derived *next;
+    const void *owner; /* the owner's tag: the address of one of its statics */
+    uint64_t version;  /* the storage's version when the data was derived */
+    int refs;          /* under the derived-data lock */
+    void (*free_fn)(struct dl_derived *d);
+} dl_derived;
+
 typedef struct dl_storage {
     void *data;
     size_t nbytes;
@@ -31,6 +45,7 @@ typedef struct dl_storage {
     uint64_t history_mark; /* version after the last in-place write autograd recorded */
     void (*deleter)(void *data, void *ctx); /* external memory (mmap, host buffers) */
     void *deleter_ctx;
+    dl_derived *derived; /* data derived from these bytes (see dl_derived) */
 } dl_storage;
 
 /* Called when an allocation fails, before the one retry: the Lua bindings run a
@@ -53,6 +68,21 @@ dl_storage *dl_storage_wrap(void *data, size_t nbytes, dl_device dev,
                             void (*deleter)(void *, void *), void *ctx);
 void dl_storage_retain(dl_storage *s);
 void dl_storage_release(dl_storage *s);
+
+/* The first entry of owner on s for which match(d, ctx) holds and that was
+ * derived from s's current version, held for the caller (return it with
+ * dl_derived_put); NULL when none.  Entries of owner derived from an older
+ * version are dropped on the way.  Thread-safe. */
+dl_derived *dl_storage_derived_find(dl_storage *s, const void *owner,
+                                    int (*match)(const dl_derived *d, const void *ctx),
+                                    const void *ctx);
+/* s's version now (read before deriving data from its bytes). */
+uint64_t dl_storage_version(const dl_storage *s);
+/* Adds d (owner, free_fn and version -- dl_storage_version read before the
+ * data was derived -- set) to s's list, which takes one reference; the
+ * caller keeps the other (dl_derived_put when done). */
+void dl_storage_derived_add(dl_storage *s, dl_derived *d);
+void dl_derived_put(dl_derived *d);
 
 /* Bytes of storage currently alive, and allocated since the process began. */
 int64_t dl_mem_live_bytes(void);

@@ -13,6 +13,7 @@
 
 #include "kernels/conv.h"
 #include "core/dtype.h"
+#include "core/storage.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,6 +29,13 @@ int dl_cpu_conv2d_formats(dl_dtype dt, bool x_cl, bool w_cl);
  * (in memory as fmt says).  Returns 0, or -1 with dl_last_error set. */
 int dl_cpu_conv2d_forward(dl_dtype dt, const dl_conv2d_shape *s, int fmt, int post, void *y,
                           const void *x, const void *w, const void *b);
+
+/* The float32 forward of an inference (no gradient through it) whose
+ * weights w lie in storage wst: when oneDNN wants them in another layout,
+ * the reordered copy is kept on wst and reused while wst's version stays
+ * (see conv.c).  Writers of wst's bytes must bump its version. */
+int dl_cpu_conv2d_forward_packed(const dl_conv2d_shape *s, int fmt, int post, float *y,
+                                 const float *x, const float *w, const float *b, dl_storage *wst);
 
 /* Gradients of conv2d given gy = dL/dy.  Each output may be NULL (not wanted).
  * gx is (N,C,H,W), gw is (O,C/groups,KH,KW), gb is (O); gy is (N,O,OH,OW),

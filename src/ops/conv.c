@@ -232,6 +232,10 @@ static dl_tensor *conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b,
         rc = 0;
     else if (s.C == 0 || s.H == 0 || s.W == 0)
         rc = fill_bias(t[3], t[2]);
+    else if (inference && dev.type == DL_DEVICE_CPU && pl.ct == DL_DTYPE_F32 &&
+             t[1]->storage == w->storage)
+        rc = dl_cpu_conv2d_forward_packed(&s, pl.fmt, 0, dl_op_data(t[3]), dl_op_data(t[0]),
+                                          dl_op_data(t[1]), dl_op_data(t[2]), w->storage);
     else
         rc = pl.forward(pl.ct, &s, pl.fmt | (inference ? DL_CONV_INFERENCE : 0), 0,
                         dl_op_data(t[3]), dl_op_data(t[0]), dl_op_data(t[1]), dl_op_data(t[2]));
