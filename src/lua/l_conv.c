@@ -5,8 +5,9 @@
  *
  *   dl._nn.conv2d_forward(x, w, b_or_nil, {stride=, padding=, dilation=, groups=})
  *   dl._nn.conv2d_backward(gy, x, w, {..., need={gx, gw, gb}}) -> gx, gw, gb
- *   dl._nn.conv2d_fused(x, w, b_or_nil, {..., add=t, relu=bool}) -> relu(conv + add)
- *       (inference only: an error when a gradient would be needed)
+ *   dl._nn.conv2d_fused(x, w, b_or_nil, {..., add=t, relu=bool, reuse_add=bool})
+ *       -> relu(conv + add) (inference only: an error when a gradient would be
+ *       needed); reuse_add: t is not read again, the result may take its memory
  *   dl._nn.conv2d_layout([name]) -> the previous float32 conv layout (benchmarks)
  *   dl._nn.conv2d_winograd([on]) -> whether Winograd was on (benchmarks, tests)
  *   dl._nn.primitive_cache() -> oneDNN primitives cached, the cache's bound
@@ -45,8 +46,8 @@ static int l_conv2d_forward(lua_State *L) {
 }
 
 static int l_conv2d_fused(lua_State *L) {
-    static const char *const keys[] = {"stride", "padding", "dilation", "groups",
-                                       "add",    "relu",    NULL};
+    static const char *const keys[] = {"stride", "padding", "dilation",  "groups",
+                                       "add",    "relu",    "reuse_add", NULL};
     dl_tensor *x = dlL_checktensor(L, 1);
     dl_tensor *w = dlL_checktensor(L, 2);
     dl_tensor *b = dlL_opttensor(L, 3);
@@ -57,6 +58,7 @@ static int l_conv2d_fused(lua_State *L) {
     dlL_optpair(L, 4, "conv2d_fused", "dilation", one2, p.dilation);
     p.groups = dlL_optinteger(L, 4, "groups", 1);
     bool relu = dlL_optboolean(L, 4, "relu", 0);
+    bool reuse = dlL_optboolean(L, 4, "reuse_add", 0);
     dl_tensor *add = NULL;
     if (dlL_optfield(L, 4, "add") != LUA_TNIL) add = dlL_checktensor(L, -1);
     lua_pop(L, 1); /* the tensor stays referenced by the options table */
@@ -64,7 +66,15 @@ static int l_conv2d_fused(lua_State *L) {
                               (add && add->requires_grad)))
         return luaL_error(L, "conv2d_fused: computes no gradient; call it under dl.no_grad or "
                              "with tensors that do not require grad");
-    return dlL_pushtensor(L, dl_conv2d_forward_post(x, w, b, &p, add, relu));
+    dl_tensor *y = dl_conv2d_forward_post(x, w, b, &p, add, relu, reuse);
+    if (y && y == add) {
+        /* the result took add's memory: hand back add's own value, so one
+         * Lua value holds the tensor (a later reuse checks that) */
+        dl_tensor_release(y);
+        lua_getfield(L, 4, "add");
+        return 1;
+    }
+    return dlL_pushtensor(L, y);
 }
 
 static int l_conv2d_backward(lua_State *L) {

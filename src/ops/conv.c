@@ -255,7 +255,8 @@ dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_
 /* y = relu?(conv2d(x, w, b) + add?) with the add and ReLU done by oneDNN as
  * post-ops of a float32 CPU convolution (4-D x); otherwise by the plain ops. */
 dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
-                                  const dl_conv2d_params *p, dl_tensor *add, bool relu) {
+                                  const dl_conv2d_params *p, dl_tensor *add, bool relu,
+                                  bool reuse_add) {
     const char *op = "conv2d";
     dl_conv2d_shape s;
     dl_device dev;
@@ -292,23 +293,37 @@ dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
     conv_plan pl = conv_plan_for(dev, x, w);
     int fmt = pl.fmt;
     bool nhwc = fmt & DL_CONV_FMT_NHWC;
+    bool own = !dl_cpu_conv2d_sum_fast(&s, fmt), sum = add && !own;
+    /* the sum post-op accumulates into y: into add itself when the caller
+     * gives it up and nothing else shares its bytes (else a copy of add) */
+    dl_tensor *into = NULL;
+    if (sum && reuse_add && add->refcount == 1 && add->storage->refcount == 1 &&
+        add->storage->derived == NULL && add->storage != x->storage && add->storage != w->storage &&
+        (!b || add->storage != b->storage)) {
+        into = dl_op_dense_layout(add, DL_DTYPE_F32, nhwc);
+        if (into != add) {
+            dl_tensor_release(into);
+            into = NULL;
+        }
+    }
     dl_tensor *t[4] = {dl_op_dense_layout(x, DL_DTYPE_F32, nhwc),
                        dl_op_dense_layout(w, DL_DTYPE_F32, fmt & DL_CONV_FMT_W_OHWI),
                        dl_op_dense(b, DL_DTYPE_F32),
-                       dl_op_empty_layout(4, yshape, DL_DTYPE_F32, DL_CPU, nhwc)};
+                       into ? into : dl_op_empty_layout(4, yshape, DL_DTYPE_F32, DL_CPU, nhwc)};
     dl_tensor *y = NULL;
     /* Where oneDNN runs its post-ops at full speed, the bias, the add (sum)
      * and the ReLU go inside the convolution.  On its GEMM path (1x1 NCHW)
      * they cost a slow separate pass each (the bias alone added ~15% to
      * ResNet-50's 1x1 layers), so there they are one pass of our own. */
-    bool own = !dl_cpu_conv2d_sum_fast(&s, fmt), sum = add && !own;
     dl_tensor *a = own && add ? dl_op_dense(add, DL_DTYPE_F32) : NULL;
     if (!t[0] || !t[1] || (b && !t[2]) || !t[3] || (own && add && !a) ||
-        (sum && dl_tensor_copy_(t[3], add)))
+        (sum && !into && dl_tensor_copy_(t[3], add)))
         goto done;
+    if (into) dl_tensor_bump_version(into);
     int post = own ? 0 : (sum ? DL_CONV_POST_SUM : 0) | (relu ? DL_CONV_POST_RELU : 0);
-    if (pl.forward(DL_DTYPE_F32, &s, fmt | DL_CONV_INFERENCE, post, dl_op_data(t[3]),
-                   dl_op_data(t[0]), dl_op_data(t[1]), own ? NULL : dl_op_data(t[2])))
+    if (dl_cpu_conv2d_forward_packed(&s, fmt, post, dl_op_data(t[3]), dl_op_data(t[0]),
+                                     dl_op_data(t[1]), own ? NULL : dl_op_data(t[2]),
+                                     t[1]->storage == w->storage ? w->storage : NULL))
         goto done;
     if (own && (t[2] || a || relu))
         dl_cpu_bias_add_relu_planes(dl_tensor_data_ptr(t[3]),

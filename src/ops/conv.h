@@ -33,9 +33,12 @@ dl_tensor *dl_conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b, const dl_
  * shape) or NULL and the ReLU optional; float32 4-D CPU convolutions run the
  * add and ReLU as oneDNN post-ops (no extra pass over y), others compute the
  * same with the plain ops.  No autograd: the Lua layer refuses it when a
- * gradient would be needed. */
+ * gradient would be needed.  reuse_add: the caller never reads add again, so
+ * the result may be written into add's memory when no other tensor shares
+ * it (the result is then add itself; its old contents are gone). */
 dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
-                                  const dl_conv2d_params *p, dl_tensor *add, bool relu);
+                                  const dl_conv2d_params *p, dl_tensor *add, bool relu,
+                                  bool reuse_add);
 
 /* Gradients given gy (N,O,OH,OW): gx like x, gw like w, gb (O).  need[i]
  * false leaves the matching output NULL.  x and w are the forward's inputs. */

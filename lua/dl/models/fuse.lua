@@ -98,11 +98,12 @@ function M.no_grad_needed(m, x)
 end
 
 -- relu?(conv(x) + add?) in one call, or nil when conv's options do not allow it.
-local function conv_fused(conv, x, add, relu)
+-- reuse: add is not read again (its memory may take the result).
+local function conv_fused(conv, x, add, relu, reuse)
   if type(conv.padding) ~= "table" or conv.padding_mode ~= "zeros" then return nil end
   return dl._nn.conv2d_fused(x, conv.weight, conv.bias, {stride = conv.stride,
     padding = conv.padding, dilation = conv.dilation, groups = conv.groups, add = add,
-    relu = relu})
+    relu = relu, reuse_add = reuse})
 end
 
 local function is_identity(m) return nn.Module.isinstance(m, nn.Identity) end
@@ -129,7 +130,8 @@ function M.block_forward(block, x)
     out = conv_fused(block["conv" .. k], out, nil, true)
     if out == nil then return nil end
   end
-  return conv_fused(block["conv" .. n], out, identity, true)
+  -- the downsampled identity is this block's own; x may be the caller's
+  return conv_fused(block["conv" .. n], out, identity, true, ds ~= nil)
 end
 
 -- The stem's conv + ReLU of a folded ResNet; nil when it cannot be fused.

@@ -489,7 +489,14 @@ local function fuse_steps(plan)
           local ins = {}
           for j = 1, 3 do ins[j] = s.ins[j] or false end
           ins[4] = add_name or false
-          out[#out + 1] = {fn = function(x, w, b, addend) return fuse(x, w, b, addend, relu) end, ins = ins,
+          -- an addend computed by this plan, not the Conv's own operand, and
+          -- dead after this step may take the result (the C op checks that
+          -- no other tensor shares its memory)
+          local reuse = false
+          if add_name and producer_step[add_name] and add_name ~= s.ins[1] then
+            for _, f in ipairs(frees) do if f == add_name then reuse = true end end
+          end
+          out[#out + 1] = {fn = function(x, w, b, addend) return fuse(x, w, b, addend, relu, reuse) end, ins = ins,
             nin = 4, outs = {last}, nout = 1, node = n, free = frees}
         else
           out[#out + 1] = s

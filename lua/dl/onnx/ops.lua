@@ -399,14 +399,14 @@ OPS.Conv = function(n)
   local conv
   -- inference plans (graph.lua) fuse a following Add and/or Relu: fused =
   -- {add = tensor or nil, relu = bool}; other ranks compose them after
-  n.fuse = function(x, w, b, add, relu)
+  n.fuse = function(x, w, b, add, relu, reuse_add)
     if w:dim() ~= 4 then
       local y = conv(x, w, b)
       if add then y = y + add end
       if relu then y = y:relu() end
       return y
     end
-    return conv(x, w, b, {add = add, relu = relu})
+    return conv(x, w, b, {add = add, relu = relu, reuse_add = reuse_add})
   end
   conv = function(x, w, b, fused)
     local nsp = w:dim() - 2
@@ -430,7 +430,7 @@ OPS.Conv = function(n)
       if fused then
         -- relu?(conv + add?) in one oneDNN call (inference only)
         return dl._nn.conv2d_fused(x, w, b, {stride = s, padding = pb, dilation = d, groups = group,
-          add = fused.add, relu = fused.relu})
+          add = fused.add, relu = fused.relu, reuse_add = fused.reuse_add})
       end
       return F.conv2d(x, w, b, {stride = s, padding = pb, dilation = d, groups = group})
     elseif nsp == 1 then
