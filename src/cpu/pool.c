@@ -23,6 +23,7 @@
  * avg_onednn_ok), in either layout; the loops are the reference the tests
  * hold it to. */
 #include "pool.h"
+#include "vec8.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "dnnl_util.h"
@@ -390,6 +391,48 @@ static void max_unit_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void 
     }
 }
 
+/* a when it is larger or NaN, else b. */
+static inline float max_nan(float a, float b) {
+    return (a > b) | (a != a) ? a : b;
+}
+
+/* Unit u = (n, oh, channel block) of float32 max pooling without indices
+ * (inference): the window's maximum in float, NaN winning as above; the
+ * index bookkeeping and the double compare of max_window_cl cost it 2x. */
+DL_CPU_CLONES
+static void max_unit_cl_values(const dl_pool2d_shape *s, float *y, const float *x, int64_t u) {
+    int64_t nb = cl_blocks(s->C), row = u / nb, n = row / s->OH, oh = row % s->OH;
+    int64_t c0 = (u % nb) * CB, nc = min64(CB, s->C - c0), hs, he;
+    max_rows(s, oh, &hs, &he);
+    const float *xn = x + n * s->H * s->W * s->C + c0;
+    for (int64_t ow = 0; ow < s->OW; ow++) {
+        int64_t ws, we;
+        max_cols(s, ow, &ws, &we);
+        float *o = y + (row * s->OW + ow) * s->C + c0;
+        /* 8 channels at a time, their maxima held in a register */
+        int64_t c = 0;
+        for (; c + 8 <= nc; c += 8) {
+            v8f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                     -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+            for (int64_t ih = hs; ih < he; ih += s->dh)
+                for (int64_t iw = ws; iw < we; iw += s->dw) {
+                    v8f a;
+                    memcpy(&a, xn + (ih * s->W + iw) * s->C + c, sizeof a);
+                    v8i take = (a > m) | (a != a);
+                    m = (v8f)(((v8i)a & take) | ((v8i)m & ~take));
+                }
+            memcpy(o + c, &m, sizeof m);
+        }
+        for (; c < nc; c++) {
+            float m = -INFINITY;
+            for (int64_t ih = hs; ih < he; ih += s->dh)
+                for (int64_t iw = ws; iw < we; iw += s->dw)
+                    m = max_nan(xn[(ih * s->W + iw) * s->C + c], m);
+            o[c] = m;
+        }
+    }
+}
+
 /* Each input element is read about once by adaptive pooling. */
 #define ADAPTIVE_WORK(s) ((s)->P * ((s)->H * (s)->W + (s)->OH * (s)->OW))
 
@@ -397,6 +440,11 @@ static void max_cl(bool f32, bool adaptive, const dl_pool2d_shape *s, void *y, i
                    const void *x) {
     int64_t units = s->P / s->C * s->OH * cl_blocks(s->C);
     int64_t work = adaptive ? ADAPTIVE_WORK(s) : POOL_WORK(s);
+    if (!ind && f32 && !adaptive) {
+#pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
+        for (int64_t u = 0; u < units; u++) max_unit_cl_values(s, y, x, u);
+        return;
+    }
 #pragma omp parallel for num_threads(dl_get_num_threads()) if (work >= DL_PARALLEL_GRAIN)
     for (int64_t u = 0; u < units; u++) max_unit_cl(f32, adaptive, s, y, ind, x, u);
 }
@@ -776,6 +824,8 @@ static int max_entry(const char *op, bool adaptive, dl_dtype dt, const dl_pool2d
                      int64_t *ind, const void *x) {
     if (float_only(op, dt)) return -1;
     bool f32 = dt == DL_DTYPE_F32;
+    if (!ind && !(s->C && f32 && !adaptive))
+        return dl_error("%s: only float32 channels-last pooling runs without indices", op);
     if (s->C)
         max_cl(f32, adaptive, s, y, ind, x);
     else if (adaptive)

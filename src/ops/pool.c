@@ -244,7 +244,10 @@ static int pool_forward(const char *op, pool_kind kind, dl_tensor *x,
     if (cuda && dl_op_cuda_ready(op, dev, pool_cuda_has(kind, false))) return -1;
     dl_pool2d_shape sv, *s = &sv;
     bool nhwc = pool_layout(kind, x, dev, shape_in, s, &cl, &ct);
-    bool with_ind = kind == POOL_MAX || kind == POOL_ADAPTIVE_MAX;
+    /* the CPU's float32 channels-last max pooling skips the indices when
+     * nobody wants them (ind NULL: inference) */
+    bool values_only = !ind && !cuda && kind == POOL_MAX && ct == DL_DTYPE_F32 && s->C;
+    bool with_ind = (kind == POOL_MAX || kind == POOL_ADAPTIVE_MAX) && !values_only;
     dl_tensor *t[3] = {dl_op_dense_layout(x, ct, cl),
                        dl_op_empty_layout(x->ndim, shape, ct, dev, cl),
                        with_ind ? dl_op_empty_layout(x->ndim, shape, DL_DTYPE_I64, dev, cl) : NULL};
@@ -353,7 +356,8 @@ done:
 int dl_max_pool2d_forward(dl_tensor *x, const dl_pool2d_params *p, dl_tensor **y,
                           dl_tensor **indices) {
     dl_pool2d_shape s;
-    *y = *indices = NULL;
+    *y = NULL;
+    if (indices) *indices = NULL;
     if (pool_geometry("max_pool2d", x, p, false, &s)) return -1;
     return pool_forward("max_pool2d", POOL_MAX, x, &s, y, indices);
 }
@@ -474,7 +478,12 @@ static dl_tensor *record_maxpool(const char *name, dl_tensor *x, dl_tensor *y, d
 }
 
 dl_tensor *dl_max_pool2d(dl_tensor *x, const dl_pool2d_params *p, dl_tensor **indices) {
-    dl_tensor *y, *ind;
+    dl_tensor *y, *ind = NULL;
+    if (!indices && !dl_autograd_needed(1, &x)) {
+        /* nothing will read the indices: kernels may skip them */
+        if (dl_max_pool2d_forward(x, p, &y, NULL)) return NULL;
+        return y;
+    }
     if (dl_max_pool2d_forward(x, p, &y, &ind)) return NULL;
     return record_maxpool("MaxPool2DWithIndicesBackward", x, y, ind, p, indices);
 }

@@ -38,7 +38,8 @@ int64_t dl_pool_output_size(int64_t in, int64_t k, int64_t pad, int64_t stride, 
 
 /* y (N,C,OH,OW) and indices (N,C,OH,OW) int64: the flat 0-based position
  * (ih * W + iw) of each maximum within its (H,W) plane, as PyTorch's.  The
- * first maximum in window order wins; NaN counts as the maximum. */
+ * first maximum in window order wins; NaN counts as the maximum.  indices
+ * NULL: not wanted (float32 channels-last CPU pooling then skips them). */
 int dl_max_pool2d_forward(dl_tensor *x, const dl_pool2d_params *p, dl_tensor **y,
                           dl_tensor **indices);
 /* gx (like x): gy scattered (added) to the positions in indices. */

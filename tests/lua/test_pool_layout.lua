@@ -94,6 +94,22 @@ T.case("channels-last max_pool2d: bit-equal to planar, channels-last results", f
   end
 end)
 
+-- Under dl.no_grad nothing reads the indices: float32 channels-last max
+-- pooling then runs a values-only kernel (8 channels a register, a scalar
+-- tail); its values must be the indexed kernel's, NaN and ties included.
+T.case("channels-last max_pool2d without indices (no grad) = with indices", function()
+  for i, c in ipairs(MAX_CFGS) do
+    for _, C in ipairs({3, 8, 20, 64, 300}) do
+      local x = cl(tricky(F32, i % 2 == 1, 2, C, 11, 13))
+      local msg = string.format("config %d, %d channels", i, C)
+      local want = nn.max_pool2d_forward(x, c[1], opts(c))
+      local y = dl.no_grad(function() return F.max_pool2d(x, c[1], opts(c)) end)
+      is_cl(y, msg)
+      same(y, want, msg)
+    end
+  end
+end)
+
 T.case("channels-last adaptive max/avg pooling: bit-equal to planar", function()
   for _, dt in ipairs({F32, F64}) do
     for _, c in ipairs({{{2, 6, 7, 7}, {1, 1}}, {{2, 5, 9, 10}, {4, 3}}, {{1, 4, 5, 5}, {7, 7}},
