@@ -123,6 +123,11 @@ enum { A_SRC, A_WEI, A_DST, A_BD_DDST, A_BD_WEI, A_BD_DSRC, A_BW_SRC, A_BW_DDST,
 typedef struct {
     dnnl_memory_desc_t user, prim; /* our plain layout, the primitive's */
     int slot;                      /* reorder primitive's slot, -1: bind directly */
+    /* an input oneDNN cannot reorder in one step (OHWI weights into its
+     * Winograd layout) goes through the plain layout `mid`: slot reorders
+     * user -> mid, slot2 mid -> prim; slot2 -1: one step */
+    dnnl_memory_desc_t mid;
+    int slot2;
 } conv_arg;
 
 typedef struct {
@@ -132,7 +137,7 @@ typedef struct {
 } conv_layouts;
 
 /* Slots of a cache entry. */
-enum { S_FWD = 0, S_BD = 1, S_BW = 2, S_REORDER = 3, S_FWD_WINO = 9 };
+enum { S_FWD = 0, S_BD = 1, S_BW = 2, S_REORDER = 3, S_FWD_WINO = 9, S_WEI_MID = 10 };
 
 typedef struct {
     const dl_conv2d_shape *s;
@@ -211,13 +216,43 @@ static int set_arg(dl_dnnl_entry *e, conv_layouts *L, int which, const dnnl_memo
     conv_arg *a = &L->a[which];
     a->user = *user;
     a->prim = *pmd;
+    a->slot2 = -1;
     if (dnnl_memory_desc_equal(user, pmd)) {
         a->slot = -1;
         return 0;
     }
     a->slot = slot;
-    return out ? dl_dnnl_entry_add_reorder(e, slot, pmd, user)
-               : dl_dnnl_entry_add_reorder(e, slot, user, pmd);
+    if (out) return dl_dnnl_entry_add_reorder(e, slot, pmd, user);
+    bool one_step = true;
+    if (which == A_WEI && user->ndims == 4) {
+        dnnl_engine_t eng = dl_dnnl_engine();
+        dnnl_primitive_desc_t probe = NULL;
+        one_step = !eng || dnnl_reorder_primitive_desc_create(&probe, user, eng, pmd, eng, NULL) ==
+                               dnnl_success;
+        if (probe) dnnl_primitive_desc_destroy(probe);
+    }
+    if (one_step) return dl_dnnl_entry_add_reorder(e, slot, user, pmd);
+    /* OHWI weights into the Winograd layout: through OIHW */
+    dnnl_dims_t d;
+    for (int i = 0; i < 4; i++) d[i] = user->dims[i];
+    a->slot2 = S_WEI_MID;
+    if (DL_DNNL(dnnl_memory_desc_init_by_tag(&a->mid, 4, d, dnnl_f32, dnnl_oihw))) return -1;
+    return dl_dnnl_entry_add_reorder(e, slot, user, &a->mid) ||
+           dl_dnnl_entry_add_reorder(e, S_WEI_MID, &a->mid, pmd);
+}
+
+/* Reorders input argument a from our buffer src into dst (the primitive's
+ * layout), in one step or two (see conv_arg). */
+static int reorder_in(dl_dnnl_entry *e, const conv_arg *a, const void *src, void *dst) {
+    if (a->slot2 < 0) return dl_dnnl_reorder(e->prim[a->slot], &a->user, src, &a->prim, dst);
+    size_t n = dl_dnnl_md_size(&a->mid);
+    void *mid = dl_dnnl_alloc(n, "conv2d");
+    int rc = !mid || dl_dnnl_reorder(e->prim[a->slot], &a->user, src, &a->mid, mid) ||
+                     dl_dnnl_reorder(e->prim[a->slot2], &a->mid, mid, &a->prim, dst)
+                 ? -1
+                 : 0;
+    dl_cpu_free(mid, n);
+    return rc;
 }
 
 static conv_layouts *new_layouts(dl_dnnl_entry *e) {
@@ -338,7 +373,7 @@ static int bind_in(dl_dnnl_entry *e, int which, int dnnl_arg, const void *data, 
     const conv_arg *a = &((conv_layouts *)e->user)->a[which];
     if (a->slot < 0) return dl_dnnl_args_add(args, dnnl_arg, &a->prim, (void *)data);
     if (!tmp_alloc(t, which, &a->prim)) return -1;
-    if (dl_dnnl_reorder(e->prim[a->slot], &a->user, data, &a->prim, t->p[which])) return -1;
+    if (reorder_in(e, a, data, t->p[which])) return -1;
     return dl_dnnl_args_add(args, dnnl_arg, &a->prim, t->p[which]);
 }
 
@@ -440,7 +475,7 @@ static packed_weights *packed_get(dl_dnnl_entry *e, dl_storage *st, const float 
     p->prim = a->prim;
     p->nbytes = dl_dnnl_md_size(&a->prim);
     p->data = dl_dnnl_alloc(p->nbytes, "conv2d");
-    if (!p->data || dl_dnnl_reorder(e->prim[a->slot], &a->user, w, &a->prim, p->data)) {
+    if (!p->data || reorder_in(e, a, w, p->data)) {
         dl_cpu_free(p->data, p->nbytes);
         free(p);
         return NULL;

@@ -41,6 +41,24 @@ T.case("packed weights: layouts, kernels and batch sizes agree with float64", fu
   end
 end)
 
+-- Channels-last (OHWI) weights of a Winograd-eligible layer: oneDNN has no
+-- direct reorder into its Winograd layout from OHWI, so the packing goes
+-- through OIHW (a wrong step shows as wrong values here).
+T.case("packed weights: OHWI weights into Winograd, packed and unpacked", function()
+  dl.manual_seed(6)
+  local x = dl.randn(1, 32, 16, 16):contiguous(CL)
+  local w, b = (dl.randn(48, 32, 3, 3) * 0.1):contiguous(CL), dl.randn(48)
+  T.truthy(w:is_contiguous(CL) and not w:is_contiguous(), "OHWI weights")
+  local want = ref(x, w, b, {padding = 1})
+  for _ = 1, 2 do
+    close(infer(x, w, b, {padding = 1}), want, 2e-5, "conv2d")
+    local y = dl.no_grad(function()
+      return dl._nn.conv2d_fused(x, w, b, {padding = {1, 1}, relu = true})
+    end)
+    close(y, want:relu(), 2e-5, "conv2d_fused")
+  end
+end)
+
 T.case("packed weights: in-place writes, copy_ and optimizer steps are seen", function()
   dl.manual_seed(2)
   local x = dl.randn(2, 16, 12, 12):contiguous(CL)
