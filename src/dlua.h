@@ -170,6 +170,11 @@ int64_t dl_tensor_numel(const dl_tensor *t);
 /* The first element when t is on the CPU and contiguous (row-major, no gaps);
  * else NULL with the message set - dl_tensor_contiguous gives such a tensor. */
 void *dl_tensor_data(dl_tensor *t);
+/* Tells dlua that the host wrote t's bytes itself (through dl_tensor_data's
+ * pointer or a wrapped buffer) after t was last used: data derived from them
+ * (a CPU convolution's prepacked copy of its weights) is made again.  Writes
+ * through dlua's own functions need no call. */
+void dl_tensor_mark_changed(dl_tensor *t);
 /* t itself (a new reference) when contiguous, else a contiguous copy. */
 dl_tensor *dl_tensor_contiguous(dl_tensor *t);
 /* Another reference to t (returns t). */

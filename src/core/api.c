@@ -109,6 +109,10 @@ void *dl_tensor_data(dl_tensor *t) {
     return dl_tensor_data_ptr(t);
 }
 
+void dl_tensor_mark_changed(dl_tensor *t) {
+    if (t) dl_tensor_bump_version(t);
+}
+
 const char *dl_version(void) {
     return DL_VERSION;
 }

@@ -498,6 +498,39 @@ static void test_threads(void) {
     }
 }
 
+/* --- 5. host-written weights ----------------------------------------------------
+ * An inference convolution keeps its weights prepacked; a host that writes a
+ * weight tensor's bytes itself says so with dl_tensor_mark_changed, and the
+ * next forward uses the new values (here: the weights doubled double y). */
+
+static void test_mark_changed(void) {
+    dl_state *S = dl_state_open();
+    CHECK(S != NULL, "dl_state_open: %s", dl_last_error());
+    if (!S) return;
+    enum { CO = 16, CI = 16, KK = 3 };
+    static float wbuf[CO * CI * KK * KK];
+    for (int i = 0; i < CO * CI * KK * KK; i++) wbuf[i] = (float)(i % 7) / 7.0f - 0.4f;
+    int64_t wshape[4] = {CO, CI, KK, KK};
+    dl_tensor *w = dl_tensor_wrap(wbuf, DL_DTYPE_F32, 4, wshape, NULL, NULL);
+    CHECK(w && dl_state_set_tensor(S, "w", w) == DL_OK, "%s", dl_state_error(S));
+    CHECK(dl_state_dostring(S,
+                            "x = dl.randn(1, 16, 16, 16)\n"
+                            "function conv() return dl.no_grad(function()\n"
+                            "  return dl.nn.functional.conv2d(x, w, nil, {padding = 1}) end) end\n"
+                            "y1 = conv()") == DL_OK,
+          "%s", dl_state_error(S));
+    float *p = dl_tensor_data(w);
+    for (int i = 0; p && i < CO * CI * KK * KK; i++) p[i] *= 2;
+    dl_tensor_mark_changed(w);
+    CHECK(dl_state_dostring(
+              S, "y2 = conv()\n"
+                 "local d = (y2 - y1 * 2):abs():max():item()\n"
+                 "assert(d < 1e-4 * (1 + y1:abs():max():item()), 'stale weights: ' .. d)") == DL_OK,
+          "%s", dl_state_error(S));
+    dl_tensor_release(w);
+    dl_state_close(S);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s model.lua [resnet18|mlp]\n", argv[0]);
@@ -510,6 +543,7 @@ int main(int argc, char **argv) {
     test_example();
     test_errors();
     test_threads();
+    test_mark_changed();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
