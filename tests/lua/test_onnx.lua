@@ -133,6 +133,46 @@ T.case("inference fuses Conv -> Add -> Relu; with gradients the plain ops run", 
   T.close(m.b.grad, (want:gt(0):to(dl.float32)):sum({1, 3, 4}), 1e-5, 1e-5)
 end)
 
+-- The fused step may write its result into the addend when nothing reads the
+-- addend afterwards; a value computed in the plan and dead after the Add
+-- (r) takes it, one that lives on under another name (r passed through
+-- Identity to `alias`, read by a later Mul: Identity hands back the same
+-- tensor) must not, and a graph input (skip) never does.
+T.case("the fused Add reuses a dying addend, never one that lives on", function()
+  dl.manual_seed(4)
+  local w, b = dl.randn(4, 4, 3, 3) * 0.2, dl.randn(4)
+  local pads = {attr("pads", "INTS", {1, 1, 1, 1})}
+  local function build(with_alias)
+    local nodes = {
+      node("Conv", {"x", "w", "b"}, {"c0"}, pads, "conv0"), node("Relu", {"c0"}, {"r"}, nil, "relu0"),
+      node("Conv", {"r", "w", "b"}, {"c1"}, pads, "conv1"), node("Relu", {"c1"}, {"r1"}, nil, "relu1"),
+      node("Conv", {"r1", "w", "b"}, {"c2"}, pads, "conv2"), node("Add", {"c2", "r"}, {"s"}, nil, "add"),
+      node("Relu", {"s"}, {"y0"}, nil, "relu2")}
+    if with_alias then
+      table.insert(nodes, 3, node("Identity", {"r"}, {"alias"}, nil, "id"))
+      nodes[#nodes + 1] = node("Mul", {"y0", "alias"}, {"y"}, nil, "mul")
+    else
+      nodes[#nodes + 1] = node("Add", {"y0", "skip"}, {"y"}, nil, "add_skip")
+    end
+    return load(model(nodes, {w = w, b = b}, {vi("x", {"N", 4, 6, 6}), vi("skip", {"N", 4, 6, 6})},
+      {vi("y", {"N", 4, 6, 6})}))
+  end
+  local x, skip = dl.randn(2, 4, 6, 6), dl.randn(2, 4, 6, 6)
+  local F = dl.nn.functional
+  local r = F.conv2d(x, w, b, {padding = 1}):relu()
+  local r1 = F.conv2d(r, w, b, {padding = 1}):relu()
+  local y0 = (F.conv2d(r1, w, b, {padding = 1}) + r):relu()
+  for _, alias in ipairs({false, true}) do
+    local m = build(alias)
+    local skip_before = skip:clone()
+    local want = alias and y0 * r or y0 + skip
+    for _ = 1, 2 do
+      T.close(dl.no_grad(function() return m(x, skip) end), want, 1e-5, 1e-5, alias and "alias" or "plain")
+    end
+    T.tensor_eq(skip, skip_before, 0, "the graph input is untouched")
+  end
+end)
+
 -- --- bad input ------------------------------------------------------------------------------
 
 T.case("a truncated or corrupt file", function()

@@ -437,6 +437,13 @@ G.compile = compile
 -- intermediate values have no other reader become one fused step (the
 -- Conv builder's n.fuse: oneDNN's convolution with post-ops).  Used when no
 -- gradient can be needed.
+-- Op types whose outputs are always new tensors, never an input returned.
+local FRESH_OUTPUT = {
+  Conv = true, Relu = true, Add = true, Sub = true, Mul = true, Div = true, MaxPool = true,
+  AveragePool = true, GlobalAveragePool = true, GlobalMaxPool = true, BatchNormalization = true,
+  Gemm = true, MatMul = true, Sigmoid = true, Tanh = true,
+}
+
 local function fuse_steps(plan)
   local readers = {}
   for _, s in ipairs(plan.steps) do
@@ -457,6 +464,18 @@ local function fuse_steps(plan)
       local s = plan.steps[si]
       for j = 1, s.nin do if s.ins[j] == nm then return si, s end end
     end
+  end
+  -- whether every step reading value nm, other than step `except`, is one
+  -- whose outputs are new tensors (never its input handed back)
+  local function fresh_readers(nm, except)
+    for si, s in ipairs(plan.steps) do
+      if si ~= except then
+        for j = 1, s.nin do
+          if s.ins[j] == nm and not FRESH_OUTPUT[s.node.op_type] then return false end
+        end
+      end
+    end
+    return true
   end
   local out, skip = {}, {}
   for si, s in ipairs(plan.steps) do
@@ -489,11 +508,13 @@ local function fuse_steps(plan)
           local ins = {}
           for j = 1, 3 do ins[j] = s.ins[j] or false end
           ins[4] = add_name or false
-          -- an addend computed by this plan, not the Conv's own operand, and
-          -- dead after this step may take the result (the C op checks that
-          -- no other tensor shares its memory)
+          -- an addend computed by this plan, not the Conv's own operand,
+          -- dead after this step, and whose other readers all make new
+          -- tensors (Identity, Dropout, ... hand back their input itself:
+          -- a later name would see the overwrite) may take the result; the
+          -- C op checks that no other tensor shares its memory
           local reuse = false
-          if add_name and producer_step[add_name] and add_name ~= s.ins[1] then
+          if add_name and producer_step[add_name] and add_name ~= s.ins[1] and fresh_readers(add_name, ai) then
             for _, f in ipairs(frees) do if f == add_name then reuse = true end end
           end
           out[#out + 1] = {fn = function(x, w, b, addend) return fuse(x, w, b, addend, relu, reuse) end, ins = ins,
