@@ -4,7 +4,8 @@
 -- process's BatchNorm at batch B (outputs, running statistics, parameters
 -- after SGD steps; 2-D, 3-D and 4-D inputs, affine or not); evaluation uses
 -- the running statistics; convert_sync_batchnorm replaces nested batch norms
--- keeping their tensors; at world size 1 the synchronised path's gradients
+-- keeping their tensors; uneven batches with far-apart rank means give the
+-- whole batch's statistics; at world size 1 the synchronised path's gradients
 -- pass a float64 finite-difference check.
 local dl = require "dl"
 local T = require "testlib"
@@ -101,6 +102,27 @@ T.case("convert_sync_batchnorm replaces nested batch norms and keeps their tenso
   T.eq(root:_get_name(), "SyncBatchNorm")
   T.raises(function() SyncBN.convert(42) end, "a Module is required")
   T.raises(function() SyncBN(3)(dl.ones(3)) end, "at least 2D input")
+end)
+
+-- Ranks with different batch sizes and far-apart means: the gathered
+-- (count, mean, variance) combine into the whole batch's statistics.
+T.case("uneven batches and far-apart rank means: the whole batch's statistics", function()
+  dl.manual_seed(41)
+  local sizes, first, total = {}, {}, 0
+  for r = 1, world do
+    sizes[r], first[r] = r, total + 1
+    total = total + r
+  end
+  local X = dl.randn(total, 3, 4, 4)
+  for r = 1, world do -- rank r's samples centred at 100 * r
+    dl.no_grad(function() X:narrow(1, first[r], sizes[r]):add_(100 * r) end)
+  end
+  local ref, bn = nn.BatchNorm2d(3), SyncBN(3)
+  local mine = X:narrow(1, first[rank + 1], sizes[rank + 1])
+  local y, yr = bn(mine), ref(X)
+  T.tensor_eq(y:detach(), yr:detach():narrow(1, first[rank + 1], sizes[rank + 1]), 1e-4, "outputs")
+  T.tensor_eq(bn.running_mean, ref.running_mean, 1e-4, "running mean")
+  T.tensor_eq(bn.running_var, ref.running_var, 1e-3, "running variance")
 end)
 
 if world == 1 then

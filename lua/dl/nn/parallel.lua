@@ -176,8 +176,8 @@ P.DistributedDataParallel = DDP
 -- --- SyncBatchNorm ------------------------------------------------------------------
 -- Batch normalisation whose training statistics are the global batch's
 -- (PyTorch's torch.nn.SyncBatchNorm): in training, with the process group
--- initialised, the per-channel sums are all-reduced (the mean first, then
--- the squared deviations from it, each in float64), so every rank
+-- initialised, every rank's per-channel count, mean and variance are
+-- gathered in one collective and combined in float64, so every rank
 -- normalises with the same mean and variance and updates the same running
 -- statistics; backward all-reduces the sums of gy and gy * xhat that the
 -- input gradient needs.  The weight and bias gradients stay the rank's own
@@ -208,15 +208,27 @@ local sync_bn = dl.autograd.Function{
   -- element count per channel, for the running statistics
   forward = function(ctx, x, w, b, eps, stats)
     local dims, shape, C = reduce_dims(x), channel_shape(x), x.shape[2]
-    local count = dl.tensor({x:numel() // C}, {dtype = dl.float64, device = x.device})
-    local sums = dl.cat({x:sum(dims):double(), count})
-    dist.all_reduce(sums, {op = SUM})
-    local n = sums[C + 1]:item()
-    local mean = sums:narrow(1, 1, C) / n
+    -- this rank's element count, mean and biased variance per channel (half
+    -- types in float32), every rank's gathered in one collective and
+    -- combined in float64: mean = sum n_r mean_r / n, var = sum n_r (var_r +
+    -- (mean_r - mean)^2) / n (the parallel variance of Chan et al.)
+    local f64 = {dtype = dl.float64, device = x.device}
+    local xs = (x.dtype == dl.float16 or x.dtype == dl.bfloat16) and x:float() or x
+    local nr = x:numel() // C
+    local mine = nr > 0 and
+      dl.cat({dl.tensor({nr}, f64), xs:mean(dims):double(), xs:var(dims, {correction = 0}):double()}) or
+      dl.zeros({2 * C + 1}, f64)
+    local all = {}
+    for r = 1, dist.get_world_size() do all[r] = dl.zeros({2 * C + 1}, f64) end
+    dist.all_gather(all, mine)
+    local g = dl.stack(all)
+    local counts = g:narrow(2, 1, 1)
+    local n = counts:sum():item()
+    local means, vars = g:narrow(2, 2, C), g:narrow(2, C + 2, C)
+    local mean = (counts * means):sum(1) / n
+    local dev = means - mean
+    local var = (counts * (vars + dev * dev)):sum(1) / n
     local xc = x - mean:to(x.dtype):view(shape)
-    local sq = (xc * xc):sum(dims):double()
-    dist.all_reduce(sq, {op = SUM})
-    local var = sq / n
     local invstd = (var + eps):rsqrt():to(x.dtype)
     local xhat = xc * invstd:view(shape)
     local y = xhat
