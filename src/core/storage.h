@@ -25,9 +25,11 @@ typedef struct {
 /* Data a kernel derives from a storage's bytes and keeps with the storage
  * (the CPU convolution's weights prepacked into oneDNN's layout): a node the
  * owner embeds as the first member of its own struct.  It records the
- * storage's version it was made from; the owner checks that on lookup.  The
- * storage's list holds one reference, each user one more; free_fn runs when
- * the last goes (the storage died, or the entry was dropped as stale). */
+ * storage's version it was made from; a lookup after the version moved drops
+ * it (until then a stale entry stays, e.g. through a training run between
+ * two evaluations).  The storage's list holds one reference, each user one
+ * more; free_fn runs when the last goes (the storage died, or the entry was
+ * dropped as stale). */
 typedef struct dl_derived {
     struct dl_derived *next;
     const void *owner; /* the owner's tag: the address of one of its statics */
