@@ -173,6 +173,44 @@ T.case("the fused Add reuses a dying addend, never one that lives on", function(
   end
 end)
 
+-- Inference plans release an intermediate where it dies instead of leaving
+-- it to the collector: through a chain of 12 Conv+Relu layers at most a few
+-- activations are held at once (all 12 were before), and an intermediate
+-- that lives on under another name (Identity) is not released.
+T.case("inference plans release dead intermediates at once", function()
+  dl.manual_seed(5)
+  local L, C, S = 12, 16, 32
+  local w = dl.randn(C, C, 3, 3) * 0.1
+  local pads = {attr("pads", "INTS", {1, 1, 1, 1})}
+  local nodes, prev = {}, "x"
+  for i = 1, L do
+    nodes[#nodes + 1] = node("Conv", {prev, "w"}, {"c" .. i}, pads, "conv" .. i)
+    nodes[#nodes + 1] = node("Relu", {"c" .. i}, {"r" .. i}, nil, "relu" .. i)
+    prev = "r" .. i
+  end
+  nodes[#nodes + 1] = node("Identity", {"r3"}, {"kept"}, nil, "id")
+  nodes[#nodes + 1] = node("Add", {prev, "kept"}, {"y"}, nil, "add")
+  local m = load(model(nodes, {w = w}, {vi("x", {1, C, S, S})}, {vi("y", {1, C, S, S})}))
+  local x = dl.randn(1, C, S, S)
+  local want, x3 = x, nil
+  for i = 1, L do
+    want = dl.nn.functional.conv2d(want, w, nil, {padding = 1}):relu()
+    if i == 3 then x3 = want end
+  end
+  want = want + x3
+  dl.no_grad(function() m(x) end) -- primitives, packed weights
+  collectgarbage()
+  collectgarbage("stop")
+  dl.reset_peak_memory_stats()
+  local base = dl.max_memory_allocated()
+  local y = dl.no_grad(function() return m(x) end)
+  local peak = dl.max_memory_allocated() - base
+  collectgarbage("restart")
+  T.close(y, want, 1e-5, 1e-5, "values")
+  local act = C * S * S * 4
+  T.truthy(peak <= 6 * act, string.format("peak %d bytes, %.1f activations", peak, peak / act))
+end)
+
 -- --- bad input ------------------------------------------------------------------------------
 
 T.case("a truncated or corrupt file", function()
