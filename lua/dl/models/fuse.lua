@@ -125,13 +125,20 @@ function M.block_forward(block, x)
     identity = conv_fused(c, x, nil, false)
     if identity == nil then return nil end
   end
+  -- the block's own intermediates are released as soon as the next
+  -- convolution has read them (their buffers then serve the next layers
+  -- while in cache); x may be the caller's and stays
   local out = x
   for k = 1, n - 1 do
-    out = conv_fused(block["conv" .. k], out, nil, true)
-    if out == nil then return nil end
+    local nxt = conv_fused(block["conv" .. k], out, nil, true)
+    if nxt == nil then return nil end
+    if out ~= x then getmetatable(out).__close(out) end
+    out = nxt
   end
-  -- the downsampled identity is this block's own; x may be the caller's
-  return conv_fused(block["conv" .. n], out, identity, true, ds ~= nil)
+  -- the downsampled identity is this block's own, so it may take the sum
+  local y = conv_fused(block["conv" .. n], out, identity, true, ds ~= nil)
+  if y ~= nil and out ~= x then getmetatable(out).__close(out) end
+  return y
 end
 
 -- The stem's conv + ReLU of a folded ResNet; nil when it cannot be fused.
