@@ -4,17 +4,18 @@
 -- is faster).
 --
 --   dlua scripts/bench_onnx.lua [--arch resnet50] [--batch 1] [--size 224]
---        [--threads 2] [--runs 10] [--model FILE.onnx] [--ort-python PATH]
+--        [--threads 2] [--runs 10] [--rounds 3] [--model FILE.onnx] [--ort-python PATH]
 --
 -- The model is exported by torch.onnx.export (Debian's /usr/bin/python3 with
 -- torch and torchvision, random weights, opset 13) unless --model names a
 -- file.  ONNX Runtime is PyPI's onnxruntime in the venv under the build
 -- directory that test_onnx_export.lua makes (build/onnxruntime-venv), or
--- --ort-python.  Each framework runs 2 warm-ups then --runs timed runs;
--- the best and the median are printed.  Figures taken on a shared machine
--- are provisional.
+-- --ort-python.  Each round runs dlua then ONNX Runtime, each 2 warm-ups then
+-- --runs timed runs; every round's best, median and ratio of medians are
+-- printed, then the median and range of the rounds' ratios.  Figures taken
+-- on a shared machine are provisional.
 local parse = dofile((arg[0]:match("^(.*)/[^/]*$") or ".") .. "/benchopts.lua")
-local opts = parse("bench_onnx", arg, {arch = "resnet50", batch = 1, size = 224, threads = 2, runs = 10,
+local opts = parse("bench_onnx", arg, {arch = "resnet50", batch = 1, size = 224, threads = 2, runs = 10, rounds = 3,
   model = "", ["ort-python"] = ""}, {})
 local here = arg[0]:match("^(.*)/[^/]*$") or "."
 local helper = here .. "/../tests/lua/onnx_helper.py"
@@ -73,29 +74,44 @@ local function time_dlua()
   table.sort(times)
   return times[1], times[(#times + 1) // 2]
 end
-local best, median = time_dlua()
-
 local ort_py = opts["ort-python"]
 if ort_py == "" then
   local build = os.getenv("DL_BUILD_DIR") or (here .. "/../build")
   ort_py = build .. "/onnxruntime-venv/bin/python"
 end
-local obest, omedian
-local ok, out = sh(string.format("OMP_NUM_THREADS=%d '%s' '%s' ortbench '%s' '%s' %d", opts.threads, ort_py, helper,
-  path, input, opts.runs))
-if ok then
-  obest, omedian = out:match("best ([%d.]+) median ([%d.]+)")
-  obest, omedian = tonumber(obest), tonumber(omedian)
-else
-  io.stderr:write("bench_onnx: ONNX Runtime did not run (", ort_py, "; make the venv by running ",
-    "tests/lua/test_onnx_export.lua, or pass --ort-python):\n", out:sub(-400), "\n")
+-- ONNX Runtime's best and median over opts.runs (after its warm-ups), or nil
+local function time_ort()
+  local ok, out = sh(string.format("OMP_NUM_THREADS=%d '%s' '%s' ortbench '%s' '%s' %d", opts.threads, ort_py,
+    helper, path, input, opts.runs))
+  if not ok then
+    io.stderr:write("bench_onnx: ONNX Runtime did not run (", ort_py, "; make the venv by running ",
+      "tests/lua/test_onnx_export.lua, or pass --ort-python):\n", out:sub(-400), "\n")
+    return nil
+  end
+  local b, md = out:match("best ([%d.]+) median ([%d.]+)")
+  return tonumber(b), tonumber(md)
 end
 
-print(string.format("%s, batch %d, %dx%d, %d threads, %d runs (provisional on a shared machine)", opts.arch,
-  opts.batch, opts.size, opts.size, opts.threads, opts.runs))
-print(string.format("%-14s %10s %10s %12s", "", "best ms", "median ms", "images/s"))
-print(string.format("%-14s %10.1f %10.1f %12.1f", "dlua", best * 1e3, median * 1e3, opts.batch / median))
-if obest then
-  print(string.format("%-14s %10.1f %10.1f %12.1f", "onnxruntime", obest * 1e3, omedian * 1e3, opts.batch / omedian))
-  print(string.format("dlua / onnxruntime speed: %.2fx (medians), %.2fx (best)", omedian / median, obest / best))
+-- rounds alternate the two (this machine's speed drifts on a scale of
+-- minutes); each round's ratio compares runs taken seconds apart
+print(string.format("%s, batch %d, %dx%d, %d threads, %d rounds of %d runs each (provisional on a shared machine)",
+  opts.arch, opts.batch, opts.size, opts.size, opts.threads, opts.rounds, opts.runs))
+print(string.format("%-6s %14s %14s %14s %14s %10s", "round", "dlua best ms", "dlua median", "ORT best ms",
+  "ORT median", "ratio"))
+local ratios = {}
+for r = 1, opts.rounds do
+  local best, median = time_dlua()
+  local obest, omedian = time_ort()
+  if not obest then
+    print(string.format("%-6d %14.1f %14.1f", r, best * 1e3, median * 1e3))
+  else
+    ratios[#ratios + 1] = omedian / median
+    print(string.format("%-6d %14.1f %14.1f %14.1f %14.1f %9.2fx", r, best * 1e3, median * 1e3, obest * 1e3,
+      omedian * 1e3, omedian / median))
+  end
+end
+if #ratios > 0 then
+  table.sort(ratios)
+  print(string.format("dlua / onnxruntime speed (ratio of medians): %.2fx median of %d rounds, range %.2f-%.2fx",
+    ratios[(#ratios + 1) // 2], #ratios, ratios[1], ratios[#ratios]))
 end
