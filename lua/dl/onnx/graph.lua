@@ -433,17 +433,18 @@ local function compile(graph, scope)
 end
 G.compile = compile
 
--- The inference form of a plan's steps: Conv -> [Add] -> [Relu] chains whose
--- intermediate values have no other reader become one fused step (the
--- Conv builder's n.fuse: oneDNN's convolution with post-ops).  Used when no
--- gradient can be needed.
--- Op types whose outputs are always new tensors, never an input returned.
+-- Op types whose first output is always a new tensor, never an input
+-- returned (BatchNormalization's other outputs may be its running buffers).
 local FRESH_OUTPUT = {
   Conv = true, Relu = true, Add = true, Sub = true, Mul = true, Div = true, MaxPool = true,
   AveragePool = true, GlobalAveragePool = true, GlobalMaxPool = true, BatchNormalization = true,
   Gemm = true, MatMul = true, Sigmoid = true, Tanh = true,
 }
 
+-- The inference form of a plan's steps: Conv -> [Add] -> [Relu] chains whose
+-- intermediate values have no other reader become one fused step (the
+-- Conv builder's n.fuse: oneDNN's convolution with post-ops).  Used when no
+-- gradient can be needed.
 local function fuse_steps(plan)
   local readers = {}
   for _, s in ipairs(plan.steps) do
@@ -466,7 +467,8 @@ local function fuse_steps(plan)
     end
   end
   -- whether every step reading value nm, other than step `except`, is one
-  -- whose outputs are new tensors (never its input handed back)
+  -- whose outputs are new tensors (never its input handed back; a reader's
+  -- other outputs are new or the node's own buffers)
   local function fresh_readers(nm, except)
     for si, s in ipairs(plan.steps) do
       if si ~= except then
@@ -537,9 +539,8 @@ local function fuse_steps(plan)
   -- leaves a value that is also the step's output open.
   local closable = {}
   for _, st in ipairs(plan.steps) do
-    if FRESH_OUTPUT[st.node.op_type] then
-      for _, o in ipairs(st.outs) do if o and fresh_readers(o, nil) then closable[o] = true end end
-    end
+    local o = st.outs[1]
+    if FRESH_OUTPUT[st.node.op_type] and o and fresh_readers(o, nil) then closable[o] = true end
   end
   for _, st in ipairs(out) do
     for _, nm in ipairs(st.free) do
