@@ -104,11 +104,15 @@ static dl_derived *derived_unref(dl_derived *d) {
     return --d->refs == 0 ? d : NULL;
 }
 
+uint64_t dl_storage_version(const dl_storage *s) {
+    return __atomic_load_n(&s->version, __ATOMIC_ACQUIRE);
+}
+
 dl_derived *dl_storage_derived_find(dl_storage *s, const void *owner,
                                     int (*match)(const dl_derived *d, const void *ctx),
                                     const void *ctx) {
     dl_derived *found = NULL, *dead = NULL;
-    uint64_t version = __atomic_load_n(&s->version, __ATOMIC_ACQUIRE);
+    uint64_t version = dl_storage_version(s);
     pthread_mutex_lock(&derived_mu);
     for (dl_derived **pp = &s->derived; *pp;) {
         dl_derived *d = *pp;
@@ -133,10 +137,6 @@ dl_derived *dl_storage_derived_find(dl_storage *s, const void *owner,
         dead = next;
     }
     return found;
-}
-
-uint64_t dl_storage_version(const dl_storage *s) {
-    return __atomic_load_n(&s->version, __ATOMIC_ACQUIRE);
 }
 
 void dl_storage_derived_add(dl_storage *s, dl_derived *d) {

@@ -204,6 +204,13 @@ static int conv_finish(dl_tensor **t, dl_dtype dt, bool cl, bool unbatched) {
     return *t ? 0 : -1;
 }
 
+/* The storage the CPU kernel may keep w's prepacked copy on: w's own when
+ * the kernel reads w in place (bound is w, or a view of its storage), NULL
+ * when it reads a converted copy (packing that would be redone per call). */
+static dl_storage *packable_storage(const dl_tensor *bound, const dl_tensor *w) {
+    return bound->storage == w->storage ? w->storage : NULL;
+}
+
 /* The forward; inference: no gradient will be taken through it (the CPU may
  * then pick faster, slightly less exact kernels: Winograd, see conv.c).
  * Operands and results are laid out as the backend's formats say; y comes
@@ -232,10 +239,10 @@ static dl_tensor *conv2d_forward(dl_tensor *x, dl_tensor *w, dl_tensor *b,
         rc = 0;
     else if (s.C == 0 || s.H == 0 || s.W == 0)
         rc = fill_bias(t[3], t[2]);
-    else if (inference && dev.type == DL_DEVICE_CPU && pl.ct == DL_DTYPE_F32 &&
-             t[1]->storage == w->storage)
+    else if (inference && dev.type == DL_DEVICE_CPU && pl.ct == DL_DTYPE_F32)
         rc = dl_cpu_conv2d_forward_packed(&s, pl.fmt, 0, dl_op_data(t[3]), dl_op_data(t[0]),
-                                          dl_op_data(t[1]), dl_op_data(t[2]), w->storage);
+                                          dl_op_data(t[1]), dl_op_data(t[2]),
+                                          packable_storage(t[1], w));
     else
         rc = pl.forward(pl.ct, &s, pl.fmt | (inference ? DL_CONV_INFERENCE : 0), 0,
                         dl_op_data(t[3]), dl_op_data(t[0]), dl_op_data(t[1]), dl_op_data(t[2]));
@@ -323,7 +330,7 @@ dl_tensor *dl_conv2d_forward_post(dl_tensor *x, dl_tensor *w, dl_tensor *b,
     int post = own ? 0 : (sum ? DL_CONV_POST_SUM : 0) | (relu ? DL_CONV_POST_RELU : 0);
     if (dl_cpu_conv2d_forward_packed(&s, fmt, post, dl_op_data(t[3]), dl_op_data(t[0]),
                                      dl_op_data(t[1]), own ? NULL : dl_op_data(t[2]),
-                                     t[1]->storage == w->storage ? w->storage : NULL))
+                                     packable_storage(t[1], w)))
         goto done;
     if (own && (t[2] || a || relu))
         dl_cpu_bias_add_relu_planes(dl_tensor_data_ptr(t[3]),

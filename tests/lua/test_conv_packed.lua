@@ -30,7 +30,7 @@ T.case("packed weights: layouts, kernels and batch sizes agree with float64", fu
     {32, 32, 3, {stride = 2, padding = 1}}, {16, 48, 3, {padding = 1}}, -- the last: Winograd
   }) do
     local w, b = dl.randn(c[2], c[1], c[3], c[3]) * 0.1, dl.randn(c[2])
-    for _, n in ipairs({1, 3, 1}) do -- batch 1 again: its copy is found, not made
+    for _, n in ipairs({1, 3, 1}) do -- batch 1 again: after another batch size's primitive
       local x = dl.randn(n, c[1], 16, 16)
       for _, cl in ipairs({false, true}) do
         local xi = cl and x:contiguous(CL) or x

@@ -446,11 +446,17 @@ local FRESH_OUTPUT = {
 -- Conv builder's n.fuse: oneDNN's convolution with post-ops).  Used when no
 -- gradient can be needed.
 local function fuse_steps(plan)
-  local readers = {}
+  -- readers of each value; shared: values some reader may hand back as
+  -- one of its own outputs (an op outside FRESH_OUTPUT reads them), so
+  -- another name may hold the same tensor
+  local readers, shared = {}, {}
   for _, s in ipairs(plan.steps) do
     for j = 1, s.nin do
       local nm = s.ins[j]
-      if nm then readers[nm] = (readers[nm] or 0) + 1 end
+      if nm then
+        readers[nm] = (readers[nm] or 0) + 1
+        if not FRESH_OUTPUT[s.node.op_type] then shared[nm] = true end
+      end
     end
   end
   for _, nm in ipairs(plan.outputs) do readers[nm] = (readers[nm] or 0) + 100 end
@@ -465,19 +471,6 @@ local function fuse_steps(plan)
       local s = plan.steps[si]
       for j = 1, s.nin do if s.ins[j] == nm then return si, s end end
     end
-  end
-  -- whether every step reading value nm, other than step `except`, is one
-  -- whose outputs are new tensors (never its input handed back; a reader's
-  -- other outputs are new or the node's own buffers)
-  local function fresh_readers(nm, except)
-    for si, s in ipairs(plan.steps) do
-      if si ~= except then
-        for j = 1, s.nin do
-          if s.ins[j] == nm and not FRESH_OUTPUT[s.node.op_type] then return false end
-        end
-      end
-    end
-    return true
   end
   local out, skip = {}, {}
   for si, s in ipairs(plan.steps) do
@@ -516,7 +509,7 @@ local function fuse_steps(plan)
           -- a later name would see the overwrite) may take the result; the
           -- C op checks that no other tensor shares its memory
           local reuse = false
-          if add_name and producer_step[add_name] and add_name ~= s.ins[1] and fresh_readers(add_name, ai) then
+          if add_name and producer_step[add_name] and add_name ~= s.ins[1] and not shared[add_name] then
             for _, f in ipairs(frees) do if f == add_name then reuse = true end end
           end
           out[#out + 1] = {fn = function(x, w, b, addend) return fuse(x, w, b, addend, relu, reuse) end, ins = ins,
@@ -540,7 +533,7 @@ local function fuse_steps(plan)
   local closable = {}
   for _, st in ipairs(plan.steps) do
     local o = st.outs[1]
-    if FRESH_OUTPUT[st.node.op_type] and o and fresh_readers(o, nil) then closable[o] = true end
+    if FRESH_OUTPUT[st.node.op_type] and o and not shared[o] then closable[o] = true end
   end
   for _, st in ipairs(out) do
     for _, nm in ipairs(st.free) do
