@@ -577,33 +577,66 @@ static void copy_loop(char **data, const int64_t *strides, int64_t n, void *vctx
     }
 }
 
-/* A transposing copy in cache-sized tiles: dst dense, same dtype as src, and
- * src unit-stride along a dimension k that is not the last while its last
- * dimension is not unit-stride (m:t():contiguous(), a permute of heads).
- * The row loop would walk src with a large stride, one cache line per
- * element; here each TILE x TILE block is read along src's rows and written
- * along dst's.  Returns false (nothing done) when the shape is not one. */
+/* The order of t's dims from the outermost to the innermost when t is dense
+ * in some order (every element of its storage span used once: contiguous,
+ * channels-last, any permutation of a contiguous tensor): perm[0..nd) and
+ * true; false otherwise.  Dims of size 1 take no part. */
+static bool dense_order(const dl_tensor *t, int *perm) {
+    int nd = t->ndim;
+    for (int i = 0; i < nd; i++) perm[i] = i;
+    /* insertion sort by decreasing stride; ties keep the dims' order */
+    for (int i = 1; i < nd; i++)
+        for (int j = i; j > 0 && t->strides[perm[j - 1]] < t->strides[perm[j]]; j--) {
+            int x = perm[j];
+            perm[j] = perm[j - 1];
+            perm[j - 1] = x;
+        }
+    int64_t want = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        int d = perm[i];
+        if (t->shape[d] == 1) continue;
+        if (t->strides[d] != want) return false;
+        want *= t->shape[d];
+    }
+    return true;
+}
+
+/* A transposing copy in cache-sized tiles: dst dense in some order
+ * (contiguous, channels-last), same dtype as src, and src unit-stride along
+ * a dimension k that in dst's order is not the innermost while that one is
+ * not unit-stride in src (m:t():contiguous(), a permute of heads, NCHW to
+ * channels-last).  The row loop would walk src with a large stride, one
+ * cache line per element (or, for an image of 3 channels made
+ * channels-last, run rows of 3); here each TILE x TILE block is read along
+ * src's rows and written along dst's.  Returns false (nothing done) when
+ * the shape is not one. */
 #define TILE 32
 static bool copy_transposed(dl_tensor *dst, dl_tensor *src) {
-    int nd = dst->ndim;
-    if (nd < 2 || !dl_tensor_is_contiguous(dst) || dst->dtype != src->dtype) return false;
-    if (dl_tensor_numel(dst) < DL_PARALLEL_GRAIN || src->strides[nd - 1] == 1) return false;
+    int nd = dst->ndim, perm[DL_MAX_DIMS];
+    if (nd < 2 || dst->dtype != src->dtype || dl_tensor_numel(dst) < DL_PARALLEL_GRAIN)
+        return false;
+    if (!dense_order(dst, perm)) return false;
+    /* both in dst's order, in which dst is contiguous */
+    int64_t shape[DL_MAX_DIMS], dstr[DL_MAX_DIMS], sstr[DL_MAX_DIMS];
+    for (int i = 0; i < nd; i++) {
+        shape[i] = dst->shape[perm[i]];
+        dstr[i] = dst->strides[perm[i]];
+        sstr[i] = src->strides[perm[i]];
+    }
+    if (sstr[nd - 1] == 1 || shape[nd - 1] < 2) return false;
     int k = -1;
     for (int i = 0; i < nd - 1; i++)
-        if (src->strides[i] == 1 && src->shape[i] > 1) k = i;
-    if (k < 0 || src->shape[k] < TILE / 4 || src->shape[nd - 1] < TILE / 4) return false;
+        if (sstr[i] == 1 && shape[i] > 1) k = i;
+    if (k < 0 || shape[k] < TILE / 4) return false;
     size_t sz = dl_dtype_size(dst->dtype);
     if (sz != 1 && sz != 2 && sz != 4 && sz != 8) return false;
 
-    /* dst strides (elements) of its dense layout; the outer dims are all
-     * but k and the last */
-    int64_t dstr[DL_MAX_DIMS];
-    dl_contiguous_strides(nd, dst->shape, dstr);
-    int64_t rows = dst->shape[k], cols = dst->shape[nd - 1], outer = 1;
+    /* the outer dims are all but k and the innermost */
+    int64_t rows = shape[k], cols = shape[nd - 1], outer = 1;
     for (int i = 0; i < nd - 1; i++)
-        if (i != k) outer *= dst->shape[i];
+        if (i != k) outer *= shape[i];
     const int64_t rt = (rows + TILE - 1) / TILE, ct = (cols + TILE - 1) / TILE;
-    const int64_t dk = dstr[k], sj = src->strides[nd - 1];
+    const int64_t dk = dstr[k], sj = sstr[nd - 1];
     char *dbase = (char *)dst->storage->data + dst->offset * sz;
     const char *sbase = (const char *)src->storage->data + src->offset * sz;
 
@@ -616,10 +649,10 @@ static bool copy_transposed(dl_tensor *dst, dl_tensor *src) {
         int64_t doff = 0, soff = 0, rem = o;
         for (int i = nd - 2; i >= 0; i--) {
             if (i == k) continue;
-            int64_t idx = rem % dst->shape[i];
-            rem /= dst->shape[i];
+            int64_t idx = rem % shape[i];
+            rem /= shape[i];
             doff += idx * dstr[i];
-            soff += idx * src->strides[i];
+            soff += idx * sstr[i];
         }
 #define TILE_LOOP(T)                                                                               \
     do {                                                                                           \

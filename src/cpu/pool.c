@@ -396,30 +396,57 @@ static inline float max_nan(float a, float b) {
     return (a > b) | (a != a) ? a : b;
 }
 
+/* m = the larger of m and a, lane by lane, NaN winning as max_nan */
+#define MAX8(m, a)                                                                                 \
+    do {                                                                                           \
+        v8i take_ = ((a) > (m)) | ((a) != (a));                                                    \
+        (m) = (v8f)(((v8i)(a)&take_) | ((v8i)(m) & ~take_));                                       \
+    } while (0)
+
 /* Unit u = (n, oh, channel block) of float32 max pooling without indices
  * (inference): the window's maximum in float, NaN winning as above; the
- * index bookkeeping and the double compare of max_window_cl cost it 2x. */
+ * index bookkeeping and the double compare of max_window_cl cost it 2x.
+ * 32 channels at a time keep four maxima in registers: one alone waited on
+ * its own compare and blend at every window element (64 channels at
+ * 112x112, 3x3 stride 2, 2 threads: 115 against 56 us). */
 DL_CPU_CLONES
 static void max_unit_cl_values(const dl_pool2d_shape *s, float *y, const float *x, int64_t u) {
     int64_t nb = cl_blocks(s->C), row = u / nb, n = row / s->OH, oh = row % s->OH;
     int64_t c0 = (u % nb) * CB, nc = min64(CB, s->C - c0), hs, he;
     max_rows(s, oh, &hs, &he);
     const float *xn = x + n * s->H * s->W * s->C + c0;
+    const v8f lo = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                    -INFINITY, -INFINITY, -INFINITY, -INFINITY};
     for (int64_t ow = 0; ow < s->OW; ow++) {
         int64_t ws, we;
         max_cols(s, ow, &ws, &we);
         float *o = y + (row * s->OW + ow) * s->C + c0;
-        /* 8 channels at a time, their maxima held in a register */
         int64_t c = 0;
-        for (; c + 8 <= nc; c += 8) {
-            v8f m = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                     -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        for (; c + 32 <= nc; c += 32) {
+            v8f m0 = lo, m1 = lo, m2 = lo, m3 = lo, a0, a1, a2, a3;
             for (int64_t ih = hs; ih < he; ih += s->dh)
                 for (int64_t iw = ws; iw < we; iw += s->dw) {
-                    v8f a;
+                    const float *p = xn + (ih * s->W + iw) * s->C + c;
+                    memcpy(&a0, p, sizeof a0);
+                    memcpy(&a1, p + 8, sizeof a1);
+                    memcpy(&a2, p + 16, sizeof a2);
+                    memcpy(&a3, p + 24, sizeof a3);
+                    MAX8(m0, a0);
+                    MAX8(m1, a1);
+                    MAX8(m2, a2);
+                    MAX8(m3, a3);
+                }
+            memcpy(o + c, &m0, sizeof m0);
+            memcpy(o + c + 8, &m1, sizeof m1);
+            memcpy(o + c + 16, &m2, sizeof m2);
+            memcpy(o + c + 24, &m3, sizeof m3);
+        }
+        for (; c + 8 <= nc; c += 8) {
+            v8f m = lo, a;
+            for (int64_t ih = hs; ih < he; ih += s->dh)
+                for (int64_t iw = ws; iw < we; iw += s->dw) {
                     memcpy(&a, xn + (ih * s->W + iw) * s->C + c, sizeof a);
-                    v8i take = (a > m) | (a != a);
-                    m = (v8f)(((v8i)a & take) | ((v8i)m & ~take));
+                    MAX8(m, a);
                 }
             memcpy(o + c, &m, sizeof m);
         }
@@ -432,6 +459,7 @@ static void max_unit_cl_values(const dl_pool2d_shape *s, float *y, const float *
         }
     }
 }
+#undef MAX8
 
 /* Each input element is read about once by adaptive pooling. */
 #define ADAPTIVE_WORK(s) ((s)->P * ((s)->H * (s)->W + (s)->OH * (s)->OW))

@@ -1,6 +1,6 @@
 -- test_copy_transpose.lua - copies whose source is unit-stride along another
--- dimension than the last (m:t():contiguous(), permutes, channels-last to
--- NCHW) run in cache-sized tiles (src/core/tensor.c, copy_transposed); here
+-- dimension than the destination's innermost (m:t():contiguous(), permutes,
+-- channels-last to NCHW and back, into a transposed view) run in cache-sized tiles (src/core/tensor.c, copy_transposed); here
 -- their results equal the element-by-element conversion copy's for every
 -- element size, shapes that are no multiple of the tile, outer dimensions,
 -- offsets and sizes below and above the tiled path's threshold.
@@ -46,6 +46,30 @@ T.case("channels-last to NCHW", function()
   local x = ints({4, 24, 30, 17}, dl.float32):contiguous({memory_format = "channels_last"})
   T.truthy(T.is_channels_last(x), "input is channels-last")
   same_as_reference(x, "NHWC -> NCHW")
+end)
+
+T.case("NCHW to channels-last, and into a destination dense in another order", function()
+  local CL = {memory_format = "channels_last"}
+  for _, dt in ipairs({dl.uint8, dl.float16, dl.float32, dl.float64}) do
+    -- 3 channels (an image: rows of 3 on the element-by-element path), 64, odd sizes
+    for _, shape in ipairs({{1, 3, 224, 224}, {2, 3, 37, 45}, {1, 64, 56, 56}, {3, 17, 9, 40}}) do
+      local x = ints(shape, dt)
+      local got = x:contiguous(CL)
+      local msg = string.format("%s %s", tostring(dt), table.concat(shape, "x"))
+      T.truthy(T.is_channels_last(got), msg .. ": channels-last")
+      T.same_bits(got:double(), x:double(), msg)
+      -- copy_ into an existing channels-last tensor, from a non-contiguous view
+      local y = dl.zeros(shape, {dtype = dt}):contiguous(CL)
+      y:copy_(x:flip(4))
+      T.same_bits(y:double(), x:flip(4):double(), msg .. ": copy_ of a flipped view")
+    end
+  end
+  -- a transposed view as the destination: dense in the order (2, 1)
+  local dst = dl.zeros(300, 257):t()
+  local src = ints({257, 300}, dl.float32)
+  dst:copy_(src)
+  T.same_bits(dst:double(), src:double(), "into a transposed view")
+  T.same_bits(dst:t():contiguous():double(), src:t():double(), "its storage holds the transpose")
 end)
 
 T.case("gradients through a transposed copy", function()
