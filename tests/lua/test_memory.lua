@@ -1,5 +1,6 @@
 -- test_memory.lua - tensors are freed without explicit collectgarbage calls:
--- the bindings drive the collector from bytes allocated, and <close> frees at once.
+-- the bindings drive the collector from the growth of the bytes alive, and
+-- <close> frees at once.
 local T = require "testlib"
 
 local status_kb = T.proc_status
@@ -24,6 +25,22 @@ T.case("<close> frees immediately", function()
     T.eq(dl.memory_allocated() - base, 4 * 1024 * 1024)
   end
   T.eq(dl.memory_allocated(), base)
+end)
+
+T.case("full collections come from garbage tensors, not from tensors closed at once", function()
+  collectgarbage()
+  collectgarbage("stop") -- only the bindings' pacing collects now
+  local collected = false
+  setmetatable({}, {__gc = function() collected = true end}) -- garbage at once
+  for _ = 1, 100 do
+    local t <close> = dl.empty(1024, 1024) -- 400 MB made, none alive for long
+  end
+  T.truthy(not collected, "a loop of closed tensors ran a full collection")
+  for _ = 1, 100 do
+    local t = dl.empty(1024, 1024) -- garbage: the bytes alive grow
+  end
+  T.truthy(collected, "400 MB of garbage tensors ran no collection")
+  collectgarbage("restart")
 end)
 
 T.case("using a closed tensor is an error, not a crash", function()
