@@ -64,11 +64,13 @@ dl_tensor *dl_tensor_empty(int ndim, const int64_t *shape, dl_dtype dtype, dl_de
 
 /* Whether t's elements fill a block of numel elements exactly once: sorted by
  * stride (size-1 dimensions aside), each stride is the product of the sizes
- * of the dimensions with smaller strides. */
-static bool dense_non_overlapping(const dl_tensor *t, int *order) {
+ * of the dimensions with smaller strides.  order gets the dimensions longer
+ * than 1, the smallest stride first; returns how many, or -1 when t is not
+ * dense. */
+static int dense_non_overlapping(const dl_tensor *t, int *order) {
     int n = 0;
     for (int i = 0; i < t->ndim; i++) {
-        if (t->shape[i] == 0) return false;
+        if (t->shape[i] == 0) return -1;
         if (t->shape[i] != 1) order[n++] = i;
     }
     for (int i = 1; i < n; i++) /* insertion sort: smallest stride first */
@@ -79,16 +81,16 @@ static bool dense_non_overlapping(const dl_tensor *t, int *order) {
         }
     int64_t expect = 1;
     for (int i = 0; i < n; i++) {
-        if (t->strides[order[i]] != expect) return false;
+        if (t->strides[order[i]] != expect) return -1;
         expect *= t->shape[order[i]];
     }
-    return true;
+    return n;
 }
 
 void dl_tensor_layout_strides(const dl_tensor *like, int64_t *strides) {
     int order[DL_MAX_DIMS];
     dl_contiguous_strides(like->ndim, like->shape, strides);
-    if (dl_tensor_is_contiguous(like) || !dense_non_overlapping(like, order)) return;
+    if (dl_tensor_is_contiguous(like) || dense_non_overlapping(like, order) < 0) return;
     /* same strides as like for every dimension longer than 1; a size-1
      * dimension takes the stride a contiguous tensor would give it, which no
      * index ever multiplies */
@@ -577,30 +579,6 @@ static void copy_loop(char **data, const int64_t *strides, int64_t n, void *vctx
     }
 }
 
-/* The order of t's dims from the outermost to the innermost when t is dense
- * in some order (every element of its storage span used once: contiguous,
- * channels-last, any permutation of a contiguous tensor): perm[0..nd) and
- * true; false otherwise.  Dims of size 1 take no part. */
-static bool dense_order(const dl_tensor *t, int *perm) {
-    int nd = t->ndim;
-    for (int i = 0; i < nd; i++) perm[i] = i;
-    /* insertion sort by decreasing stride; ties keep the dims' order */
-    for (int i = 1; i < nd; i++)
-        for (int j = i; j > 0 && t->strides[perm[j - 1]] < t->strides[perm[j]]; j--) {
-            int x = perm[j];
-            perm[j] = perm[j - 1];
-            perm[j - 1] = x;
-        }
-    int64_t want = 1;
-    for (int i = nd - 1; i >= 0; i--) {
-        int d = perm[i];
-        if (t->shape[d] == 1) continue;
-        if (t->strides[d] != want) return false;
-        want *= t->shape[d];
-    }
-    return true;
-}
-
 /* Three float32 planes of n elements into one of n (r, g, b) triples: an
  * RGB image made channels-last.  Eight pixels at a time, interleaved in
  * registers (the tile loop took 54 us for a 224x224 image, this 25). */
@@ -642,16 +620,18 @@ static void interleave3_f32(float *d, const float *r, const float *g, const floa
  * the shape is not one. */
 #define TILE 32
 static bool copy_transposed(dl_tensor *dst, dl_tensor *src) {
-    int nd = dst->ndim, perm[DL_MAX_DIMS];
-    if (nd < 2 || dst->dtype != src->dtype || dl_tensor_numel(dst) < DL_PARALLEL_GRAIN)
-        return false;
-    if (!dense_order(dst, perm)) return false;
-    /* both in dst's order, in which dst is contiguous */
+    int order[DL_MAX_DIMS];
+    if (dst->dtype != src->dtype || dl_tensor_numel(dst) < DL_PARALLEL_GRAIN) return false;
+    int nd = dense_non_overlapping(dst, order);
+    if (nd < 2) return false;
+    /* both over dst's dimensions longer than 1, outermost first: dst is
+     * contiguous in that order */
     int64_t shape[DL_MAX_DIMS], dstr[DL_MAX_DIMS], sstr[DL_MAX_DIMS];
     for (int i = 0; i < nd; i++) {
-        shape[i] = dst->shape[perm[i]];
-        dstr[i] = dst->strides[perm[i]];
-        sstr[i] = src->strides[perm[i]];
+        int d = order[nd - 1 - i];
+        shape[i] = dst->shape[d];
+        dstr[i] = dst->strides[d];
+        sstr[i] = src->strides[d];
     }
     if (sstr[nd - 1] == 1 || shape[nd - 1] < 2) return false;
     int k = -1;
