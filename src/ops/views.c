@@ -148,7 +148,12 @@ dl_tensor *dl_contiguous(dl_tensor *t) {
 }
 
 dl_tensor *dl_clone(dl_tensor *t) {
-    return record(t, dl_tensor_clone(t), &(view_ctx){.kind = VIEW_IDENTITY});
+    dl_tensor *c = dl_tensor_empty_like_layout(t, t->dtype, dl_tensor_device(t));
+    if (c && dl_tensor_copy_(c, t)) {
+        dl_tensor_release(c);
+        c = NULL;
+    }
+    return record(t, c, &(view_ctx){.kind = VIEW_IDENTITY});
 }
 
 bool dl_is_channels_last(const dl_tensor *t) {

@@ -18,6 +18,9 @@ dl_tensor *dl_narrow(dl_tensor *t, int dim, int64_t start, int64_t length);
 dl_tensor *dl_select(dl_tensor *t, int dim, int64_t index);
 dl_tensor *dl_expand(dl_tensor *t, int ndim, const int64_t *shape);
 dl_tensor *dl_contiguous(dl_tensor *t);
+/* A copy in t's own layout when t is dense (channels-last stays
+ * channels-last, a transposed matrix stays transposed), contiguous
+ * otherwise: PyTorch's clone (preserve_format). */
 dl_tensor *dl_clone(dl_tensor *t);
 /* Conversions: t itself when nothing changes, else a copy that records a
  * node (backward converts the gradient back to t's dtype and device).  A
