@@ -82,10 +82,12 @@ int dl_dnnl_entry_add_reorder(dl_dnnl_entry *e, int i, const dnnl_memory_desc_t 
 
 #define DL_DNNL_MAX_ARGS 12
 
-/* The arguments of one execution: memories wrap caller buffers. */
+/* The arguments of one execution: memories wrap caller buffers (md[i] is
+ * the descriptor a[i].memory was made or re-pointed for). */
 typedef struct dl_dnnl_args {
     int n;
     dnnl_exec_arg_t a[DL_DNNL_MAX_ARGS];
+    const dnnl_memory_desc_t *md[DL_DNNL_MAX_ARGS];
 } dl_dnnl_args;
 
 /* Adds argument `arg` bound to data with descriptor md.  Returns 0 or -1. */
