@@ -621,7 +621,10 @@ static void interleave3_f32(float *d, const float *r, const float *g, const floa
 #define TILE 32
 static bool copy_transposed(dl_tensor *dst, dl_tensor *src) {
     int order[DL_MAX_DIMS];
-    if (dst->dtype != src->dtype || dl_tensor_numel(dst) < DL_PARALLEL_GRAIN) return false;
+    /* (a copy within one storage keeps the element loop's order) */
+    if (dst->dtype != src->dtype || dl_tensor_numel(dst) < DL_PARALLEL_GRAIN ||
+        dst->storage == src->storage)
+        return false;
     int nd = dense_non_overlapping(dst, order);
     if (nd < 2) return false;
     /* both over dst's dimensions longer than 1, outermost first: dst is

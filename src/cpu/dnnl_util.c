@@ -268,16 +268,15 @@ int dl_dnnl_entry_add_reorder(dl_dnnl_entry *e, int i, const dnnl_memory_desc_t 
     return 0;
 }
 
-/* --- execution ---------------------------------------------------------------- */
-
-/* --- memory objects ---------------------------------------------------------
+/* --- execution: memory objects ---------------------------------------------
  * Every execution wraps each buffer in a dnnl_memory_t (ResNet-50 at batch
  * 1: about 300 a forward, 0.6 us each made and destroyed).  A thread keeps
- * the last one made for a descriptor (slots by the descriptor's address, a
- * cache entry's or a primitive's, stable while it lives) and re-points it at
- * the next buffer.  A slot's address may have been reused by another
- * descriptor since: the memory's own descriptor is compared before reuse.
- * The spares die with their thread. */
+ * the last one made for a descriptor (slots by the descriptor's address:
+ * mostly a cache entry's or a primitive's, stable while it lives) and
+ * re-points it at the next buffer.  An address may have been reused by
+ * another descriptor since (an entry evicted, a descriptor on a caller's
+ * stack): the memory's own descriptor is compared before reuse.  The spares
+ * die with their thread. */
 
 #define SPARES 1024 /* a slot per descriptor of a whole model's layers */
 typedef struct {
@@ -292,8 +291,11 @@ static pthread_once_t spares_once = PTHREAD_ONCE_INIT;
 
 static void spares_free(void *v) {
     spare_mem *sp = v;
-    for (int i = 0; i < SPARES; i++)
+    for (int i = 0; i < SPARES; i++) {
         if (sp[i].m) dnnl_memory_destroy(sp[i].m);
+        sp[i].m = NULL;
+        sp[i].md = NULL;
+    }
 }
 
 static void spares_key_init(void) {

@@ -92,10 +92,12 @@ typedef struct dl_dnnl_args {
 
 /* Adds argument `arg` bound to data with descriptor md.  Returns 0 or -1. */
 int dl_dnnl_args_add(dl_dnnl_args *args, int arg, const dnnl_memory_desc_t *md, void *data);
-/* Executes prim on this thread's stream and waits; destroys the memories in
- * args (not the data) whatever happens. */
+/* Executes prim on this thread's stream and waits; releases the memories in
+ * args (not the data; see dl_dnnl_args_free) whatever happens. */
 int dl_dnnl_execute(dnnl_primitive_t prim, dl_dnnl_args *args);
-/* Destroys the memories of args without executing. */
+/* Releases the memories of args without executing: each is kept as this
+ * thread's spare for its descriptor (or destroyed), for the next
+ * dl_dnnl_args_add of that descriptor to re-point. */
 void dl_dnnl_args_free(dl_dnnl_args *args);
 
 /* Runs the reorder prim from `from` (data src) to `to` (data dst). */
