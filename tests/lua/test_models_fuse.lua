@@ -154,4 +154,37 @@ T.case("folded resnet: fused without autograd, separate ops with it, channels-la
   T.truthy(relerr(cl, y0) <= 1e-5, "channels-last folded model")
 end)
 
+T.case("folded resnet: a block takes the residual sum into its input only when the model gives it up", function()
+  for _, arch in ipairs({"resnet18", "resnet50"}) do
+    local m = trained(arch, dl.float32)
+    dl.models.optimize_for_inference(m)
+    -- channels-last: every layer then runs oneDNN's sum post-op (NCHW 1x1
+    -- layers add in a pass of their own, into a new tensor)
+    local CL = {memory_format = "channels_last"}
+    local x = dl.randn(2, 3, 32, 32):contiguous(CL)
+    local x0 = x:clone()
+    local y = dl.no_grad(function() return m(x) end)
+    T.same_bits(x, x0, arch .. ": the model's input is untouched")
+    -- the same forward with every stage run as a plain Sequential (its blocks
+    -- write the sum into a copy of their input): the same bits
+    local seq = nn.Sequential.forward
+    for _, name in ipairs({"layer1", "layer2", "layer3", "layer4"}) do
+      m[name].forward = function(self, h) return seq(self, h) end
+    end
+    local ref = dl.no_grad(function() return m(x) end)
+    T.same_bits(y, ref, arch .. ": blocks given up their input vs copies")
+    -- a block called directly keeps its caller's tensor; given up, the
+    -- result is the input's own tensor
+    local b = m.layer1["1"]
+    local h = dl.randn(2, arch == "resnet18" and 64 or 256, 8, 8):contiguous(CL)
+    local h0 = h:clone()
+    local out = dl.no_grad(function() return b(h) end)
+    T.same_bits(h, h0, arch .. ": a direct call leaves the input alone")
+    T.truthy(not rawequal(out, h), arch .. ": a direct call returns a new tensor")
+    local out2 = dl.no_grad(function() return b(h, true) end)
+    T.truthy(rawequal(out2, h), arch .. ": given up, the input holds the result")
+    T.same_bits(out2, out, arch .. ": same values either way")
+  end
+end)
+
 T.done()

@@ -109,8 +109,10 @@ end
 local function is_identity(m) return nn.Module.isinstance(m, nn.Identity) end
 
 -- A residual block (BasicBlock: convs 1-2, Bottleneck: 1-3) whose batch norms
--- are folded, with the fused calls; nil when it cannot be fused.
-function M.block_forward(block, x)
+-- are folded, with the fused calls; nil when it cannot be fused.  owned: x
+-- is an intermediate of the caller's forward that nothing reads after this
+-- block, so the residual sum may be written into it (else into a copy).
+function M.block_forward(block, x, owned)
   local n = block.conv3 and 3 or 2
   for k = 1, n do
     if not is_identity(block["bn" .. k]) then return nil end
@@ -135,8 +137,9 @@ function M.block_forward(block, x)
     if out ~= x then getmetatable(out).__close(out) end
     out = nxt
   end
-  -- the downsampled identity is this block's own, so it may take the sum
-  local y = conv_fused(block["conv" .. n], out, identity, true, ds ~= nil)
+  -- the downsampled identity is this block's own, so it may take the sum;
+  -- x itself only when the caller gives it up
+  local y = conv_fused(block["conv" .. n], out, identity, true, ds ~= nil or owned == true)
   if y ~= nil and out ~= x then getmetatable(out).__close(out) end
   return y
 end
