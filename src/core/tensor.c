@@ -653,9 +653,9 @@ static bool copy_transposed(dl_tensor *dst, dl_tensor *src) {
     char *dbase = (char *)dst->storage->data + dst->offset * sz;
     const char *sbase = (const char *)src->storage->data + src->offset * sz;
 
-    if (sz == 4 && cols == 3 && k == nd - 2 && dk == 3) {
-        /* rows of (r, g, b) float32 triples: every row of dst is one
-         * interleave of three src rows */
+    if (sz == 4 && cols == 3 && k == nd - 2) {
+        /* rows of (r, g, b) float32 triples (dst dense: dk is 3): every
+         * row of dst is one interleave of three src rows */
 #pragma omp parallel for num_threads(dl_get_num_threads()) schedule(static)
         for (int64_t o = 0; o < outer; o++) {
             int64_t doff = 0, soff = 0, rem = o;

@@ -16,6 +16,7 @@
 
 #include <oneapi/dnnl/dnnl_debug.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,6 +286,7 @@ typedef struct {
 } spare_mem;
 
 static _Thread_local spare_mem spares[SPARES];
+static _Thread_local bool spares_registered; /* with spares_key, for the thread's exit */
 static pthread_key_t spares_key;
 static int spares_key_ok;
 static pthread_once_t spares_once = PTHREAD_ONCE_INIT;
@@ -332,8 +334,11 @@ static dnnl_memory_t take_memory(const dnnl_memory_desc_t *md, void *data) {
 static void give_memory(const dnnl_memory_desc_t *md, dnnl_memory_t m) {
     spare_mem *sp = spare_slot(md);
     if (sp->m) dnnl_memory_destroy(sp->m);
-    pthread_once(&spares_once, spares_key_init);
-    if (spares_key_ok && !pthread_getspecific(spares_key)) pthread_setspecific(spares_key, spares);
+    if (!spares_registered) {
+        pthread_once(&spares_once, spares_key_init);
+        if (spares_key_ok) pthread_setspecific(spares_key, spares);
+        spares_registered = true;
+    }
     sp->md = md;
     sp->m = m;
 }

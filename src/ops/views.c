@@ -147,13 +147,20 @@ dl_tensor *dl_contiguous(dl_tensor *t) {
     return record(t, dl_tensor_contiguous(t), &(view_ctx){.kind = VIEW_IDENTITY});
 }
 
-dl_tensor *dl_clone(dl_tensor *t) {
-    dl_tensor *c = dl_tensor_empty_like_layout(t, t->dtype, dl_tensor_device(t));
+/* A copy of t as dtype on dev in t's own layout when t is dense, contiguous
+ * otherwise. */
+static dl_tensor *copy_like(dl_tensor *t, dl_dtype dtype, dl_device dev) {
+    dl_tensor *c = dl_tensor_empty_like_layout(t, dtype, dev);
     if (c && dl_tensor_copy_(c, t)) {
         dl_tensor_release(c);
-        c = NULL;
+        return NULL;
     }
-    return record(t, c, &(view_ctx){.kind = VIEW_IDENTITY});
+    return c;
+}
+
+dl_tensor *dl_clone(dl_tensor *t) {
+    return record(t, copy_like(t, t->dtype, dl_tensor_device(t)),
+                  &(view_ctx){.kind = VIEW_IDENTITY});
 }
 
 bool dl_is_channels_last(const dl_tensor *t) {
@@ -176,12 +183,7 @@ static dl_tensor *convert(dl_tensor *t, dl_dtype dtype, dl_device dev) {
         dl_tensor_release(a);
         return b;
     }
-    dl_tensor *c = dl_tensor_empty_like_layout(t, dtype, dev);
-    if (c && dl_tensor_copy_(c, t)) {
-        dl_tensor_release(c);
-        return NULL;
-    }
-    return c;
+    return copy_like(t, dtype, dev);
 }
 
 dl_tensor *dl_to_dtype(dl_tensor *t, dl_dtype dtype) {

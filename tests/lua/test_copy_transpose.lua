@@ -1,6 +1,7 @@
 -- test_copy_transpose.lua - copies whose source is unit-stride along another
 -- dimension than the destination's innermost (m:t():contiguous(), permutes,
--- channels-last to NCHW and back, into a transposed view) run in cache-sized tiles (src/core/tensor.c, copy_transposed); here
+-- channels-last to NCHW and back, into a transposed view) run in cache-sized
+-- tiles (src/core/tensor.c, copy_transposed); here
 -- their results equal the element-by-element conversion copy's for every
 -- element size, shapes that are no multiple of the tile, outer dimensions,
 -- offsets and sizes below and above the tiled path's threshold.

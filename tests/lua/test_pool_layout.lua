@@ -96,7 +96,8 @@ end)
 
 -- Under dl.no_grad nothing reads the indices: float32 channels-last max
 -- pooling then runs a values-only kernel (32 channels in four registers,
--- then 8 a register, a scalar tail); its values must be the indexed kernel's, NaN and ties included.
+-- then 8 a register, a scalar tail); its values must be the indexed
+-- kernel's, NaN and ties included.
 T.case("channels-last max_pool2d without indices (no grad) = with indices", function()
   for i, c in ipairs(MAX_CFGS) do
     for _, C in ipairs({3, 8, 20, 40, 64, 300}) do
